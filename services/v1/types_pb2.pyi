@@ -1,0 +1,288 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Precision(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PRECISION_UNSPECIFIED: _ClassVar[Precision]
+    PRECISION_FP32: _ClassVar[Precision]
+    PRECISION_FP16: _ClassVar[Precision]
+    PRECISION_BF16: _ClassVar[Precision]
+
+class Optimizer(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    OPTIMIZER_UNSPECIFIED: _ClassVar[Optimizer]
+    OPTIMIZER_ADAMW: _ClassVar[Optimizer]
+    OPTIMIZER_ADAM: _ClassVar[Optimizer]
+    OPTIMIZER_SGD: _ClassVar[Optimizer]
+
+class JobState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    JOB_STATE_UNSPECIFIED: _ClassVar[JobState]
+    JOB_STATE_PENDING: _ClassVar[JobState]
+    JOB_STATE_RESERVED: _ClassVar[JobState]
+    JOB_STATE_LAUNCHING: _ClassVar[JobState]
+    JOB_STATE_RUNNING: _ClassVar[JobState]
+    JOB_STATE_SUCCEEDED: _ClassVar[JobState]
+    JOB_STATE_FAILED: _ClassVar[JobState]
+    JOB_STATE_CANCELLED: _ClassVar[JobState]
+PRECISION_UNSPECIFIED: Precision
+PRECISION_FP32: Precision
+PRECISION_FP16: Precision
+PRECISION_BF16: Precision
+OPTIMIZER_UNSPECIFIED: Optimizer
+OPTIMIZER_ADAMW: Optimizer
+OPTIMIZER_ADAM: Optimizer
+OPTIMIZER_SGD: Optimizer
+JOB_STATE_UNSPECIFIED: JobState
+JOB_STATE_PENDING: JobState
+JOB_STATE_RESERVED: JobState
+JOB_STATE_LAUNCHING: JobState
+JOB_STATE_RUNNING: JobState
+JOB_STATE_SUCCEEDED: JobState
+JOB_STATE_FAILED: JobState
+JOB_STATE_CANCELLED: JobState
+
+class ModelSpec(_message.Message):
+    __slots__ = ("catalog_name", "config_json", "display_name")
+    CATALOG_NAME_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_JSON_FIELD_NUMBER: _ClassVar[int]
+    DISPLAY_NAME_FIELD_NUMBER: _ClassVar[int]
+    catalog_name: str
+    config_json: str
+    display_name: str
+    def __init__(self, catalog_name: _Optional[str] = ..., config_json: _Optional[str] = ..., display_name: _Optional[str] = ...) -> None: ...
+
+class TrainingRecipe(_message.Message):
+    __slots__ = ("seq_len", "global_batch", "micro_batch", "precision", "optimizer", "allow_recompute", "flash_attention", "train_steps", "zero_stages")
+    SEQ_LEN_FIELD_NUMBER: _ClassVar[int]
+    GLOBAL_BATCH_FIELD_NUMBER: _ClassVar[int]
+    MICRO_BATCH_FIELD_NUMBER: _ClassVar[int]
+    PRECISION_FIELD_NUMBER: _ClassVar[int]
+    OPTIMIZER_FIELD_NUMBER: _ClassVar[int]
+    ALLOW_RECOMPUTE_FIELD_NUMBER: _ClassVar[int]
+    FLASH_ATTENTION_FIELD_NUMBER: _ClassVar[int]
+    TRAIN_STEPS_FIELD_NUMBER: _ClassVar[int]
+    ZERO_STAGES_FIELD_NUMBER: _ClassVar[int]
+    seq_len: int
+    global_batch: int
+    micro_batch: int
+    precision: Precision
+    optimizer: Optimizer
+    allow_recompute: bool
+    flash_attention: bool
+    train_steps: int
+    zero_stages: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, seq_len: _Optional[int] = ..., global_batch: _Optional[int] = ..., micro_batch: _Optional[int] = ..., precision: _Optional[_Union[Precision, str]] = ..., optimizer: _Optional[_Union[Optimizer, str]] = ..., allow_recompute: _Optional[bool] = ..., flash_attention: _Optional[bool] = ..., train_steps: _Optional[int] = ..., zero_stages: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class JobLimits(_message.Message):
+    __slots__ = ("max_gpus", "allowed_gpu_types")
+    MAX_GPUS_FIELD_NUMBER: _ClassVar[int]
+    ALLOWED_GPU_TYPES_FIELD_NUMBER: _ClassVar[int]
+    max_gpus: int
+    allowed_gpu_types: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, max_gpus: _Optional[int] = ..., allowed_gpu_types: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class JobSpec(_message.Message):
+    __slots__ = ("name", "model", "recipe", "command", "env", "workdir", "limits", "idempotency_key")
+    class EnvEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    RECIPE_FIELD_NUMBER: _ClassVar[int]
+    COMMAND_FIELD_NUMBER: _ClassVar[int]
+    ENV_FIELD_NUMBER: _ClassVar[int]
+    WORKDIR_FIELD_NUMBER: _ClassVar[int]
+    LIMITS_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    model: ModelSpec
+    recipe: TrainingRecipe
+    command: _containers.RepeatedScalarFieldContainer[str]
+    env: _containers.ScalarMap[str, str]
+    workdir: str
+    limits: JobLimits
+    idempotency_key: str
+    def __init__(self, name: _Optional[str] = ..., model: _Optional[_Union[ModelSpec, _Mapping]] = ..., recipe: _Optional[_Union[TrainingRecipe, _Mapping]] = ..., command: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., workdir: _Optional[str] = ..., limits: _Optional[_Union[JobLimits, _Mapping]] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+
+class Layout(_message.Message):
+    __slots__ = ("tp", "pp", "dp", "zero_stage", "micro_batch", "grad_accum", "recompute")
+    TP_FIELD_NUMBER: _ClassVar[int]
+    PP_FIELD_NUMBER: _ClassVar[int]
+    DP_FIELD_NUMBER: _ClassVar[int]
+    ZERO_STAGE_FIELD_NUMBER: _ClassVar[int]
+    MICRO_BATCH_FIELD_NUMBER: _ClassVar[int]
+    GRAD_ACCUM_FIELD_NUMBER: _ClassVar[int]
+    RECOMPUTE_FIELD_NUMBER: _ClassVar[int]
+    tp: int
+    pp: int
+    dp: int
+    zero_stage: int
+    micro_batch: int
+    grad_accum: int
+    recompute: str
+    def __init__(self, tp: _Optional[int] = ..., pp: _Optional[int] = ..., dp: _Optional[int] = ..., zero_stage: _Optional[int] = ..., micro_batch: _Optional[int] = ..., grad_accum: _Optional[int] = ..., recompute: _Optional[str] = ...) -> None: ...
+
+class MemoryBreakdown(_message.Message):
+    __slots__ = ("parameters", "gradients", "optimizer_states", "activations", "logits", "runtime_reserve", "total")
+    PARAMETERS_FIELD_NUMBER: _ClassVar[int]
+    GRADIENTS_FIELD_NUMBER: _ClassVar[int]
+    OPTIMIZER_STATES_FIELD_NUMBER: _ClassVar[int]
+    ACTIVATIONS_FIELD_NUMBER: _ClassVar[int]
+    LOGITS_FIELD_NUMBER: _ClassVar[int]
+    RUNTIME_RESERVE_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    parameters: int
+    gradients: int
+    optimizer_states: int
+    activations: int
+    logits: int
+    runtime_reserve: int
+    total: int
+    def __init__(self, parameters: _Optional[int] = ..., gradients: _Optional[int] = ..., optimizer_states: _Optional[int] = ..., activations: _Optional[int] = ..., logits: _Optional[int] = ..., runtime_reserve: _Optional[int] = ..., total: _Optional[int] = ...) -> None: ...
+
+class Plan(_message.Message):
+    __slots__ = ("gpu_type", "num_gpus", "layout", "memory", "peak_bytes_per_gpu", "gpu_memory_bytes", "headroom_bytes", "step_time_s", "tokens_per_s", "gpu_hours", "rank")
+    GPU_TYPE_FIELD_NUMBER: _ClassVar[int]
+    NUM_GPUS_FIELD_NUMBER: _ClassVar[int]
+    LAYOUT_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_FIELD_NUMBER: _ClassVar[int]
+    PEAK_BYTES_PER_GPU_FIELD_NUMBER: _ClassVar[int]
+    GPU_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    HEADROOM_BYTES_FIELD_NUMBER: _ClassVar[int]
+    STEP_TIME_S_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_PER_S_FIELD_NUMBER: _ClassVar[int]
+    GPU_HOURS_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    gpu_type: str
+    num_gpus: int
+    layout: Layout
+    memory: MemoryBreakdown
+    peak_bytes_per_gpu: int
+    gpu_memory_bytes: int
+    headroom_bytes: int
+    step_time_s: float
+    tokens_per_s: float
+    gpu_hours: float
+    rank: int
+    def __init__(self, gpu_type: _Optional[str] = ..., num_gpus: _Optional[int] = ..., layout: _Optional[_Union[Layout, _Mapping]] = ..., memory: _Optional[_Union[MemoryBreakdown, _Mapping]] = ..., peak_bytes_per_gpu: _Optional[int] = ..., gpu_memory_bytes: _Optional[int] = ..., headroom_bytes: _Optional[int] = ..., step_time_s: _Optional[float] = ..., tokens_per_s: _Optional[float] = ..., gpu_hours: _Optional[float] = ..., rank: _Optional[int] = ...) -> None: ...
+
+class GpuPool(_message.Message):
+    __slots__ = ("gpu_type", "total_gpus", "gpus_per_node")
+    GPU_TYPE_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_GPUS_FIELD_NUMBER: _ClassVar[int]
+    GPUS_PER_NODE_FIELD_NUMBER: _ClassVar[int]
+    gpu_type: str
+    total_gpus: int
+    gpus_per_node: int
+    def __init__(self, gpu_type: _Optional[str] = ..., total_gpus: _Optional[int] = ..., gpus_per_node: _Optional[int] = ...) -> None: ...
+
+class StateTransition(_message.Message):
+    __slots__ = ("state", "at", "reason")
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    AT_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    state: JobState
+    at: float
+    reason: str
+    def __init__(self, state: _Optional[_Union[JobState, str]] = ..., at: _Optional[float] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class NodeAssignment(_message.Message):
+    __slots__ = ("node", "gpu_indices")
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    GPU_INDICES_FIELD_NUMBER: _ClassVar[int]
+    node: str
+    gpu_indices: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, node: _Optional[str] = ..., gpu_indices: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class Job(_message.Message):
+    __slots__ = ("id", "spec", "state", "history", "plan", "placement", "pending_reason", "attempt", "submitted_at", "exit_codes", "candidate_plans", "model_name", "parameter_count", "log_paths")
+    class ExitCodesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    class LogPathsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    ID_FIELD_NUMBER: _ClassVar[int]
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    HISTORY_FIELD_NUMBER: _ClassVar[int]
+    PLAN_FIELD_NUMBER: _ClassVar[int]
+    PLACEMENT_FIELD_NUMBER: _ClassVar[int]
+    PENDING_REASON_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    SUBMITTED_AT_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODES_FIELD_NUMBER: _ClassVar[int]
+    CANDIDATE_PLANS_FIELD_NUMBER: _ClassVar[int]
+    MODEL_NAME_FIELD_NUMBER: _ClassVar[int]
+    PARAMETER_COUNT_FIELD_NUMBER: _ClassVar[int]
+    LOG_PATHS_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    spec: JobSpec
+    state: JobState
+    history: _containers.RepeatedCompositeFieldContainer[StateTransition]
+    plan: Plan
+    placement: _containers.RepeatedCompositeFieldContainer[NodeAssignment]
+    pending_reason: str
+    attempt: int
+    submitted_at: float
+    exit_codes: _containers.ScalarMap[str, int]
+    candidate_plans: _containers.RepeatedCompositeFieldContainer[Plan]
+    model_name: str
+    parameter_count: int
+    log_paths: _containers.ScalarMap[str, str]
+    def __init__(self, id: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., state: _Optional[_Union[JobState, str]] = ..., history: _Optional[_Iterable[_Union[StateTransition, _Mapping]]] = ..., plan: _Optional[_Union[Plan, _Mapping]] = ..., placement: _Optional[_Iterable[_Union[NodeAssignment, _Mapping]]] = ..., pending_reason: _Optional[str] = ..., attempt: _Optional[int] = ..., submitted_at: _Optional[float] = ..., exit_codes: _Optional[_Mapping[str, int]] = ..., candidate_plans: _Optional[_Iterable[_Union[Plan, _Mapping]]] = ..., model_name: _Optional[str] = ..., parameter_count: _Optional[int] = ..., log_paths: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class Gpu(_message.Message):
+    __slots__ = ("index", "uuid", "gpu_type", "nvml_name", "memory_total", "memory_free", "healthy", "owner")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    UUID_FIELD_NUMBER: _ClassVar[int]
+    GPU_TYPE_FIELD_NUMBER: _ClassVar[int]
+    NVML_NAME_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_FREE_FIELD_NUMBER: _ClassVar[int]
+    HEALTHY_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    uuid: str
+    gpu_type: str
+    nvml_name: str
+    memory_total: int
+    memory_free: int
+    healthy: bool
+    owner: str
+    def __init__(self, index: _Optional[int] = ..., uuid: _Optional[str] = ..., gpu_type: _Optional[str] = ..., nvml_name: _Optional[str] = ..., memory_total: _Optional[int] = ..., memory_free: _Optional[int] = ..., healthy: _Optional[bool] = ..., owner: _Optional[str] = ...) -> None: ...
+
+class Node(_message.Message):
+    __slots__ = ("name", "addr", "alive", "draining", "heartbeat_at", "gpus")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ADDR_FIELD_NUMBER: _ClassVar[int]
+    ALIVE_FIELD_NUMBER: _ClassVar[int]
+    DRAINING_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_AT_FIELD_NUMBER: _ClassVar[int]
+    GPUS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    addr: str
+    alive: bool
+    draining: bool
+    heartbeat_at: float
+    gpus: _containers.RepeatedCompositeFieldContainer[Gpu]
+    def __init__(self, name: _Optional[str] = ..., addr: _Optional[str] = ..., alive: _Optional[bool] = ..., draining: _Optional[bool] = ..., heartbeat_at: _Optional[float] = ..., gpus: _Optional[_Iterable[_Union[Gpu, _Mapping]]] = ...) -> None: ...
