@@ -1,0 +1,38 @@
+-- heartbeat: renew one node's alive lease and report its GPUs' live free memory and health.
+--
+-- Guarantees (one script):
+--   * if the node hash or any of its GPU hashes is missing (Redis lost its data,
+--     or someone deleted the node) nothing is written and 0 is returned, so the
+--     agent re-registers instead of resurrecting a partial node;
+--   * otherwise the lease, heartbeat_at and every GPU's memory_free / healthy are
+--     written together; `owner`, `fence`, `draining` and everything else the
+--     scheduler owns are never touched.
+-- heartbeat_at is the Redis server clock (TIME), like registered_at.
+--
+-- KEYS[1] node hash  KEYS[2] alive lease  KEYS[3 ..] one GPU hash per GPU
+-- ARGV[1] lease TTL in ms  ARGV[2] lease value (agent instance id)
+-- ARGV[3 ..] 2 fields per GPU, in KEYS order: memory_free, healthy ("1"/"0")
+-- Returns 1 (renewed) or 0 (node unknown: register again).
+
+local n = #KEYS - 2
+if n < 0 or #ARGV ~= 2 + n * 2 then
+  return redis.error_reply("heartbeat: " .. n .. " GPU keys but " .. (#ARGV - 2) .. " GPU fields")
+end
+local ttl = tonumber(ARGV[1])
+if not ttl or ttl <= 0 then
+  return redis.error_reply("heartbeat: bad lease TTL " .. tostring(ARGV[1]))
+end
+for i = 1, #KEYS do
+  if i ~= 2 and redis.call("EXISTS", KEYS[i]) == 0 then
+    return 0
+  end
+end
+
+local t = redis.call("TIME")
+local now = t[1] .. "." .. string.format("%06d", tonumber(t[2]))
+for g = 1, n do
+  redis.call("HSET", KEYS[2 + g], "memory_free", ARGV[1 + g * 2], "healthy", ARGV[2 + g * 2])
+end
+redis.call("HSET", KEYS[1], "heartbeat_at", now)
+redis.call("SET", KEYS[2], ARGV[2], "PX", ttl)
+return 1
