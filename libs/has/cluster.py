@@ -1,0 +1,257 @@
+"""Immutable snapshot of the cluster's GPUs, indexed for placement.
+
+The scheduler service builds a ``ClusterView`` from Redis on every tick; the
+simulator builds one from its own model of the cluster. Placement code never
+scans every GPU: the view keeps, per GPU type, the nodes that have free GPUs of
+that type (and those GPUs' free memory, sorted, so "how many qualify for X
+bytes" is a bisect). Views are never mutated: ``with_reserved`` returns a new
+view that shares every untouched node with the old one, so one scheduling pass
+can place many jobs without double booking and without copying the cluster.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class GpuSlot:
+    """One GPU as the scheduler sees it (memory in bytes)."""
+
+    node: str
+    index: int
+    gpu_type: str
+    memory_total: int
+    memory_free: int
+    owner: str | None  # job id holding it; None when free
+    healthy: bool = True
+
+    @property
+    def is_free(self) -> bool:
+        return self.owner is None and self.healthy
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """One node and its GPUs; only ``schedulable`` nodes receive new work."""
+
+    name: str
+    gpus: tuple[GpuSlot, ...]
+    alive: bool = True
+    draining: bool = False
+
+    @property
+    def schedulable(self) -> bool:
+        # A draining node finishes what it runs but takes nothing new.
+        return self.alive and not self.draining
+
+
+@dataclass(frozen=True)
+class NodeFree:
+    """Free, healthy GPUs of one type on one schedulable node.
+
+    ``slots`` is sorted by GPU index (a placement takes the lowest indices, so
+    CUDA_VISIBLE_DEVICES stays compact); ``mem_sorted`` holds the same GPUs'
+    free memory ascending so the qualifying count for a byte need is a bisect.
+    """
+
+    node: str
+    slots: tuple[GpuSlot, ...]
+    mem_sorted: tuple[int, ...]
+
+    @staticmethod
+    def of(node: str, slots: Iterable[GpuSlot]) -> NodeFree:
+        ordered = tuple(sorted(slots, key=lambda s: s.index))
+        return NodeFree(node, ordered, tuple(sorted(s.memory_free for s in ordered)))
+
+    def count_at_least(self, need_bytes: int) -> int:
+        """How many of these GPUs have at least ``need_bytes`` free."""
+        return len(self.mem_sorted) - bisect.bisect_left(self.mem_sorted, need_bytes)
+
+    def take(self, count: int, need_bytes: int) -> tuple[int, ...]:
+        """Indices of the ``count`` lowest-index GPUs with enough free memory."""
+        picked = [s.index for s in self.slots if s.memory_free >= need_bytes][:count]
+        if len(picked) < count:
+            raise ValueError(f"node {self.node}: only {len(picked)} GPUs qualify, {count} asked")
+        return tuple(picked)
+
+
+class _HasGpus(Protocol):
+    """What ``with_reserved`` needs of a Placement (a protocol, to avoid an import cycle)."""
+
+    @property
+    def job_id(self) -> str: ...
+
+    def gpus(self) -> list[tuple[str, int]]: ...
+
+
+class ClusterView:
+    """Read-only cluster snapshot with a GPU-type → node → free-GPUs index.
+
+    Only healthy, unowned GPUs on schedulable (alive, not draining) nodes are
+    indexed as free; everything else is still visible through ``nodes`` for
+    explanations and for the starvation policy's "what will be free" estimate.
+    """
+
+    __slots__ = ("_nodes", "_free", "_capacity")
+
+    def __init__(self, nodes: Iterable[NodeView]) -> None:
+        by_name: dict[str, NodeView] = {}
+        for node in nodes:
+            if node.name in by_name:
+                raise ValueError(f"duplicate node name {node.name!r}")
+            seen: set[int] = set()
+            for gpu in node.gpus:
+                if gpu.node != node.name:
+                    raise ValueError(f"GPU {gpu.node}:{gpu.index} listed under node {node.name!r}")
+                if gpu.index in seen:
+                    raise ValueError(f"duplicate GPU index {gpu.index} on node {node.name!r}")
+                seen.add(gpu.index)
+            by_name[node.name] = node
+        # Sorted by name once, so every later walk is deterministic.
+        self._nodes: dict[str, NodeView] = dict(sorted(by_name.items()))
+        free: dict[str, dict[str, NodeFree]] = {}
+        capacity: dict[str, dict[str, list[int]]] = {}
+        for node in self._nodes.values():
+            if not node.schedulable:
+                continue
+            per_type: dict[str, list[GpuSlot]] = {}
+            for gpu in node.gpus:
+                if not gpu.healthy:
+                    continue
+                capacity.setdefault(gpu.gpu_type, {}).setdefault(node.name, []).append(gpu.memory_total)
+                if gpu.owner is None:
+                    per_type.setdefault(gpu.gpu_type, []).append(gpu)
+            for gpu_type, slots in per_type.items():
+                free.setdefault(gpu_type, {})[node.name] = NodeFree.of(node.name, slots)
+        self._free = free
+        # gpu_type → node → memory_total of its healthy GPUs (free or not), ascending:
+        # what the node could offer once every job on it ends. Reservations never
+        # change it, so derived views share it.
+        self._capacity: dict[str, dict[str, tuple[int, ...]]] = {
+            t: {n: tuple(sorted(m)) for n, m in per_node.items()} for t, per_node in capacity.items()
+        }
+
+    @classmethod
+    def _derived(
+        cls,
+        nodes: dict[str, NodeView],
+        free: dict[str, dict[str, NodeFree]],
+        capacity: dict[str, dict[str, tuple[int, ...]]],
+    ) -> ClusterView:
+        view = cls.__new__(cls)
+        view._nodes = nodes
+        view._free = free
+        view._capacity = capacity
+        return view
+
+    # ----- read access -------------------------------------------------
+
+    @property
+    def nodes(self) -> tuple[NodeView, ...]:
+        """All nodes, sorted by name (including dead and draining ones)."""
+        return tuple(self._nodes.values())
+
+    def node(self, name: str) -> NodeView:
+        return self._nodes[name]
+
+    def gpu_types(self) -> set[str]:
+        """GPU types with at least one healthy GPU on a schedulable node."""
+        return set(self._capacity)
+
+    def free_by_node(self, gpu_type: str) -> Mapping[str, NodeFree]:
+        """Schedulable nodes with free healthy GPUs of ``gpu_type`` (name-sorted)."""
+        return self._free.get(gpu_type, {})
+
+    def healthy_by_node(self, gpu_type: str) -> dict[str, int]:
+        """Healthy GPUs of ``gpu_type`` per schedulable node, free or not."""
+        return {n: len(m) for n, m in self._capacity.get(gpu_type, {}).items()}
+
+    def capacity_by_node(self, gpu_type: str, need_bytes: int) -> dict[str, int]:
+        """Per schedulable node: healthy GPUs of ``gpu_type`` with memory_total ≥ ``need_bytes``.
+
+        This is what the node could give a job once everything on it has ended;
+        the queue policy uses it to tell "waits" from "can never fit".
+        """
+        out: dict[str, int] = {}
+        for node, mems in self._capacity.get(gpu_type, {}).items():
+            n = len(mems) - bisect.bisect_left(mems, need_bytes)
+            if n:
+                out[node] = n
+        return out
+
+    def free_summary(self) -> dict[str, dict[str, int]]:
+        """gpu_type → node → free healthy GPUs, for every schedulable node with that type."""
+        out: dict[str, dict[str, int]] = {}
+        for gpu_type in sorted(self._capacity):
+            free = self._free.get(gpu_type, {})
+            out[gpu_type] = {
+                node: (len(free[node].slots) if node in free else 0) for node in self._capacity[gpu_type]
+            }
+        return out
+
+    def free_count(self, gpu_type: str | None = None) -> int:
+        """Free healthy GPUs on schedulable nodes, of one type or of all types."""
+        types = [gpu_type] if gpu_type is not None else list(self._free)
+        return sum(len(nf.slots) for t in types for nf in self._free.get(t, {}).values())
+
+    # ----- derivation --------------------------------------------------
+
+    def with_reserved(self, placement: _HasGpus) -> ClusterView:
+        """A new view in which the placement's GPUs are owned by its job.
+
+        Raises ``ValueError`` when a GPU is unknown or not free: that would be a
+        double booking, which is always a bug in the caller.
+        """
+        return self.with_owned(placement.gpus(), placement.job_id)
+
+    def with_owned(self, gpus: Iterable[tuple[str, int]], owner: str) -> ClusterView:
+        """A new view with ``gpus`` (node, index) marked as owned by ``owner``."""
+        by_node: dict[str, set[int]] = {}
+        for node_name, index in gpus:
+            by_node.setdefault(node_name, set()).add(index)
+        if not by_node:
+            return self
+        nodes = dict(self._nodes)
+        free = {t: m for t, m in self._free.items()}
+        copied: set[str] = set()
+        for node_name, indices in by_node.items():
+            node = self._nodes.get(node_name)
+            if node is None:
+                raise ValueError(f"unknown node {node_name!r}")
+            if not node.schedulable:
+                raise ValueError(f"node {node_name!r} is not schedulable")
+            new_gpus = []
+            touched_types: set[str] = set()
+            for gpu in node.gpus:
+                if gpu.index in indices:
+                    if not gpu.is_free:
+                        raise ValueError(f"GPU {node_name}:{gpu.index} is not free (owner={gpu.owner!r})")
+                    gpu = dataclasses.replace(gpu, owner=owner)
+                    touched_types.add(gpu.gpu_type)
+                new_gpus.append(gpu)
+            missing = indices - {g.index for g in node.gpus}
+            if missing:
+                raise ValueError(f"node {node_name!r} has no GPU {sorted(missing)}")
+            new_node = dataclasses.replace(node, gpus=tuple(new_gpus))
+            nodes[node_name] = new_node
+            for gpu_type in touched_types:
+                if gpu_type not in copied:
+                    # Copy-on-write per type: other types keep sharing the old dicts.
+                    free[gpu_type] = dict(free[gpu_type])
+                    copied.add(gpu_type)
+                remaining = [g for g in new_node.gpus if g.gpu_type == gpu_type and g.is_free]
+                if remaining:
+                    free[gpu_type][node_name] = NodeFree.of(node_name, remaining)
+                else:
+                    del free[gpu_type][node_name]
+                if not free[gpu_type]:
+                    del free[gpu_type]
+        return ClusterView._derived(nodes, free, self._capacity)
+
+    def __repr__(self) -> str:
+        return f"ClusterView(nodes={len(self._nodes)}, free={self.free_count()})"

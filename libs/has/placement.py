@@ -1,0 +1,255 @@
+"""Plan matching and GPU placement for one job.
+
+MARP hands the scheduler a ranked list of ``PlanOption``s (GPU type, layout,
+predicted bytes per GPU). ``place_job`` walks that list against a
+``ClusterView`` and returns either a concrete ``Placement`` (which GPUs on which
+nodes, rank 0 first) or a ``PendingReason`` with one line per plan saying, with
+numbers, why it does not fit now — in the spirit of an autoscaler's
+"infeasible because ..." replies. Pure and deterministic: same view and plans,
+same answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import Enum
+
+from has.cluster import ClusterView, NodeFree
+
+GIB = 1 << 30
+
+
+def fmt_gib(num_bytes: int) -> str:
+    """Bytes as GiB with one decimal, e.g. ``38.2``."""
+    return f"{num_bytes / GIB:.1f}"
+
+
+@dataclass(frozen=True)
+class PlanOption:
+    """One layout of a job on one GPU type, with its predicted per-GPU memory need."""
+
+    gpu_type: str
+    tp: int
+    pp: int
+    dp: int
+    bytes_per_gpu: int
+    label: str = ""
+
+    def __post_init__(self) -> None:
+        for name in ("tp", "pp", "dp"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"PlanOption.{name} must be >= 1, got {getattr(self, name)}")
+        if self.bytes_per_gpu < 0:
+            raise ValueError(f"PlanOption.bytes_per_gpu must be >= 0, got {self.bytes_per_gpu}")
+
+    @property
+    def num_gpus(self) -> int:
+        return self.tp * self.pp * self.dp
+
+    def describe(self) -> str:
+        """E.g. ``4 × ≥38.2 GiB A100-80GB (tp=2 pp=1 dp=2, 2-GPU TP groups within a node)``."""
+        layout = f"tp={self.tp} pp={self.pp} dp={self.dp}"
+        if self.tp > 1:
+            layout += f", {self.tp}-GPU TP groups within a node"
+        if self.label:
+            layout += f", {self.label}"
+        return f"{self.num_gpus} × ≥{fmt_gib(self.bytes_per_gpu)} GiB {self.gpu_type} ({layout})"
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Concrete GPUs for one job: ``nodes`` is ordered, the first node hosts rank 0.
+
+    Each node's GPUs hold consecutive ranks, so a node's share is a multiple of
+    ``plan.tp`` and no tensor-parallel group crosses a node boundary.
+    """
+
+    job_id: str
+    plan_index: int
+    plan: PlanOption
+    nodes: tuple[tuple[str, tuple[int, ...]], ...]
+
+    def __post_init__(self) -> None:
+        if self.gpu_count != self.plan.num_gpus:
+            raise ValueError(f"placement has {self.gpu_count} GPUs, plan needs {self.plan.num_gpus}")
+        for node, indices in self.nodes:
+            if not indices or len(indices) % self.plan.tp:
+                raise ValueError(f"node {node} gets {len(indices)} GPUs, not a multiple of tp={self.plan.tp}")
+
+    @property
+    def gpu_count(self) -> int:
+        return sum(len(indices) for _, indices in self.nodes)
+
+    def gpus(self) -> list[tuple[str, int]]:
+        """(node, GPU index) in rank order."""
+        return [(node, index) for node, indices in self.nodes for index in indices]
+
+
+class WaitKind(Enum):
+    """Why a job is not placed in this pass (lets the service pick a job state)."""
+
+    NO_PLANS = "no_plans"  # the job has no plan at all
+    NO_FIT = "no_fit"  # no plan fits the free GPUs now; may fit later
+    NEVER_FITS = "never_fits"  # no plan fits even if every job ended (cluster too small)
+    RESERVING = "reserving"  # starving head job: holds free GPUs while the rest drain to it
+    HELD_FOR_STARVING = "held_for_starving"  # would fit, but on GPUs held for a starving job
+    BEHIND_HEAD = "behind_head"  # strict FIFO (backfill off): waits behind the blocked head
+
+
+@dataclass(frozen=True)
+class PendingReason:
+    """Why a job waits: one human line with numbers, plus one reason per plan tried."""
+
+    summary: str
+    per_plan: tuple[str, ...]
+    kind: WaitKind = WaitKind.NO_FIT
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    name: str
+    qualifying: int  # free GPUs of the type with enough free memory
+    usable: int  # qualifying rounded down to whole TP groups
+    free: NodeFree
+
+
+def _candidates(cluster: ClusterView, plan: PlanOption) -> list[_Candidate]:
+    out = []
+    for name, nf in cluster.free_by_node(plan.gpu_type).items():
+        if len(nf.slots) < plan.tp:
+            continue  # cannot host even one TP group; skip the bisect
+        qualifying = nf.count_at_least(plan.bytes_per_gpu)
+        usable = qualifying - qualifying % plan.tp
+        if usable:
+            out.append(_Candidate(name, qualifying, usable, nf))
+    return out
+
+
+def choose_nodes(cluster: ClusterView, plan: PlanOption) -> tuple[tuple[str, tuple[int, ...]], ...] | None:
+    """The GPUs ``plan`` would take on ``cluster`` now, rank-0 node first; None if it does not fit.
+
+    A GPU qualifies when it is free, healthy, on a schedulable node, of
+    ``plan.gpu_type`` and has ``memory_free >= plan.bytes_per_gpu``. A node's
+    usable count is its qualifying count rounded down to a multiple of ``tp``
+    (a TP group never spans nodes). Then:
+
+    1. One node if any can hold the whole plan: best fit, i.e. the node with the
+       fewest qualifying GPUs that still suffice (leaves big holes for big jobs);
+       ties by node name.
+    2. Otherwise the fewest nodes k: the smallest k whose k largest usable counts
+       reach the need (so the plan is infeasible iff the usable sum falls short).
+    3. With k nodes, an equal split (need/k per node, a multiple of tp) when k
+       nodes can each give that much — torchrun wants one nproc_per_node; those
+       k nodes are picked best-fit (fewest qualifying first, then name) and
+       ordered by name.
+    4. Else the k-1 largest nodes give all their usable GPUs and the remainder
+       goes to the best-fit node among the rest; ordered largest share first.
+
+    Within a node the lowest-index qualifying GPUs are taken.
+    """
+    need = plan.num_gpus
+    b = plan.bytes_per_gpu
+    cands = _candidates(cluster, plan)
+    if sum(c.usable for c in cands) < need:
+        return None
+
+    singles = [c for c in cands if c.usable >= need]
+    if singles:
+        best = min(singles, key=lambda c: (c.qualifying, c.name))
+        return ((best.name, best.free.take(need, b)),)
+
+    by_size = sorted(cands, key=lambda c: (-c.usable, c.name))
+    acc = 0
+    k = 0
+    for c in by_size:
+        acc += c.usable
+        k += 1
+        if acc >= need:
+            break
+
+    if need % k == 0 and (need // k) % plan.tp == 0:
+        per = need // k
+        fitting = sorted((c for c in cands if c.usable >= per), key=lambda c: (c.qualifying, c.name))
+        if len(fitting) >= k:
+            chosen = sorted(fitting[:k], key=lambda c: c.name)
+            return tuple((c.name, c.free.take(per, b)) for c in chosen)
+
+    head = by_size[: k - 1]
+    head_names = {c.name for c in head}
+    remainder = need - sum(c.usable for c in head)
+    # by_size[k-1] has usable >= remainder, so this is never empty.
+    rest = [c for c in cands if c.name not in head_names and c.usable >= remainder]
+    tail = min(rest, key=lambda c: (c.qualifying, c.name))
+    return tuple((c.name, c.free.take(c.usable, b)) for c in head) + (
+        (tail.name, tail.free.take(remainder, b)),
+    )
+
+
+def explain_plan(cluster: ClusterView, plan: PlanOption) -> str:
+    """One line on why ``plan`` does not fit now, with the numbers that matter."""
+    g = plan.gpu_type
+    need = plan.num_gpus
+    head = f"needs {plan.describe()}"
+    healthy = cluster.healthy_by_node(g)
+    if not healthy:
+        return f"{head}; no schedulable {g} GPUs in the cluster"
+    widest = max(healthy.values())
+    if plan.tp > widest:
+        return f"{head}; a TP group of {plan.tp} exceeds the largest {g} node ({widest} GPUs)"
+
+    free = cluster.free_by_node(g)
+    quals = [(name, nf.count_at_least(plan.bytes_per_gpu), len(nf.slots)) for name, nf in free.items()]
+    total_q = sum(q for _, q, _ in quals)
+    total_free = sum(f for _, _, f in quals)
+    usable = sum(q - q % plan.tp for _, q, _ in quals)
+    parts = [head]
+    if total_q:
+        name, q, _ = min(quals, key=lambda x: (-x[1], x[0]))
+        parts.append(f"largest free: {q} × {g} on {name}")
+        parts.append(f"{total_q} free in total")
+    else:
+        parts.append(f"largest free: none ({g} free: 0 with enough memory)")
+    if total_q >= need > usable:
+        parts.append(f"only {usable} of them form whole {plan.tp}-GPU TP groups within a node")
+    low_mem = total_free - total_q
+    if low_mem:
+        parts.append(f"{low_mem} more free {g} skipped: < {fmt_gib(plan.bytes_per_gpu)} GiB free memory")
+    total_healthy = sum(healthy.values())
+    if total_healthy < need:
+        parts.append(f"the cluster has only {total_healthy} schedulable healthy {g}")
+    return "; ".join(parts)
+
+
+def explain_job(
+    cluster: ClusterView, plans: Sequence[PlanOption], kind: WaitKind = WaitKind.NO_FIT
+) -> PendingReason:
+    """PendingReason for a job none of whose plans fits ``cluster`` now."""
+    if not plans:
+        return PendingReason(
+            "no resource plans: the predictor found no layout that fits any GPU type", (), WaitKind.NO_PLANS
+        )
+    per_plan = tuple(f"plan {i}: {explain_plan(cluster, p)}" for i, p in enumerate(plans))
+    summary = explain_plan(cluster, plans[0])
+    if len(plans) > 1:
+        summary += f" (and {len(plans) - 1} fallback plan{'s' if len(plans) > 2 else ''}: none fits now)"
+    return PendingReason(summary, per_plan, kind)
+
+
+def place_job(cluster: ClusterView, job_id: str, plans: Sequence[PlanOption]) -> Placement | PendingReason:
+    """Place ``job_id`` on the first plan in ``plans`` that ``cluster`` can satisfy now.
+
+    Plans are tried strictly in the given (ranked) order; the first one for which
+    ``choose_nodes`` finds GPUs wins, so a fallback plan is used only when every
+    better-ranked plan is infeasible at this moment. See ``choose_nodes`` for the
+    node-selection rules (TP groups within a node, single-node best fit, fewest
+    nodes, equal split, best fit for the remainder, name tie-breaks).
+
+    Returns a ``Placement`` (``plan_index`` indexes ``plans``) or a
+    ``PendingReason`` with one entry per plan tried.
+    """
+    for i, plan in enumerate(plans):
+        nodes = choose_nodes(cluster, plan)
+        if nodes is not None:
+            return Placement(job_id=job_id, plan_index=i, plan=plan, nodes=nodes)
+    return explain_job(cluster, plans)

@@ -1,0 +1,303 @@
+"""Queue policy: one scheduling pass from (cluster, queue, now) to decisions.
+
+Policy — FIFO with backfill and a starvation reservation (docs/has-policy.md):
+
+1. Jobs are tried in submit order (``seq``). Each job takes the first of its
+   ranked plans that fits the GPUs still free in this pass (``place_job``);
+   every placement is subtracted from the view (``with_reserved``), so one
+   pass never hands a GPU out twice.
+2. Backfill: a job that does not fit is skipped and later jobs may use the
+   free GPUs, so a big job at the head never idles the cluster.
+3. Starvation: the first job in seq order that cannot be placed and has waited
+   at least ``starvation_s`` becomes the *reservation holder*. The policy picks
+   a drain target for it — a plan and, per node, how many GPUs it will take
+   there once running jobs end — that keeps the most of its GPUs already free
+   (exact maximum; ties: fewer nodes, earlier plan, node name). Those free GPUs
+   are held idle for it; later jobs may backfill only onto everything else:
+   other GPU types, other nodes, and GPUs beyond what the holder needs.
+   ``ScheduleResult.blocked_by`` names the holder.
+
+Why the holder cannot starve: held GPUs stay free (nothing else may take them)
+and the running jobs on its target keep ending, so the best achievable number
+of held GPUs never decreases between passes and grows whenever a GPU of the
+target is released; when it reaches the plan's size, the plan fits and the
+holder is placed. This assumes running jobs end (training jobs do) and seq
+follows submission time. Only one holder exists at a time; the next starving
+job becomes holder once it is placed.
+
+Jobs that cannot fit even if every job ended (no such GPU type, too few GPUs,
+a TP group wider than any node) never become holders: blocking the cluster for
+them would help nobody. With ``backfill=False`` the policy is strict FIFO: the
+first job that does not fit (and could fit some day) blocks every later job.
+
+Pure and deterministic: no clock (``now`` is an argument), no randomness, all
+ties broken by seq, job id or node name. The live scheduler and the simulator
+call this same function.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from has.cluster import ClusterView
+from has.placement import (
+    PendingReason,
+    Placement,
+    PlanOption,
+    WaitKind,
+    place_job,
+)
+
+
+@dataclass(frozen=True)
+class QueuedJob:
+    """A job waiting for GPUs: ``seq`` is its FIFO position, ``plans`` are ranked best first."""
+
+    job_id: str
+    seq: int
+    submitted_at: float
+    plans: tuple[PlanOption, ...]
+
+    def __post_init__(self) -> None:
+        # Accept any sequence from callers but keep the dataclass hashable and immutable.
+        if not isinstance(self.plans, tuple):
+            object.__setattr__(self, "plans", tuple(self.plans))
+
+
+@dataclass(frozen=True)
+class QueuePolicy:
+    """Knobs of ``schedule``.
+
+    backfill: let later jobs use GPUs a blocked earlier job cannot use now.
+      False gives strict FIFO (the first job that does not fit blocks the rest).
+    starvation_s: after this many seconds in the queue an unplaceable job
+      becomes the reservation holder and backfill may no longer take its GPUs.
+      0 means "reserve for the head at once" (EASY-style backfill).
+    """
+
+    backfill: bool = True
+    starvation_s: float = 300.0
+
+    def __post_init__(self) -> None:
+        if self.starvation_s < 0:
+            raise ValueError(f"starvation_s must be >= 0, got {self.starvation_s}")
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """GPUs held idle for the starving holder while the rest of its target drains.
+
+    target: per node, how many GPUs the holder's plan will use there (each a
+      multiple of tp); held: the free GPUs on those nodes kept for it now.
+    """
+
+    job_id: str
+    plan_index: int
+    plan: PlanOption
+    target: tuple[tuple[str, int], ...]
+    held: tuple[tuple[str, tuple[int, ...]], ...]
+
+    @property
+    def held_count(self) -> int:
+        return sum(len(indices) for _, indices in self.held)
+
+    @property
+    def missing(self) -> int:
+        """GPUs of the target still busy with other jobs."""
+        return self.plan.num_gpus - self.held_count
+
+    def gpus(self) -> list[tuple[str, int]]:
+        return [(node, index) for node, indices in self.held for index in indices]
+
+
+@dataclass(frozen=True)
+class ScheduleResult:
+    """Decisions of one pass.
+
+    placements: in the order they were made (seq order); never overlapping.
+    pending: job id → why it waits, for every queued job not placed.
+    blocked_by: the job whose needs currently restrict later jobs — the
+      starving reservation holder, or with ``backfill=False`` the blocked head.
+    reservation: the holder's held GPUs and drain target, if any.
+    """
+
+    placements: tuple[Placement, ...]
+    pending: dict[str, PendingReason]
+    blocked_by: str | None
+    reservation: Reservation | None = field(default=None)
+
+
+def _never_fits(cluster: ClusterView, plan: PlanOption) -> bool:
+    """True when ``plan`` could not fit even with every job ended."""
+    groups = sum(c // plan.tp for c in cluster.capacity_by_node(plan.gpu_type, plan.bytes_per_gpu).values())
+    return groups * plan.tp < plan.num_gpus
+
+
+def drain_target(cluster: ClusterView, job_id: str, plans: Sequence[PlanOption]) -> Reservation | None:
+    """The plan and nodes a starving job should wait for, holding the most free GPUs.
+
+    For each plan: a node can give ``cap`` TP groups (its free qualifying GPUs
+    plus the GPUs busy with other jobs whose memory_total is enough, rounded
+    down to whole groups). The j-th group on a node already has
+    ``clamp(free - (j-1)*tp, 0, tp)`` free GPUs — non-increasing in j — so
+    taking the need/tp groups with the largest counts (a greedy over a sum of
+    concave functions) maximises the GPUs that are free now. Ties prefer nodes
+    with more free GPUs, then more capacity, then name, which also keeps the
+    target on few nodes. Across plans the one missing the fewest GPUs wins,
+    ties to the better-ranked plan. None when no plan fits even then.
+    """
+    best: tuple[tuple[int, int, int], Reservation] | None = None
+    for plan_index, plan in enumerate(plans):
+        tp = plan.tp
+        need_groups = plan.num_gpus // tp
+        rows: list[tuple[str, tuple[int, ...], int]] = []  # node, free qualifying indices, cap groups
+        for name in cluster.healthy_by_node(plan.gpu_type):
+            free_idx: list[int] = []
+            busy = 0
+            for gpu in cluster.node(name).gpus:
+                if gpu.gpu_type != plan.gpu_type or not gpu.healthy:
+                    continue
+                if gpu.owner is None:
+                    if gpu.memory_free >= plan.bytes_per_gpu:
+                        free_idx.append(gpu.index)
+                elif gpu.memory_total >= plan.bytes_per_gpu:
+                    busy += 1
+            cap = (len(free_idx) + busy) // tp
+            if cap:
+                rows.append((name, tuple(sorted(free_idx)), cap))
+        if sum(cap for _, _, cap in rows) < need_groups:
+            continue
+        rows.sort(key=lambda r: (-len(r[1]), -r[2], r[0]))
+        # Every group as (gain, node order, j); the sort keeps a node's groups in j order.
+        groups = [
+            (-min(tp, max(0, len(free_idx) - j * tp)), order, j)
+            for order, (_, free_idx, cap) in enumerate(rows)
+            for j in range(cap)
+        ]
+        groups.sort()
+        per_node: dict[int, int] = {}
+        for _, order, _ in groups[:need_groups]:
+            per_node[order] = per_node.get(order, 0) + 1
+        target = []
+        held = []
+        for order in sorted(per_node):
+            name, free_idx, _ = rows[order]
+            gpus = per_node[order] * tp
+            target.append((name, gpus))
+            if free_idx[: min(gpus, len(free_idx))]:
+                held.append((name, free_idx[: min(gpus, len(free_idx))]))
+        res = Reservation(job_id, plan_index, plan, tuple(target), tuple(held))
+        key = (res.missing, len(target), plan_index)
+        if best is None or key < best[0]:
+            best = (key, res)
+    return None if best is None else best[1]
+
+
+def _wait_s(job: QueuedJob, now: float) -> float:
+    return max(0.0, now - job.submitted_at)
+
+
+def schedule(
+    cluster: ClusterView,
+    queue: Sequence[QueuedJob],
+    now: float,
+    policy: QueuePolicy = QueuePolicy(),
+) -> ScheduleResult:
+    """One scheduling pass over ``queue`` (FIFO by seq) against ``cluster`` at time ``now``.
+
+    See the module docstring for the policy. Every queued job ends up either in
+    ``placements`` or in ``pending`` with a reason.
+    """
+    jobs = sorted(queue, key=lambda j: (j.seq, j.job_id))
+    seen: set[str] = set()
+    for job in jobs:
+        if job.job_id in seen:
+            raise ValueError(f"job {job.job_id!r} is queued twice")
+        seen.add(job.job_id)
+
+    view = cluster  # free GPUs left in this pass, minus the holder's held GPUs
+    unheld = cluster  # the same without the hold: tells "held for X" from "no room"
+    placements: list[Placement] = []
+    pending: dict[str, PendingReason] = {}
+    holder: QueuedJob | None = None
+    reservation: Reservation | None = None
+    fifo_head: QueuedJob | None = None
+    never: dict[PlanOption, bool] = {}
+
+    for job in jobs:
+        if fifo_head is not None:
+            pending[job.job_id] = PendingReason(
+                f"waiting behind {fifo_head.job_id} (strict FIFO, backfill off)", (), WaitKind.BEHIND_HEAD
+            )
+            continue
+
+        result = place_job(view, job.job_id, job.plans)
+        if isinstance(result, Placement):
+            placements.append(result)
+            # Until a hold exists the two views are one; after, each loses the placed GPUs.
+            unheld = view.with_reserved(result) if holder is None else unheld.with_reserved(result)
+            view = view.with_reserved(result) if holder is not None else unheld
+            continue
+        if not job.plans:
+            pending[job.job_id] = result
+            continue
+
+        for plan in job.plans:
+            if plan not in never:
+                never[plan] = _never_fits(cluster, plan)
+        if all(never[p] for p in job.plans):
+            pending[job.job_id] = PendingReason(
+                result.summary + "; cannot fit this cluster even with every job ended",
+                result.per_plan,
+                WaitKind.NEVER_FITS,
+            )
+            continue
+
+        if reservation is not None and holder is not None:
+            alt = place_job(unheld, job.job_id, job.plans)
+            if isinstance(alt, Placement):
+                pending[job.job_id] = PendingReason(
+                    f"would fit now ({alt.plan.describe()}) but those GPUs are held for starving job "
+                    f"{holder.job_id} (waiting {_wait_s(holder, now):.0f} s)",
+                    result.per_plan,
+                    WaitKind.HELD_FOR_STARVING,
+                )
+                continue
+
+        if not policy.backfill:
+            fifo_head = job
+            pending[job.job_id] = result
+            continue
+
+        if holder is None and _wait_s(job, now) >= policy.starvation_s:
+            res = drain_target(view, job.job_id, job.plans)
+            if res is not None:
+                holder, reservation = job, res
+                view = view.with_owned(res.gpus(), owner=job.job_id)
+                nodes = ", ".join(f"{n}×{c}" for n, c in res.target)
+                pending[job.job_id] = PendingReason(
+                    f"{result.summary}; starving for {_wait_s(job, now):.0f} s: holding {res.held_count} free "
+                    f"{res.plan.gpu_type} for plan {res.plan_index} (target {nodes}), "
+                    f"waiting for {res.missing} more to be released",
+                    result.per_plan,
+                    WaitKind.RESERVING,
+                )
+                continue
+
+        pending[job.job_id] = result
+
+    blocked_by = (
+        holder.job_id if holder is not None else (fifo_head.job_id if fifo_head is not None else None)
+    )
+    return ScheduleResult(tuple(placements), pending, blocked_by, reservation)
+
+
+__all__ = [
+    "QueuePolicy",
+    "QueuedJob",
+    "Reservation",
+    "ScheduleResult",
+    "drain_target",
+    "schedule",
+]
