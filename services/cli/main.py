@@ -1,5 +1,588 @@
+"""`frenzy`: the command line for users, operators and the local stack.
+
+Users: `predict` (which plans would my job get?), `submit`, `jobs`, `job`,
+`watch`, `cancel`, `nodes`, `models`, `gpus`, `batch`. Operators: `agent`,
+`scheduler`, `predictor`, `worker`, `api`. Local: `up` (the whole stack on
+this machine) and `demo` (up, one job end to end, down).
+
+Exit codes: 0 ok; 1 failure; 2 bad input (INVALID_ARGUMENT); 3 the cluster
+cannot do it (FAILED_PRECONDITION); 4 not found.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Annotated, NoReturn
+
+import grpc
+import marp
 import typer
-app = typer.Typer()
+from frenzy.cli import render
+from frenzy.common.client import DEFAULT_PREDICTOR, DEFAULT_SCHEDULER, scheduler_stub
+from frenzy.common.jobspec import JobSpecError, parse_entry
+from frenzy.v1 import scheduler_pb2, types_pb2
+
+app = typer.Typer(
+    name="frenzy",
+    help="Frenzy: train LLMs on a heterogeneous GPU cluster without choosing GPUs.\n\n"
+    "Describe the model and the recipe; Frenzy predicts the memory each GPU needs under every parallel "
+    "layout, ranks the plans, reserves the best plan the cluster can hold and launches it.\n\n"
+    "Start here:  frenzy demo        (whole stack on this machine, one job end to end)\n\n"
+    "             frenzy predict --model llama-2-7b --seq-len 4096 --global-batch 64",
+    no_args_is_help=True,
+    rich_markup_mode="rich",
+    pretty_exceptions_enable=False,
+)
+
+SchedulerOpt = Annotated[str, typer.Option("--scheduler", envvar="FRENZY_SCHEDULER",
+                                           help="Scheduler gRPC address.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+
+EXIT_BY_CODE = {
+    grpc.StatusCode.INVALID_ARGUMENT: 2,
+    grpc.StatusCode.FAILED_PRECONDITION: 3,
+    grpc.StatusCode.NOT_FOUND: 4,
+}
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    render.console(stderr=True).print(f"[red]error:[/] {message}")
+    raise typer.Exit(code)
+
+
+def rpc_fail(exc: grpc.RpcError) -> NoReturn:
+    code = exc.code()
+    hint = ""
+    if code == grpc.StatusCode.UNAVAILABLE:
+        hint = "\nTo fix: start the stack (`frenzy up`) or point --scheduler / FRENZY_SCHEDULER at it."
+    fail(f"{code.name}: {exc.details()}{hint}", EXIT_BY_CODE.get(code, 1))
+
+
+def echo_json(data: object) -> None:
+    typer.echo(json.dumps(data, indent=2, default=str))
+
+
+def _logging(level: str) -> None:
+    logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+# ---- catalogs ----------------------------------------------------------------------------------
+
+
 @app.command()
-def hello() -> None:
-    print("hi")
+def models(as_json: JsonOpt = False) -> None:
+    """List the model catalog (names usable with --model)."""
+    rows = []
+    for m in marp.list_models():
+        rows.append({"name": m.name, "family": m.family, "parameters": m.param_count(), "layers": m.n_layers,
+                     "hidden": m.hidden, "heads": m.heads, "kv_heads": m.kv_heads, "ffn": m.ffn, "mlp": m.mlp,
+                     "vocab": m.vocab, "tied_embeddings": m.tied_embeddings})
+    if as_json:
+        echo_json(rows)
+        return
+    from rich.table import Table
+
+    t = Table(title="Model catalog", title_justify="left")
+    for col in ("NAME", "FAMILY", "PARAMS", "LAYERS", "HIDDEN", "HEADS", "KV", "FFN", "MLP", "VOCAB"):
+        t.add_column(col, justify="left" if col in ("NAME", "FAMILY", "MLP") else "right")
+    for r in rows:
+        t.add_row(r["name"], r["family"], f"{r['parameters'] / 1e9:.2f} B", str(r["layers"]), str(r["hidden"]),
+                  str(r["heads"]), str(r["kv_heads"]), str(r["ffn"]), r["mlp"], str(r["vocab"]))
+    render.console().print(t)
+
+
+@app.command()
+def gpus(as_json: JsonOpt = False) -> None:
+    """List the GPU catalog (types usable in cluster files and --gpu-types)."""
+    rows = [{"name": g.name, "memory_gib": round(g.memory_bytes / render.GiB, 1), "bf16_tflops": g.bf16_tflops,
+             "fp16_tflops": g.fp16_tflops, "mem_bw_gbps": g.mem_bw_gbps, "intra_node_link": g.intra_node_link,
+             "intra_node_gbps": g.intra_node_gbps} for g in marp.list_gpus()]
+    if as_json:
+        echo_json(rows)
+        return
+    from rich.table import Table
+
+    t = Table(title="GPU catalog", title_justify="left")
+    for col in ("NAME", "MEMORY GiB", "BF16 TFLOPS", "FP16 TFLOPS", "MEM BW GB/s", "LINK", "LINK GB/s"):
+        t.add_column(col, justify="left" if col in ("NAME", "LINK") else "right")
+    for r in rows:
+        t.add_row(r["name"], str(r["memory_gib"]), str(r["bf16_tflops"]), str(r["fp16_tflops"]),
+                  str(r["mem_bw_gbps"]), r["intra_node_link"], str(r["intra_node_gbps"]))
+    render.console().print(t)
+
+
+# ---- predict -------------------------------------------------------------------------------------
+
+
+@app.command()
+def predict(
+    model: Annotated[str, typer.Option(help="Catalog name (frenzy models), a config.json path, or inline JSON.")],
+    seq_len: Annotated[int, typer.Option(help="Tokens per sample.")],
+    global_batch: Annotated[int, typer.Option(help="Samples per optimizer step, across all GPUs.")],
+    micro_batch: Annotated[int, typer.Option(help="Samples per GPU per forward pass (0: planner chooses).")] = 0,
+    precision: Annotated[str, typer.Option(help="bf16 | fp16 (mixed, fp32 master weights) | fp32.")] = "bf16",
+    optimizer: Annotated[str, typer.Option(help="adamw | adam | sgd (with momentum).")] = "adamw",
+    train_steps: Annotated[int, typer.Option(help="Optimizer steps (for GPU-hours).")] = 1000,
+    recompute: Annotated[bool, typer.Option(help="Allow full activation recomputation.")] = True,
+    flash: Annotated[bool, typer.Option(help="Flash attention (no materialised scores).")] = True,
+    cluster: Annotated[Path | None, typer.Option(help="Plan for this cluster file's GPU types.")] = None,
+    gpu_types: Annotated[list[str] | None, typer.Option("--gpu-type", help="Only these GPU types (repeat).")] = None,
+    max_gpus: Annotated[int, typer.Option(help="At most this many GPUs (0: no limit).")] = 0,
+    top: Annotated[int, typer.Option(help="Rows to show in the table.")] = 20,
+    as_json: JsonOpt = False,
+) -> None:
+    """Show the ranked plans for a job: memory per GPU under each layout, on each GPU type.
+
+    Runs MARP locally; no server needed. Example:
+
+        frenzy predict --model llama-2-7b --seq-len 4096 --global-batch 64 --micro-batch 1
+    """
+    from frenzy.common import convert
+    from frenzy.predictor.server import predict as run_predict
+    from frenzy.v1 import predictor_pb2
+
+    try:
+        entry = parse_entry({"model": model, "seq_len": seq_len, "global_batch": global_batch,
+                             "micro_batch": micro_batch, "precision": precision, "optimizer": optimizer,
+                             "train_steps": train_steps, "allow_recompute": recompute, "flash_attention": flash,
+                             "command": ["-"], "max_gpus": max_gpus, "gpu_types": gpu_types or []})
+        spec = entry.to_proto()
+        pools = []
+        if cluster is not None:
+            from frenzy.local.stack import load_cluster_file
+
+            cspec = load_cluster_file(str(cluster))
+            per: dict[str, list[int]] = {}
+            for g in cspec.groups:
+                name = marp.get_gpu(g.gpu).name
+                tot, pn = per.get(name, [0, 0])
+                per[name] = [tot + g.count * g.gpus_per_node, max(pn, g.gpus_per_node)]
+            pools = [types_pb2.GpuPool(gpu_type=k, total_gpus=v[0], gpus_per_node=v[1]) for k, v in per.items()]
+        resp = run_predict(predictor_pb2.PredictRequest(model=spec.model, recipe=spec.recipe, limits=spec.limits,
+                                                        pools=pools))
+    except (JobSpecError, marp.MarpError, ValueError) as exc:
+        fail(str(exc), 2)
+    del convert
+    if as_json:
+        echo_json([render.to_dict(p) for p in resp.plans])
+        return
+    con = render.console()
+    con.print(f"[bold]{resp.model_name}[/]: {resp.parameter_count / 1e9:.3f} B parameters; "
+              f"seq {seq_len}, global batch {global_batch}, {precision}, {optimizer}")
+    if resp.plans:
+        con.print(render.plan_table(resp.plans, title=f"Ranked plans (fewest GPU-hours first; {len(resp.plans)} "
+                                    "fit)", chosen=resp.plans[0], limit=top))
+        con.print(render.memory_table(resp.plans[0]))
+    for line in resp.rejected:
+        con.print(f"[yellow]no fit[/] {line}")
+    if not resp.plans:
+        fail("no GPU type can hold this job. To fix: lower --micro-batch or --seq-len, allow --recompute, "
+             "or plan for larger GPUs", 3)
+
+
+# ---- jobs ----------------------------------------------------------------------------------------
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def submit(
+    ctx: typer.Context,
+    model: Annotated[str, typer.Option(help="Catalog name, config.json path, or inline JSON.")],
+    seq_len: Annotated[int, typer.Option()],
+    global_batch: Annotated[int, typer.Option()],
+    micro_batch: Annotated[int, typer.Option(help="0: planner chooses.")] = 0,
+    precision: Annotated[str, typer.Option()] = "bf16",
+    optimizer: Annotated[str, typer.Option()] = "adamw",
+    train_steps: Annotated[int, typer.Option()] = 1000,
+    name: Annotated[str, typer.Option(help="A label for the job.")] = "",
+    env: Annotated[list[str] | None, typer.Option(help="KEY=VALUE for the job's environment (repeat).")] = None,
+    workdir: Annotated[str, typer.Option(help="Working directory on the nodes.")] = "",
+    gpu_types: Annotated[list[str] | None, typer.Option("--gpu-type", help="Only these GPU types.")] = None,
+    max_gpus: Annotated[int, typer.Option()] = 0,
+    idempotency_key: Annotated[str, typer.Option(help="Same key, same job (safe retries).")] = "",
+    wait: Annotated[bool, typer.Option(help="Follow the job until it ends.")] = False,
+    scheduler: SchedulerOpt = DEFAULT_SCHEDULER,
+    as_json: JsonOpt = False,
+) -> None:
+    """Submit a job: the model and recipe, then the command after `--`.
+
+        frenzy submit --model gpt2-124m --seq-len 1024 --global-batch 32 -- python train.py --tp {tp}
+    """
+    command = list(ctx.args)
+    env_map: dict[str, str] = {}
+    for item in env or []:
+        if "=" not in item:
+            fail(f"env: expected KEY=VALUE, got {item!r}", 2)
+        k, v = item.split("=", 1)
+        env_map[k] = v
+    try:
+        spec = parse_entry({"name": name, "model": model, "seq_len": seq_len, "global_batch": global_batch,
+                            "micro_batch": micro_batch, "precision": precision, "optimizer": optimizer,
+                            "train_steps": train_steps, "command": command, "env": env_map, "workdir": workdir,
+                            "gpu_types": gpu_types or [], "max_gpus": max_gpus,
+                            "idempotency_key": idempotency_key}).to_proto()
+    except JobSpecError as exc:
+        msg = str(exc)
+        if msg.startswith("command"):
+            msg += ". To fix: put the command after `--`, e.g. `frenzy submit ... -- python train.py`"
+        fail(msg, 2)
+    try:
+        with scheduler_stub(scheduler) as stub:
+            resp = stub.SubmitJob(scheduler_pb2.SubmitJobRequest(spec=spec), timeout=60)
+            job = resp.job
+            if as_json and not wait:
+                echo_json(render.to_dict(resp))
+                return
+            render.console().print(f"submitted [bold]{job.id}[/]{' (duplicate)' if resp.duplicate else ''}: "
+                                   f"{job.model_name}, {len(job.candidate_plans)} candidate plans; best "
+                                   f"{job.candidate_plans[0].num_gpus} x {job.candidate_plans[0].gpu_type}")
+            if wait:
+                job = _follow(stub, job.id)
+                if as_json:
+                    echo_json(render.to_dict(job))
+                if render.state_name(job.state) != "SUCCEEDED":
+                    raise typer.Exit(1)
+    except grpc.RpcError as exc:
+        rpc_fail(exc)
+
+
+def _follow(stub, job_id: str, quiet: bool = False) -> types_pb2.Job:  # noqa: ANN001
+    con = render.console()
+    last = None
+    for update in stub.WatchJob(scheduler_pb2.WatchJobRequest(job_id=job_id)):
+        last = update.job
+        if not quiet:
+            t = update.transition
+            con.print(f"{render.when(t.at)}  {render.styled_state(t.state):<12} {t.reason}")
+    if last is None:
+        last = stub.GetJob(scheduler_pb2.GetJobRequest(job_id=job_id))
+    return last
+
+
+@app.command()
+def jobs(
+    state: Annotated[list[str] | None, typer.Option(help="Only jobs in this state (repeat).")] = None,
+    limit: Annotated[int, typer.Option(min=1)] = 50,
+    scheduler: SchedulerOpt = DEFAULT_SCHEDULER,
+    as_json: JsonOpt = False,
+) -> None:
+    """List jobs, newest first, with the pending reason of waiting jobs."""
+    states = []
+    for s in state or []:
+        try:
+            states.append(types_pb2.JobState.Value(f"JOB_STATE_{s.upper()}"))
+        except ValueError:
+            fail(f"state: unknown state {s!r}; one of PENDING RESERVED LAUNCHING RUNNING SUCCEEDED FAILED CANCELLED", 2)
+    try:
+        with scheduler_stub(scheduler) as stub:
+            resp = stub.ListJobs(scheduler_pb2.ListJobsRequest(states=states, limit=limit), timeout=30)
+    except grpc.RpcError as exc:
+        rpc_fail(exc)
+    if as_json:
+        echo_json([render.to_dict(j) for j in resp.jobs])
+    else:
+        render.console().print(render.jobs_table(resp.jobs))
+
+
+@app.command()
+def job(
+    job_id: Annotated[str, typer.Argument(help="Job id (see frenzy jobs).")],
+    scheduler: SchedulerOpt = DEFAULT_SCHEDULER,
+    as_json: JsonOpt = False,
+) -> None:
+    """Show one job: its plan, placement, state history and logs."""
+    try:
+        with scheduler_stub(scheduler) as stub:
+            j = stub.GetJob(scheduler_pb2.GetJobRequest(job_id=job_id), timeout=30)
+    except grpc.RpcError as exc:
+        rpc_fail(exc)
+    if as_json:
+        echo_json(render.to_dict(j))
+        return
+    show_job(j)
+
+
+def show_job(j: types_pb2.Job, plans_limit: int = 8) -> None:
+    con = render.console()
+    con.print(f"[bold]{j.id}[/] {j.spec.name}  model {j.model_name} ({j.parameter_count / 1e9:.3f} B)  "
+              f"state {render.styled_state(j.state)}  attempt {j.attempt}")
+    if render.state_name(j.state) == "PENDING" and j.pending_reason:
+        con.print(f"[yellow]pending:[/] {j.pending_reason}")
+    if j.candidate_plans:
+        con.print(render.plan_table(j.candidate_plans, title="Candidate plans",
+                                    chosen=j.plan if j.HasField("plan") else None, limit=plans_limit))
+    if j.HasField("plan"):
+        con.print(render.memory_table(j.plan))
+    if j.placement:
+        con.print("placement: " + "; ".join(f"{a.node} GPUs {list(a.gpu_indices)}" for a in j.placement))
+    con.print(render.history_table(j))
+    for node, path in sorted(j.log_paths.items()):
+        con.print(f"log ({node}): {path}")
+    if j.exit_codes:
+        con.print("exit codes: " + ", ".join(f"{n}={c}" for n, c in sorted(j.exit_codes.items())))
+
+
+@app.command()
+def watch(job_id: str, scheduler: SchedulerOpt = DEFAULT_SCHEDULER) -> None:
+    """Follow a job's state changes until it ends."""
+    try:
+        with scheduler_stub(scheduler) as stub:
+            j = _follow(stub, job_id)
+    except grpc.RpcError as exc:
+        rpc_fail(exc)
+    raise typer.Exit(0 if render.state_name(j.state) == "SUCCEEDED" else 1)
+
+
+@app.command()
+def cancel(
+    job_id: str,
+    reason: Annotated[str, typer.Option()] = "requested by user",
+    scheduler: SchedulerOpt = DEFAULT_SCHEDULER,
+    as_json: JsonOpt = False,
+) -> None:
+    """Cancel a job: a pending job leaves the queue, a running one is stopped on every node."""
+    try:
+        with scheduler_stub(scheduler) as stub:
+            resp = stub.CancelJob(scheduler_pb2.CancelJobRequest(job_id=job_id, reason=reason), timeout=30)
+    except grpc.RpcError as exc:
+        rpc_fail(exc)
+    if as_json:
+        echo_json(render.to_dict(resp.job))
+    else:
+        render.console().print(f"{job_id}: {render.styled_state(resp.job.state)} (cancel requested)")
+
+
+@app.command()
+def nodes(
+    include_dead: Annotated[bool, typer.Option("--all", help="Include nodes whose heartbeat expired.")] = False,
+    scheduler: SchedulerOpt = DEFAULT_SCHEDULER,
+    as_json: JsonOpt = False,
+) -> None:
+    """Show the cluster: each node's GPUs with type, memory and the job holding them."""
+    try:
+        with scheduler_stub(scheduler) as stub:
+            resp = stub.ListNodes(scheduler_pb2.ListNodesRequest(include_dead=include_dead), timeout=30)
+    except grpc.RpcError as exc:
+        rpc_fail(exc)
+    if as_json:
+        echo_json([render.to_dict(n) for n in resp.nodes])
+    else:
+        render.console().print(render.nodes_table(resp.nodes))
+
+
+# ---- servers --------------------------------------------------------------------------------------
+
+
+def _wait_for_signal() -> None:
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    while not stop.is_set():
+        stop.wait(0.5)
+
+
+@app.command("predictor")
+def predictor_cmd(
+    address: Annotated[str, typer.Option(help="host:port to listen on.")] = DEFAULT_PREDICTOR,
+    log_level: Annotated[str, typer.Option()] = "INFO",
+) -> None:
+    """Run the Predictor gRPC server (MARP; stateless)."""
+    from frenzy.common.grpc_server import stop_server
+    from frenzy.predictor.server import serve
+
+    _logging(log_level)
+    server, port, health = serve(address)
+    logging.getLogger("frenzy.predictor").info("predictor listening on %s (port %d)", address, port)
+    _wait_for_signal()
+    stop_server(server, health)
+
+
+@app.command("scheduler")
+def scheduler_cmd(
+    address: Annotated[str, typer.Option(help="host:port to listen on.")] = DEFAULT_SCHEDULER,
+    predictor: Annotated[str, typer.Option(envvar="FRENZY_PREDICTOR", help="Predictor address.")] = DEFAULT_PREDICTOR,
+    redis_url: Annotated[str, typer.Option(envvar="REDIS_URL")] = "redis://127.0.0.1:6379/0",
+    prefix: Annotated[str, typer.Option(envvar="FRENZY_PREFIX", help="Redis key prefix.")] = "frenzy",
+    tick_s: Annotated[float, typer.Option(help="Seconds between scheduling passes.")] = 0.25,
+    log_level: Annotated[str, typer.Option()] = "INFO",
+) -> None:
+    """Run the Scheduler: gRPC API, placement loop (HAS) and agent-event consumer."""
+    from frenzy.scheduler.service import SchedulerServer
+
+    _logging(log_level)
+    server = SchedulerServer(redis_url, predictor, address, prefix=prefix, tick_s=tick_s)
+    logging.getLogger("frenzy.scheduler").info("scheduler listening on %s (port %d)", address, server.port)
+    _wait_for_signal()
+    server.stop()
+
+
+def _register_optional() -> None:
+    """Commands that live next to their service (agent, worker, batch, api)."""
+    try:
+        from frenzy.agent.cli import agent_command
+
+        app.command("agent")(agent_command)
+    except ImportError as exc:  # pragma: no cover - only while a module is missing
+        logging.getLogger(__name__).debug("agent command unavailable: %s", exc)
+    try:
+        from frenzy.worker.cli import batch_app, worker_command
+
+        app.command("worker")(worker_command)
+        app.add_typer(batch_app, name="batch")
+    except ImportError as exc:  # pragma: no cover
+        logging.getLogger(__name__).debug("worker commands unavailable: %s", exc)
+    try:
+        from frenzy.api.cli import api_command
+
+        app.command("api")(api_command)
+    except ImportError as exc:  # pragma: no cover
+        logging.getLogger(__name__).debug("api command unavailable: %s", exc)
+
+
+_register_optional()
+
+
+# ---- local stack ---------------------------------------------------------------------------------
+
+
+@app.command()
+def up(
+    cluster: Annotated[Path | None, typer.Option(help="Cluster file (default: examples/cluster.yaml if present).")] = None,
+    api: Annotated[bool, typer.Option(help="Also serve the HTTP gateway and dashboard.")] = True,
+    worker: Annotated[bool, typer.Option(help="Also run the Celery batch worker.")] = True,
+    run_dir: Annotated[Path | None, typer.Option(help="Where logs go (default: ./var/run-<time>).")] = None,
+) -> None:
+    """Start the whole stack locally (Redis, predictor, scheduler, worker, API, fake-GPU agents) until Ctrl-C."""
+    from frenzy.local.stack import LocalStack
+
+    stack = _make_stack(cluster, run_dir, with_worker=worker, with_api=api)
+    con = render.console()
+    try:
+        stack.start(progress=lambda m: con.print(f"  [green]up[/] {m}"))
+    except Exception as exc:  # noqa: BLE001 - report any start failure plainly
+        fail(f"stack did not start: {exc}")
+    con.print(f"\nexport FRENZY_SCHEDULER={stack.scheduler_addr} REDIS_URL={stack.redis_url}\n"
+              f"logs in {stack.run_dir}. Ctrl-C stops everything.")
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        while not stop.wait(1.0):
+            stack.check_alive()
+    except RuntimeError as exc:
+        con.print(f"[red]{exc}[/]")
+    finally:
+        con.print("stopping ...")
+        stack.stop()
+    del LocalStack
+
+
+def _make_stack(cluster: Path | None, run_dir: Path | None, **kwargs: object):  # noqa: ANN202
+    from frenzy.local.stack import LocalStack, load_cluster_file
+    from has.cluster_spec import ClusterSpecError
+
+    if cluster is None and Path("examples/cluster.yaml").exists():
+        cluster = Path("examples/cluster.yaml")
+    try:
+        spec = load_cluster_file(str(cluster) if cluster else None)
+    except ClusterSpecError as exc:
+        fail(str(exc), 2)
+    run = run_dir or Path("var") / f"run-{time.strftime('%Y%m%d-%H%M%S')}"
+    return LocalStack.create(spec, run_dir=str(run), redis_url=os.environ.get("REDIS_URL") or None, **kwargs)
+
+
+DEMO_SCRIPT = (
+    "import os, time\n"
+    "print('frenzy demo job on', os.environ.get('FRENZY_GPU_TYPE'), 'GPUs', os.environ.get('CUDA_VISIBLE_DEVICES'))\n"
+    "print('layout tp=%s pp=%s dp=%s zero=%s micro_batch=%s grad_accum=%s' % tuple(os.environ.get('FRENZY_' + k) "
+    "for k in ('TP', 'PP', 'DP', 'ZERO_STAGE', 'MICRO_BATCH', 'GRAD_ACCUM')))\n"
+    "print('rendezvous %s:%s node %s of %s' % (os.environ.get('MASTER_ADDR'), os.environ.get('MASTER_PORT'), "
+    "os.environ.get('FRENZY_NODE_RANK'), os.environ.get('FRENZY_NNODES')))\n"
+    "loss = 10.0\n"
+    "for step in range(5):\n"
+    "    loss *= 0.8\n"
+    "    print(f'step {step} loss {loss:.3f}', flush=True)\n"
+    "    time.sleep(0.1)\n"
+)
+
+
+@app.command()
+def demo(
+    cluster: Annotated[Path | None, typer.Option(help="Cluster file (default: examples/cluster.yaml).")] = None,
+    model: Annotated[str, typer.Option(help="Model of the sample job.")] = "gpt2-355m",
+    timeout_s: Annotated[float, typer.Option(help="Give up after this many seconds.")] = 120.0,
+    run_dir: Annotated[Path | None, typer.Option()] = None,
+) -> None:
+    """Bring the stack up on a private Redis with fake-GPU agents, run one job end to end, tear down.
+
+    Exits 0 only if the job went PENDING -> ... -> SUCCEEDED and its GPUs were released afterwards.
+    """
+    stack = _make_stack(cluster, run_dir, with_worker=False, with_api=False)
+    stack.redis_url = ""  # the demo always runs on its own private Redis
+    con = render.console()
+    con.rule("[bold]Frenzy demo")
+    ok = False
+    try:
+        stack.start(progress=lambda m: con.print(f"  [green]up[/] {m}"))
+        ok = _demo_job(stack, model, timeout_s)
+    except (RuntimeError, grpc.RpcError) as exc:
+        con.print(f"[red]demo failed:[/] {exc}")
+    finally:
+        stack.stop()
+        con.print(f"stack stopped; logs in {stack.run_dir}")
+    if not ok:
+        raise typer.Exit(1)
+    con.print("[bold green]demo passed[/]")
+
+
+def _demo_job(stack, model: str, timeout_s: float) -> bool:  # noqa: ANN001
+    con = render.console()
+    spec = parse_entry({"name": "demo", "model": model, "seq_len": 1024, "global_batch": 32, "micro_batch": 4,
+                        "train_steps": 100, "command": [sys.executable, "-c", DEMO_SCRIPT]}).to_proto()
+    with scheduler_stub(stack.scheduler_addr) as stub:
+        con.print(render.nodes_table(stub.ListNodes(scheduler_pb2.ListNodesRequest(), timeout=10).nodes))
+        resp = stub.SubmitJob(scheduler_pb2.SubmitJobRequest(spec=spec), timeout=60)
+        con.print(f"\nsubmitted [bold]{resp.job.id}[/] ({resp.job.model_name}, seq 1024, global batch 32) "
+                  "over gRPC; following it:")
+        deadline = time.monotonic() + timeout_s
+        final = None
+        for update in stub.WatchJob(scheduler_pb2.WatchJobRequest(job_id=resp.job.id), timeout=timeout_s):
+            t = update.transition
+            con.print(f"  {render.when(t.at)}  {render.styled_state(t.state):<12} {t.reason}")
+            final = update.job
+            if time.monotonic() > deadline:
+                break
+        job = stub.GetJob(scheduler_pb2.GetJobRequest(job_id=resp.job.id), timeout=10)
+        con.print()
+        show_job(job)
+        for path in job.log_paths.values():
+            if os.path.exists(path):
+                con.rule(f"log {path}")
+                con.print(Path(path).read_text(errors="replace").rstrip(), markup=False)
+        del final
+        nodes = stub.ListNodes(scheduler_pb2.ListNodesRequest(), timeout=10).nodes
+        held = [f"{n.name}:{g.index}" for n in nodes for g in n.gpus if g.owner]
+        con.print(render.nodes_table(nodes))
+        if render.state_name(job.state) != "SUCCEEDED":
+            con.print(f"[red]job ended {render.state_name(job.state)}[/]")
+            return False
+        if held:
+            con.print(f"[red]GPUs still held after the job: {held}[/]")
+            return False
+        con.print("all GPUs released")
+        return True
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

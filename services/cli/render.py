@@ -1,0 +1,134 @@
+"""Rich tables for people and plain dicts for --json: one place for both.
+
+Tables follow SkyPilot's lead: the plan table has a CHOSEN column, sizes in
+GiB with one decimal, and a pending job always shows its reason.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable
+
+from frenzy.v1 import types_pb2
+from google.protobuf import json_format
+from rich.console import Console
+from rich.table import Table
+
+GiB = 1024**3
+
+STATE_STYLE = {
+    "PENDING": "yellow", "RESERVED": "cyan", "LAUNCHING": "cyan", "RUNNING": "blue",
+    "SUCCEEDED": "green", "FAILED": "red", "CANCELLED": "magenta",
+}
+
+
+def gib(n: int | float) -> str:
+    return f"{n / GiB:.1f}"
+
+
+def state_name(value: int) -> str:
+    return types_pb2.JobState.Name(value).removeprefix("JOB_STATE_")
+
+
+def styled_state(value: int) -> str:
+    name = state_name(value)
+    return f"[{STATE_STYLE.get(name, 'white')}]{name}[/]"
+
+
+def when(ts: float) -> str:
+    return dt.datetime.fromtimestamp(ts).strftime("%H:%M:%S.%f")[:-3] if ts else "-"
+
+
+def duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.2f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def plan_table(plans: Iterable[types_pb2.Plan], title: str = "Plans", chosen: types_pb2.Plan | None = None,
+               limit: int | None = None) -> Table:
+    table = Table(title=title, title_justify="left")
+    for col, just in [("#", "right"), ("GPU", "left"), ("GPUs", "right"), ("TP", "right"), ("PP", "right"),
+                      ("DP", "right"), ("ZeRO", "right"), ("MB", "right"), ("GA", "right"), ("RECOMP", "left"),
+                      ("PEAK/GPU GiB", "right"), ("OF GiB", "right"), ("STEP", "right"), ("GPU-h", "right")]:
+        table.add_column(col, justify=just)
+    if chosen is not None:
+        table.add_column("CHOSEN", justify="center")
+    for i, p in enumerate(plans):
+        if limit is not None and i >= limit:
+            break
+        lay = p.layout
+        row = [str(p.rank or i + 1), p.gpu_type, str(p.num_gpus), str(lay.tp), str(lay.pp), str(lay.dp),
+               str(lay.zero_stage), str(lay.micro_batch), str(lay.grad_accum), lay.recompute or "none",
+               gib(p.peak_bytes_per_gpu), gib(p.gpu_memory_bytes), duration(p.step_time_s), f"{p.gpu_hours:.2f}"]
+        if chosen is not None:
+            same = (p.gpu_type == chosen.gpu_type and p.num_gpus == chosen.num_gpus
+                    and p.layout == chosen.layout)
+            row.append("[green]✔[/]" if same else "")
+        table.add_row(*row)
+    return table
+
+
+def memory_table(plan: types_pb2.Plan) -> Table:
+    m = plan.memory
+    table = Table(title=f"Memory per GPU ({plan.gpu_type})", title_justify="left")
+    table.add_column("term")
+    table.add_column("GiB", justify="right")
+    for name in ("parameters", "gradients", "optimizer_states", "activations", "logits", "runtime_reserve"):
+        table.add_row(name.replace("_", " "), gib(getattr(m, name)))
+    table.add_row("[bold]total[/]", f"[bold]{gib(m.total)}[/]")
+    table.add_row("headroom", gib(plan.headroom_bytes))
+    return table
+
+
+def jobs_table(jobs: Iterable[types_pb2.Job]) -> Table:
+    table = Table(title="Jobs", title_justify="left")
+    for col in ("ID", "NAME", "MODEL", "STATE", "PLAN", "NODES", "SUBMITTED", "REASON"):
+        table.add_column(col)
+    for j in jobs:
+        plan = f"{j.plan.num_gpus} x {j.plan.gpu_type}" if j.HasField("plan") else "-"
+        nodes = ",".join(a.node for a in j.placement) or "-"
+        reason = j.pending_reason if state_name(j.state) == "PENDING" else ""
+        table.add_row(j.id, j.spec.name, j.model_name, styled_state(j.state), plan, nodes, when(j.submitted_at),
+                      reason)
+    return table
+
+
+def history_table(job: types_pb2.Job) -> Table:
+    table = Table(title=f"State history of {job.id}", title_justify="left")
+    table.add_column("AT")
+    table.add_column("+S", justify="right")
+    table.add_column("STATE")
+    table.add_column("REASON")
+    t0 = job.history[0].at if job.history else 0.0
+    for h in job.history:
+        table.add_row(when(h.at), f"{h.at - t0:.2f}", styled_state(h.state), h.reason)
+    return table
+
+
+def nodes_table(nodes: Iterable[types_pb2.Node]) -> Table:
+    table = Table(title="Nodes", title_justify="left")
+    for col, just in [("NODE", "left"), ("STATE", "left"), ("GPU", "right"), ("TYPE", "left"),
+                      ("MEM USED/TOTAL GiB", "right"), ("HEALTH", "left"), ("JOB", "left")]:
+        table.add_column(col, justify=just)
+    for n in nodes:
+        state = "[green]alive[/]" if n.alive else "[red]dead[/]"
+        if n.draining:
+            state += " (draining)"
+        for i, g in enumerate(n.gpus):
+            table.add_row(n.name if i == 0 else "", state if i == 0 else "", str(g.index), g.gpu_type or g.nvml_name,
+                          f"{gib(g.memory_total - g.memory_free)}/{gib(g.memory_total)}",
+                          "ok" if g.healthy else "[red]unhealthy[/]", g.owner or "-")
+        if not n.gpus:
+            table.add_row(n.name, state, "-", "-", "-", "-", "-")
+    return table
+
+
+def to_dict(msg) -> dict:  # noqa: ANN001 - any protobuf message
+    return json_format.MessageToDict(msg, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
+
+
+def console(stderr: bool = False) -> Console:
+    return Console(stderr=stderr, highlight=False)

@@ -1,0 +1,58 @@
+"""gRPC client helpers shared by the CLI, the batch worker and the API gateway."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import grpc
+from frenzy.v1 import predictor_pb2_grpc, scheduler_pb2_grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+DEFAULT_SCHEDULER = "127.0.0.1:50051"
+DEFAULT_PREDICTOR = "127.0.0.1:50052"
+
+
+def scheduler_address(explicit: str | None = None) -> str:
+    return explicit or os.environ.get("FRENZY_SCHEDULER", DEFAULT_SCHEDULER)
+
+
+def predictor_address(explicit: str | None = None) -> str:
+    return explicit or os.environ.get("FRENZY_PREDICTOR", DEFAULT_PREDICTOR)
+
+
+@contextmanager
+def scheduler_stub(address: str | None = None) -> Iterator[scheduler_pb2_grpc.SchedulerStub]:
+    channel = grpc.insecure_channel(scheduler_address(address))
+    try:
+        yield scheduler_pb2_grpc.SchedulerStub(channel)
+    finally:
+        channel.close()
+
+
+@contextmanager
+def predictor_stub(address: str | None = None) -> Iterator[predictor_pb2_grpc.PredictorStub]:
+    channel = grpc.insecure_channel(predictor_address(address))
+    try:
+        yield predictor_pb2_grpc.PredictorStub(channel)
+    finally:
+        channel.close()
+
+
+def wait_healthy(address: str, timeout_s: float = 20.0, service: str = "") -> bool:
+    """True once the server at ``address`` answers SERVING to a health check."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    with grpc.insecure_channel(address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        while time.monotonic() < deadline:
+            try:
+                resp = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=1)
+                if resp.status == health_pb2.HealthCheckResponse.SERVING:
+                    return True
+            except grpc.RpcError:
+                pass
+            time.sleep(0.1)
+    return False

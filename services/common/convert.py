@@ -1,0 +1,100 @@
+"""Translate between the wire contract (frenzy.v1 protos) and MARP's types.
+
+Validation errors raised here are ``marp.MarpError``s whose ``field`` names
+the offending input as a path in the JobSpec (``recipe.global_batch``), so
+gRPC, the CLI and the batch worker report bad input the same way.
+"""
+
+from __future__ import annotations
+
+import marp
+from frenzy.v1 import types_pb2
+
+_PRECISION = {
+    types_pb2.PRECISION_UNSPECIFIED: "bf16",
+    types_pb2.PRECISION_FP32: "fp32",
+    types_pb2.PRECISION_FP16: "fp16",
+    types_pb2.PRECISION_BF16: "bf16",
+}
+_OPTIMIZER = {
+    types_pb2.OPTIMIZER_UNSPECIFIED: "adamw",
+    types_pb2.OPTIMIZER_ADAMW: "adamw",
+    types_pb2.OPTIMIZER_ADAM: "adam",
+    types_pb2.OPTIMIZER_SGD: "sgd",
+}
+PRECISION_BY_NAME = {"fp32": types_pb2.PRECISION_FP32, "fp16": types_pb2.PRECISION_FP16,
+                     "bf16": types_pb2.PRECISION_BF16}
+OPTIMIZER_BY_NAME = {"adamw": types_pb2.OPTIMIZER_ADAMW, "adam": types_pb2.OPTIMIZER_ADAM,
+                     "sgd": types_pb2.OPTIMIZER_SGD}
+
+
+def model_from_proto(model: types_pb2.ModelSpec) -> marp.ModelSpec:
+    which = model.WhichOneof("source")
+    if which == "catalog_name":
+        return marp.get_model(model.catalog_name)
+    if which == "config_json":
+        return marp.model_from_json(model.config_json, name=model.display_name or "custom")
+    raise marp.UnknownModelError(
+        "model: no model given. To fix: set model.catalog_name (see `frenzy models`) or model.config_json",
+        field="model",
+    )
+
+
+def recipe_from_proto(recipe: types_pb2.TrainingRecipe, limits: types_pb2.JobLimits | None = None) -> marp.TrainingRecipe:
+    if recipe.precision not in _PRECISION:
+        raise marp.InvalidRecipeError(f"recipe.precision: unknown value {recipe.precision}", field="recipe.precision")
+    if recipe.optimizer not in _OPTIMIZER:
+        raise marp.InvalidRecipeError(f"recipe.optimizer: unknown value {recipe.optimizer}", field="recipe.optimizer")
+    max_gpus = limits.max_gpus if limits is not None and limits.max_gpus else None
+    if limits is not None and limits.max_gpus < 0:
+        raise marp.InvalidRecipeError(f"limits.max_gpus: must be >= 0 (got {limits.max_gpus})", field="limits.max_gpus")
+    return marp.TrainingRecipe(
+        seq_len=int(recipe.seq_len),
+        global_batch=int(recipe.global_batch),
+        micro_batch=int(recipe.micro_batch) if recipe.micro_batch else None,
+        precision=_PRECISION[recipe.precision],
+        optimizer=_OPTIMIZER[recipe.optimizer],
+        allow_recompute=recipe.allow_recompute if recipe.HasField("allow_recompute") else True,
+        flash_attention=recipe.flash_attention if recipe.HasField("flash_attention") else True,
+        zero_stages=tuple(int(z) for z in recipe.zero_stages) or (0, 1, 2, 3),
+        train_steps=int(recipe.train_steps) or 1000,
+        max_gpus=max_gpus,
+    )
+
+
+def pools_from_proto(pools: list[types_pb2.GpuPool], allowed: list[str] | None = None) -> list[marp.GpuPool] | None:
+    """GPU pools to plan for; validates GPU type names. None means the whole catalog."""
+    allowed_names = {marp.get_gpu(a).name for a in allowed} if allowed else None
+    if not pools:
+        if allowed_names is None:
+            return None
+        return [marp.GpuPool(gpu_type=n, total_gpus=64, gpus_per_node=8) for n in sorted(allowed_names)]
+    out = []
+    for p in pools:
+        name = marp.get_gpu(p.gpu_type).name
+        if allowed_names is not None and name not in allowed_names:
+            continue
+        out.append(marp.GpuPool(gpu_type=name, total_gpus=int(p.total_gpus), gpus_per_node=int(p.gpus_per_node)))
+    return out
+
+
+def layout_to_proto(layout: marp.Layout) -> types_pb2.Layout:
+    return types_pb2.Layout(tp=layout.tp, pp=layout.pp, dp=layout.dp, zero_stage=layout.zero_stage,
+                            micro_batch=layout.micro_batch, grad_accum=layout.grad_accum, recompute=layout.recompute)
+
+
+def memory_to_proto(mem: marp.MemoryBreakdown) -> types_pb2.MemoryBreakdown:
+    return types_pb2.MemoryBreakdown(
+        parameters=mem.parameters, gradients=mem.gradients, optimizer_states=mem.optimizer_states,
+        activations=mem.activations, logits=mem.logits, runtime_reserve=mem.runtime_reserve, total=mem.total,
+    )
+
+
+def plan_to_proto(plan: marp.Plan) -> types_pb2.Plan:
+    gpu = marp.get_gpu(plan.gpu_type)
+    return types_pb2.Plan(
+        gpu_type=plan.gpu_type, num_gpus=plan.num_gpus, layout=layout_to_proto(plan.layout),
+        memory=memory_to_proto(plan.memory), peak_bytes_per_gpu=plan.memory.total,
+        gpu_memory_bytes=gpu.memory_bytes, headroom_bytes=plan.headroom_bytes, step_time_s=plan.step_time_s,
+        tokens_per_s=plan.tokens_per_s, gpu_hours=plan.gpu_hours, rank=plan.rank,
+    )

@@ -1,0 +1,26 @@
+-- request_cancel: ask every node running a job to stop it.
+--
+-- Guarantees (atomic, one script): only a LAUNCHING or RUNNING job is
+-- affected; the cancel flag, one cancel command per node stream and the
+-- history note land together. The job ends CANCELLED when every node has
+-- reported its exit (record_exit), which also releases the GPUs.
+--
+-- KEYS[1] job hash  KEYS[2] job history  KEYS[3 ..] launch streams of the job's nodes
+-- ARGV[1] now  ARGV[2] history note JSON  ARGV[3] stream MAXLEN  ARGV[4] cancel message JSON
+-- ARGV[5] flag field to set: "cancel_requested" (a user cancel: the job ends
+--         CANCELLED) or "stop_requested" (a rank failed: the job ends FAILED)
+-- Returns {1, state} or {0, state}
+
+local state = redis.call("HGET", KEYS[1], "state")
+if state ~= "LAUNCHING" and state ~= "RUNNING" then
+  return {0, tostring(state)}
+end
+if redis.call("HGET", KEYS[1], ARGV[5]) == "1" then
+  return {1, state}
+end
+redis.call("HSET", KEYS[1], ARGV[5], "1", "updated_at", ARGV[1])
+for i = 3, #KEYS do
+  redis.call("XADD", KEYS[i], "MAXLEN", "~", ARGV[3], "*", "data", ARGV[4])
+end
+redis.call("RPUSH", KEYS[2], ARGV[2])
+return {1, state}

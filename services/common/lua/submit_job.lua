@@ -1,0 +1,41 @@
+-- submit_job: create a PENDING job and queue it, idempotently.
+--
+-- Guarantees (atomic, one script):
+--   * if the idempotency key already names a job, nothing is written and that
+--     job's id is returned with duplicate=1 (a retried submission never makes
+--     a second job);
+--   * otherwise the job hash, its first history entry, its place in the job
+--     index and in the FIFO queue, and the idempotency key are all written
+--     together, with a fresh sequence number from the shared counter.
+--
+-- KEYS[1] idempotency key ("" allowed: the caller then passes a dummy key and ARGV[4]="0")
+-- KEYS[2] job hash        KEYS[3] job history list
+-- KEYS[4] jobs zset       KEYS[5] queue zset        KEYS[6] sequence counter
+-- ARGV[1] job id  ARGV[2] now (float seconds)  ARGV[3] history entry JSON
+-- ARGV[4] "1" when the idempotency key is in use
+-- ARGV[5..] field, value pairs for the job hash
+-- Returns {job_id, duplicate(0|1), seq}
+
+if ARGV[4] == "1" then
+  local existing = redis.call("GET", KEYS[1])
+  if existing then
+    return {existing, 1, 0}
+  end
+end
+if redis.call("EXISTS", KEYS[2]) == 1 then
+  return redis.error_reply("job id already exists: " .. ARGV[1])
+end
+local seq = redis.call("INCR", KEYS[6])
+local fields = {}
+for i = 5, #ARGV do
+  fields[#fields + 1] = ARGV[i]
+end
+redis.call("HSET", KEYS[2], "id", ARGV[1], "state", "PENDING", "seq", seq,
+  "submitted_at", ARGV[2], "updated_at", ARGV[2], "attempt", 1, unpack(fields))
+redis.call("RPUSH", KEYS[3], ARGV[3])
+redis.call("ZADD", KEYS[4], ARGV[2], ARGV[1])
+redis.call("ZADD", KEYS[5], seq, ARGV[1])
+if ARGV[4] == "1" then
+  redis.call("SET", KEYS[1], ARGV[1])
+end
+return {ARGV[1], 0, seq}

@@ -1,0 +1,183 @@
+"""Run the whole Frenzy stack on one machine as separate processes.
+
+Used by `frenzy up` (until Ctrl-C) and `frenzy demo` (up, one job, down) and
+by the end-to-end tests. Every service is a real subprocess running a real
+`frenzy` subcommand; only Redis may come from outside (``REDIS_URL``).
+Process output goes to ``<run dir>/<service>.log`` so a failure can be read.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+import marp
+import yaml
+from frenzy.common.client import wait_healthy
+from frenzy.local.redis_server import RedisProcess, free_port, start_redis
+from frenzy.v1 import scheduler_pb2, scheduler_pb2_grpc
+from has.cluster_spec import ClusterSpec, ClusterSpecError, parse_cluster
+
+DEFAULT_CLUSTER = {
+    "nodes": [
+        {"gpu": "A100-80GB", "count": 1, "gpus_per_node": 4, "name_prefix": "a100"},
+        {"gpu": "L4", "count": 2, "gpus_per_node": 2, "name_prefix": "l4"},
+        {"gpu": "T4", "count": 1, "gpus_per_node": 4, "name_prefix": "t4"},
+    ]
+}
+
+
+def load_cluster_file(path: str | None) -> ClusterSpec:
+    """Parse and validate a cluster file (GPU names checked against the catalog)."""
+    if path is None:
+        spec = parse_cluster(DEFAULT_CLUSTER)
+    else:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                data = yaml.safe_load(fh)
+        except OSError as exc:
+            raise ClusterSpecError(f"cluster file {path}: {exc.strerror}") from exc
+        except yaml.YAMLError as exc:
+            raise ClusterSpecError(f"cluster file {path}: not valid YAML: {exc}") from exc
+        spec = parse_cluster(data)
+    for i, g in enumerate(spec.groups):
+        try:
+            marp.get_gpu(g.gpu)
+        except marp.MarpError as exc:
+            raise ClusterSpecError(f"nodes[{i}].gpu: {exc}") from exc
+    return spec
+
+
+@dataclass
+class Service:
+    name: str
+    proc: subprocess.Popen
+    log_path: Path
+
+
+@dataclass
+class LocalStack:
+    cluster: ClusterSpec
+    run_dir: Path
+    redis_url: str = ""
+    scheduler_addr: str = ""
+    predictor_addr: str = ""
+    api_port: int = 0
+    with_worker: bool = True
+    with_api: bool = False
+    prefix: str = "frenzy"
+    heartbeat_s: float = 1.0
+    ttl_s: float = 5.0
+    services: list[Service] = field(default_factory=list)
+    redis: RedisProcess | None = None
+
+    @classmethod
+    def create(cls, cluster: ClusterSpec, run_dir: str | None = None, redis_url: str | None = None,
+               **kwargs: object) -> LocalStack:
+        path = Path(run_dir or tempfile.mkdtemp(prefix="frenzy-run-"))
+        path.mkdir(parents=True, exist_ok=True)
+        return cls(cluster=cluster, run_dir=path, redis_url=redis_url or "", **kwargs)  # type: ignore[arg-type]
+
+    # ---- lifecycle --------------------------------------------------------------------------
+
+    def start(self, progress: callable | None = None) -> None:  # type: ignore[valid-type]
+        say = progress or (lambda _msg: None)
+        try:
+            if not self.redis_url:
+                self.redis = start_redis(workdir=str(self.run_dir / "redis"))
+                self.redis_url = self.redis.url
+                say(f"redis        {self.redis_url} (private server)")
+            else:
+                say(f"redis        {self.redis_url}")
+            self.predictor_addr = f"127.0.0.1:{free_port()}"
+            self._spawn("predictor", ["predictor", "--address", self.predictor_addr])
+            self.scheduler_addr = f"127.0.0.1:{free_port()}"
+            self._spawn("scheduler", ["scheduler", "--address", self.scheduler_addr, "--predictor",
+                                      self.predictor_addr, "--redis-url", self.redis_url, "--prefix", self.prefix])
+            for name, addr in (("predictor", self.predictor_addr), ("scheduler", self.scheduler_addr)):
+                if not wait_healthy(addr, timeout_s=30):
+                    raise RuntimeError(f"{name} did not become healthy on {addr}; see {self.run_dir}/{name}.log")
+                say(f"{name:<12} {addr} (healthy)")
+            for node, group in self.cluster.nodes():
+                self._spawn(f"agent-{node}", [
+                    "agent", "--node", node, "--fake-gpus", f"{group.gpu}:{group.gpus_per_node}",
+                    "--redis-url", self.redis_url, "--prefix", self.prefix, "--addr", "127.0.0.1",
+                    "--heartbeat-s", str(self.heartbeat_s), "--ttl-s", str(self.ttl_s),
+                    "--log-dir", str(self.run_dir / "jobs"),
+                ])
+            self.wait_nodes(len(self.cluster.nodes()))
+            say(f"agents       {len(self.cluster.nodes())} nodes, {self.cluster.total_gpus} fake GPUs registered")
+            if self.with_worker:
+                self._spawn("worker", ["worker", "--redis-url", self.redis_url, "--scheduler", self.scheduler_addr,
+                                       "--concurrency", "2"])
+                say("worker       celery worker on the same Redis")
+            if self.with_api:
+                self.api_port = self.api_port or free_port()
+                self._spawn("api", ["api", "--host", "127.0.0.1", "--port", str(self.api_port),
+                                    "--scheduler", self.scheduler_addr])
+                say(f"api          http://127.0.0.1:{self.api_port}/ (dashboard)")
+        except BaseException:
+            self.stop()
+            raise
+
+    def _spawn(self, name: str, args: list[str]) -> Service:
+        log_path = self.run_dir / f"{name}.log"
+        env = dict(os.environ, REDIS_URL=self.redis_url, FRENZY_PREFIX=self.prefix,
+                   FRENZY_SCHEDULER=self.scheduler_addr, PYTHONUNBUFFERED="1")
+        with open(log_path, "ab") as log:
+            proc = subprocess.Popen([sys.executable, "-m", "frenzy.cli.main", *args], stdout=log,
+                                    stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        svc = Service(name, proc, log_path)
+        self.services.append(svc)
+        return svc
+
+    def wait_nodes(self, count: int, timeout_s: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        with grpc.insecure_channel(self.scheduler_addr) as ch:
+            stub = scheduler_pb2_grpc.SchedulerStub(ch)
+            while time.monotonic() < deadline:
+                self.check_alive()
+                nodes = stub.ListNodes(scheduler_pb2.ListNodesRequest(), timeout=5).nodes
+                if len([n for n in nodes if n.alive]) >= count:
+                    return
+                time.sleep(0.2)
+        raise RuntimeError(f"only some of {count} agents registered within {timeout_s:.0f} s; see {self.run_dir}")
+
+    def check_alive(self) -> None:
+        """Raise if a service process died (with the tail of its log)."""
+        for svc in self.services:
+            code = svc.proc.poll()
+            if code is not None:
+                tail = svc.log_path.read_text(errors="replace")[-2000:] if svc.log_path.exists() else ""
+                raise RuntimeError(f"service {svc.name} exited with code {code}:\n{tail}")
+
+    def stop(self, grace_s: float = 5.0) -> None:
+        """SIGTERM every service (agents first, Redis last), then SIGKILL stragglers."""
+        for svc in reversed(self.services):
+            if svc.proc.poll() is None:
+                try:
+                    os.killpg(svc.proc.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + grace_s
+        for svc in self.services:
+            remaining = max(0.1, deadline - time.monotonic())
+            try:
+                svc.proc.wait(timeout=remaining)
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(svc.proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                svc.proc.wait(timeout=5)
+        self.services.clear()
+        if self.redis is not None:
+            self.redis.stop()
+            self.redis = None

@@ -1,0 +1,294 @@
+"""Job and cluster state in Redis: the scheduler's only I/O with state.
+
+Every multi-key change goes through one Lua script (services/common/lua), so
+a crash or a concurrent scheduler can never leave half a change behind. Reads
+build plain values (``JobRecord``) and HAS's pure ``ClusterView``; the policy
+itself lives in ``has`` and never sees Redis.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+from frenzy.common import scripts
+from frenzy.common.keys import Keys
+from frenzy.common.messages import CancelMessage, LaunchMessage
+from frenzy.scheduler.states import JobState, sources_of
+from frenzy.v1 import types_pb2
+from google.protobuf import json_format
+from has import ClusterView, GpuSlot, NodeView, Placement, PlanOption, QueuedJob
+
+STREAM_MAXLEN = 10_000
+
+
+def history_entry(state: JobState, reason: str = "", at: float | None = None) -> str:
+    return json.dumps({"state": state.value, "at": at if at is not None else time.time(), "reason": reason})
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """One job as stored in Redis (decoded)."""
+
+    id: str
+    state: JobState
+    seq: int
+    submitted_at: float
+    attempt: int
+    spec: types_pb2.JobSpec
+    plans: list[types_pb2.Plan]
+    model_name: str
+    parameter_count: int
+    plan: types_pb2.Plan | None
+    placement: list[tuple[str, list[int]]]
+    fence: int
+    pending_reason: str
+    cancel_requested: bool
+    exit_codes: dict[str, int]
+    log_paths: dict[str, str]
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_proto(self) -> types_pb2.Job:
+        job = types_pb2.Job(
+            id=self.id, spec=self.spec, state=self.state.to_proto(), pending_reason=self.pending_reason,
+            attempt=self.attempt, submitted_at=self.submitted_at, candidate_plans=self.plans,
+            model_name=self.model_name, parameter_count=self.parameter_count,
+        )
+        if self.plan is not None:
+            job.plan.CopyFrom(self.plan)
+        for node, gpus in self.placement:
+            job.placement.add(node=node, gpu_indices=gpus)
+        for h in self.history:
+            job.history.add(state=JobState(h["state"]).to_proto(), at=float(h["at"]), reason=h.get("reason", ""))
+        job.exit_codes.update(self.exit_codes)
+        job.log_paths.update(self.log_paths)
+        return job
+
+    def gpu_keys(self, keys: Keys) -> list[str]:
+        return [keys.gpu(node, i) for node, idxs in self.placement for i in idxs]
+
+
+def plan_to_option(plan: types_pb2.Plan) -> PlanOption:
+    """The few numbers HAS needs from a predicted plan."""
+    lay = plan.layout
+    return PlanOption(
+        gpu_type=plan.gpu_type, tp=lay.tp, pp=lay.pp, dp=lay.dp, bytes_per_gpu=plan.peak_bytes_per_gpu,
+        label=f"{plan.gpu_type}x{plan.num_gpus}",
+    )
+
+
+class StateStore:
+    """Typed access to Frenzy's Redis state for the scheduler."""
+
+    def __init__(self, client: redis.Redis, keys: Keys) -> None:
+        if not client.get_connection_kwargs().get("decode_responses"):
+            raise ValueError("StateStore needs a Redis client with decode_responses=True")
+        self.r = client
+        self.k = keys
+        self._submit = scripts.register(client, "submit_job")
+        self._reserve = scripts.register(client, "reserve_gpus")
+        self._dispatch = scripts.register(client, "dispatch_job")
+        self._transition = scripts.register(client, "transition_job")
+        self._record_exit = scripts.register(client, "record_exit")
+        self._cancel = scripts.register(client, "request_cancel")
+
+    # ---- jobs -------------------------------------------------------------------------------
+
+    def submit(
+        self, spec: types_pb2.JobSpec, plans: list[types_pb2.Plan], model_name: str, parameter_count: int,
+        pending_reason: str = "waiting for the first scheduling pass",
+    ) -> tuple[str, bool]:
+        """Create a PENDING job (or return the one with the same idempotency key). -> (id, duplicate)"""
+        job_id = f"job-{uuid.uuid4().hex[:12]}"
+        now = time.time()
+        idem = spec.idempotency_key
+        idem_key = self.k.idempotency(idem) if idem else self.k.idempotency("-unused-")
+        fields = {
+            "name": spec.name or model_name,
+            "spec": json_format.MessageToJson(spec, indent=None),
+            "plans": json.dumps([json_format.MessageToDict(p) for p in plans]),
+            "model_name": model_name,
+            "parameter_count": str(parameter_count),
+            "pending_reason": pending_reason,
+        }
+        argv: list[Any] = [job_id, repr(now), history_entry(JobState.PENDING, "submitted", now), "1" if idem else "0"]
+        for kv in fields.items():
+            argv.extend(kv)
+        res = self._submit(
+            keys=[idem_key, self.k.job(job_id), self.k.job_history(job_id), self.k.jobs(), self.k.queue(), self.k.seq()],
+            args=argv,
+        )
+        return str(res[0]), bool(int(res[1]))
+
+    def get(self, job_id: str) -> JobRecord | None:
+        pipe = self.r.pipeline(transaction=True)
+        pipe.hgetall(self.k.job(job_id))
+        pipe.lrange(self.k.job_history(job_id), 0, -1)
+        raw, hist = pipe.execute()
+        if not raw:
+            return None
+        return self._decode(raw, hist)
+
+    def history_len(self, job_id: str) -> int:
+        return int(self.r.llen(self.k.job_history(job_id)))
+
+    def list(self, states: set[JobState] | None = None, limit: int = 100) -> list[JobRecord]:
+        ids = self.r.zrevrange(self.k.jobs(), 0, -1 if states else max(limit, 1) - 1)
+        out: list[JobRecord] = []
+        for job_id in ids:
+            rec = self.get(job_id)
+            if rec is None or (states and rec.state not in states):
+                continue
+            out.append(rec)
+            if len(out) >= limit:
+                break
+        return out
+
+    def _decode(self, raw: dict[str, str], hist: list[str]) -> JobRecord:
+        spec = json_format.Parse(raw.get("spec", "{}"), types_pb2.JobSpec())
+        plans = [json_format.ParseDict(p, types_pb2.Plan()) for p in json.loads(raw.get("plans", "[]"))]
+        plan = json_format.Parse(raw["plan"], types_pb2.Plan()) if raw.get("plan") else None
+        placement = [(n, list(g)) for n, g in json.loads(raw["placement"])] if raw.get("placement") else []
+        exits = {k.removeprefix("exit:"): int(v) for k, v in raw.items() if k.startswith("exit:")}
+        logs = {k.removeprefix("log:"): v for k, v in raw.items() if k.startswith("log:")}
+        return JobRecord(
+            id=raw["id"], state=JobState(raw["state"]), seq=int(raw.get("seq", 0)),
+            submitted_at=float(raw.get("submitted_at", 0)), attempt=int(raw.get("attempt", 1)), spec=spec,
+            plans=plans, model_name=raw.get("model_name", ""), parameter_count=int(raw.get("parameter_count", 0)),
+            plan=plan, placement=placement, fence=int(raw.get("fence", 0) or 0),
+            pending_reason=raw.get("pending_reason", ""), cancel_requested=raw.get("cancel_requested") == "1",
+            exit_codes=exits, log_paths=logs, history=[json.loads(h) for h in hist],
+        )
+
+    def queue(self) -> list[QueuedJob]:
+        """The PENDING jobs in FIFO order, as HAS sees them."""
+        out: list[QueuedJob] = []
+        for job_id, seq in self.r.zrange(self.k.queue(), 0, -1, withscores=True):
+            raw = self.r.hmget(self.k.job(job_id), "plans", "submitted_at", "state")
+            if raw[2] != JobState.PENDING:
+                continue
+            plans = [json_format.ParseDict(p, types_pb2.Plan()) for p in json.loads(raw[0] or "[]")]
+            out.append(QueuedJob(job_id=job_id, seq=int(seq), submitted_at=float(raw[1] or 0),
+                                 plans=tuple(plan_to_option(p) for p in plans)))
+        return out
+
+    def set_pending_reasons(self, reasons: dict[str, str]) -> None:
+        if not reasons:
+            return
+        pipe = self.r.pipeline(transaction=False)
+        for job_id in reasons:
+            pipe.hget(self.k.job(job_id), "pending_reason")
+        current = pipe.execute()
+        pipe = self.r.pipeline(transaction=False)
+        for (job_id, reason), cur in zip(reasons.items(), current, strict=True):
+            if cur is not None and cur != reason:
+                pipe.hset(self.k.job(job_id), "pending_reason", reason)
+        pipe.execute()
+
+    def reserve(self, placement: Placement, plan: types_pb2.Plan) -> tuple[bool, int | str]:
+        """Atomically take every GPU of ``placement``. -> (True, fence) or (False, why)."""
+        gpu_keys = [self.k.gpu(node, i) for node, idxs in placement.nodes for i in idxs]
+        alive = [self.k.node_alive(node) for node, _ in placement.nodes]
+        now = time.time()
+        res = self._reserve(
+            keys=[self.k.job(placement.job_id), self.k.job_history(placement.job_id), self.k.queue(), self.k.seq(),
+                  *gpu_keys, *alive],
+            args=[placement.job_id, len(gpu_keys), plan.peak_bytes_per_gpu, repr(now),
+                  json_format.MessageToJson(plan, indent=None),
+                  json.dumps([[n, list(g)] for n, g in placement.nodes]),
+                  history_entry(JobState.RESERVED, f"{len(gpu_keys)} x {plan.gpu_type} on "
+                                + ", ".join(n for n, _ in placement.nodes), now)],
+        )
+        return (True, int(res[1])) if int(res[0]) == 1 else (False, str(res[1]))
+
+    def dispatch(self, job_id: str, fence: int, launches: list[LaunchMessage]) -> tuple[bool, str]:
+        now = time.time()
+        res = self._dispatch(
+            keys=[self.k.job(job_id), self.k.job_history(job_id), *[self.k.launch_stream(m.node) for m in launches]],
+            args=[str(fence), repr(now), history_entry(JobState.LAUNCHING, f"launch sent to {len(launches)} node(s)", now),
+                  STREAM_MAXLEN, *[m.model_dump_json() for m in launches]],
+        )
+        return int(res[0]) == 1, str(res[1])
+
+    def transition(
+        self, job: JobRecord, to: JobState, reason: str = "", release: bool = False, **fields: str,
+    ) -> tuple[bool, str]:
+        """Move ``job`` to ``to`` if its current state allows it. -> (moved, previous or current state)"""
+        now = time.time()
+        argv: list[Any] = [job.id, ",".join(sources_of(to)), to.value, repr(now), history_entry(to, reason, now)]
+        for kv in fields.items():
+            argv.extend(kv)
+        gpu_keys = job.gpu_keys(self.k) if release else []
+        res = self._transition(keys=[self.k.job(job.id), self.k.job_history(job.id), self.k.queue(), *gpu_keys],
+                               args=argv)
+        return int(res[0]) == 1, str(res[1])
+
+    def record_exit(self, job: JobRecord, attempt: int, node: str, exit_code: int, reason: str) -> tuple[str, str]:
+        res = self._record_exit(
+            keys=[self.k.job(job.id), self.k.job_history(job.id), *job.gpu_keys(self.k)],
+            args=[job.id, str(attempt), node, str(exit_code), len(job.placement), repr(time.time()), reason],
+        )
+        return str(res[0]), str(res[1])
+
+    def request_cancel(self, job: JobRecord, reason: str, user: bool = True) -> tuple[bool, str]:
+        """Send a cancel command to every node of a LAUNCHING/RUNNING job.
+
+        ``user=True`` marks a user cancel (the job ends CANCELLED); ``False`` is
+        the scheduler stopping the other ranks after one failed (it ends FAILED)."""
+        now = time.time()
+        msg = CancelMessage(job_id=job.id, attempt=job.attempt, reason=reason)
+        res = self._cancel(
+            keys=[self.k.job(job.id), self.k.job_history(job.id), *[self.k.launch_stream(n) for n, _ in job.placement]],
+            args=[repr(now), history_entry(job.state, f"cancel requested: {reason}", now), STREAM_MAXLEN,
+                  msg.model_dump_json(), "cancel_requested" if user else "stop_requested"],
+        )
+        return int(res[0]) == 1, str(res[1])
+
+    def set_fields(self, job_id: str, **fields: str) -> None:
+        self.r.hset(self.k.job(job_id), mapping=fields)
+
+    # ---- cluster ----------------------------------------------------------------------------
+
+    def node_names(self) -> list[str]:
+        return sorted(self.r.smembers(self.k.nodes()))
+
+    def load_nodes(self) -> list[tuple[dict[str, str], bool, list[dict[str, str]]]]:
+        """(node hash, alive, [gpu hashes]) for every registered node."""
+        names = self.node_names()
+        pipe = self.r.pipeline(transaction=False)
+        for n in names:
+            pipe.hgetall(self.k.node(n))
+            pipe.exists(self.k.node_alive(n))
+        res = pipe.execute()
+        nodes = []
+        for i, n in enumerate(names):
+            info, alive = res[2 * i], bool(res[2 * i + 1])
+            count = int(info.get("gpu_count", 0) or 0)
+            pipe = self.r.pipeline(transaction=False)
+            for g in range(count):
+                pipe.hgetall(self.k.gpu(n, g))
+            gpus = [g for g in pipe.execute() if g]
+            nodes.append((info, alive, gpus))
+        return nodes
+
+    def cluster(self) -> ClusterView:
+        views = []
+        for info, alive, gpus in self.load_nodes():
+            name = info.get("name") or (gpus[0]["node"] if gpus else "")
+            if not name:
+                continue
+            slots = tuple(
+                GpuSlot(node=name, index=int(g["index"]), gpu_type=g.get("type", ""),
+                        memory_total=int(g.get("memory_total", 0)), memory_free=int(g.get("memory_free", 0)),
+                        owner=g.get("owner") or None, healthy=g.get("healthy", "1") == "1")
+                for g in gpus
+            )
+            views.append(NodeView(name=name, gpus=slots, alive=alive, draining=info.get("draining") == "1"))
+        return ClusterView(views)
+
+    def node_addr(self, node: str) -> str:
+        return self.r.hget(self.k.node(node), "addr") or "127.0.0.1"
