@@ -17,6 +17,11 @@ the whole truth about what is in Redis.
     {p}:seq                      string monotonically increasing submit sequence / fencing token
     {p}:launch:{node}            stream launch and cancel commands for one node's agent
     {p}:events                   stream agent -> scheduler status events
+    {p}:batch:{batch}            hash   batch submission outcomes: field per entry index -> JSON
+                                        {"status", "job_id", "error", "name", "at"}
+    {p}:batches                  zset   batch ids, scored by creation time
+    {p}:batch-queue              list   Celery's queue for batch submission tasks (kombu owns its
+                                        format; kombu also keeps its own _kombu.* / unacked* keys)
 """
 
 from __future__ import annotations
@@ -74,3 +79,13 @@ class Keys:
 
     def events_stream(self) -> str:
         return f"{self.prefix}:events"
+
+    # batch submission (Celery worker, `frenzy batch`)
+    def batch(self, batch_id: str) -> str:
+        return f"{self.prefix}:batch:{batch_id}"
+
+    def batches(self) -> str:
+        return f"{self.prefix}:batches"
+
+    def batch_queue(self) -> str:
+        return f"{self.prefix}:batch-queue"
