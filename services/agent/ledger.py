@@ -1,0 +1,68 @@
+"""The agent's local record of the jobs it started, so a restarted agent can adopt them.
+
+Jobs run in their own sessions and outlive the agent (unless --kill-on-exit).
+A restarted agent reads this file to know which processes are still its
+jobs: it then refuses to launch them twice when the scheduler's launch is
+redelivered, can still cancel them, and reports their exit. One small JSON
+file per node, rewritten atomically (temp file + rename) on every change.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    job_id: str
+    attempt: int
+    pid: int  # also the process group id (the job is a session leader)
+    start_ticks: int | None  # /proc start time, guards against pid reuse
+    log_path: str
+    reported: bool  # has the RUNNING event been sent?
+
+
+class Ledger:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._entries: dict[tuple[str, int], LedgerEntry] = {}
+
+    def load(self) -> list[LedgerEntry]:
+        with self._lock:
+            self._entries = {}
+            try:
+                raw = json.loads(self.path.read_text())
+                for item in raw.get("jobs", []):
+                    e = LedgerEntry(**item)
+                    self._entries[(e.job_id, e.attempt)] = e
+            except FileNotFoundError:
+                pass
+            except (ValueError, TypeError, AttributeError) as exc:
+                # A torn or hand-edited file must not stop the agent; the jobs in
+                # it are then unknown, which the scheduler's timeouts cover.
+                log.warning("ignoring unreadable agent ledger %s: %s", self.path, exc)
+            return list(self._entries.values())
+
+    def put(self, entry: LedgerEntry) -> None:
+        with self._lock:
+            self._entries[(entry.job_id, entry.attempt)] = entry
+            self._save()
+
+    def remove(self, job_id: str, attempt: int) -> None:
+        with self._lock:
+            if self._entries.pop((job_id, attempt), None) is not None:
+                self._save()
+
+    def _save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"jobs": [asdict(e) for e in self._entries.values()]}, indent=1))
+        os.replace(tmp, self.path)
