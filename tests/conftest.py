@@ -61,6 +61,13 @@ def keys(prefix: str) -> Keys:
 
 
 @pytest.fixture
+def store(redis_client: redis.Redis, keys: Keys):  # -> StateStore
+    from frenzy.scheduler.store import StateStore
+
+    return StateStore(redis_client, keys)
+
+
+@pytest.fixture
 def redis_client(redis_url: str) -> Iterator[redis.Redis]:
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     yield client

@@ -1,0 +1,41 @@
+"""Helpers for scheduler tests: a StateStore on the real test Redis, and a
+way to put nodes and GPUs into Redis exactly as an agent registers them."""
+
+from __future__ import annotations
+
+import time
+
+import redis
+
+from frenzy.common.keys import Keys
+from frenzy.v1 import types_pb2
+
+GiB = 1024**3
+
+
+def add_node(client: redis.Redis, keys: Keys, node: str, gpu_type: str, count: int,
+             memory: int = 80 * GiB, alive: bool = True) -> None:
+    pipe = client.pipeline(transaction=True)
+    pipe.hset(keys.node(node), mapping={"name": node, "addr": "127.0.0.1", "gpu_count": count,
+                                        "gpu_types": gpu_type, "draining": "0", "heartbeat_at": time.time()})
+    for i in range(count):
+        pipe.hset(keys.gpu(node, i), mapping={"node": node, "index": i, "uuid": f"GPU-{node}-{i}", "type": gpu_type,
+                                              "nvml_name": gpu_type, "memory_total": memory, "memory_free": memory,
+                                              "healthy": "1", "owner": "", "fence": 0})
+    pipe.sadd(keys.nodes(), node)
+    if alive:
+        pipe.set(keys.node_alive(node), "1", ex=60)
+    pipe.execute()
+
+
+def make_plan(gpu_type: str, tp: int = 1, dp: int = 1, peak: int = 10 * GiB) -> types_pb2.Plan:
+    return types_pb2.Plan(gpu_type=gpu_type, num_gpus=tp * dp, peak_bytes_per_gpu=peak, gpu_memory_bytes=80 * GiB,
+                          layout=types_pb2.Layout(tp=tp, pp=1, dp=dp, zero_stage=0, micro_batch=1, grad_accum=1,
+                                                  recompute="none"),
+                          step_time_s=1.0, gpu_hours=1.0, rank=1)
+
+
+def make_spec(name: str = "t") -> types_pb2.JobSpec:
+    return types_pb2.JobSpec(name=name, model=types_pb2.ModelSpec(catalog_name="gpt2-124m"),
+                             recipe=types_pb2.TrainingRecipe(seq_len=128, global_batch=8),
+                             command=["true"])
