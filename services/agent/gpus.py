@@ -228,7 +228,9 @@ def _checked(entry: str, gpu_type: str, count: Any) -> tuple[str, int]:
     try:
         _catalog_entry(gpu_type)
     except (KeyError, ValueError, LookupError) as exc:
-        raise ValueError(f"fake GPU entry {entry!r}: unknown GPU type {gpu_type!r} ({exc})") from None
+        # MARP's own text already says "unknown GPU type ..., did you mean ..., valid: ...".
+        problem = getattr(exc, "problem", None) or f"unknown GPU type {gpu_type!r} ({exc})"
+        raise ValueError(f"fake GPU entry {entry!r}: {problem}") from None
     return gpu_type, count
 
 
