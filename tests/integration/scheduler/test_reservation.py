@@ -6,12 +6,10 @@ import random
 import threading
 
 import redis
-
 from frenzy.common.keys import Keys
 from frenzy.scheduler.states import JobState
 from frenzy.scheduler.store import StateStore
 from has import Placement, PlanOption
-
 from support.state import GiB, add_node, make_plan, make_spec
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from has import PendingReason, Placement, PlanOption, WaitKind, place_job
-from has_builders import A100, H100, L4, GiB, cluster, free_node, node, plan
+from unit.has.has_builders import A100, H100, L4, GiB, cluster, free_node, node, plan
 
 
 def placed(result: Placement | PendingReason) -> Placement:

@@ -1,0 +1,41 @@
+"""``frenzy agent`` option handling: bad input and NVML failure exit 2 with a message that says what to do."""
+
+from __future__ import annotations
+
+import typer
+from frenzy.agent import cli
+from frenzy.agent.gpus import NvmlBackend
+from typer.testing import CliRunner
+from unit.agent.agent_fake_nvml import FakeNvml
+
+app = typer.Typer()
+app.command()(cli.agent_command)
+runner = CliRunner()
+
+
+def test_help_teaches_with_examples() -> None:
+    result = runner.invoke(app, ["--help"])
+    assert result.exit_code == 0
+    assert "--fake-gpus" in result.output and "A100-80GB:4,L4:2" in result.output
+    assert "Examples:" in result.output
+
+
+def test_unknown_fake_gpu_type_exits_2_naming_it() -> None:
+    result = runner.invoke(app, ["--node", "n1", "--fake-gpus", "A100-80GB:2,Z9000:1"])
+    assert result.exit_code == 2
+    assert "Z9000" in result.output
+
+
+def test_both_fake_options_is_an_error(tmp_path) -> None:
+    f = tmp_path / "g.yaml"
+    f.write_text("gpus: [{type: L4, count: 1}]")
+    result = runner.invoke(app, ["--fake-gpus", "L4:1", "--fake-gpus-file", str(f)])
+    assert result.exit_code == 2
+
+
+def test_nvml_failure_prints_the_reason_and_exits_2(monkeypatch) -> None:
+    monkeypatch.setattr(cli, "NvmlBackend", lambda: NvmlBackend(FakeNvml(init_error=9)))
+    result = runner.invoke(app, ["--node", "n1", "--redis-url", "redis://127.0.0.1:1/0"])
+    assert result.exit_code == 2
+    assert "driver not loaded (NVML_ERROR_DRIVER_NOT_LOADED)" in result.output
+    assert "--fake-gpus" in result.output
