@@ -1,0 +1,38 @@
+# The two commands of the README, plus a few helpers. Each sets itself up:
+# a fresh machine needs only Python 3.11 and make.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test test-fast lint proto up clean
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "Frenzy needs Python 3.11 (set PYTHON=python3.11)"'
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev]'
+	@touch $(STAMP)
+
+## demo: the main job — the stack on a private Redis with fake-GPU agents, one job end to end
+demo: $(STAMP)
+	$(BIN)/frenzy demo
+
+## test: the whole suite (unit, integration on a real Redis, end to end); fails if no test ran
+test: $(STAMP)
+	@$(BIN)/python -m pytest; rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing on purpose"; exit 1; fi; exit $$rc
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m "not slow"
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+proto: $(STAMP)
+	$(BIN)/python scripts/gen_proto.py
+
+up: $(STAMP)
+	$(BIN)/frenzy up
+
+clean:
+	rm -rf $(VENV) var .pytest_cache
