@@ -15,6 +15,7 @@ import bisect
 import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Protocol
 
 
@@ -80,6 +81,49 @@ class NodeFree:
         return tuple(picked)
 
 
+class _Capacity:
+    """Healthy GPUs per type and node, free or not, on schedulable nodes.
+
+    What the cluster could offer once every running job has ended. Reservations
+    never change it, so all views derived by ``with_reserved`` share one
+    instance — including its memo of TP-group counts, which is why the queue
+    policy's "could this ever fit?" check costs a dict lookup per plan.
+    """
+
+    __slots__ = ("mems", "counts", "levels", "_groups")
+
+    def __init__(self, raw: dict[str, dict[str, list[int]]]) -> None:
+        # gpu_type → node → memory_total of its healthy GPUs, ascending.
+        self.mems = {t: {n: tuple(sorted(m)) for n, m in per.items()} for t, per in raw.items()}
+        # Read-only: healthy_by_node hands these out, and every derived view shares them.
+        self.counts = {
+            t: MappingProxyType({n: len(m) for n, m in per.items()}) for t, per in self.mems.items()
+        }
+        # Distinct memory sizes per type: any byte need between two levels counts the same GPUs.
+        self.levels = {t: sorted({x for m in per.values() for x in m}) for t, per in self.mems.items()}
+        self._groups: dict[tuple[str, int, int], int] = {}
+
+    def by_node(self, gpu_type: str, need_bytes: int) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for node, mems in self.mems.get(gpu_type, {}).items():
+            n = len(mems) - bisect.bisect_left(mems, need_bytes)
+            if n:
+                out[node] = n
+        return out
+
+    def groups(self, gpu_type: str, need_bytes: int, tp: int) -> int:
+        levels = self.levels.get(gpu_type, [])
+        i = bisect.bisect_left(levels, need_bytes)
+        if i == len(levels):
+            return 0
+        key = (gpu_type, levels[i], tp)
+        cached = self._groups.get(key)
+        if cached is None:
+            cached = sum(c // tp for c in self.by_node(gpu_type, levels[i]).values())
+            self._groups[key] = cached
+        return cached
+
+
 class _HasGpus(Protocol):
     """What ``with_reserved`` needs of a Placement (a protocol, to avoid an import cycle)."""
 
@@ -129,19 +173,14 @@ class ClusterView:
             for gpu_type, slots in per_type.items():
                 free.setdefault(gpu_type, {})[node.name] = NodeFree.of(node.name, slots)
         self._free = free
-        # gpu_type → node → memory_total of its healthy GPUs (free or not), ascending:
-        # what the node could offer once every job on it ends. Reservations never
-        # change it, so derived views share it.
-        self._capacity: dict[str, dict[str, tuple[int, ...]]] = {
-            t: {n: tuple(sorted(m)) for n, m in per_node.items()} for t, per_node in capacity.items()
-        }
+        self._capacity = _Capacity(capacity)
 
     @classmethod
     def _derived(
         cls,
         nodes: dict[str, NodeView],
         free: dict[str, dict[str, NodeFree]],
-        capacity: dict[str, dict[str, tuple[int, ...]]],
+        capacity: _Capacity,
     ) -> ClusterView:
         view = cls.__new__(cls)
         view._nodes = nodes
@@ -161,36 +200,38 @@ class ClusterView:
 
     def gpu_types(self) -> set[str]:
         """GPU types with at least one healthy GPU on a schedulable node."""
-        return set(self._capacity)
+        return set(self._capacity.counts)
 
     def free_by_node(self, gpu_type: str) -> Mapping[str, NodeFree]:
         """Schedulable nodes with free healthy GPUs of ``gpu_type`` (name-sorted)."""
         return self._free.get(gpu_type, {})
 
-    def healthy_by_node(self, gpu_type: str) -> dict[str, int]:
-        """Healthy GPUs of ``gpu_type`` per schedulable node, free or not."""
-        return {n: len(m) for n, m in self._capacity.get(gpu_type, {}).items()}
+    def healthy_by_node(self, gpu_type: str) -> Mapping[str, int]:
+        """Healthy GPUs of ``gpu_type`` per schedulable node, free or not (name-sorted)."""
+        return self._capacity.counts.get(gpu_type, {})
 
     def capacity_by_node(self, gpu_type: str, need_bytes: int) -> dict[str, int]:
         """Per schedulable node: healthy GPUs of ``gpu_type`` with memory_total ≥ ``need_bytes``.
 
-        This is what the node could give a job once everything on it has ended;
-        the queue policy uses it to tell "waits" from "can never fit".
+        This is what the node could give a job once everything on it has ended.
         """
-        out: dict[str, int] = {}
-        for node, mems in self._capacity.get(gpu_type, {}).items():
-            n = len(mems) - bisect.bisect_left(mems, need_bytes)
-            if n:
-                out[node] = n
-        return out
+        return self._capacity.by_node(gpu_type, need_bytes)
+
+    def capacity_groups(self, gpu_type: str, need_bytes: int, tp: int) -> int:
+        """Whole ``tp``-GPU groups the cluster could host with every job ended (memoised).
+
+        The queue policy uses it to tell "waits" from "can never fit".
+        """
+        return self._capacity.groups(gpu_type, need_bytes, tp)
 
     def free_summary(self) -> dict[str, dict[str, int]]:
         """gpu_type → node → free healthy GPUs, for every schedulable node with that type."""
         out: dict[str, dict[str, int]] = {}
-        for gpu_type in sorted(self._capacity):
+        for gpu_type in sorted(self._capacity.counts):
             free = self._free.get(gpu_type, {})
             out[gpu_type] = {
-                node: (len(free[node].slots) if node in free else 0) for node in self._capacity[gpu_type]
+                node: (len(free[node].slots) if node in free else 0)
+                for node in self._capacity.counts[gpu_type]
             }
         return out
 

@@ -130,8 +130,7 @@ class ScheduleResult:
 
 def _never_fits(cluster: ClusterView, plan: PlanOption) -> bool:
     """True when ``plan`` could not fit even with every job ended."""
-    groups = sum(c // plan.tp for c in cluster.capacity_by_node(plan.gpu_type, plan.bytes_per_gpu).values())
-    return groups * plan.tp < plan.num_gpus
+    return cluster.capacity_groups(plan.gpu_type, plan.bytes_per_gpu, plan.tp) * plan.tp < plan.num_gpus
 
 
 def drain_target(cluster: ClusterView, job_id: str, plans: Sequence[PlanOption]) -> Reservation | None:
@@ -223,7 +222,6 @@ def schedule(
     holder: QueuedJob | None = None
     reservation: Reservation | None = None
     fifo_head: QueuedJob | None = None
-    never: dict[PlanOption, bool] = {}
 
     for job in jobs:
         if fifo_head is not None:
@@ -243,10 +241,7 @@ def schedule(
             pending[job.job_id] = result
             continue
 
-        for plan in job.plans:
-            if plan not in never:
-                never[plan] = _never_fits(cluster, plan)
-        if all(never[p] for p in job.plans):
+        if all(_never_fits(cluster, p) for p in job.plans):
             pending[job.job_id] = PendingReason(
                 result.summary + "; cannot fit this cluster even with every job ended",
                 result.per_plan,

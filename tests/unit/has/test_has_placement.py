@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from has import PendingReason, Placement, PlanOption, WaitKind, place_job
+from has import ClusterView, PendingReason, Placement, PlanOption, WaitKind, place_job
 from unit.has.has_builders import A100, H100, L4, GiB, cluster, free_node, node, plan
 
 
@@ -198,3 +198,15 @@ def test_with_reserved_removes_gpus_and_refuses_double_booking() -> None:
     assert pending(place_job(c3, "j3", [plan()])).summary.endswith(
         "largest free: none (A100-80GB free: 0 with enough memory)"
     )
+
+
+def test_capacity_counts_memory_total_and_whole_tp_groups() -> None:
+    small = node("a", n=4, busy=(0, 1))  # 80 GiB each, two busy
+    big = ClusterView([small, node("b", L4, n=8, busy=range(8))])
+    assert big.capacity_groups(A100, 50 * GiB, 1) == 4  # busy GPUs count: they free up later
+    assert big.capacity_groups(A100, 50 * GiB, 4) == 1
+    assert big.capacity_groups(A100, 81 * GiB, 1) == 0
+    assert big.capacity_groups(L4, 20 * GiB, 2) == 4 and big.capacity_groups(L4, 25 * GiB, 2) == 0
+    assert big.capacity_groups(H100, 1, 1) == 0
+    # Memo keyed by memory level: a different need in the same band gives the same answer.
+    assert big.capacity_groups(A100, 10 * GiB, 4) == big.capacity_groups(A100, 70 * GiB, 4) == 1
