@@ -1,0 +1,289 @@
+"""Build a ``ModelSpec`` from a Hugging Face ``config.json`` or from Frenzy's neutral spec.
+
+Users describe a model by catalog name, by a HF-style config file, or inline
+JSON. Supported HF architectures: LlamaForCausalLM, MistralForCausalLM,
+Qwen2ForCausalLM and GPT2LMHeadModel, read with the same keys and defaults as the
+``transformers`` config classes. Every missing or mistyped key raises a
+ModelConfigError whose field is ``model.config.<key>``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from marp.errors import ModelConfigError, UnknownModelError
+from marp.model_catalog import find_model, list_models, suggest_models
+from marp.models import FAMILIES, MLP_KINDS, NORMS, POS_EMBS, ModelSpec
+
+SUPPORTED_ARCHITECTURES: tuple[str, ...] = (
+    "LlamaForCausalLM",
+    "MistralForCausalLM",
+    "Qwen2ForCausalLM",
+    "GPT2LMHeadModel",
+)
+_MODEL_TYPES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
+                "qwen2": "Qwen2ForCausalLM", "gpt2": "GPT2LMHeadModel"}  # fmt: skip
+
+_MISSING = object()
+
+
+def _field(key: str) -> str:
+    return f"model.config.{key}"
+
+
+def _get_int(cfg: Mapping[str, Any], key: str, default: Any = _MISSING) -> int:
+    value = cfg.get(key, _MISSING)
+    if value is _MISSING or (value is None and default is not _MISSING):
+        if default is _MISSING:
+            raise ModelConfigError(_field(key), f"required key {key!r} is missing.",
+                                   f"add \"{key}\": <positive integer> to the config.")  # fmt: skip
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ModelConfigError(_field(key), f"{key!r} must be a positive integer, got {value!r}.")
+    return value
+
+
+def _get_bool(cfg: Mapping[str, Any], key: str, default: bool) -> bool:
+    value = cfg.get(key, default)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise ModelConfigError(_field(key), f"{key!r} must be true or false, got {value!r}.")
+    return value
+
+
+def _get_float(cfg: Mapping[str, Any], key: str, default: float) -> float:
+    value = cfg.get(key, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value < 1.0:
+        raise ModelConfigError(_field(key), f"{key!r} must be a probability in [0, 1), got {value!r}.")
+    return float(value)
+
+
+def _get_choice(cfg: Mapping[str, Any], key: str, choices: tuple[str, ...], default: Any = _MISSING) -> str:
+    value = cfg.get(key, default)
+    if value is _MISSING:
+        raise ModelConfigError(_field(key), f"required key {key!r} is missing.",
+                               f"add \"{key}\": one of {', '.join(map(repr, choices))}.")  # fmt: skip
+    if value not in choices:
+        raise ModelConfigError(
+            _field(key), f"{key!r} must be one of {', '.join(map(repr, choices))}, got {value!r}."
+        )
+    return value
+
+
+def _build(attr_to_key: Mapping[str, str], **kwargs: Any) -> ModelSpec:
+    """Construct the spec, renaming a validation error's field to the config key it came from."""
+    try:
+        return ModelSpec(**kwargs)
+    except ModelConfigError as exc:
+        attr = exc.field.removeprefix("model.")
+        key = attr_to_key.get(attr)
+        if key is None:
+            raise
+        raise ModelConfigError(_field(key), f"(config key {key!r}) {exc.problem}", exc.fix) from None
+
+
+def _spec_name(cfg: Mapping[str, Any], name: str) -> str:
+    if name != "custom":
+        return name
+    for key in ("name", "_name_or_path"):
+        value = cfg.get(key)
+        if isinstance(value, str) and value.strip():
+            return value.strip()
+    return name
+
+
+def _from_gpt2(cfg: Mapping[str, Any], name: str) -> ModelSpec:
+    # Keys and defaults of transformers' GPT2Config.
+    hidden = _get_int(cfg, "n_embd")
+    # Old GPT-2 configs also carry n_ctx (same value); n_positions wins when both exist.
+    key_pos = "n_positions" if "n_positions" in cfg or "n_ctx" not in cfg else "n_ctx"
+    positions = _get_int(cfg, key_pos)
+    # HF GPT-2 drops out embeddings, attention probabilities and residuals; the memory model
+    # uses one probability for all (they are equal, 0.1, in every published GPT-2 config).
+    dropout = max(_get_float(cfg, k, 0.1) for k in ("resid_pdrop", "attn_pdrop", "embd_pdrop"))
+    return _build(
+        {"n_layers": "n_layer", "hidden": "n_embd", "heads": "n_head", "kv_heads": "n_head",
+         "ffn": "n_inner", "vocab": "vocab_size", "max_positions": key_pos},
+        name=_spec_name(cfg, name), family="gpt2", n_layers=_get_int(cfg, "n_layer"), hidden=hidden,
+        heads=_get_int(cfg, "n_head"), kv_heads=_get_int(cfg, "n_head"),
+        ffn=_get_int(cfg, "n_inner", 4 * hidden), mlp="gelu", vocab=_get_int(cfg, "vocab_size"),
+        tied_embeddings=_get_bool(cfg, "tie_word_embeddings", True), pos_emb="learned",
+        max_positions=positions, norm="layernorm", bias=True, qkv_bias=False, dropout=dropout,
+    )  # fmt: skip
+
+
+def _from_llama_like(cfg: Mapping[str, Any], name: str, arch: str) -> ModelSpec:
+    # Keys and defaults of transformers' LlamaConfig / MistralConfig / Qwen2Config.
+    family = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "Qwen2ForCausalLM": "qwen2"}[arch]
+    hidden = _get_int(cfg, "hidden_size")
+    heads = _get_int(cfg, "num_attention_heads")
+    head_dim = cfg.get("head_dim")
+    if head_dim is not None and (isinstance(head_dim, bool) or head_dim != hidden // heads or hidden % heads):
+        raise ModelConfigError(
+            _field("head_dim"),
+            f"head_dim {head_dim!r} differs from hidden_size / num_attention_heads; "
+            "a decoupled head_dim is not supported yet.",
+        )
+    qkv_bias = family == "qwen2"  # Qwen2Attention always has q/k/v biases
+    bias = False
+    if family == "llama":
+        attention_bias = _get_bool(cfg, "attention_bias", False)
+        mlp_bias = _get_bool(cfg, "mlp_bias", False)
+        if attention_bias != mlp_bias:
+            raise ModelConfigError(
+                _field("attention_bias"),
+                "attention_bias and mlp_bias differ; only all-or-nothing linear biases are supported yet.",
+            )
+        bias = attention_bias
+    return _build(
+        {"n_layers": "num_hidden_layers", "hidden": "hidden_size", "heads": "num_attention_heads",
+         "kv_heads": "num_key_value_heads", "ffn": "intermediate_size", "vocab": "vocab_size",
+         "max_positions": "max_position_embeddings", "dropout": "attention_dropout"},
+        name=_spec_name(cfg, name), family=family, n_layers=_get_int(cfg, "num_hidden_layers"),
+        hidden=hidden, heads=heads,
+        # transformers: num_key_value_heads None -> num_attention_heads (plain multi-head).
+        kv_heads=_get_int(cfg, "num_key_value_heads", heads),
+        ffn=_get_int(cfg, "intermediate_size"), mlp="swiglu", vocab=_get_int(cfg, "vocab_size"),
+        tied_embeddings=_get_bool(cfg, "tie_word_embeddings", False), pos_emb="rope",
+        max_positions=_get_int(cfg, "max_position_embeddings", {"llama": 2048, "mistral": 32768,
+                                                                "qwen2": 32768}[family]),
+        norm="rmsnorm", bias=bias, qkv_bias=qkv_bias and not bias,
+        dropout=_get_float(cfg, "attention_dropout", 0.0),
+    )  # fmt: skip
+
+
+_NEUTRAL_KEYS = frozenset({
+    "arch", "head", "n_layers", "hidden", "heads", "kv_heads", "ffn", "mlp", "vocab", "tied_embeddings",
+    "pos_emb", "max_positions", "norm", "bias", "qkv_bias", "dropout", "name", "family",
+})  # fmt: skip
+
+
+def _from_neutral(cfg: Mapping[str, Any], name: str) -> ModelSpec:
+    """Frenzy's neutral spec. Required: n_layers, hidden, heads, vocab, max_positions (and ffn
+    for SwiGLU). Defaults: kv_heads=heads, mlp="gelu", ffn=4*hidden (GeLU), tied_embeddings=false,
+    pos_emb="learned", norm="layernorm", bias=false, qkv_bias=false, dropout=0."""
+    unknown = sorted(set(cfg) - _NEUTRAL_KEYS)
+    if unknown:
+        raise ModelConfigError(_field(unknown[0]), f"unknown key {unknown[0]!r} in the neutral model spec.",
+                               f"use only {', '.join(sorted(_NEUTRAL_KEYS))}.")  # fmt: skip
+    arch = cfg.get("arch")
+    if arch != "decoder":
+        if arch in ("encoder", "encoder-decoder"):
+            raise ModelConfigError(_field("arch"), f"arch {arch!r} is not supported yet; only 'decoder' is.")
+        _get_choice(cfg, "arch", ("decoder",))
+    head = cfg.get("head", "lm")
+    if head != "lm":
+        if head == "classifier":
+            raise ModelConfigError(_field("head"), "head 'classifier' is not supported yet; only 'lm' is.")
+        _get_choice(cfg, "head", ("lm",))
+    hidden = _get_int(cfg, "hidden")
+    heads = _get_int(cfg, "heads")
+    mlp = _get_choice(cfg, "mlp", MLP_KINDS, "gelu")
+    ffn = _get_int(cfg, "ffn") if mlp == "swiglu" else _get_int(cfg, "ffn", 4 * hidden)
+    family = _get_choice(cfg, "family", FAMILIES, "custom")
+    return _build(
+        {k: k for k in _NEUTRAL_KEYS},
+        name=_spec_name(cfg, name), family=family, n_layers=_get_int(cfg, "n_layers"), hidden=hidden,
+        heads=heads, kv_heads=_get_int(cfg, "kv_heads", heads), ffn=ffn, mlp=mlp,
+        vocab=_get_int(cfg, "vocab"), tied_embeddings=_get_bool(cfg, "tied_embeddings", False),
+        pos_emb=_get_choice(cfg, "pos_emb", POS_EMBS, "learned"), max_positions=_get_int(cfg, "max_positions"),
+        norm=_get_choice(cfg, "norm", NORMS, "layernorm"), bias=_get_bool(cfg, "bias", False),
+        qkv_bias=_get_bool(cfg, "qkv_bias", False), dropout=_get_float(cfg, "dropout", 0.0),
+    )  # fmt: skip
+
+
+def _architecture(cfg: Mapping[str, Any]) -> str:
+    archs = cfg.get("architectures")
+    if archs is not None:
+        if not isinstance(archs, list) or not archs or not all(isinstance(a, str) for a in archs):
+            raise ModelConfigError(
+                _field("architectures"), f"must be a non-empty list of names, got {archs!r}."
+            )
+        for arch in archs:
+            if arch in SUPPORTED_ARCHITECTURES:
+                return arch
+        raise ModelConfigError(
+            _field("architectures"),
+            f"architecture {archs[0]!r} is not supported yet.",
+            f"use one of {', '.join(SUPPORTED_ARCHITECTURES)}, or Frenzy's neutral spec.",
+        )
+    model_type = cfg.get("model_type")
+    if model_type in _MODEL_TYPES:
+        return _MODEL_TYPES[model_type]
+    if model_type is not None:
+        raise ModelConfigError(_field("model_type"), f"model_type {model_type!r} is not supported yet.",
+                               f"use one of {', '.join(_MODEL_TYPES)}.")  # fmt: skip
+    raise ModelConfigError(
+        "model.config",
+        "cannot tell the architecture: no 'architectures', 'model_type' or 'arch' key.",
+        'pass a Hugging Face config.json or Frenzy\'s neutral spec with "arch": "decoder".',
+    )
+
+
+_BUILDERS: dict[str, Callable[[Mapping[str, Any], str], ModelSpec]] = {
+    "GPT2LMHeadModel": _from_gpt2,
+}
+
+
+def model_from_hf_config(cfg: dict[str, Any], name: str = "custom") -> ModelSpec:
+    """A ModelSpec from a HF ``config.json`` dict or from Frenzy's neutral spec (``"arch"`` key)."""
+    if not isinstance(cfg, Mapping):
+        raise ModelConfigError("model.config", f"must be a JSON object, got {type(cfg).__name__}.")
+    if not isinstance(name, str) or not name.strip():
+        raise ModelConfigError("model.name", f"must be a non-empty string, got {name!r}.")
+    if "arch" in cfg and "architectures" not in cfg:
+        return _from_neutral(cfg, name)
+    arch = _architecture(cfg)
+    builder = _BUILDERS.get(arch)
+    if builder is not None:
+        return builder(cfg, name)
+    return _from_llama_like(cfg, name, arch)
+
+
+def model_from_json(text: str, name: str = "custom") -> ModelSpec:
+    """Parse ``text`` as a JSON config (HF or neutral) and build the ModelSpec."""
+    if not isinstance(text, str | bytes):
+        raise ModelConfigError("model.config", f"must be JSON text, got {type(text).__name__}.")
+    try:
+        cfg = json.loads(text)
+    except ValueError as exc:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise ModelConfigError("model.config", f"is not valid JSON ({exc}).") from None
+    if not isinstance(cfg, dict):
+        raise ModelConfigError("model.config", f"must be a JSON object, got {type(cfg).__name__}.")
+    return model_from_hf_config(cfg, name)
+
+
+def resolve_model(ref: str) -> ModelSpec:
+    """A catalog name; else a path to an existing JSON config file; else inline JSON ("{...")."""
+    if not isinstance(ref, str) or not ref.strip():
+        raise UnknownModelError("model", f"must be a model name, a config path or JSON, got {ref!r}.")
+    spec = find_model(ref)
+    if spec is not None:
+        return spec
+    text = ref.strip()
+    if os.path.isfile(text):
+        try:
+            with open(text, encoding="utf-8") as fh:
+                content = fh.read()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ModelConfigError("model", f"cannot read config file {text!r}: {exc}.") from None
+        return model_from_json(content)
+    if text.startswith("{"):
+        return model_from_json(text)
+    close = suggest_models(text)
+    hint = f"Did you mean {', '.join(close)}? " if close else ""
+    raise UnknownModelError(
+        "model",
+        f"{text!r} is not a catalog model, an existing config file, or inline JSON. {hint}"
+        f"Catalog: {', '.join(s.name for s in list_models())}.",
+        "use a catalog name, a path to a config.json, or the config as inline JSON.",
+    )
+
+
+__all__ = ["SUPPORTED_ARCHITECTURES", "model_from_hf_config", "model_from_json", "resolve_model"]

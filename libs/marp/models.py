@@ -1,0 +1,160 @@
+"""Model description (``ModelSpec``) and exact parameter accounting.
+
+A ``ModelSpec`` holds the few hyper-parameters of a decoder-only transformer
+that decide its memory: sizes, attention grouping, MLP flavour, norms, biases
+and embeddings. Parameter counts are exact (they match the published counts of
+GPT-2, LLaMA, Mistral and Qwen2.5, see the catalog tests) and are split into the
+pieces the memory model needs: what tensor parallelism shards, what it
+replicates, and what sits on the first / last pipeline stage.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+from marp._check import check_bool, check_choice, check_int, check_number
+from marp.errors import ModelConfigError
+
+Family = Literal["gpt2", "llama", "mistral", "qwen2", "custom"]
+MlpKind = Literal["gelu", "swiglu"]
+PosEmb = Literal["learned", "rope"]
+NormKind = Literal["layernorm", "rmsnorm"]
+
+FAMILIES: tuple[str, ...] = ("gpt2", "llama", "mistral", "qwen2", "custom")
+MLP_KINDS: tuple[str, ...] = ("gelu", "swiglu")
+POS_EMBS: tuple[str, ...] = ("learned", "rope")
+NORMS: tuple[str, ...] = ("layernorm", "rmsnorm")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A decoder-only transformer LM.
+
+    ``ffn`` is the MLP inner size; for SwiGLU it is the size of each of the gate
+    and up projections (HF ``intermediate_size``). ``bias`` means every linear
+    layer has a bias (GPT-2); ``qkv_bias`` means only q/k/v have one (Qwen2).
+    ``dropout`` (an addition to the brief's field list) is the dropout probability
+    used in training: GPT-2's HF config trains with 0.1, LLaMA / Mistral / Qwen2
+    with 0. It only changes activation memory (dropout masks, Korthikanti 2022).
+    """
+
+    name: str
+    family: Family
+    n_layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    ffn: int
+    mlp: MlpKind
+    vocab: int
+    tied_embeddings: bool
+    pos_emb: PosEmb
+    max_positions: int
+    norm: NormKind
+    bias: bool
+    qkv_bias: bool = False
+    dropout: float = 0.0
+
+    def __post_init__(self) -> None:
+        err = ModelConfigError
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise err("model.name", f"must be a non-empty string, got {self.name!r}.")
+        check_choice(self.family, "model.family", err, FAMILIES)
+        for attr in ("n_layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "max_positions"):
+            check_int(getattr(self, attr), f"model.{attr}", err)
+        check_choice(self.mlp, "model.mlp", err, MLP_KINDS)
+        check_choice(self.pos_emb, "model.pos_emb", err, POS_EMBS)
+        check_choice(self.norm, "model.norm", err, NORMS)
+        for attr in ("tied_embeddings", "bias", "qkv_bias"):
+            check_bool(getattr(self, attr), f"model.{attr}", err)
+        check_number(self.dropout, "model.dropout", err, 0.0, 1.0)
+        if self.hidden % self.heads:
+            raise err(
+                "model.hidden",
+                f"hidden size {self.hidden} is not divisible by the number of heads {self.heads}.",
+                "use a hidden size that is a multiple of heads (head_dim = hidden / heads).",
+            )
+        if self.kv_heads > self.heads or self.heads % self.kv_heads:
+            raise err(
+                "model.kv_heads",
+                f"heads {self.heads} is not a multiple of kv_heads {self.kv_heads}.",
+                "kv_heads must divide heads (kv_heads == heads for plain multi-head attention).",
+            )
+
+    # ---- shapes -------------------------------------------------------------------------------
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    @property
+    def kv_dim(self) -> int:
+        """Width of the K (and of the V) projection: kv_heads x head_dim (GQA, Ainslie et al. 2023)."""
+        return self.kv_heads * self.head_dim
+
+    # ---- parameter accounting -----------------------------------------------------------------
+
+    def norm_params(self) -> int:
+        """One norm: LayerNorm has a weight and a bias (Ba et al. 2016); RMSNorm only a weight
+        (Zhang & Sennrich 2019)."""
+        return 2 * self.hidden if self.norm == "layernorm" else self.hidden
+
+    def layer_params_split(self) -> tuple[int, int]:
+        """(tensor-parallel-sharded, replicated) parameters of one transformer layer.
+
+        Megatron-LM TP (Shoeybi et al. 2019, sec. 3): q/k/v and the MLP up (and gate)
+        projections are column-parallel, so their weights *and* biases are split; the
+        attention output and MLP down projections are row-parallel, so their weights are
+        split and their biases replicated; norms are replicated.
+        """
+        h, f, kv = self.hidden, self.ffn, self.kv_dim
+        sharded = 2 * h * h + 2 * h * kv  # Wq, Wo (h x h) and Wk, Wv (h x kv_dim)
+        replicated = 2 * self.norm_params()  # pre-attention and pre-MLP norms
+        n_mlp_mats = 3 if self.mlp == "swiglu" else 2  # SwiGLU: gate, up, down (Shazeer 2020)
+        sharded += n_mlp_mats * h * f
+        if self.bias:
+            sharded += h + 2 * kv  # q, k, v biases (column-parallel)
+            sharded += (n_mlp_mats - 1) * f  # fc1 (and gate) biases (column-parallel)
+            replicated += 2 * h  # attention-output and MLP-down biases (row-parallel)
+        elif self.qkv_bias:
+            sharded += h + 2 * kv  # Qwen2: q/k/v biases only
+        return sharded, replicated
+
+    def layer_params(self) -> int:
+        sharded, replicated = self.layer_params_split()
+        return sharded + replicated
+
+    def embedding_params(self) -> int:
+        """Input token embedding (vocab x hidden); vocab-parallel under Megatron TP."""
+        return self.vocab * self.hidden
+
+    def position_params(self) -> int:
+        """Learned absolute position embeddings (GPT-2); RoPE (Su et al. 2021) has none."""
+        return self.max_positions * self.hidden if self.pos_emb == "learned" else 0
+
+    def head_params(self) -> int:
+        """Output projection to the vocabulary; zero when tied to the input embedding."""
+        return 0 if self.tied_embeddings else self.vocab * self.hidden
+
+    def param_count(self) -> int:
+        """Exact number of parameters, as ``sum(p.numel() for p in model.parameters())``."""
+        return (
+            self.embedding_params()
+            + self.position_params()
+            + self.n_layers * self.layer_params()
+            + self.norm_params()  # final norm
+            + self.head_params()
+        )
+
+    def matmul_params(self) -> int:
+        """Parameters that take part in a matrix multiply per token (for FLOP counts):
+        all layer weights plus the LM head (which is computed even when tied); embedding
+        look-ups are gathers, not matmuls (Kaplan et al. 2020, sec. 2.1)."""
+        return self.n_layers * self.layer_params() + self.vocab * self.hidden
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+__all__ = ["FAMILIES", "MLP_KINDS", "NORMS", "POS_EMBS", "ModelSpec"]
