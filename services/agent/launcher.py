@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import signal
 import subprocess
 import time
 from collections.abc import Mapping
@@ -158,7 +157,7 @@ def _explain_start_failure(exc: OSError, argv: list[str], workdir: str | None) -
 
 # ---------------------------------------------------------------- process groups
 
-def signal_group(pgid: int, sig: signal.Signals) -> bool:
+def signal_group(pgid: int, sig: int) -> bool:
     """Send ``sig`` to a whole process group; False when the group no longer exists."""
     try:
         os.killpg(pgid, sig)
@@ -168,7 +167,7 @@ def signal_group(pgid: int, sig: signal.Signals) -> bool:
 
 
 def group_exists(pgid: int) -> bool:
-    return signal_group(pgid, signal.Signals(0))
+    return signal_group(pgid, 0)
 
 
 def process_start_ticks(pid: int) -> int | None:

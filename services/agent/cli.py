@@ -1,0 +1,96 @@
+"""``frenzy agent``: the command line of the node agent.
+
+``agent_command`` is a plain function with typer annotations; the main CLI
+registers it (``app.command("agent")(agent_command)``) and ``python -m
+frenzy.agent`` runs it alone. It only turns options into an ``Agent`` and
+signals into a stop event; all behaviour lives in ``daemon``.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+import threading
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from frenzy.agent.daemon import Agent
+from frenzy.agent.gpus import FakeBackend, GpuBackend, GpuDiscoveryError, NvmlBackend
+from frenzy.common.keys import Keys
+
+
+def agent_command(
+    redis_url: Annotated[str, typer.Option(envvar="REDIS_URL", help="Redis holding the cluster state.")]
+    = "redis://127.0.0.1:6379/0",
+    node: Annotated[str | None, typer.Option(help="Node name (unique in the cluster). Default: hostname.")]
+    = None,
+    fake_gpus: Annotated[str | None, typer.Option(
+        "--fake-gpus", metavar="TYPE:N,...",
+        help='Pretend to have these catalog GPUs instead of asking NVML, e.g. "A100-80GB:4,L4:2".')] = None,
+    fake_gpus_file: Annotated[Path | None, typer.Option(
+        "--fake-gpus-file", exists=True, dir_okay=False,
+        help="YAML/JSON file with fake GPUs: {gpus: [{type: A100-80GB, count: 4}]}.")] = None,
+    addr: Annotated[str, typer.Option(help="Address other nodes use to reach this host (rendezvous).")]
+    = "127.0.0.1",
+    heartbeat_s: Annotated[float, typer.Option(help="Seconds between heartbeats.")] = 2.0,
+    ttl_s: Annotated[float, typer.Option(
+        help="Lease TTL: the node counts as dead this long after its last heartbeat.")] = 10.0,
+    log_dir: Annotated[Path, typer.Option(
+        help="Job logs go to LOG_DIR/JOB/attempt-N/NODE.log.")] = Path("./var/logs"),
+    prefix: Annotated[str | None, typer.Option(
+        envvar="FRENZY_PREFIX", help="Redis key prefix (one per Frenzy stack). Default: frenzy.")] = None,
+    cancel_grace_s: Annotated[float, typer.Option(
+        help="On cancel: seconds between SIGTERM and SIGKILL.")] = 10.0,
+    kill_on_exit: Annotated[bool, typer.Option(
+        "--kill-on-exit", help="Stop the running jobs when the agent stops (default: leave them; "
+        "a restarted agent adopts them).")] = False,
+    verify_fence: Annotated[bool, typer.Option(
+        help="Refuse launches whose fencing token no longer matches the GPUs' reservation.")] = True,
+    log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING or ERROR.")] = "INFO",
+) -> None:
+    """Run the node agent: register this host's GPUs, heartbeat, and launch the jobs the scheduler sends.
+
+    \b
+    Examples:
+      frenzy agent                     # real GPUs (NVML); node name = hostname
+      frenzy agent --node n1 --fake-gpus "A100-80GB:4,L4:2"
+      frenzy agent --node n2 --fake-gpus-file gpus.yaml --addr 10.0.0.2
+      REDIS_URL=redis://head:6379/0 frenzy agent --log-dir /data/frenzy/logs
+
+    Stop with Ctrl-C or SIGTERM. Running jobs keep running (unless --kill-on-exit)
+    and the node drops out of scheduling when its lease (--ttl-s) expires.
+    """
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    node = node or socket.gethostname()
+    if fake_gpus and fake_gpus_file:
+        raise typer.BadParameter("give --fake-gpus or --fake-gpus-file, not both")
+    backend: GpuBackend
+    try:
+        if fake_gpus:
+            backend = FakeBackend(fake_gpus, node)
+        elif fake_gpus_file:
+            backend = FakeBackend.from_file(fake_gpus_file, node)
+        else:
+            backend = NvmlBackend()
+        agent = Agent(redis_url, node, backend, keys=Keys(prefix), addr=addr, heartbeat_s=heartbeat_s,
+                      ttl_s=ttl_s, log_dir=log_dir, cancel_grace_s=cancel_grace_s,
+                      kill_on_exit=kill_on_exit, verify_fence=verify_fence)
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+
+    stop = threading.Event()
+
+    def _on_signal(signum: int, _frame: object) -> None:
+        logging.getLogger(__name__).info("received %s; stopping", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGINT, _on_signal)
+    signal.signal(signal.SIGTERM, _on_signal)
+    try:
+        agent.run(stop)
+    except GpuDiscoveryError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None

@@ -1,0 +1,507 @@
+"""The node agent: registers this host's GPUs, heartbeats, and runs what the scheduler sends.
+
+One ``Agent.run(stop)`` call is the whole daemon. Threads: the caller's thread
+reads the node's launch stream (consumer group ``AGENT_GROUP``, consumer = node
+name); a heartbeat thread renews the alive lease and live free memory; one
+watcher per job waits for its process and reports the exit. Every stream entry
+is acknowledged only after its effect (process started, event written) is
+done, so a crash re-delivers it; a local ledger of started jobs turns that
+redelivery into "already running" instead of a second launch.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import redis
+from frenzy.agent import launcher
+from frenzy.agent.gpus import GpuBackend, GpuInfo
+from frenzy.agent.ledger import Ledger, LedgerEntry
+from frenzy.common import scripts
+from frenzy.common.keys import AGENT_GROUP, Keys
+from frenzy.common.messages import (
+    AgentEvent,
+    BadMessage,
+    CancelMessage,
+    EventKind,
+    LaunchMessage,
+    decode_command,
+    encode,
+)
+
+log = logging.getLogger(__name__)
+
+_RETRY_S = 1.0  # pause after a Redis error before trying again
+
+
+@dataclass
+class RunningJob:
+    """One job attempt this agent started (or adopted from a previous agent run)."""
+
+    job_id: str
+    attempt: int
+    pid: int  # also the process group id: the job is a session leader
+    log_path: str
+    start_ticks: int | None
+    proc: object | None = None  # subprocess.Popen for our own children; None when adopted
+    reported: bool = False  # RUNNING event sent
+    cancelled: bool = False  # a CancelMessage asked it to stop
+    killed_on_exit: bool = False  # --kill-on-exit stopped it
+    watching: bool = False
+    exited: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.job_id, self.attempt)
+
+    def ledger_entry(self) -> LedgerEntry:
+        return LedgerEntry(self.job_id, self.attempt, self.pid, self.start_ticks, self.log_path, self.reported)
+
+
+class Agent:
+    """The node agent daemon; see the module docstring. Construct, then ``run(stop_event)``."""
+
+    def __init__(
+        self,
+        redis_url: str,
+        node: str,
+        backend: GpuBackend,
+        keys: Keys | None = None,
+        addr: str = "127.0.0.1",
+        heartbeat_s: float = 2.0,
+        ttl_s: float = 10.0,
+        log_dir: str | os.PathLike[str] = "./var/logs",
+        block_s: float = 1.0,
+        cancel_grace_s: float = 10.0,
+        kill_on_exit: bool = False,
+        verify_fence: bool = True,
+        state_dir: str | os.PathLike[str] | None = None,
+    ) -> None:
+        if heartbeat_s <= 0 or ttl_s <= heartbeat_s:
+            raise ValueError(
+                f"need 0 < heartbeat_s < ttl_s (got heartbeat_s={heartbeat_s}, ttl_s={ttl_s}): "
+                "the lease must outlive the gap between two heartbeats"
+            )
+        self.node = node
+        self.backend = backend
+        self.keys = keys or Keys()
+        self.addr = addr
+        self.heartbeat_s = heartbeat_s
+        self.ttl_s = ttl_s
+        self.log_dir = Path(log_dir).resolve()
+        self.block_s = block_s
+        self.cancel_grace_s = cancel_grace_s
+        self.kill_on_exit = kill_on_exit
+        self.verify_fence = verify_fence
+        self.instance = uuid.uuid4().hex  # lease value: tells this agent run from any other
+        self.ready = threading.Event()  # set once registered and past the pending entries (tests wait on it)
+
+        # RESP2 pinned: the stream-reply parsing below relies on its shape.
+        self._redis = redis.Redis.from_url(redis_url, decode_responses=True, protocol=2)
+        self._register_script = scripts.register(self._redis, "register_node")
+        self._heartbeat_script = scripts.register(self._redis, "heartbeat")
+        state = Path(state_dir).resolve() if state_dir else self.log_dir / ".agent"
+        self._ledger = Ledger(state / f"{node}.json")
+        self._gpus: list[GpuInfo] = []
+        self._jobs: dict[tuple[str, int], RunningJob] = {}
+        self._lock = threading.Lock()
+        self._detached = threading.Event()  # set on stop: this run no longer reports anything
+        self._threads: list[threading.Thread] = []
+
+    # ------------------------------------------------------------ lifecycle
+
+    def run(self, stop: threading.Event) -> None:
+        """Serve until ``stop`` is set. Raises GpuDiscoveryError if the GPUs cannot be read."""
+        self._gpus = self.backend.discover()
+        hb_stop = threading.Event()
+        hb = threading.Thread(target=self._heartbeat_loop, args=(hb_stop,), name=f"heartbeat-{self.node}",
+                              daemon=True)
+        try:
+            if not self._until_done(stop, self._register, "register"):
+                return
+            if not self._until_done(stop, self._adopt, "adopt jobs of a previous run"):
+                return
+            hb.start()
+            self._consume(stop)
+        finally:
+            hb_stop.set()
+            if hb.is_alive():
+                hb.join(timeout=5)
+            self._shutdown()
+            self.backend.close()
+            self._redis.close()
+            log.info("agent %s stopped", self.node)
+
+    def _shutdown(self) -> None:
+        with self._lock:
+            jobs = list(self._jobs.values())
+        if self.kill_on_exit and jobs:
+            log.info("--kill-on-exit: stopping %d job(s)", len(jobs))
+            for job in jobs:
+                job.killed_on_exit = True
+                launcher.signal_group(job.pid, signal.SIGTERM)
+            deadline = time.monotonic() + self.cancel_grace_s
+            for job in jobs:
+                if not job.exited.wait(max(0.0, deadline - time.monotonic())):
+                    launcher.signal_group(job.pid, signal.SIGKILL)
+            for t in self._threads:  # let the watchers report the exits
+                t.join(timeout=max(1.0, deadline - time.monotonic()))
+        elif jobs:
+            log.info("leaving %d job(s) running; a restarted agent adopts them", len(jobs))
+        # From here on this run is gone: its watchers stay quiet and a restarted
+        # agent (reading the ledger) takes over reporting.
+        self._detached.set()
+
+    def _until_done(self, stop: threading.Event, action, what: str) -> bool:
+        """Run ``action`` until it succeeds, riding out Redis outages; False if stopped first."""
+        failures = 0
+        while not stop.is_set():
+            try:
+                action()
+                if failures:
+                    log.info("%s: Redis is back", what)
+                return True
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                failures += 1
+                (log.warning if failures == 1 else log.debug)("%s: Redis unreachable (%s); retrying", what, exc)
+                stop.wait(_RETRY_S)
+        return False
+
+    # ------------------------------------------------------------ registration and heartbeat
+
+    def _gpu_keys(self, gpus: list[GpuInfo]) -> list[str]:
+        return [self.keys.gpu(self.node, g.index) for g in gpus]
+
+    def _register(self) -> None:
+        gpus = self._gpus
+        types: list[str] = []
+        for g in gpus:
+            if g.gpu_type and g.gpu_type not in types:
+                types.append(g.gpu_type)
+        args: list[object] = [self.node, self.addr, ",".join(types), os.getpid(),
+                              int(self.ttl_s * 1000), self.instance]
+        for g in gpus:
+            args += [g.index, g.uuid, g.gpu_type or "", g.nvml_name, g.memory_total, g.memory_free,
+                     int(g.healthy)]
+        keys = [self.keys.node(self.node), self.keys.nodes(), self.keys.node_alive(self.node),
+                *self._gpu_keys(gpus)]
+        previous = self._register_script(keys=keys, args=args)
+        if previous and previous != self.instance:
+            log.warning(
+                "node %s still had a live lease from another agent run (%s): either this is a quick "
+                "restart, or a second agent runs with the same --node name (it must not)", self.node, previous)
+        log.info("registered node %s: %d GPU(s) %s, lease %.1fs", self.node, len(gpus),
+                 ",".join(types) or "(none in catalog)", self.ttl_s)
+
+    def _heartbeat_once(self) -> None:
+        try:
+            self._gpus = self.backend.refresh(self._gpus)
+        except Exception:  # a flaky driver must not stop the lease; report the last known state
+            log.exception("refreshing GPU state failed; sending the last known values")
+        args: list[object] = [int(self.ttl_s * 1000), self.instance]
+        for g in self._gpus:
+            args += [g.memory_free, int(g.healthy)]
+        keys = [self.keys.node(self.node), self.keys.node_alive(self.node), *self._gpu_keys(self._gpus)]
+        if not self._heartbeat_script(keys=keys, args=args):
+            log.warning("node %s is missing from Redis (data lost or node deleted); registering again",
+                        self.node)
+            self._register()
+
+    def _heartbeat_loop(self, stop: threading.Event) -> None:
+        failing = False
+        while not stop.wait(self.heartbeat_s):
+            try:
+                self._heartbeat_once()
+                if failing:
+                    log.info("heartbeat: Redis is back")
+                failing = False
+            except redis.RedisError as exc:
+                (log.debug if failing else log.warning)("heartbeat failed: %s", exc)
+                failing = True
+            except Exception:  # keep the lease alive whatever else breaks; a dead thread kills the node
+                log.exception("heartbeat failed unexpectedly")
+
+    # ------------------------------------------------------------ the launch stream
+
+    def _consume(self, stop: threading.Event) -> None:
+        stream = self.keys.launch_stream(self.node)
+        need_pending = True  # on start and after any Redis error: first re-read our unacked entries
+        while not stop.is_set():
+            try:
+                if need_pending:
+                    self._ensure_group(stream)
+                    self._process_pending(stream, stop)
+                    self._announce_all()
+                    need_pending = False
+                    self.ready.set()
+                reply = self._redis.xreadgroup(AGENT_GROUP, self.node, {stream: ">"}, count=16,
+                                               block=max(1, int(self.block_s * 1000)))
+                for entry_id, fields in _entries(reply):
+                    if stop.is_set():
+                        break  # unacked: the next agent run gets it from the pending list
+                    self._handle(stream, entry_id, fields)
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                log.warning("launch stream: Redis unreachable (%s); retrying", exc)
+                need_pending = True
+                stop.wait(_RETRY_S)
+            except redis.ResponseError as exc:
+                # NOGROUP: the stream or group was deleted under us; recreate and go on.
+                log.warning("launch stream: %s; recreating the consumer group", exc)
+                need_pending = True
+                stop.wait(min(_RETRY_S, self.block_s))
+
+    def _ensure_group(self, stream: str) -> None:
+        try:
+            self._redis.xgroup_create(stream, AGENT_GROUP, id="0", mkstream=True)
+        except redis.ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+
+    def _process_pending(self, stream: str, stop: threading.Event) -> None:
+        """Entries delivered to this consumer before a crash or outage and never acknowledged."""
+        last = "0"
+        while not stop.is_set():
+            entries = _entries(self._redis.xreadgroup(AGENT_GROUP, self.node, {stream: last}, count=64))
+            if not entries:
+                return
+            for entry_id, fields in entries:
+                log.info("re-processing pending launch-stream entry %s", entry_id)
+                self._handle(stream, entry_id, fields)
+                last = entry_id
+
+    def _handle(self, stream: str, entry_id: str, fields: dict | None) -> None:
+        """Act on one entry, then acknowledge it. Redis errors propagate (no ack: it is redelivered)."""
+        if not fields:
+            log.warning("launch stream %s: entry %s was deleted before it was read; skipping it",
+                        stream, entry_id)
+        else:
+            try:
+                cmd = decode_command(fields)
+            except BadMessage as exc:
+                log.warning("launch stream %s: skipping bad entry %s: %s", stream, entry_id, exc)
+            else:
+                if isinstance(cmd, LaunchMessage):
+                    self._launch(cmd, entry_id)
+                elif isinstance(cmd, CancelMessage):
+                    self._cancel(cmd)
+        self._redis.xack(stream, AGENT_GROUP, entry_id)
+
+    # ------------------------------------------------------------ launch
+
+    def _launch(self, msg: LaunchMessage, entry_id: str) -> None:
+        with self._lock:
+            existing = self._jobs.get((msg.job_id, msg.attempt))
+        if existing is not None:
+            log.info("job %s attempt %d already runs here (pid %d); ignoring the repeated launch %s",
+                     msg.job_id, msg.attempt, existing.pid, entry_id)
+            self._announce(existing)  # in case the first delivery died before reporting RUNNING
+            return
+        try:
+            problem = self._check_launch(msg)
+            if problem:
+                log.warning("refusing launch %s of job %s attempt %d: %s", entry_id, msg.job_id,
+                            msg.attempt, problem)
+                self._emit(self._event(EventKind.LAUNCH_FAILED, msg.job_id, msg.attempt, message=problem))
+                return
+            started = launcher.start(msg, self.node, self.log_dir)
+        except launcher.LaunchError as exc:
+            log.warning("job %s attempt %d could not start: %s", msg.job_id, msg.attempt, exc)
+            self._emit(self._event(EventKind.LAUNCH_FAILED, msg.job_id, msg.attempt, message=str(exc),
+                                   log_path=str(launcher.log_path_for(self.log_dir, msg, self.node))))
+            return
+        except redis.RedisError:
+            raise
+        except Exception as exc:  # a bug here must fail the launch visibly, not wedge the stream
+            log.exception("launch of job %s attempt %d failed unexpectedly", msg.job_id, msg.attempt)
+            self._emit(self._event(EventKind.LAUNCH_FAILED, msg.job_id, msg.attempt,
+                                   message=f"agent error: {type(exc).__name__}: {exc}"))
+            return
+        job = RunningJob(msg.job_id, msg.attempt, started.proc.pid, str(started.log_path),
+                         launcher.process_start_ticks(started.proc.pid), proc=started.proc)
+        with self._lock:
+            self._jobs[job.key] = job
+        self._ledger.put(job.ledger_entry())
+        log.info("job %s attempt %d started: pid %d, GPUs %s, log %s", msg.job_id, msg.attempt, job.pid,
+                 msg.gpu_indices, job.log_path)
+        self._announce(job)
+
+    def _check_launch(self, msg: LaunchMessage) -> str | None:
+        """Why this launch must not run here, or None."""
+        if msg.node != self.node:
+            return f"launch addressed to node {msg.node!r} arrived at node {self.node!r}"
+        have = {g.index for g in self._gpus}
+        missing = [i for i in msg.gpu_indices if i not in have]
+        if missing:
+            return f"GPU index(es) {missing} do not exist on node {self.node} (it has {sorted(have)})"
+        if not self.verify_fence:
+            return None
+        # The reservation wrote owner + fence on every GPU. If they differ, the GPUs
+        # were released and given to someone else after this launch was sent (e.g.
+        # it waited in the stream while the agent was down): running it would
+        # double-book them.
+        pipe = self._redis.pipeline(transaction=False)
+        for i in msg.gpu_indices:
+            pipe.hmget(self.keys.gpu(self.node, i), "owner", "fence")
+        for i, (owner, fence) in zip(msg.gpu_indices, pipe.execute(), strict=True):
+            if owner != msg.job_id or fence != str(msg.fence):
+                return (f"stale launch: GPU {i} is held by {owner or 'nobody'!r} with fence {fence}, "
+                        f"but this launch is for job {msg.job_id!r} with fence {msg.fence}")
+        return None
+
+    def _announce(self, job: RunningJob) -> None:
+        """Report RUNNING once, then start watching the process."""
+        if not job.reported:
+            self._emit(self._event(EventKind.RUNNING, job.job_id, job.attempt, pid=job.pid,
+                                   log_path=job.log_path))
+            job.reported = True
+            self._ledger.put(job.ledger_entry())
+        if not job.watching:
+            job.watching = True
+            target = self._watch_child if job.proc is not None else self._watch_adopted
+            t = threading.Thread(target=target, args=(job,), name=f"watch-{job.job_id}-{job.attempt}",
+                                 daemon=True)
+            self._threads.append(t)
+            t.start()
+
+    def _announce_all(self) -> None:
+        # Adopted jobs whose launch entry was already acknowledged need a watcher too.
+        with self._lock:
+            jobs = list(self._jobs.values())
+        for job in jobs:
+            self._announce(job)
+
+    # ------------------------------------------------------------ exit watching
+
+    def _watch_child(self, job: RunningJob) -> None:
+        proc = job.proc
+        try:
+            # Wait without reaping, so the pid (= group id) cannot be reused while
+            # we clean up what a cancelled job left behind in its group.
+            os.waitid(os.P_PID, job.pid, os.WEXITED | os.WNOWAIT)
+        except ChildProcessError:
+            pass
+        job.exited.set()  # before reaping: the SIGKILL escalation must not fire at a reused pid
+        if job.cancelled or job.killed_on_exit:
+            launcher.signal_group(job.pid, signal.SIGKILL)
+        code = proc.wait()  # type: ignore[union-attr]
+        self._finish(job, code, "")
+
+    def _watch_adopted(self, job: RunningJob) -> None:
+        # Not our child (a previous agent run started it): we can only poll, and
+        # the exit status went to whoever reaped it.
+        poll = min(1.0, self.block_s)
+        while launcher.process_running(job.pid, job.start_ticks):
+            if self._detached.wait(poll):
+                return
+        if job.cancelled or job.killed_on_exit:
+            launcher.signal_group(job.pid, signal.SIGKILL)
+        job.exited.set()
+        self._finish(job, None, "exit code unknown: the process was started by a previous agent run")
+
+    def _finish(self, job: RunningJob, code: int | None, message: str) -> None:
+        if self._detached.is_set():
+            return  # this agent run has stopped; the next one reports from the ledger
+        if job.killed_on_exit:
+            message = message or "killed because the agent stopped (--kill-on-exit)"
+        _append_trailer(job.log_path, code, job.cancelled)
+        log.info("job %s attempt %d exited: code %s%s", job.job_id, job.attempt, code,
+                 " (cancelled)" if job.cancelled else "")
+        event = self._event(EventKind.EXITED, job.job_id, job.attempt, pid=job.pid, exit_code=code,
+                            cancelled=job.cancelled, log_path=job.log_path, message=message)
+        while not self._detached.is_set():
+            try:
+                self._emit(event)
+                break
+            except redis.RedisError as exc:
+                log.warning("could not report the exit of job %s (%s); retrying", job.job_id, exc)
+                self._detached.wait(_RETRY_S)
+        else:
+            return  # stopped while Redis was down: keep the ledger entry for the next run
+        with self._lock:
+            self._jobs.pop(job.key, None)
+        self._ledger.remove(job.job_id, job.attempt)
+
+    # ------------------------------------------------------------ cancel
+
+    def _cancel(self, msg: CancelMessage) -> None:
+        with self._lock:
+            job = self._jobs.get((msg.job_id, msg.attempt))
+        if job is None:
+            log.info("cancel for job %s attempt %d: not running here; nothing to do", msg.job_id, msg.attempt)
+            return
+        if job.cancelled:
+            log.info("cancel for job %s attempt %d: already stopping", msg.job_id, msg.attempt)
+            return
+        job.cancelled = True
+        log.info("cancelling job %s attempt %d (pid %d)%s: SIGTERM, SIGKILL after %.1fs", msg.job_id,
+                 msg.attempt, job.pid, f" because {msg.reason}" if msg.reason else "", self.cancel_grace_s)
+        launcher.signal_group(job.pid, signal.SIGTERM)
+        t = threading.Thread(target=self._escalate, args=(job,), name=f"kill-{job.job_id}", daemon=True)
+        t.start()
+
+    def _escalate(self, job: RunningJob) -> None:
+        if not job.exited.wait(self.cancel_grace_s):
+            log.warning("job %s attempt %d ignored SIGTERM for %.1fs; sending SIGKILL", job.job_id,
+                        job.attempt, self.cancel_grace_s)
+            launcher.signal_group(job.pid, signal.SIGKILL)
+
+    # ------------------------------------------------------------ adoption after a restart
+
+    def _adopt(self) -> None:
+        for entry in self._ledger.load():
+            job = RunningJob(entry.job_id, entry.attempt, entry.pid, entry.log_path, entry.start_ticks,
+                             reported=entry.reported)
+            if launcher.process_running(entry.pid, entry.start_ticks):
+                log.info("adopting job %s attempt %d (pid %d) from a previous agent run", entry.job_id,
+                         entry.attempt, entry.pid)
+                with self._lock:
+                    self._jobs[job.key] = job
+            else:
+                log.info("job %s attempt %d (pid %d) ended while the agent was down", entry.job_id,
+                         entry.attempt, entry.pid)
+                self._emit(self._event(
+                    EventKind.EXITED, entry.job_id, entry.attempt, pid=entry.pid, log_path=entry.log_path,
+                    message="the process ended while the agent was not running; exit code unknown"))
+                self._ledger.remove(entry.job_id, entry.attempt)
+
+    # ------------------------------------------------------------ events
+
+    def _event(self, kind: EventKind, job_id: str, attempt: int, **fields) -> AgentEvent:
+        return AgentEvent(kind=kind, job_id=job_id, attempt=attempt, node=self.node, **fields)
+
+    def _emit(self, event: AgentEvent) -> None:
+        self._redis.xadd(self.keys.events_stream(), encode(event))
+
+    # ------------------------------------------------------------ introspection (tests, tools)
+
+    def running_jobs(self) -> list[RunningJob]:
+        with self._lock:
+            return [replace(j) for j in self._jobs.values()]
+
+    @property
+    def gpus(self) -> list[GpuInfo]:
+        return list(self._gpus)
+
+
+def _entries(reply) -> list[tuple[str, dict | None]]:
+    """Flatten an XREADGROUP reply ``[[stream, [(id, fields), ...]], ...]`` to ``[(id, fields)]``.
+
+    A deleted-but-pending entry comes back with empty (or None) fields.
+    """
+    return [(entry_id, fields) for _stream, entries in reply or [] for entry_id, fields in entries]
+
+
+def _append_trailer(log_path: str, code: int | None, cancelled: bool) -> None:
+    try:
+        with open(log_path, "a") as f:
+            f.write(f"# frenzy agent: exited with code {code}{' (cancelled)' if cancelled else ''} at "
+                    f"{time.strftime('%Y-%m-%dT%H:%M:%S%z')}\n")
+    except OSError as exc:  # the log is a convenience; the event is what counts
+        log.debug("could not append to %s: %s", log_path, exc)
