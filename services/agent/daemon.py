@@ -17,6 +17,7 @@ import signal
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -159,7 +160,7 @@ class Agent:
         # agent (reading the ledger) takes over reporting.
         self._detached.set()
 
-    def _until_done(self, stop: threading.Event, action, what: str) -> bool:
+    def _until_done(self, stop: threading.Event, action: Callable[[], None], what: str) -> bool:
         """Run ``action`` until it succeeds, riding out Redis outages; False if stopped first."""
         failures = 0
         while not stop.is_set():
@@ -340,6 +341,11 @@ class Agent:
         missing = [i for i in msg.gpu_indices if i not in have]
         if missing:
             return f"GPU index(es) {missing} do not exist on node {self.node} (it has {sorted(have)})"
+        # Indices can shift (a GPU removed, a reboot); the UUID is the GPU the scheduler reserved.
+        uuids = {g.index: g.uuid for g in self._gpus}
+        for i, want in zip(msg.gpu_indices, msg.gpu_uuids, strict=False):
+            if want and uuids[i] and want != uuids[i]:
+                return f"GPU {i} on node {self.node} is {uuids[i]}, but the launch expects {want}"
         if not self.verify_fence:
             return None
         # The reservation wrote owner + fence on every GPU. If they differ, the GPUs

@@ -97,7 +97,7 @@ class Cluster:
         msg = LaunchMessage(
             job_id=job_id, attempt=fields.pop("attempt", 1), fence=fence, node=fields.pop("node", NODE),
             node_rank=0, nnodes=1, nproc_per_node=len(indices), gpu_indices=indices,
-            gpu_uuids=[f"GPU-fake-{NODE}-{i}" for i in indices], master_addr="127.0.0.1", master_port=29500,
+            gpu_uuids=fields.pop("gpu_uuids", [f"GPU-fake-{NODE}-{i}" for i in indices]), master_addr="127.0.0.1", master_port=29500,
             rdzv_id=f"{job_id}-1", command=command,
             layout=LayoutEnv(gpu_type="A100-80GB", tp=2, pp=1, dp=1, zero_stage=0, micro_batch=1,
                              grad_accum=1),
@@ -232,6 +232,9 @@ def test_failing_command_exits_non_zero(cluster: Cluster) -> None:
         ({"command": ["/nonexistent/train.sh"]}, "command not found: '/nonexistent/train.sh'"),
         ({"command": [sys.executable], "workdir": "/nonexistent/dir"}, "working directory '/nonexistent/dir'"),
         ({"command": [sys.executable], "indices": [7]}, "GPU index(es) [7] do not exist"),
+        ({"command": [sys.executable], "gpu_uuids": ["GPU-other", "GPU-fake-n1-1"]},
+         "GPU 0 on node n1 is GPU-fake-n1-0, but the launch expects GPU-other"),
+        ({"command": [sys.executable], "node": "n2"}, "launch addressed to node 'n2' arrived at node 'n1'"),
     ],
 )
 def test_launch_that_cannot_start_reports_launch_failed(cluster: Cluster, fields: dict, expected: str) -> None:
