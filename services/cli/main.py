@@ -499,7 +499,8 @@ def _make_stack(cluster: Path | None, run_dir: Path | None, **kwargs: object):  
 
 
 DEMO_SCRIPT = (
-    "import os, time\n"
+    "import os, sys, time\n"
+    "print('argv', sys.argv[1:])\n"
     "print('frenzy demo job on', os.environ.get('FRENZY_GPU_TYPE'), 'GPUs', os.environ.get('CUDA_VISIBLE_DEVICES'))\n"
     "print('layout tp=%s pp=%s dp=%s zero=%s micro_batch=%s grad_accum=%s' % tuple(os.environ.get('FRENZY_' + k) "
     "for k in ('TP', 'PP', 'DP', 'ZERO_STAGE', 'MICRO_BATCH', 'GRAD_ACCUM')))\n"
@@ -544,8 +545,11 @@ def demo(
 
 def _demo_job(stack, model: str, timeout_s: float) -> bool:  # noqa: ANN001
     con = render.console()
+    script = stack.run_dir / "demo_train.py"
+    script.write_text(DEMO_SCRIPT)
     spec = parse_entry({"name": "demo", "model": model, "seq_len": 1024, "global_batch": 32, "micro_batch": 4,
-                        "train_steps": 100, "command": [sys.executable, "-c", DEMO_SCRIPT]}).to_proto()
+                        "train_steps": 100, "command": [sys.executable, str(script), "--tp", "{tp}",
+                                                        "--micro-batch", "{micro_batch}"]}).to_proto()
     with scheduler_stub(stack.scheduler_addr) as stub:
         con.print(render.nodes_table(stub.ListNodes(scheduler_pb2.ListNodesRequest(), timeout=10).nodes))
         resp = stub.SubmitJob(scheduler_pb2.SubmitJobRequest(spec=spec), timeout=60)

@@ -131,4 +131,8 @@ def to_dict(msg) -> dict:  # noqa: ANN001 - any protobuf message
 
 
 def console(stderr: bool = False) -> Console:
-    return Console(stderr=stderr, highlight=False)
+    # Tables are wide; when output is piped (CI, logs) rich would assume 80
+    # columns and fold every cell, so give it room instead.
+    probe = Console(stderr=stderr)
+    width = None if probe.is_terminal else 160
+    return Console(stderr=stderr, highlight=False, width=width)

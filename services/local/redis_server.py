@@ -74,7 +74,7 @@ def start_redis(
     binary = redis_binary()
     port = port or free_port()
     own = workdir is None
-    workdir = workdir or tempfile.mkdtemp(prefix="frenzy-redis-")
+    workdir = os.path.abspath(workdir or tempfile.mkdtemp(prefix="frenzy-redis-"))
     os.makedirs(workdir, exist_ok=True)
     args = [
         binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", workdir, "--save", "",

@@ -81,7 +81,7 @@ class LocalStack:
     @classmethod
     def create(cls, cluster: ClusterSpec, run_dir: str | None = None, redis_url: str | None = None,
                **kwargs: object) -> LocalStack:
-        path = Path(run_dir or tempfile.mkdtemp(prefix="frenzy-run-"))
+        path = Path(run_dir or tempfile.mkdtemp(prefix="frenzy-run-")).resolve()
         path.mkdir(parents=True, exist_ok=True)
         return cls(cluster=cluster, run_dir=path, redis_url=redis_url or "", **kwargs)  # type: ignore[arg-type]
 
