@@ -1,0 +1,159 @@
+"""Plan enumeration, ranking, rejection reasons and the step-time model."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from marp import (
+    GpuPool,
+    Layout,
+    MarpError,
+    TrainingRecipe,
+    UnknownGpuError,
+    enumerate_plans,
+    estimate_step_time,
+    get_gpu,
+    get_model,
+    list_gpus,
+    predict_memory,
+)
+from marp.perf import flops_per_token
+
+LLAMA7 = get_model("llama-2-7b")
+RECIPE = TrainingRecipe(seq_len=4096, global_batch=64, train_steps=500)
+
+
+def test_every_plan_fits_is_valid_and_matches_predict_memory() -> None:
+    margin = 0.05
+    ps = enumerate_plans(LLAMA7, RECIPE, safety_margin=margin, max_plans=None)
+    assert ps.plans
+    for plan in ps.plans:
+        gpu = get_gpu(plan.gpu_type)
+        lay = plan.layout
+        assert plan.memory.total <= gpu.memory_bytes * (1 - margin)
+        assert plan.headroom_bytes == gpu.memory_bytes - plan.memory.total > 0
+        assert LLAMA7.heads % lay.tp == 0 and LLAMA7.kv_heads % lay.tp == 0 and lay.tp <= 8
+        assert lay.pp == 1 and lay.num_gpus <= 64
+        assert lay.dp * lay.micro_batch * lay.grad_accum == RECIPE.global_batch
+        assert lay.micro_batch in (1, 2, 4, 8, 16)
+        assert lay.zero_stage == 0 or lay.dp > 1
+        assert plan.memory == predict_memory(LLAMA7, RECIPE, lay, gpu)
+        assert plan.gpu_hours == pytest.approx(lay.num_gpus * plan.step_time_s * 500 / 3600)
+        assert plan.tokens_per_s == pytest.approx(RECIPE.tokens_per_step / plan.step_time_s)
+
+
+def test_plans_are_ranked_and_diverse() -> None:
+    ps = enumerate_plans(LLAMA7, RECIPE, max_plans=None)
+    assert [p.rank for p in ps.plans] == list(range(1, len(ps.plans) + 1))
+    keys = [(p.gpu_hours, p.num_gpus, p.step_time_s) for p in ps.plans]
+    assert keys == sorted(keys)
+    slots = [(p.gpu_type, p.num_gpus) for p in ps.plans]
+    assert len(slots) == len(set(slots))
+    assert ps.best is ps.plans[0]
+    assert len({p.gpu_type for p in ps.plans}) >= 4
+
+
+def test_bf16_on_pre_ampere_is_rejected_with_reason() -> None:
+    ps = enumerate_plans(LLAMA7, RECIPE)
+    assert not any(p.gpu_type in ("T4", "V100-16GB", "V100-32GB") for p in ps.plans)
+    assert any(r.startswith("T4: no bf16 support") for r in ps.rejected)
+
+
+def test_impossible_job_gives_no_plan_and_a_numeric_reason() -> None:
+    recipe = TrainingRecipe(seq_len=4096, global_batch=8, precision="fp16")
+    ps = enumerate_plans(get_model("llama-2-70b"), recipe, pools=[GpuPool("T4", 1, 1)])
+    assert ps.plans == [] and ps.best is None
+    assert len(ps.rejected) == 1
+    line = ps.rejected[0]
+    assert line.startswith("T4: smallest per-GPU need ") and "GiB usable" in line
+    assert "recompute full" in line  # the smallest need uses recomputation
+    need = float(line.split("need ")[1].split(" GiB")[0])
+    assert need > 16 * 70e9 / 2**30 * 0.99  # at least the model states of 69 B params
+
+
+def test_pools_caps_and_flags_are_respected() -> None:
+    recipe = TrainingRecipe(seq_len=2048, global_batch=32, micro_batch=2, allow_recompute=False,
+                            zero_stages=(0, 1), max_gpus=8)  # fmt: skip
+    pools = [GpuPool("A100-80GB", 16, 4), GpuPool("h100", 2, 2)]
+    ps = enumerate_plans(get_model("llama-3-8b"), recipe, pools=pools, max_plans=None)
+    assert {p.gpu_type for p in ps.plans} <= {"A100-80GB", "H100-80GB"}
+    for p in ps.plans:
+        cap = 8 if p.gpu_type == "A100-80GB" else 2
+        assert p.num_gpus <= cap and p.layout.tp <= (4 if p.gpu_type == "A100-80GB" else 2)
+        assert p.layout.micro_batch == 2 and p.layout.recompute == "none" and p.layout.zero_stage in (0, 1)
+
+
+def test_max_plans_truncates() -> None:
+    full = enumerate_plans(LLAMA7, RECIPE, max_plans=None)
+    top = enumerate_plans(LLAMA7, RECIPE, max_plans=3)
+    assert len(full.plans) > 3
+    assert [p.to_dict() for p in top.plans] == [p.to_dict() for p in full.plans[:3]]
+
+
+def test_to_dict_is_json_safe() -> None:
+    ps = enumerate_plans(get_model("gpt2-124m"), TrainingRecipe(seq_len=1024, global_batch=16), max_plans=5)
+    text = json.dumps(ps.to_dict())
+    back = json.loads(text)
+    assert back["plans"][0]["rank"] == 1
+    assert back["plans"][0]["layout"]["num_gpus"] == ps.plans[0].num_gpus
+    assert back["plans"][0]["memory"]["total"] == ps.plans[0].memory.total
+
+
+def test_bad_arguments() -> None:
+    with pytest.raises(UnknownGpuError):
+        GpuPool("B300", 8, 8)
+    with pytest.raises(MarpError) as info:
+        GpuPool("A100-80GB", 0, 8)
+    assert info.value.field == "pools.total_gpus"
+    with pytest.raises(MarpError) as info:
+        enumerate_plans(LLAMA7, RECIPE, safety_margin=1.0)
+    assert info.value.field == "safety_margin"
+
+
+def test_default_enumeration_is_fast() -> None:
+    start = time.perf_counter()
+    enumerate_plans(get_model("llama-3-70b"), TrainingRecipe(seq_len=8192, global_batch=512))
+    assert time.perf_counter() - start < 1.0
+
+
+# ---- step time ---------------------------------------------------------------------------------
+
+
+def test_single_gpu_step_time_is_flops_over_peak_times_mfu() -> None:
+    model = get_model("gpt2-124m")
+    recipe = TrainingRecipe(seq_len=1024, global_batch=8)
+    gpu = get_gpu("A100-80GB")
+    # Narayanan et al. 2021: 6N (matmul params, head included) + 12 L h s per token.
+    per_token = 6 * (12 * model.layer_params() + 50257 * 768) + 12 * 12 * 768 * 1024
+    assert flops_per_token(model, 1024) == per_token
+    t = estimate_step_time(model, recipe, Layout(1, 1, 1, 0, 8, 1), gpu)
+    assert t == pytest.approx(8 * 1024 * per_token / (312e12 * 0.4))
+    rc = estimate_step_time(model, recipe, Layout(1, 1, 1, 0, 8, 1, "full"), gpu)
+    assert rc > t * 1.2
+
+
+def test_step_time_scales_and_pays_for_communication() -> None:
+    gpu = get_gpu("A100-80GB")
+    one = estimate_step_time(LLAMA7, RECIPE, Layout(1, 1, 1, 0, 1, 64), gpu)
+    eight = estimate_step_time(LLAMA7, RECIPE, Layout(1, 1, 8, 1, 1, 8), gpu)
+    sixteen = estimate_step_time(LLAMA7, RECIPE, Layout(1, 1, 16, 1, 1, 4), gpu)  # crosses nodes
+    assert one / 8 < eight < one / 6  # near-linear, plus the gradient all-reduce
+    # Ring all-reduce of the bf16 grads, 2(n-1)/n x 2 B x Psi: over 25 GB/s between nodes at
+    # dp = 16, over NVLink (300 GB/s) inside one node at dp = 8. Compute halves exactly.
+    grads = 2 * LLAMA7.param_count()
+    inter16 = 2 * 15 / 16 * grads / 25e9
+    intra8 = 2 * 7 / 8 * grads / 300e9
+    assert sixteen - eight / 2 == pytest.approx(inter16 - intra8 / 2)
+    tp = estimate_step_time(LLAMA7, RECIPE, Layout(8, 1, 1, 0, 1, 64), gpu)
+    assert tp > one / 8  # TP all-reduces cost time
+    slow = estimate_step_time(LLAMA7, RECIPE, Layout(1, 1, 1, 0, 1, 64), get_gpu("L4"))
+    assert slow == pytest.approx(one * 312 / 121)
+
+
+def test_catalog_gpus_all_usable_for_fp16() -> None:
+    recipe = TrainingRecipe(seq_len=1024, global_batch=8, precision="fp16")
+    ps = enumerate_plans(get_model("gpt2-124m"), recipe, max_plans=None)
+    assert {p.gpu_type for p in ps.plans} == {g.name for g in list_gpus()}
+    assert ps.rejected == []

@@ -1,0 +1,66 @@
+"""TrainingRecipe and Layout validation."""
+
+from __future__ import annotations
+
+import pytest
+from marp import InvalidLayoutError, InvalidRecipeError, Layout, TrainingRecipe
+
+
+def test_defaults_and_tokens_per_step() -> None:
+    r = TrainingRecipe(seq_len=2048, global_batch=32)
+    assert r.tokens_per_step == 65536
+    assert (r.micro_batch, r.precision, r.optimizer, r.zero_stages) == (None, "bf16", "adamw", (0, 1, 2, 3))
+    assert r.allow_recompute and r.flash_attention and r.train_steps == 1000 and r.max_gpus is None
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"seq_len": 0, "global_batch": 8}, "recipe.seq_len"),
+        ({"seq_len": -5, "global_batch": 8}, "recipe.seq_len"),
+        ({"seq_len": 512, "global_batch": 0}, "recipe.global_batch"),
+        ({"seq_len": 512, "global_batch": -8}, "recipe.global_batch"),
+        ({"seq_len": 512, "global_batch": 2.5}, "recipe.global_batch"),
+        ({"seq_len": 512, "global_batch": 10, "micro_batch": 4}, "recipe.micro_batch"),
+        ({"seq_len": 512, "global_batch": 8, "micro_batch": 0}, "recipe.micro_batch"),
+        ({"seq_len": 512, "global_batch": 8, "precision": "int8"}, "recipe.precision"),
+        ({"seq_len": 512, "global_batch": 8, "optimizer": "lion"}, "recipe.optimizer"),
+        ({"seq_len": 512, "global_batch": 8, "train_steps": 0}, "recipe.train_steps"),
+        ({"seq_len": 512, "global_batch": 8, "max_gpus": 0}, "recipe.max_gpus"),
+        ({"seq_len": 512, "global_batch": 8, "zero_stages": (4,)}, "recipe.zero_stages"),
+        ({"seq_len": 512, "global_batch": 8, "zero_stages": ()}, "recipe.zero_stages"),
+        ({"seq_len": 512, "global_batch": 8, "allow_recompute": "yes"}, "recipe.allow_recompute"),
+    ],
+)
+def test_bad_recipe_names_the_field(kwargs: dict[str, object], field: str) -> None:
+    with pytest.raises(InvalidRecipeError) as info:
+        TrainingRecipe(**kwargs)  # type: ignore[arg-type]
+    assert info.value.field == field
+    assert field in str(info.value)
+
+
+def test_divisibility_message_says_how_to_fix() -> None:
+    with pytest.raises(InvalidRecipeError) as info:
+        TrainingRecipe(seq_len=512, global_batch=10, micro_batch=4)
+    assert "not divisible" in str(info.value) and "To fix:" in str(info.value)
+
+
+def test_zero_stages_list_is_normalised() -> None:
+    assert TrainingRecipe(seq_len=8, global_batch=8, zero_stages=[0, 3]).zero_stages == (0, 3)  # type: ignore[arg-type]
+
+
+def test_layout_num_gpus_and_validation() -> None:
+    layout = Layout(tp=2, pp=2, dp=4, zero_stage=1, micro_batch=2, grad_accum=4, recompute="full")
+    assert layout.num_gpus == 16 and layout.samples_per_step == 32
+    for kwargs, field in [
+        ({"tp": 0}, "layout.tp"),
+        ({"dp": -1}, "layout.dp"),
+        ({"zero_stage": 4}, "layout.zero_stage"),
+        ({"recompute": "selective"}, "layout.recompute"),
+        ({"micro_batch": 0}, "layout.micro_batch"),
+    ]:
+        base = {"tp": 1, "pp": 1, "dp": 1, "zero_stage": 0, "micro_batch": 1, "grad_accum": 1}
+        base.update(kwargs)
+        with pytest.raises(InvalidLayoutError) as info:
+            Layout(**base)  # type: ignore[arg-type]
+        assert info.value.field == field
