@@ -7,6 +7,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import grpc
+
 from frenzy.common.grpc_server import stop_server
 from frenzy.predictor.server import serve as serve_predictor
 from frenzy.scheduler.service import SchedulerServer

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 import redis
+
 from frenzy.common.keys import Keys
 from frenzy.v1 import types_pb2
 

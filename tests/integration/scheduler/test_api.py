@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import grpc
 import pytest
 import redis
+
 from frenzy.common.keys import AGENT_GROUP, Keys
 from frenzy.common.messages import AgentEvent, EventKind, decode_command, encode
 from frenzy.scheduler.store import StateStore

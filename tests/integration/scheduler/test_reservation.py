@@ -6,6 +6,7 @@ import random
 import threading
 
 import redis
+
 from frenzy.common.keys import Keys
 from frenzy.scheduler.states import JobState
 from frenzy.scheduler.store import StateStore
