@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Annotated, NoReturn
 
 import grpc
-import marp
 import typer
+
+import marp
 from frenzy.cli import render
 from frenzy.common.client import DEFAULT_PREDICTOR, DEFAULT_SCHEDULER, scheduler_stub
 from frenzy.common.jobspec import JobSpecError, parse_entry

@@ -7,8 +7,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import grpc
-from frenzy.v1 import predictor_pb2_grpc, scheduler_pb2_grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from frenzy.v1 import predictor_pb2_grpc, scheduler_pb2_grpc
 
 DEFAULT_SCHEDULER = "127.0.0.1:50051"
 DEFAULT_PREDICTOR = "127.0.0.1:50052"

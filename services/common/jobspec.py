@@ -12,9 +12,10 @@ import json
 import os
 from typing import Literal
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
 from frenzy.common.convert import OPTIMIZER_BY_NAME, PRECISION_BY_NAME
 from frenzy.v1 import types_pb2
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 
 class JobSpecError(ValueError):

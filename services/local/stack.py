@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
-import marp
 import yaml
+
+import marp
 from frenzy.common.client import wait_healthy
 from frenzy.local.redis_server import RedisProcess, free_port, start_redis
 from frenzy.v1 import scheduler_pb2, scheduler_pb2_grpc

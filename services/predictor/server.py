@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 
 import grpc
+
 import marp
 from frenzy.common import convert
 from frenzy.common.grpc_server import start_server

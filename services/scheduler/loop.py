@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 
 import redis
+
 from frenzy.common.keys import SCHEDULER_GROUP, Keys
 from frenzy.common.messages import AgentEvent, BadMessage, EventKind, LaunchMessage, LayoutEnv, decode_event
 from frenzy.scheduler.states import JobState

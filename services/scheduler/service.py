@@ -16,6 +16,7 @@ from collections.abc import Iterator
 
 import grpc
 import redis
+
 from frenzy.common.grpc_server import start_server
 from frenzy.common.keys import Keys
 from frenzy.scheduler.loop import SchedulerLoop

@@ -15,12 +15,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import redis
+from google.protobuf import json_format
+
 from frenzy.common import scripts
 from frenzy.common.keys import Keys
 from frenzy.common.messages import CancelMessage, LaunchMessage
 from frenzy.scheduler.states import JobState, sources_of
 from frenzy.v1 import types_pb2
-from google.protobuf import json_format
 from has import ClusterView, GpuSlot, NodeView, Placement, PlanOption, QueuedJob
 
 STREAM_MAXLEN = 10_000
