@@ -1,0 +1,301 @@
+"""`frenzy batch` (submit many jobs through the Celery queue) and `frenzy worker`.
+
+``batch_app`` is a Typer group and ``worker_command`` a plain function with
+typer options; the main CLI registers them as ``frenzy batch`` and
+``frenzy worker``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Annotated
+
+import redis
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from frenzy.common.client import DEFAULT_SCHEDULER
+from frenzy.worker import batch as B
+
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+
+EXAMPLE_YAML = """\
+    jobs:
+      - name: gpt2-small
+        model: gpt2-124m        # catalog name, config.json path or JSON
+        seq_len: 1024
+        global_batch: 32
+        command: torchrun --nproc-per-node {nproc_per_node} train.py
+      - name: qwen-tiny
+        model: qwen2.5-0.5b
+        seq_len: 2048
+        global_batch: 16
+        micro_batch: 2          # optional; absent: the planner chooses
+        max_gpus: 4             # optional limits: max_gpus, gpu_types
+        gpu_types:
+          - A100-80GB
+        command: python train.py --tp {tp} --pp {pp}
+"""
+
+
+batch_app = typer.Typer(
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    help=f"""Submit many jobs at once through the Celery queue (needs `frenzy worker`).
+
+\b
+A batch file is YAML: a `jobs:` list (or a top-level list) of entries, each
+the same fields as `frenzy submit` -- the model and the training recipe,
+never GPUs:
+
+\b
+{EXAMPLE_YAML}
+\b
+An optional `defaults:` mapping is merged under every entry. Each entry
+becomes one queued task; a worker validates it, submits it to the scheduler
+and records the outcome, so one bad entry fails alone and the others go on.
+A task redelivered after a worker crash finds the job it already made
+(idempotency key batch:<batch id>:<index>): nothing lost, nothing doubled.
+
+\b
+Outcomes: submitted, duplicate (your idempotency_key named an existing job),
+invalid (the message names the field), rejected (no GPU type can hold it),
+error (scheduler unreachable after retries); queued / retrying while in flight.
+
+\b
+Examples:
+  frenzy batch submit examples/jobs.yaml
+  frenzy batch submit jobs.yaml --no-wait
+  frenzy batch status 20250101-120000-3fa9c1 --json
+  frenzy batch list
+""",
+)
+
+STATUS_STYLE = {
+    B.QUEUED: "dim", B.RETRYING: "yellow", B.SUBMITTED: "green", B.DUPLICATE: "cyan",
+    B.INVALID: "red", B.REJECTED: "red", B.ERROR: "bold red",
+}
+
+RedisUrlOpt = Annotated[str, typer.Option(
+    "--redis-url", envvar="REDIS_URL", help="Redis used as the Celery broker and for batch outcomes.")]
+PrefixOpt = Annotated[str | None, typer.Option(
+    "--prefix", envvar="FRENZY_PREFIX", help="Key prefix of the Frenzy stack (default: frenzy).")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+
+
+def _connect(redis_url: str, prefix: str | None) -> redis.Redis:
+    from frenzy.worker.app import configure
+
+    configure(redis_url=redis_url, prefix=prefix)
+    client = redis.Redis.from_url(redis_url, decode_responses=True, socket_connect_timeout=5)
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        typer.echo(f"error: cannot reach Redis at {redis_url} ({exc}). To fix: start Redis "
+                   "(`frenzy up` or docker compose up redis) or pass --redis-url / set REDIS_URL", err=True)
+        raise typer.Exit(1) from None
+    return client
+
+
+def _summary(outcomes: list[B.Outcome]) -> str:
+    counts = Counter(o.status for o in outcomes)
+    parts = [f"{counts[s]} {s}" for s in (B.SUBMITTED, B.DUPLICATE, B.INVALID, B.REJECTED, B.ERROR,
+                                          B.RETRYING, B.QUEUED) if counts[s]]
+    return f"{len(outcomes)} entries: " + ", ".join(parts)
+
+
+def _as_json(batch_id: str, outcomes: list[B.Outcome]) -> dict:
+    return {
+        "batch_id": batch_id,
+        "done": all(o.final for o in outcomes),
+        "failed": sum(1 for o in outcomes if o.status in B.FAILED),
+        "counts": dict(Counter(o.status for o in outcomes)),
+        "entries": [{"index": o.index, "name": o.name, "status": o.status, "job_id": o.job_id, "error": o.error,
+                     "attempts": o.attempts} for o in outcomes],
+    }
+
+
+def _print_outcomes(batch_id: str, outcomes: list[B.Outcome], as_json: bool) -> None:
+    if as_json:
+        typer.echo(json.dumps(_as_json(batch_id, outcomes), indent=2))
+        return
+    table = Table(title=f"batch {batch_id}", title_justify="left")
+    table.add_column("#", justify="right")
+    table.add_column("name")
+    table.add_column("status")
+    table.add_column("job id", no_wrap=True)
+    table.add_column("error", overflow="fold")
+    for o in outcomes:
+        table.add_row(str(o.index), o.name or "-", f"[{STATUS_STYLE.get(o.status, '')}]{o.status}[/]",
+                      o.job_id or "-", o.error or "")
+    console = Console()
+    console.print(table)
+    console.print(_summary(outcomes))
+
+
+def _wait(client: redis.Redis, keys, batch_id: str, total: int, timeout: float, quiet: bool) -> list[B.Outcome]:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    deadline = time.monotonic() + timeout
+    started = time.monotonic()
+    outcomes = B.read_batch(client, keys, batch_id)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=Console(stderr=True), transient=True, disable=quiet) as progress:
+        task = progress.add_task("submitting", total=total)
+        while True:
+            outcomes = B.read_batch(client, keys, batch_id)
+            finished = sum(1 for o in outcomes if o.final)
+            note = "submitting"
+            if finished == 0 and time.monotonic() - started > 5:
+                note = "waiting for a worker (is `frenzy worker` running?)"
+            elif any(o.status == B.RETRYING for o in outcomes):
+                note = "submitting (scheduler unreachable, retrying)"
+            progress.update(task, completed=finished, description=note)
+            if finished >= total or time.monotonic() > deadline:
+                return outcomes
+            time.sleep(0.3)
+
+
+@batch_app.command("submit")
+def submit(
+    jobs_yaml: Annotated[Path, typer.Argument(metavar="JOBS_YAML", help="YAML file: `jobs:` list of entries.",
+                                              show_default=False)],
+    wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Wait until every entry has an outcome, then "
+                                       "print them; exit 1 when any failed.")] = True,
+    timeout: Annotated[float, typer.Option(min=0.0, help="Seconds --wait waits; exit 3 when it runs out.")] = 300.0,
+    as_json: JsonOpt = False,
+    redis_url: RedisUrlOpt = DEFAULT_REDIS_URL,
+    prefix: PrefixOpt = None,
+) -> None:
+    """Enqueue every job of JOBS_YAML under a fresh batch id (see `frenzy batch --help` for the format).
+
+    Exit status: 0 all submitted; 1 some entry failed (or Redis unreachable);
+    2 the file is unusable (nothing enqueued); 3 --wait timed out.
+    """
+    try:
+        entries = B.load_batch_file(jobs_yaml)
+    except B.BatchFileError as exc:
+        typer.echo(f"error: {exc}\nNothing was enqueued. See `frenzy batch --help` for the file format.", err=True)
+        raise typer.Exit(2) from None
+    client = _connect(redis_url, prefix)
+    from frenzy.worker.app import app, enqueue, settings
+
+    keys = settings.keys
+    batch_id = B.new_batch_id()
+    B.init_batch(client, keys, batch_id, entries)
+    sent = 0
+    try:
+        with app.producer_or_acquire() as producer:
+            for i, entry in enumerate(entries):
+                enqueue(batch_id, i, entry, producer=producer)
+                sent += 1
+    except Exception as exc:  # broker trouble: say which entries never left, do not leave them "queued"
+        for i in range(sent, len(entries)):
+            B.record_outcome(client, keys, batch_id, B.Outcome(
+                index=i, status=B.ERROR, name=B.entry_name(entries[i]), at=time.time(),
+                error=f"not enqueued: {exc}"))
+        typer.echo(f"error: enqueuing batch {batch_id} failed after {sent} of {len(entries)} entries: {exc}",
+                   err=True)
+        raise typer.Exit(1) from None
+    if not wait:
+        if as_json:
+            typer.echo(json.dumps({"batch_id": batch_id, "entries": len(entries), "queue": settings.queue}))
+        else:
+            typer.echo(f"batch {batch_id}: {len(entries)} entries queued. Follow it with: "
+                       f"frenzy batch status {batch_id}")
+        return
+    outcomes = _wait(client, keys, batch_id, len(entries), timeout, quiet=as_json)
+    _print_outcomes(batch_id, outcomes, as_json)
+    if not all(o.final for o in outcomes):
+        left = sum(1 for o in outcomes if not o.final)
+        typer.echo(f"timed out after {timeout:g}s with {left} entries in flight; they stay queued. "
+                   f"Is a worker running (`frenzy worker`)? Check later: frenzy batch status {batch_id}", err=True)
+        raise typer.Exit(3)
+    if any(o.status in B.FAILED for o in outcomes):
+        raise typer.Exit(1)
+
+
+@batch_app.command("status")
+def status(
+    batch_id: Annotated[str, typer.Argument(metavar="BATCH_ID", help="As printed by `frenzy batch submit`.",
+                                            show_default=False)],
+    as_json: JsonOpt = False,
+    redis_url: RedisUrlOpt = DEFAULT_REDIS_URL,
+    prefix: PrefixOpt = None,
+) -> None:
+    """Show each entry of a batch: status, job id, error. Exit 1 when an entry failed or the batch is unknown."""
+    client = _connect(redis_url, prefix)
+    from frenzy.worker.app import settings
+
+    outcomes = B.read_batch(client, settings.keys, batch_id)
+    if not outcomes:
+        typer.echo(f"error: no batch {batch_id!r}. Recent batches: frenzy batch list", err=True)
+        raise typer.Exit(1)
+    _print_outcomes(batch_id, outcomes, as_json)
+    if any(o.status in B.FAILED for o in outcomes):
+        raise typer.Exit(1)
+
+
+@batch_app.command("list")
+def list_(
+    limit: Annotated[int, typer.Option(min=1, help="How many recent batches.")] = 20,
+    as_json: JsonOpt = False,
+    redis_url: RedisUrlOpt = DEFAULT_REDIS_URL,
+    prefix: PrefixOpt = None,
+) -> None:
+    """Recent batches, newest first, with how their entries ended."""
+    client = _connect(redis_url, prefix)
+    from frenzy.worker.app import settings
+
+    rows = []
+    for batch_id, created in B.list_batches(client, settings.keys, limit):
+        outcomes = B.read_batch(client, settings.keys, batch_id)
+        rows.append((batch_id, created, outcomes))
+    if as_json:
+        typer.echo(json.dumps([{"batch_id": b, "created_at": c, **{k: v for k, v in _as_json(b, o).items()
+                                                                   if k in ("done", "failed", "counts")}}
+                               for b, c, o in rows], indent=2))
+        return
+    table = Table(title="batches", title_justify="left")
+    table.add_column("batch id", no_wrap=True)
+    table.add_column("created (UTC)")
+    table.add_column("outcome")
+    for batch_id, created, outcomes in rows:
+        table.add_row(batch_id, time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(created)), _summary(outcomes))
+    Console().print(table)
+
+
+POOLS = ("threads", "solo", "prefork")
+
+
+def worker_command(
+    redis_url: RedisUrlOpt = DEFAULT_REDIS_URL,
+    scheduler: Annotated[str, typer.Option(
+        "--scheduler", envvar="FRENZY_SCHEDULER", help="Scheduler gRPC address (host:port).")] = DEFAULT_SCHEDULER,
+    concurrency: Annotated[int, typer.Option(min=1, help="Entries submitted in parallel.")] = 2,
+    loglevel: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING or ERROR.")] = "INFO",
+    pool: Annotated[str, typer.Option(help="Celery pool: threads, solo or prefork (gRPC channels are made per "
+                                           "task, so prefork is safe too).")] = "threads",
+    prefix: PrefixOpt = None,
+) -> None:
+    """Run a batch-submission worker: takes `frenzy batch submit` entries off the Redis queue, submits each
+    to the scheduler over gRPC and records its outcome. Run as many as you like, on any host that
+    reaches Redis and the scheduler.
+
+    \b
+    Example:
+      frenzy worker --redis-url redis://127.0.0.1:6379/0 --scheduler 127.0.0.1:50051
+    """
+    if pool not in POOLS:
+        raise typer.BadParameter(f"{pool!r} is not one of {', '.join(POOLS)}", param_hint="--pool")
+    from frenzy.worker.app import app, configure
+
+    s = configure(redis_url=redis_url, scheduler=scheduler, prefix=prefix)
+    app.worker_main([
+        "worker", f"--concurrency={concurrency}", f"--loglevel={loglevel.upper()}", f"--pool={pool}",
+        f"--queues={s.queue}", "--hostname=frenzy-worker@%h", "--without-gossip", "--without-mingle",
+    ])

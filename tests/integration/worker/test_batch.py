@@ -1,0 +1,257 @@
+"""Batch submission through Celery: a real Redis broker, a real Celery worker
+(in a thread of this process), a real scheduler and predictor on loopback."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import grpc
+import pytest
+import redis
+from celery.contrib.testing.worker import start_worker
+from typer.testing import CliRunner
+
+from frenzy.common.keys import Keys
+from frenzy.v1 import scheduler_pb2
+from frenzy.worker import app as worker_app
+from frenzy.worker import batch as B
+from frenzy.worker.cli import batch_app
+from support.servers import Servers, running_servers
+from support.state import add_node
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.filterwarnings("ignore:Call to deprecated setex:DeprecationWarning")]  # celery, not us
+
+GiB = 1024**3
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _good(name: str, model: str = "gpt2-124m", **over: object) -> dict:
+    return {"name": name, "model": model, "seq_len": 512, "global_batch": 8, "command": "python -c 'print(1)'",
+            **over}
+
+
+@pytest.fixture
+def settings_restored() -> Iterator[None]:
+    saved = replace(worker_app.settings)
+    yield
+    worker_app.settings.redis_url, worker_app.settings.scheduler, worker_app.settings.prefix = (
+        saved.redis_url, saved.scheduler, saved.prefix)
+
+
+@pytest.fixture
+def servers(redis_url: str, prefix: str, redis_client: redis.Redis, keys: Keys) -> Iterator[Servers]:
+    add_node(redis_client, keys, "a100-0", "A100-80GB", 4)
+    add_node(redis_client, keys, "l4-0", "L4", 2, memory=23 * GiB)
+    with running_servers(redis_url, prefix) as s:
+        yield s
+
+
+@pytest.fixture
+def worker(servers: Servers, redis_url: str, prefix: str, settings_restored: None) -> Iterator[None]:
+    s = worker_app.configure(redis_url=redis_url, scheduler=servers.scheduler_addr, prefix=prefix)
+    with start_worker(worker_app.app, pool="threads", concurrency=2, perform_ping_check=False,
+                      queues=[s.queue], loglevel="WARNING", shutdown_timeout=10):
+        yield
+
+
+def _wait_batch(client: redis.Redis, keys: Keys, batch_id: str, n: int, timeout_s: float = 60) -> list[B.Outcome]:
+    deadline = time.monotonic() + timeout_s
+    outcomes: list[B.Outcome] = []
+    while time.monotonic() < deadline:
+        outcomes = B.read_batch(client, keys, batch_id)
+        if len(outcomes) == n and all(o.final for o in outcomes):
+            return outcomes
+        time.sleep(0.1)
+    raise AssertionError(f"batch {batch_id} not finished in {timeout_s}s: {outcomes}")
+
+
+def _jobs(servers: Servers) -> list:
+    return list(servers.stub.ListJobs(scheduler_pb2.ListJobsRequest(limit=1000), timeout=10).jobs)
+
+
+def test_good_entries_become_jobs_and_bad_ones_fail_alone(
+    worker: None, servers: Servers, redis_client: redis.Redis, keys: Keys,
+) -> None:
+    entries = [
+        _good("one"),
+        _good("bad-batch", global_batch=-4),  # the worker's own validation (JobSpecError)
+        _good("two", model="qwen2.5-0.5b"),
+        _good("unknown-model", model="llama-9-7b"),  # the predictor's INVALID_ARGUMENT
+        _good("too-big", model="llama-2-70b", seq_len=4096, gpu_types=["L4"]),  # FAILED_PRECONDITION
+        "not a mapping",
+        _good("three", idempotency_key="mine-1"),
+    ]
+    batch_id = B.new_batch_id()
+    B.init_batch(redis_client, keys, batch_id, entries)  # type: ignore[arg-type]
+    for i, entry in enumerate(entries):
+        worker_app.enqueue(batch_id, i, entry)  # type: ignore[arg-type]
+    out = _wait_batch(redis_client, keys, batch_id, len(entries))
+    by_name = {o.name or f"#{o.index}": o for o in out}
+
+    for name in ("one", "two", "three"):
+        assert by_name[name].status == B.SUBMITTED, by_name[name]
+        job = servers.stub.GetJob(scheduler_pb2.GetJobRequest(job_id=by_name[name].job_id), timeout=5)
+        assert job.spec.name == name
+    assert by_name["bad-batch"].status == B.INVALID
+    assert by_name["bad-batch"].error.startswith("global_batch:"), by_name["bad-batch"].error
+    assert by_name["unknown-model"].status == B.INVALID and "model" in by_name["unknown-model"].error
+    assert by_name["too-big"].status == B.REJECTED and "L4" in by_name["too-big"].error
+    assert by_name["#5"].status == B.INVALID
+    # Every failure is final after one attempt (never retried), and only the good ones are jobs.
+    assert all(o.attempts == 1 for o in out)
+    jobs = _jobs(servers)
+    assert sorted(j.spec.name for j in jobs) == ["one", "three", "two"]
+    keys_used = {j.spec.idempotency_key for j in jobs}
+    assert keys_used == {f"batch:{batch_id}:0", f"batch:{batch_id}:2", "mine-1"}
+    assert redis_client.zscore(keys.batches(), batch_id) is not None
+
+
+def test_redelivered_task_returns_the_same_job(
+    worker: None, servers: Servers, redis_client: redis.Redis, keys: Keys,
+) -> None:
+    batch_id = B.new_batch_id()
+    entry = _good("once")
+    # The same message delivered twice (what acks_late does after a worker dies mid-task).
+    first = worker_app.submit_job.AsyncResult(worker_app.enqueue(batch_id, 0, entry)).get(timeout=30)
+    again = worker_app.submit_job.AsyncResult(worker_app.enqueue(batch_id, 0, entry)).get(timeout=30)
+    assert first["status"] == again["status"] == B.SUBMITTED
+    assert first["job_id"] and first["job_id"] == again["job_id"]
+    # A crash after the scheduler accepted the job but before the outcome was written: the record is
+    # gone, the redelivered task submits again and the scheduler answers with the first job.
+    redis_client.hdel(keys.batch(batch_id), "0")
+    third = worker_app.submit_job.AsyncResult(worker_app.enqueue(batch_id, 0, entry)).get(timeout=30)
+    assert third["status"] == B.SUBMITTED and third["job_id"] == first["job_id"]
+    assert len(_jobs(servers)) == 1
+    assert B.get_outcome(redis_client, keys, batch_id, 0).job_id == first["job_id"]  # type: ignore[union-attr]
+
+
+def test_entry_with_an_existing_idempotency_key_is_a_duplicate(
+    worker: None, servers: Servers, redis_client: redis.Redis, keys: Keys,
+) -> None:
+    first, second = B.new_batch_id(), B.new_batch_id()
+    a = worker_app.submit_job.AsyncResult(worker_app.enqueue(first, 0, _good("x", idempotency_key="k"))).get(30)
+    b = worker_app.submit_job.AsyncResult(worker_app.enqueue(second, 0, _good("x", idempotency_key="k"))).get(30)
+    assert a["status"] == B.SUBMITTED and b["status"] == B.DUPLICATE and a["job_id"] == b["job_id"]
+    assert len(_jobs(servers)) == 1
+
+
+def test_unreachable_scheduler_is_retried_then_recorded_as_error(
+    redis_url: str, prefix: str, redis_client: redis.Redis, keys: Keys, settings_restored: None,
+) -> None:
+    from frenzy.local.redis_server import free_port
+
+    worker_app.configure(redis_url=redis_url, scheduler=f"127.0.0.1:{free_port()}", prefix=prefix)
+    batch_id = B.new_batch_id()
+    # Eager: Celery runs the task and its autoretries in this thread (countdowns skipped).
+    result = worker_app.submit_job.apply(args=(batch_id, 0, _good("lonely"))).get(timeout=60)
+    assert result["status"] == B.ERROR and "unreachable" in result["error"], result
+    outcome = B.get_outcome(redis_client, keys, batch_id, 0)
+    assert outcome is not None and outcome.attempts == worker_app.MAX_RETRIES + 1
+
+
+def test_a_recorded_success_is_never_overwritten_by_a_failure(redis_client: redis.Redis, keys: Keys) -> None:
+    B.record_outcome(redis_client, keys, "b1", B.Outcome(index=0, status=B.SUBMITTED, job_id="job-1"))
+    assert not B.record_outcome(redis_client, keys, "b1", B.Outcome(index=0, status=B.ERROR, error="x"))
+    assert B.get_outcome(redis_client, keys, "b1", 0).job_id == "job-1"  # type: ignore[union-attr]
+    assert B.record_outcome(redis_client, keys, "b1", B.Outcome(index=1, status=B.RETRYING, error="x"))
+    assert B.record_outcome(redis_client, keys, "b1", B.Outcome(index=1, status=B.SUBMITTED, job_id="job-2"))
+    assert [o.status for o in B.read_batch(redis_client, keys, "b1")] == [B.SUBMITTED, B.SUBMITTED]
+
+
+def test_cli_submits_the_example_batch_and_waits(
+    worker: None, servers: Servers, redis_url: str, prefix: str, redis_client: redis.Redis, keys: Keys,
+) -> None:
+    runner = CliRunner()
+    res = runner.invoke(batch_app, ["submit", str(ROOT / "examples" / "jobs.yaml"), "--json", "--timeout", "60",
+                                    "--redis-url", redis_url, "--prefix", prefix])
+    assert res.exit_code == 1, res.output  # one entry is bad on purpose
+    report = json.loads(res.stdout)
+    assert report["done"] and report["failed"] == 1
+    statuses = {e["name"]: e["status"] for e in report["entries"]}
+    assert statuses == {"gpt2-small": B.SUBMITTED, "qwen-tiny": B.SUBMITTED, "gpt2-medium-l4": B.SUBMITTED,
+                        "broken-batch": B.INVALID}
+    bad = next(e for e in report["entries"] if e["name"] == "broken-batch")
+    assert "global_batch" in bad["error"]
+    assert len(_jobs(servers)) == 3
+
+    res = runner.invoke(batch_app, ["status", report["batch_id"], "--redis-url", redis_url, "--prefix", prefix])
+    assert res.exit_code == 1 and "broken-batch" in res.stdout and "submitted" in res.stdout, res.output
+    res = runner.invoke(batch_app, ["list", "--json", "--redis-url", redis_url, "--prefix", prefix])
+    assert res.exit_code == 0 and json.loads(res.stdout)[0]["batch_id"] == report["batch_id"]
+
+
+def test_cli_rejects_a_broken_file_and_enqueues_nothing(
+    tmp_path: Path, redis_url: str, prefix: str, redis_client: redis.Redis, keys: Keys, settings_restored: None,
+) -> None:
+    runner = CliRunner()
+    cases = {
+        "syntax.yaml": "jobs:\n  - name: a\n    model: b: c\n",
+        "scalar.yaml": "just a string\n",
+        "items.yaml": "jobs:\n  - 42\n",
+        "empty.yaml": "jobs: []\n",
+    }
+    for name, text in cases.items():
+        path = tmp_path / name
+        path.write_text(text)
+        res = runner.invoke(batch_app, ["submit", str(path), "--redis-url", redis_url, "--prefix", prefix])
+        assert res.exit_code == 2, (name, res.output)
+        assert "Nothing was enqueued" in res.output
+    res = runner.invoke(batch_app, ["submit", str(tmp_path / "syntax.yaml"), "--redis-url", redis_url])
+    assert "line 3" in res.output, res.output
+    assert redis_client.zcard(keys.batches()) == 0
+    assert redis_client.llen(keys.batch_queue()) == 0
+
+
+def test_cli_no_wait_prints_the_batch_id_and_status_of_unknown_batch(
+    redis_url: str, prefix: str, redis_client: redis.Redis, keys: Keys, settings_restored: None,
+) -> None:
+    runner = CliRunner()
+    res = runner.invoke(batch_app, ["submit", str(ROOT / "examples" / "jobs.yaml"), "--no-wait", "--json",
+                                    "--redis-url", redis_url, "--prefix", prefix])
+    assert res.exit_code == 0, res.output
+    batch_id = json.loads(res.stdout)["batch_id"]
+    assert redis_client.llen(keys.batch_queue()) == 4  # no worker here: the tasks wait in the queue
+    assert [o.status for o in B.read_batch(redis_client, keys, batch_id)] == [B.QUEUED] * 4
+    redis_client.delete(keys.batch_queue())
+    res = runner.invoke(batch_app, ["status", "nope", "--redis-url", redis_url, "--prefix", prefix])
+    assert res.exit_code == 1 and "no batch" in res.output
+
+
+def test_scheduler_errors_map_to_outcomes(redis_client: redis.Redis, keys: Keys, monkeypatch) -> None:  # noqa: ANN001
+    """INTERNAL and friends are recorded as error without a retry; the mapping does not need a server."""
+
+    class Boom(grpc.RpcError):
+        def __init__(self, code: grpc.StatusCode) -> None:
+            self._code = code
+
+        def code(self) -> grpc.StatusCode:
+            return self._code
+
+        def details(self) -> str:
+            return "boom"
+
+    class Stub:
+        code = grpc.StatusCode.INTERNAL
+
+        def SubmitJob(self, *a: object, **k: object) -> None:  # noqa: N802
+            raise Boom(self.code)
+
+    from contextlib import contextmanager
+
+    @contextmanager
+    def fake_stub(address: str | None = None):  # noqa: ANN202
+        yield Stub()
+
+    monkeypatch.setattr(worker_app, "scheduler_stub", fake_stub)
+    out = worker_app.process_entry("b", 0, _good("x"), scheduler="nowhere", client=redis_client, keys=keys)
+    assert out.status == B.ERROR and "INTERNAL" in out.error
+    Stub.code = grpc.StatusCode.UNAVAILABLE
+    with pytest.raises(worker_app.SchedulerUnreachable):
+        worker_app.process_entry("b", 1, _good("y"), scheduler="nowhere", client=redis_client, keys=keys,
+                                 final_attempt=False)
+    assert B.get_outcome(redis_client, keys, "b", 1).status == B.RETRYING  # type: ignore[union-attr]
