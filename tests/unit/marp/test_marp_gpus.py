@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from marp import UnknownGpuError, get_gpu, gpu_from_nvml_name, list_gpus
 from marp.gpus import GiB
 

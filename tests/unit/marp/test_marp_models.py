@@ -6,6 +6,7 @@ import dataclasses
 import pickle
 
 import pytest
+
 from marp import MarpError, ModelConfigError, ModelSpec, UnknownModelError, get_model, list_models
 
 # Published counts: sum(p.numel()) of the HF checkpoints (model cards / safetensors index).

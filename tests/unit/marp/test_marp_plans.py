@@ -6,8 +6,10 @@ import json
 import time
 
 import pytest
+
 from marp import (
     GpuPool,
+    InvalidRecipeError,
     Layout,
     MarpError,
     TrainingRecipe,
@@ -157,3 +159,17 @@ def test_catalog_gpus_all_usable_for_fp16() -> None:
     ps = enumerate_plans(get_model("gpt2-124m"), recipe, max_plans=None)
     assert {p.gpu_type for p in ps.plans} == {g.name for g in list_gpus()}
     assert ps.rejected == []
+
+
+def test_recipe_the_model_cannot_take_raises() -> None:
+    with pytest.raises(InvalidRecipeError) as info:
+        enumerate_plans(get_model("gpt2-124m"), TrainingRecipe(seq_len=2048, global_batch=8))
+    assert info.value.field == "recipe.seq_len"
+
+
+def test_no_valid_layout_is_explained() -> None:
+    # ZeRO-3 only, but a single GPU has no data-parallel group to shard over.
+    recipe = TrainingRecipe(seq_len=1024, global_batch=8, zero_stages=(3,))
+    ps = enumerate_plans(get_model("gpt2-124m"), recipe, pools=[GpuPool("A100-80GB", 1, 1)])
+    assert ps.plans == []
+    assert ps.rejected and ps.rejected[0].startswith("A100-80GB: no valid layout on 1 GPU(s)")
