@@ -7,7 +7,15 @@ import pickle
 
 import pytest
 
-from marp import MarpError, ModelConfigError, ModelSpec, UnknownModelError, get_model, list_models
+from marp import (
+    InvalidRecipeError,
+    MarpError,
+    ModelConfigError,
+    ModelSpec,
+    UnknownModelError,
+    get_model,
+    list_models,
+)
 
 # Published counts: sum(p.numel()) of the HF checkpoints (model cards / safetensors index).
 PUBLISHED = {
@@ -120,3 +128,14 @@ def test_tp_split_sums_to_layer_params() -> None:
         sharded, replicated = model.layer_params_split()
         assert sharded + replicated == model.layer_params()
         assert replicated == 2 * model.norm_params() + (2 * model.hidden if model.bias else 0)
+
+
+def test_error_message_form_used_by_the_services() -> None:
+    err = InvalidRecipeError("recipe.precision: unknown value 7", field="recipe.precision")
+    assert err.field == "recipe.precision" and str(err) == "recipe.precision: unknown value 7"
+    plain = InvalidRecipeError("must be >= 0", field="limits.max_gpus", fix="use a count")
+    assert str(plain) == "limits.max_gpus: must be >= 0 To fix: use a count"
+    back = pickle.loads(pickle.dumps(err))
+    assert type(back) is InvalidRecipeError and back.field == err.field and str(back) == str(err)
+    with pytest.raises(TypeError):
+        MarpError("only one argument")
