@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from marp.errors import ModelConfigError, UnknownModelError
@@ -226,11 +226,6 @@ def _architecture(cfg: Mapping[str, Any]) -> str:
     )
 
 
-_BUILDERS: dict[str, Callable[[Mapping[str, Any], str], ModelSpec]] = {
-    "GPT2LMHeadModel": _from_gpt2,
-}
-
-
 def model_from_hf_config(cfg: dict[str, Any], name: str = "custom") -> ModelSpec:
     """A ModelSpec from a HF ``config.json`` dict or from Frenzy's neutral spec (``"arch"`` key)."""
     if not isinstance(cfg, Mapping):
@@ -240,9 +235,8 @@ def model_from_hf_config(cfg: dict[str, Any], name: str = "custom") -> ModelSpec
     if "arch" in cfg and "architectures" not in cfg:
         return _from_neutral(cfg, name)
     arch = _architecture(cfg)
-    builder = _BUILDERS.get(arch)
-    if builder is not None:
-        return builder(cfg, name)
+    if arch == "GPT2LMHeadModel":
+        return _from_gpt2(cfg, name)
     return _from_llama_like(cfg, name, arch)
 
 
