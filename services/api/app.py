@@ -1,0 +1,258 @@
+"""HTTP gateway and dashboard: a thin FastAPI layer over the Scheduler's gRPC API.
+
+    GET  /                       the dashboard (one static HTML file, no CDN)
+    GET  /healthz                200 when the scheduler answers its health check, else 503
+    GET  /api/jobs               ?state=PENDING&state=RUNNING&limit=100 -> {"jobs": [summary, ...]}
+    GET  /api/jobs/{id}          the whole job: spec, plan, placement, history, candidate plans
+    POST /api/jobs               body: a job entry as `frenzy submit` takes it (see the OpenAPI schema)
+    POST /api/jobs/{id}/cancel   body (optional): {"reason": "..."}
+    GET  /api/nodes              ?include_dead=true -> {"nodes": [...]}
+
+gRPC status codes become HTTP ones: INVALID_ARGUMENT 400 (the message names the
+field), NOT_FOUND 404, FAILED_PRECONDITION and ALREADY_EXISTS 409,
+UNAVAILABLE 503, DEADLINE_EXCEEDED 504, anything else 502. Error bodies are
+``{"detail": "<message>"}``. JSON mirrors the proto field names; enums are
+short names (``"PENDING"``, ``"BF16"``) and 64-bit integers are numbers.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from contextlib import asynccontextmanager
+from functools import cache
+from importlib import resources
+from typing import Any, TypeVar
+
+import grpc
+from fastapi import FastAPI, HTTPException, Query, Request
+from fastapi.responses import HTMLResponse, JSONResponse
+from google.protobuf.descriptor import EnumDescriptor, FieldDescriptor
+from google.protobuf.message import Message
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from starlette.concurrency import run_in_threadpool
+
+from frenzy.common.jobspec import JobEntry, JobSpecError, parse_entry
+from frenzy.v1 import scheduler_pb2, scheduler_pb2_grpc, types_pb2
+
+T = TypeVar("T")
+
+HTTP_STATUS = {
+    grpc.StatusCode.INVALID_ARGUMENT: 400,
+    grpc.StatusCode.OUT_OF_RANGE: 400,
+    grpc.StatusCode.NOT_FOUND: 404,
+    grpc.StatusCode.FAILED_PRECONDITION: 409,
+    grpc.StatusCode.ALREADY_EXISTS: 409,
+    grpc.StatusCode.ABORTED: 409,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: 429,
+    grpc.StatusCode.UNAVAILABLE: 503,
+    grpc.StatusCode.DEADLINE_EXCEEDED: 504,
+}
+READ_TIMEOUT_S = 10.0
+SUBMIT_TIMEOUT_S = 60.0  # the scheduler asks the predictor before answering
+
+
+# ---- proto -> JSON ----------------------------------------------------------------------------
+
+_INT64 = {FieldDescriptor.TYPE_INT64, FieldDescriptor.TYPE_UINT64, FieldDescriptor.TYPE_SINT64,
+          FieldDescriptor.TYPE_FIXED64, FieldDescriptor.TYPE_SFIXED64}
+
+
+@cache
+def _enum_prefix(enum: EnumDescriptor) -> str:
+    """JobState -> "JOB_STATE_": the part every value name repeats."""
+    out = []
+    for i, ch in enumerate(enum.name):
+        if ch.isupper() and i:
+            out.append("_")
+        out.append(ch.upper())
+    return "".join(out) + "_"
+
+
+def _scalar(field: FieldDescriptor, value: Any) -> Any:
+    if field.type == FieldDescriptor.TYPE_ENUM:
+        name = field.enum_type.values_by_number[value].name if value in field.enum_type.values_by_number else value
+        return name.removeprefix(_enum_prefix(field.enum_type)) if isinstance(name, str) else name
+    if field.type == FieldDescriptor.TYPE_MESSAGE:
+        return to_json(value)
+    if field.type in _INT64:
+        return int(value)
+    return value
+
+
+def to_json(msg: Message) -> dict[str, Any]:
+    """Every field of ``msg`` by its proto name (unset sub-messages and oneof members: null / absent)."""
+    out: dict[str, Any] = {}
+    for field in msg.DESCRIPTOR.fields:
+        value = getattr(msg, field.name)
+        if field.message_type is not None and field.message_type.GetOptions().map_entry:
+            vfield = field.message_type.fields_by_name["value"]
+            out[field.name] = {k: _scalar(vfield, v) for k, v in value.items()}
+        elif field.is_repeated:
+            out[field.name] = [_scalar(field, v) for v in value]
+        elif field.has_presence and not msg.HasField(field.name):
+            oneof = field.containing_oneof
+            if oneof is not None and len(oneof.fields) > 1:
+                continue  # a real oneof: only the member that is set appears
+            out[field.name] = None
+        else:
+            out[field.name] = _scalar(field, value)
+    return out
+
+
+def job_summary(job: types_pb2.Job) -> dict[str, Any]:
+    """What the jobs table needs, without the candidate plans."""
+    plan = None
+    if job.HasField("plan"):
+        p, lay = job.plan, job.plan.layout
+        plan = {"gpu_type": p.gpu_type, "num_gpus": p.num_gpus, "tp": lay.tp, "pp": lay.pp, "dp": lay.dp,
+                "zero_stage": lay.zero_stage, "micro_batch": lay.micro_batch, "recompute": lay.recompute,
+                "peak_bytes_per_gpu": int(p.peak_bytes_per_gpu), "step_time_s": p.step_time_s}
+    return {
+        "id": job.id,
+        "name": job.spec.name,
+        "state": types_pb2.JobState.Name(job.state).removeprefix("JOB_STATE_"),
+        "pending_reason": job.pending_reason,
+        "model_name": job.model_name or job.spec.model.catalog_name or job.spec.model.display_name,
+        "parameter_count": int(job.parameter_count),
+        "seq_len": int(job.spec.recipe.seq_len),
+        "global_batch": int(job.spec.recipe.global_batch),
+        "attempt": job.attempt,
+        "submitted_at": job.submitted_at,
+        "plan": plan,
+        "placement": [{"node": a.node, "gpu_indices": list(a.gpu_indices)} for a in job.placement],
+        "exit_codes": dict(job.exit_codes),
+    }
+
+
+def job_detail(job: types_pb2.Job) -> dict[str, Any]:
+    return {**job_summary(job), "job": to_json(job)}
+
+
+# ---- the app ----------------------------------------------------------------------------------
+
+
+@cache
+def dashboard_html() -> str:
+    return resources.files("frenzy.api").joinpath("static", "index.html").read_text(encoding="utf-8")
+
+
+def _http_error(exc: grpc.RpcError) -> HTTPException:
+    code = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
+    details = (exc.details() if hasattr(exc, "details") else "") or str(code)
+    if code == grpc.StatusCode.UNAVAILABLE:
+        details = f"scheduler unavailable: {details}"
+    return HTTPException(status_code=HTTP_STATUS.get(code, 502), detail=details)
+
+
+def create_app(scheduler_address: str) -> FastAPI:
+    """The gateway for the scheduler at ``scheduler_address`` (host:port). One gRPC channel per app."""
+    channel: dict[str, grpc.Channel] = {}
+
+    def get_channel() -> grpc.Channel:
+        if "c" not in channel:
+            channel["c"] = grpc.insecure_channel(scheduler_address)
+        return channel["c"]
+
+    def stub() -> scheduler_pb2_grpc.SchedulerStub:
+        return scheduler_pb2_grpc.SchedulerStub(get_channel())
+
+    def call(fn: Callable[[scheduler_pb2_grpc.SchedulerStub], T]) -> T:
+        try:
+            return fn(stub())
+        except grpc.RpcError as exc:
+            raise _http_error(exc) from None
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> Iterator[None]:  # type: ignore[misc]
+        yield
+        if "c" in channel:
+            channel.pop("c").close()
+
+    app = FastAPI(
+        title="Frenzy", version="0.1.0", lifespan=lifespan,
+        description="Submit LLM training jobs by model and recipe; Frenzy picks the GPUs. "
+                    f"Gateway to the scheduler at {scheduler_address}.",
+    )
+    app.state.scheduler_address = scheduler_address
+
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    def dashboard() -> HTMLResponse:
+        return HTMLResponse(dashboard_html())
+
+    @app.get("/healthz", tags=["health"])
+    def healthz() -> JSONResponse:
+        """200 when the scheduler answers SERVING to a gRPC health check, else 503."""
+        try:
+            resp = health_pb2_grpc.HealthStub(get_channel()).Check(
+                health_pb2.HealthCheckRequest(service=""), timeout=3)
+            serving = resp.status == health_pb2.HealthCheckResponse.SERVING
+            why = health_pb2.HealthCheckResponse.ServingStatus.Name(resp.status)
+        except grpc.RpcError as exc:
+            serving, why = False, f"{exc.code().name}: {exc.details()}"
+        body = {"ok": serving, "scheduler": scheduler_address, "scheduler_status": why}
+        return JSONResponse(body, status_code=200 if serving else 503)
+
+    @app.get("/api/jobs", tags=["jobs"])
+    def list_jobs(state: list[str] = Query(default=[], description="PENDING, RUNNING, ... (repeatable)"),  # noqa: B006
+                  limit: int = Query(default=100, ge=1, le=10_000)) -> dict[str, Any]:
+        """Jobs, newest first, as summaries (GET /api/jobs/{id} has the whole record)."""
+        states = []
+        for s in state:
+            name = f"JOB_STATE_{s.strip().upper()}"
+            if name not in types_pb2.JobState.keys() or name == "JOB_STATE_UNSPECIFIED":
+                allowed = ", ".join(n.removeprefix("JOB_STATE_") for n in types_pb2.JobState.keys()[1:])
+                raise HTTPException(400, detail=f"state: unknown state {s!r} (one of {allowed})")
+            states.append(types_pb2.JobState.Value(name))
+        resp = call(lambda st: st.ListJobs(scheduler_pb2.ListJobsRequest(states=states, limit=limit),
+                                           timeout=READ_TIMEOUT_S))
+        return {"jobs": [job_summary(j) for j in resp.jobs]}
+
+    @app.get("/api/jobs/{job_id}", tags=["jobs"])
+    def get_job(job_id: str) -> dict[str, Any]:
+        job = call(lambda st: st.GetJob(scheduler_pb2.GetJobRequest(job_id=job_id), timeout=READ_TIMEOUT_S))
+        return job_detail(job)
+
+    @app.post("/api/jobs", tags=["jobs"], openapi_extra={"requestBody": {
+        "required": True, "content": {"application/json": {"schema": JobEntry.model_json_schema()}}}})
+    async def submit_job(request: Request) -> dict[str, Any]:
+        """Submit one job: the model and the recipe, never GPUs. 400 names the bad field; 409 when no GPU
+        type in the cluster can hold the job. With the same `idempotency_key`, the same job comes back
+        (`duplicate: true`)."""
+        try:
+            data = json.loads(await request.body() or b"null")
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise HTTPException(400, detail=f"body: not valid JSON ({exc})") from None
+        try:
+            spec = parse_entry(data).to_proto()
+        except JobSpecError as exc:
+            raise HTTPException(400, detail=str(exc)) from None
+        req = scheduler_pb2.SubmitJobRequest(spec=spec)
+        resp = await run_in_threadpool(call, lambda st: st.SubmitJob(req, timeout=SUBMIT_TIMEOUT_S))
+        return {**job_detail(resp.job), "duplicate": resp.duplicate}
+
+    @app.post("/api/jobs/{job_id}/cancel", tags=["jobs"])
+    async def cancel_job(job_id: str, request: Request) -> dict[str, Any]:
+        """Cancel a job (body optional: {"reason": "..."}). 409 when it has already ended."""
+        reason = ""
+        raw = await request.body()
+        if raw.strip():
+            try:
+                body = json.loads(raw)
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                raise HTTPException(400, detail=f"body: not valid JSON ({exc})") from None
+            if not isinstance(body, dict) or not isinstance(body.get("reason", ""), str):
+                raise HTTPException(400, detail='body: expected {"reason": "<text>"}')
+            reason = body.get("reason", "")
+        resp = await run_in_threadpool(call, lambda st: st.CancelJob(
+            scheduler_pb2.CancelJobRequest(job_id=job_id, reason=reason), timeout=READ_TIMEOUT_S))
+        return job_detail(resp.job)
+
+    @app.get("/api/nodes", tags=["nodes"])
+    def list_nodes(include_dead: bool = False) -> dict[str, Any]:
+        """Nodes and their GPUs; `owner` is the job id holding a GPU ("" when free)."""
+        resp = call(lambda st: st.ListNodes(scheduler_pb2.ListNodesRequest(include_dead=include_dead),
+                                            timeout=READ_TIMEOUT_S))
+        return {"nodes": [to_json(n) for n in resp.nodes]}
+
+    return app
