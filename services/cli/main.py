@@ -11,7 +11,6 @@ cannot do it (FAILED_PRECONDITION); 4 not found.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
@@ -19,13 +18,14 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated
 
 import grpc
 import typer
 
 import marp
 from frenzy.cli import render
+from frenzy.cli.common import EXIT_BY_CODE, JsonOpt, SchedulerOpt, echo_json, fail, rpc_fail  # noqa: F401
 from frenzy.common.client import DEFAULT_PREDICTOR, DEFAULT_SCHEDULER, scheduler_stub
 from frenzy.common.jobspec import JobSpecError, parse_entry
 from frenzy.v1 import scheduler_pb2, types_pb2
@@ -41,34 +41,6 @@ app = typer.Typer(
     rich_markup_mode="rich",
     pretty_exceptions_enable=False,
 )
-
-SchedulerOpt = Annotated[str, typer.Option("--scheduler", envvar="FRENZY_SCHEDULER",
-                                           help="Scheduler gRPC address.")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
-
-EXIT_BY_CODE = {
-    grpc.StatusCode.INVALID_ARGUMENT: 2,
-    grpc.StatusCode.FAILED_PRECONDITION: 3,
-    grpc.StatusCode.NOT_FOUND: 4,
-}
-
-
-def fail(message: str, code: int = 1) -> NoReturn:
-    render.console(stderr=True).print(f"[red]error:[/] {message}")
-    raise typer.Exit(code)
-
-
-def rpc_fail(exc: grpc.RpcError) -> NoReturn:
-    code = exc.code()
-    hint = ""
-    if code == grpc.StatusCode.UNAVAILABLE:
-        hint = "\nTo fix: start the stack (`frenzy up`) or point --scheduler / FRENZY_SCHEDULER at it."
-    fail(f"{code.name}: {exc.details()}{hint}", EXIT_BY_CODE.get(code, 1))
-
-
-def echo_json(data: object) -> None:
-    typer.echo(json.dumps(data, indent=2, default=str))
-
 
 def _logging(level: str) -> None:
     logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO),
@@ -118,75 +90,6 @@ def gpus(as_json: JsonOpt = False) -> None:
         t.add_row(r["name"], str(r["memory_gib"]), str(r["bf16_tflops"]), str(r["fp16_tflops"]),
                   str(r["mem_bw_gbps"]), r["intra_node_link"], str(r["intra_node_gbps"]))
     render.console().print(t)
-
-
-# ---- predict -------------------------------------------------------------------------------------
-
-
-@app.command()
-def predict(
-    model: Annotated[str, typer.Option(help="Catalog name (frenzy models), a config.json path, or inline JSON.")],
-    seq_len: Annotated[int, typer.Option(help="Tokens per sample.")],
-    global_batch: Annotated[int, typer.Option(help="Samples per optimizer step, across all GPUs.")],
-    micro_batch: Annotated[int, typer.Option(help="Samples per GPU per forward pass (0: planner chooses).")] = 0,
-    precision: Annotated[str, typer.Option(help="bf16 | fp16 (mixed, fp32 master weights) | fp32.")] = "bf16",
-    optimizer: Annotated[str, typer.Option(help="adamw | adam | sgd (with momentum).")] = "adamw",
-    train_steps: Annotated[int, typer.Option(help="Optimizer steps (for GPU-hours).")] = 1000,
-    recompute: Annotated[bool, typer.Option(help="Allow full activation recomputation.")] = True,
-    flash: Annotated[bool, typer.Option(help="Flash attention (no materialised scores).")] = True,
-    cluster: Annotated[Path | None, typer.Option(help="Plan for this cluster file's GPU types.")] = None,
-    gpu_types: Annotated[list[str] | None, typer.Option("--gpu-type", help="Only these GPU types (repeat).")] = None,
-    max_gpus: Annotated[int, typer.Option(help="At most this many GPUs (0: no limit).")] = 0,
-    top: Annotated[int, typer.Option(help="Rows to show in the table.")] = 20,
-    as_json: JsonOpt = False,
-) -> None:
-    """Show the ranked plans for a job: memory per GPU under each layout, on each GPU type.
-
-    Runs MARP locally; no server needed. Example:
-
-        frenzy predict --model llama-2-7b --seq-len 4096 --global-batch 64 --micro-batch 1
-    """
-    from frenzy.common import convert
-    from frenzy.predictor.server import predict as run_predict
-    from frenzy.v1 import predictor_pb2
-
-    try:
-        entry = parse_entry({"model": model, "seq_len": seq_len, "global_batch": global_batch,
-                             "micro_batch": micro_batch, "precision": precision, "optimizer": optimizer,
-                             "train_steps": train_steps, "allow_recompute": recompute, "flash_attention": flash,
-                             "command": ["-"], "max_gpus": max_gpus, "gpu_types": gpu_types or []})
-        spec = entry.to_proto()
-        pools = []
-        if cluster is not None:
-            from frenzy.local.stack import load_cluster_file
-
-            cspec = load_cluster_file(str(cluster))
-            per: dict[str, list[int]] = {}
-            for g in cspec.groups:
-                name = marp.get_gpu(g.gpu).name
-                tot, pn = per.get(name, [0, 0])
-                per[name] = [tot + g.count * g.gpus_per_node, max(pn, g.gpus_per_node)]
-            pools = [types_pb2.GpuPool(gpu_type=k, total_gpus=v[0], gpus_per_node=v[1]) for k, v in per.items()]
-        resp = run_predict(predictor_pb2.PredictRequest(model=spec.model, recipe=spec.recipe, limits=spec.limits,
-                                                        pools=pools))
-    except (JobSpecError, marp.MarpError, ValueError) as exc:
-        fail(str(exc), 2)
-    del convert
-    if as_json:
-        echo_json([render.to_dict(p) for p in resp.plans])
-        return
-    con = render.console()
-    con.print(f"[bold]{resp.model_name}[/]: {resp.parameter_count / 1e9:.3f} B parameters; "
-              f"seq {seq_len}, global batch {global_batch}, {precision}, {optimizer}")
-    if resp.plans:
-        con.print(render.plan_table(resp.plans, title=f"Ranked plans (fewest GPU-hours first; {len(resp.plans)} "
-                                    "fit)", chosen=resp.plans[0], limit=top))
-        con.print(render.memory_table(resp.plans[0]))
-    for line in resp.rejected:
-        con.print(f"[yellow]no fit[/] {line}")
-    if not resp.plans:
-        fail("no GPU type can hold this job. To fix: lower --micro-batch or --seq-len, allow --recompute, "
-             "or plan for larger GPUs", 3)
 
 
 # ---- jobs ----------------------------------------------------------------------------------------
@@ -450,6 +353,24 @@ def _register_optional() -> None:
 _register_optional()
 
 
+def _register_command_modules() -> None:
+    """Every ``frenzy/cli/cmd_*.py`` module registers its own commands: ``register(app)``.
+
+    New commands live in their own module next to what they drive, so adding
+    one never means editing this file."""
+    import importlib
+    import pkgutil
+
+    import frenzy.cli as pkg
+
+    for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda i: i.name):
+        if info.name.startswith("cmd_"):
+            importlib.import_module(f"frenzy.cli.{info.name}").register(app)
+
+
+_register_command_modules()
+
+
 # ---- local stack ---------------------------------------------------------------------------------
 
 
@@ -461,19 +382,18 @@ def up(
     run_dir: Annotated[Path | None, typer.Option(help="Where logs go (default: ./var/run-<time>).")] = None,
 ) -> None:
     """Start the whole stack locally (Redis, predictor, scheduler, worker, API, fake-GPU agents) until Ctrl-C."""
-    from frenzy.local.stack import LocalStack
-
     stack = _make_stack(cluster, run_dir, with_worker=worker, with_api=api)
     con = render.console()
+    # Handlers first: a Ctrl-C at any moment must stop every child cleanly.
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
     try:
         stack.start(progress=lambda m: con.print(f"  [green]up[/] {m}"))
     except Exception as exc:  # noqa: BLE001 - report any start failure plainly
         fail(f"stack did not start: {exc}")
     con.print(f"\nexport FRENZY_SCHEDULER={stack.scheduler_addr} REDIS_URL={stack.redis_url}\n"
               f"logs in {stack.run_dir}. Ctrl-C stops everything.")
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
     try:
         while not stop.wait(1.0):
             stack.check_alive()
@@ -482,7 +402,6 @@ def up(
     finally:
         con.print("stopping ...")
         stack.stop()
-    del LocalStack
 
 
 def _make_stack(cluster: Path | None, run_dir: Path | None, **kwargs: object):  # noqa: ANN202

@@ -1,0 +1,40 @@
+"""Helpers every `frenzy` command shares: options, exit codes, error output."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, NoReturn
+
+import grpc
+import typer
+
+from frenzy.cli import render
+
+SchedulerOpt = Annotated[str, typer.Option("--scheduler", envvar="FRENZY_SCHEDULER",
+                                           help="Scheduler gRPC address.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+
+EXIT_BY_CODE = {
+    grpc.StatusCode.INVALID_ARGUMENT: 2,
+    grpc.StatusCode.FAILED_PRECONDITION: 3,
+    grpc.StatusCode.NOT_FOUND: 4,
+}
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    render.console(stderr=True).print(f"[red]error:[/] {message}")
+    raise typer.Exit(code)
+
+
+def rpc_fail(exc: grpc.RpcError) -> NoReturn:
+    code = exc.code()
+    hint = ""
+    if code == grpc.StatusCode.UNAVAILABLE:
+        hint = "\nTo fix: start the stack (`frenzy up`) or point --scheduler / FRENZY_SCHEDULER at it."
+    fail(f"{code.name}: {exc.details()}{hint}", EXIT_BY_CODE.get(code, 1))
+
+
+def echo_json(data: object) -> None:
+    typer.echo(json.dumps(data, indent=2, default=str))
+
+
