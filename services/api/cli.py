@@ -24,11 +24,13 @@ def api_command(
     holding them, the job queue with pending reasons), /docs for the API.
     \b
     Examples:
-      frenzy api --port 8080
+      frenzy api --host 0.0.0.0 --port 8080
       curl -s localhost:8080/api/nodes
-      curl -s -X POST localhost:8080/api/jobs -H 'content-type: application/json' \\
-           -d '{"name": "demo", "model": "gpt2-124m", "seq_len": 1024, "global_batch": 32,
-                "command": "python train.py"}'
+      curl -s localhost:8080/api/jobs -d @job.json     (400 names a bad field)
+    \b
+    with job.json:
+      {"name": "demo", "model": "gpt2-124m", "seq_len": 1024,
+       "global_batch": 32, "command": "python train.py"}
     """
     import uvicorn
 

@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 MAX_RETRIES = 5  # after the first try: 1+5 attempts, about a minute with backoff
 SUBMIT_TIMEOUT_S = 60.0  # the scheduler asks the predictor (30 s at most) before answering
-VISIBILITY_TIMEOUT_S = 600  # an unacked task comes back this long after its worker vanished
+VISIBILITY_TIMEOUT_S = 300  # an unacked task comes back this long after its worker vanished (> task + retry ETA)
 
 TRANSIENT_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
 

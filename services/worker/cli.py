@@ -282,13 +282,16 @@ def worker_command(
                                            "task, so prefork is safe too).")] = "threads",
     prefix: PrefixOpt = None,
 ) -> None:
-    """Run a batch-submission worker: takes `frenzy batch submit` entries off the Redis queue, submits each
-    to the scheduler over gRPC and records its outcome. Run as many as you like, on any host that
-    reaches Redis and the scheduler.
+    """Run a batch-submission worker (Celery) for `frenzy batch`.
+
+    It takes `frenzy batch submit` entries off the Redis queue, submits each
+    to the scheduler over gRPC and records its outcome. Run as many as you
+    like, on any host that reaches Redis and the scheduler.
 
     \b
     Example:
-      frenzy worker --redis-url redis://127.0.0.1:6379/0 --scheduler 127.0.0.1:50051
+      frenzy worker --redis-url redis://127.0.0.1:6379/0 \\
+                    --scheduler 127.0.0.1:50051 --concurrency 4
     """
     if pool not in POOLS:
         raise typer.BadParameter(f"{pool!r} is not one of {', '.join(POOLS)}", param_hint="--pool")

@@ -3,6 +3,7 @@ predictor on loopback and a real Redis."""
 
 from __future__ import annotations
 
+import json
 import warnings
 from collections.abc import Iterator
 
@@ -115,6 +116,10 @@ def test_bad_json_and_unknown_job(client: TestClient) -> None:
     r = client.get("/api/jobs/job-does-not-exist")
     assert r.status_code == 404 and "job-does-not-exist" in r.json()["detail"]
     assert client.post("/api/jobs/job-does-not-exist/cancel").status_code == 404
+    # `curl -d @job.json` sends a form content type: the body is still read as JSON.
+    r = client.post("/api/jobs", content=json.dumps(GOOD).encode(),
+                    headers={"content-type": "application/x-www-form-urlencoded"})
+    assert r.status_code == 200 and r.json()["id"], r.text
 
 
 def test_dashboard_and_openapi(client: TestClient) -> None:
