@@ -19,8 +19,10 @@ with exponential backoff up to ``MAX_RETRIES`` times, then recorded ``error``.
 
 Settings come from the environment (``REDIS_URL``, ``FRENZY_SCHEDULER``,
 ``FRENZY_PREFIX``) or from ``configure()``, which must run before the app sends
-or consumes anything. gRPC channels are made per task, never shared across a
-fork, so any pool works; ``frenzy worker`` uses threads (the work is I/O).
+or consumes anything. ``FRENZY_BATCH_VISIBILITY_TIMEOUT_S`` (default 300) is how
+long a task held by a worker that died waits before another worker gets it.
+gRPC channels are made per task, never shared across a fork, so any pool
+works; ``frenzy worker`` uses threads (the work is I/O).
 """
 
 from __future__ import annotations
@@ -46,7 +48,9 @@ log = logging.getLogger(__name__)
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 MAX_RETRIES = 5  # after the first try: 1+5 attempts, about a minute with backoff
 SUBMIT_TIMEOUT_S = 60.0  # the scheduler asks the predictor (30 s at most) before answering
-VISIBILITY_TIMEOUT_S = 300  # an unacked task comes back this long after its worker vanished (> task + retry ETA)
+# An unacked task comes back this long after its worker vanished; it must exceed one task's run plus a
+# retry's countdown (the worker holds a retry message unacked until it is due).
+VISIBILITY_TIMEOUT_S = float(os.environ.get("FRENZY_BATCH_VISIBILITY_TIMEOUT_S") or 300)
 
 TRANSIENT_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
 
@@ -84,7 +88,11 @@ app.conf.update(
     accept_content=["json"],
     result_accept_content=["json"],
     task_default_queue=settings.queue,
-    broker_transport_options={"visibility_timeout": VISIBILITY_TIMEOUT_S},
+    # kombu sweeps for abandoned (unacked, timed-out) tasks every interval x throttle seconds, 100 s by
+    # default; sweep every few seconds instead (one ZRANGE on a small index) so recovery is prompt.
+    broker_transport_options={"visibility_timeout": VISIBILITY_TIMEOUT_S,
+                              "unacked_restore_interval": max(1, min(10, int(VISIBILITY_TIMEOUT_S // 2))),
+                              "unacked_restore_throttle": 1},
     result_expires=24 * 3600,
     broker_connection_retry_on_startup=True,
     worker_send_task_events=False,

@@ -4,6 +4,11 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -255,3 +260,57 @@ def test_scheduler_errors_map_to_outcomes(redis_client: redis.Redis, keys: Keys,
         worker_app.process_entry("b", 1, _good("y"), scheduler="nowhere", client=redis_client, keys=keys,
                                  final_attempt=False)
     assert B.get_outcome(redis_client, keys, "b", 1).status == B.RETRYING  # type: ignore[union-attr]
+
+
+def _spawn_worker(scheduler: str, redis_url: str, prefix: str, log: Path) -> subprocess.Popen:
+    env = dict(os.environ, REDIS_URL=redis_url, FRENZY_PREFIX=prefix, FRENZY_BATCH_VISIBILITY_TIMEOUT_S="2",
+               PYTHONUNBUFFERED="1")
+    with open(log, "ab") as fh:
+        return subprocess.Popen([sys.executable, "-m", "frenzy.cli.main", "worker", "--scheduler", scheduler,
+                                 "--concurrency", "1", "--loglevel", "INFO"],
+                                stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+
+def test_worker_killed_mid_task_loses_nothing_and_duplicates_nothing(
+    servers: Servers, redis_url: str, prefix: str, redis_client: redis.Redis, keys: Keys, tmp_path: Path,
+    settings_restored: None,
+) -> None:
+    """A real `frenzy worker` process is SIGKILLed while its task waits on the scheduler; the unacked
+    task comes back to a second worker, which submits it: one job, recorded once."""
+    # A scheduler address that accepts TCP and never answers: the first worker's SubmitJob hangs.
+    black_hole = socket.socket()
+    black_hole.bind(("127.0.0.1", 0))
+    black_hole.listen(8)
+    hole = f"127.0.0.1:{black_hole.getsockname()[1]}"
+    worker_app.configure(redis_url=redis_url, prefix=prefix)
+    batch_id = B.new_batch_id()
+    entries = [_good("survivor")]
+    B.init_batch(redis_client, keys, batch_id, entries)
+    first = _spawn_worker(hole, redis_url, prefix, tmp_path / "worker-1.log")
+    second = None
+    try:
+        worker_app.enqueue(batch_id, 0, entries[0])
+        deadline = time.monotonic() + 30
+        while b"frenzy.submit_job" not in (tmp_path / "worker-1.log").read_bytes():  # received it
+            assert time.monotonic() < deadline and first.poll() is None, (tmp_path / "worker-1.log").read_text()
+            time.sleep(0.1)
+        time.sleep(0.5)
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait(timeout=10)
+        assert B.get_outcome(redis_client, keys, batch_id, 0).status == B.QUEUED  # type: ignore[union-attr]
+
+        second = _spawn_worker(servers.scheduler_addr, redis_url, prefix, tmp_path / "worker-2.log")
+        out = _wait_batch(redis_client, keys, batch_id, 1, timeout_s=60)
+        assert out[0].status == B.SUBMITTED and out[0].job_id, out
+        time.sleep(3)  # past another visibility timeout: the acked task must not come back
+        assert len(_jobs(servers)) == 1
+        assert B.get_outcome(redis_client, keys, batch_id, 0) == out[0]
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+                try:
+                    proc.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+        black_hole.close()
