@@ -80,3 +80,31 @@ class ListNodesResponse(_message.Message):
     NODES_FIELD_NUMBER: _ClassVar[int]
     nodes: _containers.RepeatedCompositeFieldContainer[_types_pb2.Node]
     def __init__(self, nodes: _Optional[_Iterable[_Union[_types_pb2.Node, _Mapping]]] = ...) -> None: ...
+
+class StreamLogsRequest(_message.Message):
+    __slots__ = ("job_id", "follow", "node", "attempt", "tail_lines")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    FOLLOW_FIELD_NUMBER: _ClassVar[int]
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    TAIL_LINES_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    follow: bool
+    node: str
+    attempt: int
+    tail_lines: int
+    def __init__(self, job_id: _Optional[str] = ..., follow: _Optional[bool] = ..., node: _Optional[str] = ..., attempt: _Optional[int] = ..., tail_lines: _Optional[int] = ...) -> None: ...
+
+class LogChunk(_message.Message):
+    __slots__ = ("node", "attempt", "offset", "text", "at")
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    AT_FIELD_NUMBER: _ClassVar[int]
+    node: str
+    attempt: int
+    offset: int
+    text: str
+    at: float
+    def __init__(self, node: _Optional[str] = ..., attempt: _Optional[int] = ..., offset: _Optional[int] = ..., text: _Optional[str] = ..., at: _Optional[float] = ...) -> None: ...

@@ -65,6 +65,11 @@ class SchedulerStub:
                 request_serializer=frenzy_dot_v1_dot_scheduler__pb2.ListNodesRequest.SerializeToString,
                 response_deserializer=frenzy_dot_v1_dot_scheduler__pb2.ListNodesResponse.FromString,
                 _registered_method=True)
+        self.StreamLogs = channel.unary_stream(
+                '/frenzy.v1.Scheduler/StreamLogs',
+                request_serializer=frenzy_dot_v1_dot_scheduler__pb2.StreamLogsRequest.SerializeToString,
+                response_deserializer=frenzy_dot_v1_dot_scheduler__pb2.LogChunk.FromString,
+                _registered_method=True)
 
 
 class SchedulerServicer:
@@ -107,6 +112,13 @@ class SchedulerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def StreamLogs(self, request, context):
+        """The job's output as the agents ship it to Redis; with follow, live until it ends.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SchedulerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -139,6 +151,11 @@ def add_SchedulerServicer_to_server(servicer, server):
                     servicer.ListNodes,
                     request_deserializer=frenzy_dot_v1_dot_scheduler__pb2.ListNodesRequest.FromString,
                     response_serializer=frenzy_dot_v1_dot_scheduler__pb2.ListNodesResponse.SerializeToString,
+            ),
+            'StreamLogs': grpc.unary_stream_rpc_method_handler(
+                    servicer.StreamLogs,
+                    request_deserializer=frenzy_dot_v1_dot_scheduler__pb2.StreamLogsRequest.FromString,
+                    response_serializer=frenzy_dot_v1_dot_scheduler__pb2.LogChunk.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -303,6 +320,33 @@ class Scheduler:
             '/frenzy.v1.Scheduler/ListNodes',
             frenzy_dot_v1_dot_scheduler__pb2.ListNodesRequest.SerializeToString,
             frenzy_dot_v1_dot_scheduler__pb2.ListNodesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StreamLogs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/frenzy.v1.Scheduler/StreamLogs',
+            frenzy_dot_v1_dot_scheduler__pb2.StreamLogsRequest.SerializeToString,
+            frenzy_dot_v1_dot_scheduler__pb2.LogChunk.FromString,
             options,
             channel_credentials,
             insecure,

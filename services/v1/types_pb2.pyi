@@ -206,7 +206,7 @@ class NodeAssignment(_message.Message):
     def __init__(self, node: _Optional[str] = ..., gpu_indices: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("id", "spec", "state", "history", "plan", "placement", "pending_reason", "attempt", "submitted_at", "exit_codes", "candidate_plans", "model_name", "parameter_count", "log_paths")
+    __slots__ = ("id", "spec", "state", "history", "plan", "placement", "pending_reason", "attempt", "submitted_at", "exit_codes", "candidate_plans", "model_name", "parameter_count", "log_paths", "failed_node", "failed_node_rank", "failed_exit_code", "pids", "master_addr", "master_port", "max_attempts")
     class ExitCodesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -221,6 +221,13 @@ class Job(_message.Message):
         key: str
         value: str
         def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class PidsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     ID_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -235,6 +242,13 @@ class Job(_message.Message):
     MODEL_NAME_FIELD_NUMBER: _ClassVar[int]
     PARAMETER_COUNT_FIELD_NUMBER: _ClassVar[int]
     LOG_PATHS_FIELD_NUMBER: _ClassVar[int]
+    FAILED_NODE_FIELD_NUMBER: _ClassVar[int]
+    FAILED_NODE_RANK_FIELD_NUMBER: _ClassVar[int]
+    FAILED_EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    PIDS_FIELD_NUMBER: _ClassVar[int]
+    MASTER_ADDR_FIELD_NUMBER: _ClassVar[int]
+    MASTER_PORT_FIELD_NUMBER: _ClassVar[int]
+    MAX_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     id: str
     spec: JobSpec
     state: JobState
@@ -249,10 +263,32 @@ class Job(_message.Message):
     model_name: str
     parameter_count: int
     log_paths: _containers.ScalarMap[str, str]
-    def __init__(self, id: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., state: _Optional[_Union[JobState, str]] = ..., history: _Optional[_Iterable[_Union[StateTransition, _Mapping]]] = ..., plan: _Optional[_Union[Plan, _Mapping]] = ..., placement: _Optional[_Iterable[_Union[NodeAssignment, _Mapping]]] = ..., pending_reason: _Optional[str] = ..., attempt: _Optional[int] = ..., submitted_at: _Optional[float] = ..., exit_codes: _Optional[_Mapping[str, int]] = ..., candidate_plans: _Optional[_Iterable[_Union[Plan, _Mapping]]] = ..., model_name: _Optional[str] = ..., parameter_count: _Optional[int] = ..., log_paths: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    failed_node: str
+    failed_node_rank: int
+    failed_exit_code: int
+    pids: _containers.ScalarMap[str, int]
+    master_addr: str
+    master_port: int
+    max_attempts: int
+    def __init__(self, id: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., state: _Optional[_Union[JobState, str]] = ..., history: _Optional[_Iterable[_Union[StateTransition, _Mapping]]] = ..., plan: _Optional[_Union[Plan, _Mapping]] = ..., placement: _Optional[_Iterable[_Union[NodeAssignment, _Mapping]]] = ..., pending_reason: _Optional[str] = ..., attempt: _Optional[int] = ..., submitted_at: _Optional[float] = ..., exit_codes: _Optional[_Mapping[str, int]] = ..., candidate_plans: _Optional[_Iterable[_Union[Plan, _Mapping]]] = ..., model_name: _Optional[str] = ..., parameter_count: _Optional[int] = ..., log_paths: _Optional[_Mapping[str, str]] = ..., failed_node: _Optional[str] = ..., failed_node_rank: _Optional[int] = ..., failed_exit_code: _Optional[int] = ..., pids: _Optional[_Mapping[str, int]] = ..., master_addr: _Optional[str] = ..., master_port: _Optional[int] = ..., max_attempts: _Optional[int] = ...) -> None: ...
+
+class GpuProcess(_message.Message):
+    __slots__ = ("pid", "used_memory")
+    PID_FIELD_NUMBER: _ClassVar[int]
+    USED_MEMORY_FIELD_NUMBER: _ClassVar[int]
+    pid: int
+    used_memory: int
+    def __init__(self, pid: _Optional[int] = ..., used_memory: _Optional[int] = ...) -> None: ...
 
 class Gpu(_message.Message):
-    __slots__ = ("index", "uuid", "gpu_type", "nvml_name", "memory_total", "memory_free", "healthy", "owner")
+    __slots__ = ("index", "uuid", "gpu_type", "nvml_name", "memory_total", "memory_free", "healthy", "owner", "pci_bus_id", "utilization_pct", "processes", "health_reason", "links", "type_from_memory")
+    class LinksEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: str
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[str] = ...) -> None: ...
     INDEX_FIELD_NUMBER: _ClassVar[int]
     UUID_FIELD_NUMBER: _ClassVar[int]
     GPU_TYPE_FIELD_NUMBER: _ClassVar[int]
@@ -261,6 +297,12 @@ class Gpu(_message.Message):
     MEMORY_FREE_FIELD_NUMBER: _ClassVar[int]
     HEALTHY_FIELD_NUMBER: _ClassVar[int]
     OWNER_FIELD_NUMBER: _ClassVar[int]
+    PCI_BUS_ID_FIELD_NUMBER: _ClassVar[int]
+    UTILIZATION_PCT_FIELD_NUMBER: _ClassVar[int]
+    PROCESSES_FIELD_NUMBER: _ClassVar[int]
+    HEALTH_REASON_FIELD_NUMBER: _ClassVar[int]
+    LINKS_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FROM_MEMORY_FIELD_NUMBER: _ClassVar[int]
     index: int
     uuid: str
     gpu_type: str
@@ -269,20 +311,30 @@ class Gpu(_message.Message):
     memory_free: int
     healthy: bool
     owner: str
-    def __init__(self, index: _Optional[int] = ..., uuid: _Optional[str] = ..., gpu_type: _Optional[str] = ..., nvml_name: _Optional[str] = ..., memory_total: _Optional[int] = ..., memory_free: _Optional[int] = ..., healthy: _Optional[bool] = ..., owner: _Optional[str] = ...) -> None: ...
+    pci_bus_id: str
+    utilization_pct: int
+    processes: _containers.RepeatedCompositeFieldContainer[GpuProcess]
+    health_reason: str
+    links: _containers.ScalarMap[int, str]
+    type_from_memory: bool
+    def __init__(self, index: _Optional[int] = ..., uuid: _Optional[str] = ..., gpu_type: _Optional[str] = ..., nvml_name: _Optional[str] = ..., memory_total: _Optional[int] = ..., memory_free: _Optional[int] = ..., healthy: _Optional[bool] = ..., owner: _Optional[str] = ..., pci_bus_id: _Optional[str] = ..., utilization_pct: _Optional[int] = ..., processes: _Optional[_Iterable[_Union[GpuProcess, _Mapping]]] = ..., health_reason: _Optional[str] = ..., links: _Optional[_Mapping[int, str]] = ..., type_from_memory: _Optional[bool] = ...) -> None: ...
 
 class Node(_message.Message):
-    __slots__ = ("name", "addr", "alive", "draining", "heartbeat_at", "gpus")
+    __slots__ = ("name", "addr", "alive", "draining", "heartbeat_at", "gpus", "declared_dead_at", "health_reason")
     NAME_FIELD_NUMBER: _ClassVar[int]
     ADDR_FIELD_NUMBER: _ClassVar[int]
     ALIVE_FIELD_NUMBER: _ClassVar[int]
     DRAINING_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_AT_FIELD_NUMBER: _ClassVar[int]
     GPUS_FIELD_NUMBER: _ClassVar[int]
+    DECLARED_DEAD_AT_FIELD_NUMBER: _ClassVar[int]
+    HEALTH_REASON_FIELD_NUMBER: _ClassVar[int]
     name: str
     addr: str
     alive: bool
     draining: bool
     heartbeat_at: float
     gpus: _containers.RepeatedCompositeFieldContainer[Gpu]
-    def __init__(self, name: _Optional[str] = ..., addr: _Optional[str] = ..., alive: _Optional[bool] = ..., draining: _Optional[bool] = ..., heartbeat_at: _Optional[float] = ..., gpus: _Optional[_Iterable[_Union[Gpu, _Mapping]]] = ...) -> None: ...
+    declared_dead_at: float
+    health_reason: str
+    def __init__(self, name: _Optional[str] = ..., addr: _Optional[str] = ..., alive: _Optional[bool] = ..., draining: _Optional[bool] = ..., heartbeat_at: _Optional[float] = ..., gpus: _Optional[_Iterable[_Union[Gpu, _Mapping]]] = ..., declared_dead_at: _Optional[float] = ..., health_reason: _Optional[str] = ...) -> None: ...
