@@ -30,6 +30,9 @@ class GpuSlot:
     memory_free: int
     owner: str | None  # job id holding it; None when free
     healthy: bool = True
+    # When the owner is expected to release it (seconds, same clock as ``now``); None when
+    # unknown. Only completion-time-aware plan choice reads it (docs/has-policy.md).
+    free_at: float | None = None
 
     @property
     def is_free(self) -> bool:
@@ -141,7 +144,7 @@ class ClusterView:
     explanations and for the starvation policy's "what will be free" estimate.
     """
 
-    __slots__ = ("_nodes", "_free", "_capacity")
+    __slots__ = ("_nodes", "_free", "_capacity", "_free_total")
 
     def __init__(self, nodes: Iterable[NodeView]) -> None:
         by_name: dict[str, NodeView] = {}
@@ -174,6 +177,8 @@ class ClusterView:
                 free.setdefault(gpu_type, {})[node.name] = NodeFree.of(node.name, slots)
         self._free = free
         self._capacity = _Capacity(capacity)
+        # Free GPUs per type: an O(1) "cannot fit now" test before any node is looked at.
+        self._free_total = {t: sum(len(nf.slots) for nf in per.values()) for t, per in free.items()}
 
     @classmethod
     def _derived(
@@ -181,11 +186,13 @@ class ClusterView:
         nodes: dict[str, NodeView],
         free: dict[str, dict[str, NodeFree]],
         capacity: _Capacity,
+        free_total: dict[str, int],
     ) -> ClusterView:
         view = cls.__new__(cls)
         view._nodes = nodes
         view._free = free
         view._capacity = capacity
+        view._free_total = free_total
         return view
 
     # ----- read access -------------------------------------------------
@@ -236,9 +243,19 @@ class ClusterView:
         return out
 
     def free_count(self, gpu_type: str | None = None) -> int:
-        """Free healthy GPUs on schedulable nodes, of one type or of all types."""
-        types = [gpu_type] if gpu_type is not None else list(self._free)
-        return sum(len(nf.slots) for t in types for nf in self._free.get(t, {}).values())
+        """Free healthy GPUs on schedulable nodes, of one type or of all types (O(1) per type)."""
+        if gpu_type is not None:
+            return self._free_total.get(gpu_type, 0)
+        return sum(self._free_total.values())
+
+    def memory_level(self, gpu_type: str, need_bytes: int) -> int | None:
+        """The smallest memory_total of a healthy ``gpu_type`` GPU that is ≥ ``need_bytes``.
+
+        Byte needs between two levels qualify the same GPUs, so callers key caches on it.
+        """
+        levels = self._capacity.levels.get(gpu_type, [])
+        i = bisect.bisect_left(levels, need_bytes)
+        return levels[i] if i < len(levels) else None
 
     # ----- derivation --------------------------------------------------
 
@@ -259,6 +276,7 @@ class ClusterView:
             return self
         nodes = dict(self._nodes)
         free = {t: m for t, m in self._free.items()}
+        free_total = dict(self._free_total)
         copied: set[str] = set()
         for node_name, indices in by_node.items():
             node = self._nodes.get(node_name)
@@ -274,6 +292,7 @@ class ClusterView:
                         raise ValueError(f"GPU {node_name}:{gpu.index} is not free (owner={gpu.owner!r})")
                     gpu = dataclasses.replace(gpu, owner=owner)
                     touched_types.add(gpu.gpu_type)
+                    free_total[gpu.gpu_type] -= 1
                 new_gpus.append(gpu)
             missing = indices - {g.index for g in node.gpus}
             if missing:
@@ -292,7 +311,8 @@ class ClusterView:
                     del free[gpu_type][node_name]
                 if not free[gpu_type]:
                     del free[gpu_type]
-        return ClusterView._derived(nodes, free, self._capacity)
+                    del free_total[gpu_type]
+        return ClusterView._derived(nodes, free, self._capacity, free_total)
 
     def __repr__(self) -> str:
         return f"ClusterView(nodes={len(self._nodes)}, free={self.free_count()})"

@@ -35,6 +35,9 @@ class PlanOption:
     dp: int
     bytes_per_gpu: int
     label: str = ""
+    # Estimated seconds the job still needs under this plan (MARP step time x steps left);
+    # None when unknown. Read by QueuePolicy(order="shortest", plan_choice="completion").
+    runtime_s: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp"):
@@ -42,6 +45,8 @@ class PlanOption:
                 raise ValueError(f"PlanOption.{name} must be >= 1, got {getattr(self, name)}")
         if self.bytes_per_gpu < 0:
             raise ValueError(f"PlanOption.bytes_per_gpu must be >= 0, got {self.bytes_per_gpu}")
+        if self.runtime_s is not None and not self.runtime_s >= 0:
+            raise ValueError(f"PlanOption.runtime_s must be >= 0 or None, got {self.runtime_s}")
 
     @property
     def num_gpus(self) -> int:

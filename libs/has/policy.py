@@ -46,7 +46,8 @@ from has.placement import (
     Placement,
     PlanOption,
     WaitKind,
-    place_job,
+    choose_nodes,
+    explain_job,
 )
 
 
@@ -74,14 +75,46 @@ class QueuePolicy:
     starvation_s: after this many seconds in the queue an unplaceable job
       becomes the reservation holder and backfill may no longer take its GPUs.
       0 means "reserve for the head at once" (EASY-style backfill).
+    order: "fifo" walks the queue by seq. "shortest" walks jobs that have waited
+      ``starvation_s`` first (by seq), then the rest by estimated GPU-seconds of
+      their cheapest plan (``PlanOption.runtime_s`` x GPUs; unknown = last).
+    plan_choice: "ranked" takes the first plan that fits now (MARP's order).
+      "completion" takes the plan with the earliest estimated completion, counting
+      the wait for GPUs that are busy (``GpuSlot.free_at``), among the plans whose
+      GPU-seconds are within ``width_slack`` of the cheapest plan on that GPU type;
+      a job waits for a busy plan only when starting now would finish more than
+      ``wait_slack`` later. Plans without ``runtime_s`` fall back to "ranked".
+    explain: build per-plan pending reasons (the service shows them; the simulator
+      turns them off: decisions are the same, only the reason text differs).
+
+    ``QueuePolicy()`` is the first HAS (frenzy-paper in the simulator);
+    ``QueuePolicy.frenzy()`` is the improved one (docs/has-policy.md, docs/simulator.md).
     """
 
     backfill: bool = True
     starvation_s: float = 300.0
+    order: str = "fifo"
+    plan_choice: str = "ranked"
+    width_slack: float = 0.25
+    wait_slack: float = 0.1
+    explain: bool = True
 
     def __post_init__(self) -> None:
         if self.starvation_s < 0:
             raise ValueError(f"starvation_s must be >= 0, got {self.starvation_s}")
+        if self.order not in ("fifo", "shortest"):
+            raise ValueError(f"order must be 'fifo' or 'shortest', got {self.order!r}")
+        if self.plan_choice not in ("ranked", "completion"):
+            raise ValueError(f"plan_choice must be 'ranked' or 'completion', got {self.plan_choice!r}")
+        if self.width_slack < 0 or self.wait_slack < 0:
+            raise ValueError("width_slack and wait_slack must be >= 0")
+
+    @classmethod
+    def frenzy(cls, **overrides: object) -> QueuePolicy:
+        """Shortest-first with aging, completion-time-aware plan choice, backfill (ours)."""
+        base: dict[str, object] = {"order": "shortest", "plan_choice": "completion", "starvation_s": 1800.0}
+        base.update(overrides)
+        return cls(**base)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
@@ -197,6 +230,118 @@ def _wait_s(job: QueuedJob, now: float) -> float:
     return max(0.0, now - job.submitted_at)
 
 
+_INF = float("inf")
+
+
+def _job_size(job: QueuedJob) -> float:
+    """Estimated GPU-seconds of the job's cheapest plan (inf when no plan has an estimate)."""
+    sizes = [p.runtime_s * p.num_gpus for p in job.plans if p.runtime_s is not None]
+    return min(sizes) if sizes else _INF
+
+
+def _order(jobs: list[QueuedJob], now: float, policy: QueuePolicy) -> list[QueuedJob]:
+    if policy.order == "fifo":
+        return jobs
+    # Aging: starving jobs keep FIFO priority, so shortest-first cannot starve a big job.
+    starving = [j for j in jobs if _wait_s(j, now) >= policy.starvation_s]
+    rest = [j for j in jobs if _wait_s(j, now) < policy.starvation_s]
+    rest.sort(key=lambda j: (_job_size(j), j.seq, j.job_id))
+    return starving + rest
+
+
+class _Releases:
+    """When will ``n`` GPUs of a type be free? From the snapshot's ``free_at`` estimates.
+
+    Per (type, memory level, tp): each node's qualifying GPUs sorted by release time
+    (free = now, busy = its ``free_at``, unknown = never); a node's k-th TP group is free
+    when its (k·tp)-th GPU is; all groups sorted. Built once per pass from the snapshot the
+    pass started from (placements made in this pass are not in it: an estimate only).
+    """
+
+    def __init__(self, cluster: ClusterView, now: float) -> None:
+        self.cluster = cluster
+        self.now = now
+        self._groups: dict[tuple[str, int, int], list[float]] = {}
+
+    def start_at(self, plan: PlanOption) -> float:
+        level = self.cluster.memory_level(plan.gpu_type, plan.bytes_per_gpu)
+        if level is None:
+            return _INF
+        key = (plan.gpu_type, level, plan.tp)
+        groups = self._groups.get(key)
+        if groups is None:
+            groups = []
+            tp = plan.tp
+            for name in self.cluster.healthy_by_node(plan.gpu_type):
+                times = sorted(
+                    self.now if g.owner is None else (g.free_at if g.free_at is not None else _INF)
+                    for g in self.cluster.node(name).gpus
+                    if g.gpu_type == plan.gpu_type and g.healthy and g.memory_total >= level
+                )
+                groups.extend(max(self.now, times[k + tp - 1]) for k in range(0, len(times) - tp + 1, tp))
+            groups.sort()
+            self._groups[key] = groups
+        need = plan.num_gpus // plan.tp
+        return groups[need - 1] if len(groups) >= need else _INF
+
+
+def _fits_now(view: ClusterView, plan: PlanOption) -> tuple[tuple[str, tuple[int, ...]], ...] | None:
+    if view.free_count(plan.gpu_type) < plan.num_gpus:
+        return None  # O(1): not enough free GPUs of the type at all
+    return choose_nodes(view, plan)
+
+
+def _place_ranked(view: ClusterView, job: QueuedJob, explain: bool) -> Placement | PendingReason:
+    """MARP's order, first plan that fits now (``place_job`` with an O(1) pre-check)."""
+    for i, plan in enumerate(job.plans):
+        nodes = _fits_now(view, plan)
+        if nodes is not None:
+            return Placement(job_id=job.job_id, plan_index=i, plan=plan, nodes=nodes)
+    if explain or not job.plans:
+        return explain_job(view, job.plans)
+    return PendingReason("no plan fits the free GPUs now", ())
+
+
+def _place_completion(
+    view: ClusterView, job: QueuedJob, now: float, policy: QueuePolicy, releases: _Releases
+) -> Placement | PendingReason:
+    """Earliest estimated completion among the plans that are not wasteful (see QueuePolicy)."""
+    plans = job.plans
+    if not plans or any(p.runtime_s is None for p in plans):
+        return _place_ranked(view, job, policy.explain)
+    cheapest: dict[str, float] = {}
+    for p in plans:
+        gs = p.runtime_s * p.num_gpus  # type: ignore[operator]
+        cheapest[p.gpu_type] = min(cheapest.get(p.gpu_type, _INF), gs)
+    best_now: tuple[float, int, Placement] | None = None
+    best_any: tuple[float, int] | None = None
+    for i, p in enumerate(plans):
+        runtime = p.runtime_s or 0.0
+        if runtime * p.num_gpus > (1.0 + policy.width_slack) * cheapest[p.gpu_type]:
+            continue  # more GPUs for little speed-up: costs the queue more than it gains
+        nodes = _fits_now(view, p)
+        if nodes is not None:
+            done = now + runtime
+            if best_now is None or done < best_now[0]:
+                best_now = (done, i, Placement(job_id=job.job_id, plan_index=i, plan=p, nodes=nodes))
+        else:
+            done = releases.start_at(p) + runtime
+        if best_any is None or done < best_any[0]:
+            best_any = (done, i)
+    if best_now is not None and best_any is not None:
+        if best_any[1] == best_now[1] or best_now[0] - now <= (best_any[0] - now) * (1.0 + policy.wait_slack):
+            return best_now[2]
+        better = plans[best_any[1]]
+        return PendingReason(
+            f"waiting for {better.describe()}: estimated done in {best_any[0] - now:.0f} s vs "
+            f"{best_now[0] - now:.0f} s on {best_now[2].plan.describe()} now",
+            (),
+        )
+    if policy.explain:
+        return explain_job(view, plans)
+    return PendingReason("no plan fits the free GPUs now", ())
+
+
 def schedule(
     cluster: ClusterView,
     queue: Sequence[QueuedJob],
@@ -214,6 +359,8 @@ def schedule(
         if job.job_id in seen:
             raise ValueError(f"job {job.job_id!r} is queued twice")
         seen.add(job.job_id)
+    jobs = _order(jobs, now, policy)
+    releases = _Releases(cluster, now)
 
     view = cluster  # free GPUs left in this pass, minus the holder's held GPUs
     unheld = cluster  # the same without the hold: tells "held for X" from "no room"
@@ -230,7 +377,10 @@ def schedule(
             )
             continue
 
-        result = place_job(view, job.job_id, job.plans)
+        if policy.plan_choice == "completion" and _wait_s(job, now) < policy.starvation_s:
+            result = _place_completion(view, job, now, policy, releases)
+        else:  # ranked, and any job that has starved: it takes whatever fits first
+            result = _place_ranked(view, job, policy.explain)
         if isinstance(result, Placement):
             placements.append(result)
             # Until a hold exists the two views are one; after, each loses the placed GPUs.
@@ -250,7 +400,7 @@ def schedule(
             continue
 
         if reservation is not None and holder is not None:
-            alt = place_job(unheld, job.job_id, job.plans)
+            alt = _place_ranked(unheld, job, explain=False)
             if isinstance(alt, Placement):
                 pending[job.job_id] = PendingReason(
                     f"would fit now ({alt.plan.describe()}) but those GPUs are held for starving job "

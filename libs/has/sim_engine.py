@@ -1,0 +1,544 @@
+"""Event-driven simulator of a heterogeneous GPU cluster running LLM training jobs.
+
+Role: replay a trace (``has.traces``) against a cluster file (``has.cluster_spec``)
+under one scheduling policy (``has.sim_policies``) and record what happened, so
+policies can be compared on the same jobs and GPUs. Pure: simulated time only; the
+only wall clock is ``time.perf_counter`` around each policy call, recorded as the
+policy's decision time (a metric, never an input to a decision).
+
+Truth model (docs/simulator.md):
+* A job's speed on (GPU type, n GPUs) is MARP's step-time estimate (``marp.enumerate_plans``,
+  the best layout at that count) times a per-job factor drawn from a log-normal around 1
+  (``runtime_noise``): policies see the estimate, the job runs at the truth.
+* Memory: (type, n) can hold the job iff MARP finds a layout that fits the GPU's full
+  memory (safety margin 0). A start on a configuration that cannot hold it fails as an
+  OOM ``oom_delay_s`` after the start (process start, model build, first step), the GPUs
+  are released and the job goes back to the queue; the policy is told which
+  configuration failed.
+* A preempted job keeps its progress (checkpoint) and pays ``restart_s`` of no progress
+  when it starts again.
+
+Events: arrival, finish, OOM, node failure (optional injection: the node's jobs are
+requeued with their progress, the node is gone for ``down_s``), node recovery, round tick
+(round-based policies only). After each batch of simultaneous events the policy decides
+(event-driven policies), or at each round boundary (round-based ones, e.g. Sia).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import marp
+from has.cluster import ClusterView, GpuSlot, NodeView
+from has.cluster_spec import ClusterSpec
+from has.traces import TraceJob
+
+DEFAULT_OOM_DELAY_S = 120.0
+DEFAULT_RESTART_S = 120.0
+DEFAULT_RUNTIME_NOISE = 0.1
+_BUSY_FREE_BYTES = 1 << 30  # memory_free reported for a busy GPU (as an agent would)
+
+
+class SimError(ValueError):
+    """The simulation cannot run (unknown GPU type in the cluster, a policy broke a rule)."""
+
+
+# ----- per-job profiles from MARP ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class JobProfile:
+    """What MARP says about one (model, recipe) on this cluster's GPU types.
+
+    plans: MARP's ranked plans (predictor defaults: 5 % safety margin) — what HAS sees.
+    configs: (gpu_type, n) → seconds per step of the fastest layout that fits the GPU's
+      whole memory — the simulator's truth of "can run there" and "how fast".
+    """
+
+    model: str
+    plans: tuple[marp.Plan, ...]
+    configs: dict[tuple[str, int], float]
+
+
+class ProfileBook:
+    """Caches one ``JobProfile`` per (model, seq_len, global_batch) for a cluster."""
+
+    def __init__(self, spec: ClusterSpec) -> None:
+        per_type: dict[str, list[int]] = {}
+        for g in spec.groups:
+            try:
+                name = marp.get_gpu(g.gpu).name
+            except marp.MarpError as exc:
+                raise SimError(f"cluster: unknown GPU type {g.gpu!r} (see `frenzy gpus`)") from exc
+            per_type.setdefault(name, [0, 0])
+            per_type[name][0] += g.count * g.gpus_per_node
+            per_type[name][1] = max(per_type[name][1], g.gpus_per_node)
+        self.pools = [marp.GpuPool(t, n, per) for t, (n, per) in sorted(per_type.items())]
+        self._cache: dict[tuple[str, int, int], JobProfile] = {}
+
+    def get(self, job: TraceJob) -> JobProfile:
+        key = (job.model, job.seq_len, job.global_batch)
+        prof = self._cache.get(key)
+        if prof is None:
+            model = marp.get_model(job.model)
+            recipe = job.recipe()
+            ranked = marp.enumerate_plans(model, recipe, self.pools)
+            truth = marp.enumerate_plans(model, recipe, self.pools, safety_margin=0.0, max_plans=None)
+            configs = {(p.gpu_type, p.num_gpus): p.step_time_s for p in truth.plans}
+            prof = JobProfile(job.model, tuple(ranked.plans), configs)
+            self._cache[key] = prof
+        return prof
+
+
+# ----- what a policy sees and returns --------------------------------------------------
+
+
+@dataclass
+class JobInfo:
+    """A job as a policy sees it: no true runtime, no future arrivals."""
+
+    job_id: str
+    seq: int
+    submitted_at: float
+    model: str
+    requested_gpus: int
+    requested_type: str
+    profile: JobProfile
+    steps_left: float
+    failed_configs: set[tuple[str, int]] = field(default_factory=set)
+    restarts: int = 0
+    # Set while running:
+    gpu_type: str | None = None
+    gpus: tuple[tuple[str, int], ...] = ()
+    plan_index: int | None = None
+    started_at: float | None = None
+    est_end: float | None = None
+
+    @property
+    def config(self) -> tuple[str, int] | None:
+        return None if self.gpu_type is None else (self.gpu_type, len(self.gpus))
+
+
+@dataclass(frozen=True)
+class Start:
+    """Start ``job_id`` on these GPUs (all of ``gpu_type``) at ``step_time_s`` per step (estimate).
+
+    ``plan_index`` names the MARP plan when the policy used one (its layout's step time
+    then applies); memory-blind policies leave it None and get the best layout at that count.
+    """
+
+    job_id: str
+    gpu_type: str
+    gpus: tuple[tuple[str, int], ...]
+    plan_index: int | None = None
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Preempt a running job (it keeps its progress and pays the restart cost later)."""
+
+    job_id: str
+
+
+class SimView:
+    """Read-only state handed to a policy at one decision point."""
+
+    def __init__(self, sim: Simulator, now: float) -> None:
+        self.now = now
+        self.spec = sim.spec
+        self.queue: list[JobInfo] = [sim.info[j] for j in sim.queue]
+        self.running: list[JobInfo] = [sim.info[j] for j in sim.running]
+        self._sim = sim
+        self._cluster: ClusterView | None = None
+
+    @property
+    def cluster(self) -> ClusterView:
+        """The cluster as the live scheduler would read it (busy GPUs carry their owner's est. end)."""
+        if self._cluster is None:
+            self._cluster = self._sim.cluster_view()
+        return self._cluster
+
+    def step_time(self, job: JobInfo, gpu_type: str, n: int, plan_index: int | None = None) -> float | None:
+        """The estimate a policy may use: MARP's step time (None when MARP knows no layout)."""
+        if plan_index is not None:
+            return job.profile.plans[plan_index].step_time_s
+        return job.profile.configs.get((gpu_type, n))
+
+
+class SimPolicy(Protocol):
+    """One scheduling policy. ``round_s`` None = decide after every event batch."""
+
+    name: str
+    round_s: float | None
+
+    def decide(self, view: SimView) -> Sequence[Start | Stop]: ...
+
+
+# ----- results -------------------------------------------------------------------------
+
+
+@dataclass
+class JobRecord:
+    job_id: str
+    submit_s: float
+    first_start_s: float | None = None
+    finish_s: float | None = None
+    gpu_type: str | None = None
+    gpus: int = 0
+    ooms: int = 0
+    restarts: int = 0
+
+    @property
+    def jct_s(self) -> float | None:
+        return None if self.finish_s is None else self.finish_s - self.submit_s
+
+
+@dataclass
+class SimResult:
+    policy: str
+    total_gpus: int
+    jobs: list[JobRecord]
+    decisions_s: list[float]
+    busy_timeline: list[tuple[float, int]]  # (time, busy GPUs from then on)
+    oom_failures: int
+    restarts: int
+    placements: list[tuple[float, str, str, tuple[tuple[str, int], ...]]]  # (t, job, type, gpus)
+
+    def metrics(self) -> dict[str, float | int]:
+        """The stable JSON shape of `frenzy simulate --json` (docs/simulator.md)."""
+        jcts = sorted(j.jct_s for j in self.jobs if j.jct_s is not None)
+        queues = [j.first_start_s - j.submit_s for j in self.jobs if j.first_start_s is not None]
+        finished = [j for j in self.jobs if j.finish_s is not None]
+        start = min((j.submit_s for j in self.jobs), default=0.0)
+        end = max((j.finish_s for j in finished), default=start)
+        dec = sorted(d * 1000.0 for d in self.decisions_s)
+        return {
+            "avg_jct_s": _mean(jcts),
+            "p50_jct_s": _pct(jcts, 50),
+            "p99_jct_s": _pct(jcts, 99),
+            "avg_queue_s": _mean(queues),
+            "makespan_s": end - start,
+            "utilization": self.utilization(start, end),
+            "oom_failures": self.oom_failures,
+            "restarts": self.restarts,
+            "jobs_finished": len(finished),
+            "decision_ms_mean": _mean(dec),
+            "decision_ms_p99": _pct(dec, 99),
+        }
+
+    def utilization(self, start: float, end: float) -> float:
+        """Busy GPU-seconds / (GPUs × (end − start)); GPUs held by a job that will OOM count as busy."""
+        if end <= start or self.total_gpus == 0:
+            return 0.0
+        area = 0.0
+        for (t0, busy), (t1, _) in zip(self.busy_timeline, self.busy_timeline[1:] + [(end, 0)], strict=True):
+            a, b = max(t0, start), min(t1, end)
+            if b > a:
+                area += busy * (b - a)
+        return area / (self.total_gpus * (end - start))
+
+
+def _mean(xs: Sequence[float]) -> float:
+    return float(sum(xs) / len(xs)) if xs else 0.0
+
+
+def _pct(sorted_xs: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile of an ascending list."""
+    if not sorted_xs:
+        return 0.0
+    k = max(0, math.ceil(q / 100.0 * len(sorted_xs)) - 1)
+    return float(sorted_xs[k])
+
+
+# ----- the engine ----------------------------------------------------------------------
+
+_ARRIVE, _FINISH, _OOM, _NODE_DOWN, _NODE_UP, _ROUND = range(6)
+
+
+class Simulator:
+    """One run of one policy over one trace on one cluster. ``run()`` once."""
+
+    def __init__(
+        self,
+        spec: ClusterSpec,
+        trace: Sequence[TraceJob],
+        policy: SimPolicy,
+        *,
+        seed: int = 0,
+        runtime_noise: float = DEFAULT_RUNTIME_NOISE,
+        oom_delay_s: float = DEFAULT_OOM_DELAY_S,
+        restart_s: float = DEFAULT_RESTART_S,
+        node_failures: Sequence[tuple[float, str, float]] = (),
+        profiles: ProfileBook | None = None,
+        max_time_s: float = 10 * 365 * 86400.0,
+    ) -> None:
+        self.spec = spec
+        self.policy = policy
+        self.oom_delay_s = oom_delay_s
+        self.restart_s = restart_s
+        self.max_time_s = max_time_s
+        self.book = profiles or ProfileBook(spec)
+        # GPUs: node → [(index, type, memory)]; ownership kept in one dict.
+        self.node_gpus: dict[str, list[tuple[int, str, int]]] = {}
+        for name, group in spec.nodes():
+            gpu = marp.get_gpu(group.gpu)
+            self.node_gpus[name] = [(i, gpu.name, gpu.memory_bytes) for i in range(group.gpus_per_node)]
+        self.total_gpus = sum(len(v) for v in self.node_gpus.values())
+        self.owner: dict[tuple[str, int], str] = {}
+        self.down: set[str] = set()
+
+        self.info: dict[str, JobInfo] = {}
+        self.trace: dict[str, TraceJob] = {}
+        self.factor: dict[str, float] = {}
+        self.records: dict[str, JobRecord] = {}
+        ids: set[str] = set()
+        for seq, job in enumerate(sorted(trace, key=lambda j: (j.submit_s, j.job_id))):
+            if job.job_id in ids:
+                raise SimError(f"trace: job id {job.job_id!r} appears twice")
+            ids.add(job.job_id)
+            self.trace[job.job_id] = job
+            # Same job, same factor under every policy: a str seed is hashed with SHA-512.
+            rng = random.Random(f"{seed}:{job.job_id}")
+            self.factor[job.job_id] = math.exp(rng.gauss(0.0, runtime_noise)) if runtime_noise > 0 else 1.0
+            self.info[job.job_id] = JobInfo(
+                job_id=job.job_id, seq=seq, submitted_at=job.submit_s, model=job.model,
+                requested_gpus=job.gpus, requested_type=job.gpu_type, profile=self.book.get(job),
+                steps_left=float(job.train_steps),
+            )  # fmt: skip
+            self.records[job.job_id] = JobRecord(job.job_id, job.submit_s)
+
+        self.queue: dict[str, None] = {}  # insertion-ordered set of queued job ids
+        self.running: dict[str, None] = {}
+        self._progress_from: dict[str, float] = {}
+        self._true_step: dict[str, float] = {}
+        self._attempt: dict[str, int] = {}
+        self._events: list[tuple[float, int, int, int, str]] = []
+        self._n = 0
+        for job in self.trace.values():
+            self._push(job.submit_s, _ARRIVE, job.job_id)
+        for at, node, down_s in node_failures:
+            if node not in self.node_gpus:
+                raise SimError(f"node failure: unknown node {node!r}")
+            self._push(at, _NODE_DOWN, node)
+            self._push(at + down_s, _NODE_UP, node)
+        self.decisions: list[float] = []
+        self.busy: list[tuple[float, int]] = [(0.0, 0)]
+        self.ooms = 0
+        self.restarts = 0
+        self.placements: list[tuple[float, str, str, tuple[tuple[str, int], ...]]] = []
+        self._changed = True
+
+    # -- events --
+
+    def _push(self, t: float, kind: int, key: str, attempt: int = 0) -> None:
+        self._n += 1
+        heapq.heappush(self._events, (t, kind, self._n, attempt, key))
+
+    def run(self) -> SimResult:
+        round_s = self.policy.round_s
+        next_round: float | None = None
+        while self._events:
+            now = self._events[0][0]
+            if now > self.max_time_s:
+                break
+            had_round = False
+            while self._events and self._events[0][0] == now:
+                _, kind, _, attempt, key = heapq.heappop(self._events)
+                if kind == _ROUND:
+                    had_round = True
+                    next_round = None
+                else:
+                    self._handle(now, kind, key, attempt)
+            started, decided = 0, False
+            if round_s is None:
+                if self._changed:
+                    started, decided = self._decide(now), True
+            else:
+                if had_round and (self._changed or self.queue):
+                    started, decided = self._decide(now), True
+                if next_round is None and (self.queue or self._changed):
+                    # Rounds on a fixed grid (Sia: 60 s); a round with nothing queued and
+                    # nothing changed would re-derive the same allocation, so none is scheduled.
+                    next_round = (math.floor(now / round_s) + 1) * round_s
+                    self._push(next_round, _ROUND, "")
+            if not self.running and not self.queue and all(e[1] == _ROUND for e in self._events):
+                break
+            if decided and not self.running and self.queue and not started and all(e[1] == _ROUND for e in self._events):
+                break  # nothing left can ever start (jobs that fit no GPU of this cluster)
+        return SimResult(
+            policy=self.policy.name, total_gpus=self.total_gpus, jobs=list(self.records.values()),
+            decisions_s=self.decisions, busy_timeline=self.busy, oom_failures=self.ooms,
+            restarts=self.restarts, placements=self.placements,
+        )  # fmt: skip
+
+    def _handle(self, now: float, kind: int, key: str, attempt: int) -> None:
+        if kind == _ARRIVE:
+            self.queue[key] = None
+            self._changed = True
+        elif kind in (_FINISH, _OOM):
+            if key not in self.running or self._attempt.get(key, 0) != attempt:
+                return  # stale: the job was preempted or its node failed meanwhile
+            if kind == _FINISH:
+                self._release(now, key)
+                self.records[key].finish_s = now
+                self.info[key].steps_left = 0.0
+            else:
+                info = self.info[key]
+                cfg = info.config
+                self._release(now, key)
+                self.ooms += 1
+                self.records[key].ooms += 1
+                assert cfg is not None
+                info.failed_configs.add(cfg)
+                self.queue[key] = None
+            self._changed = True
+        elif kind == _NODE_DOWN:
+            self.down.add(key)
+            for job_id in [j for j in self.running if any(n == key for n, _ in self.info[j].gpus)]:
+                self._preempt(now, job_id)
+            self._changed = True
+        elif kind == _NODE_UP:
+            self.down.discard(key)
+            self._changed = True
+
+    def _release(self, now: float, job_id: str) -> None:
+        info = self.info[job_id]
+        for g in info.gpus:
+            del self.owner[g]
+        del self.running[job_id]
+        info.gpu_type, info.gpus, info.plan_index, info.started_at, info.est_end = None, (), None, None, None
+        self._attempt[job_id] = self._attempt.get(job_id, 0) + 1
+        self._mark_busy(now)
+
+    def _preempt(self, now: float, job_id: str) -> None:
+        info = self.info[job_id]
+        done = max(0.0, (now - self._progress_from[job_id]) / self._true_step[job_id])
+        info.steps_left = max(0.0, info.steps_left - done)
+        self._release(now, job_id)
+        info.restarts += 1
+        self.records[job_id].restarts += 1
+        self.restarts += 1
+        self.queue[job_id] = None
+
+    def _mark_busy(self, now: float) -> None:
+        busy = len(self.owner)
+        if self.busy and self.busy[-1][0] == now:
+            self.busy[-1] = (now, busy)
+        else:
+            self.busy.append((now, busy))
+
+    # -- decisions --
+
+    def cluster_view(self) -> ClusterView:
+        nodes = []
+        for name, gpus in self.node_gpus.items():
+            slots = []
+            for index, gpu_type, mem in gpus:
+                owner = self.owner.get((name, index))
+                free_at = self.info[owner].est_end if owner is not None else None
+                slots.append(GpuSlot(name, index, gpu_type, mem, mem if owner is None else _BUSY_FREE_BYTES,
+                                     owner, True, free_at))  # fmt: skip
+            nodes.append(NodeView(name, tuple(slots), alive=name not in self.down))
+        return ClusterView(nodes)
+
+    def _decide(self, now: float) -> int:
+        self._changed = False
+        view = SimView(self, now)
+        t0 = time.perf_counter()
+        actions = list(self.policy.decide(view))
+        self.decisions.append(time.perf_counter() - t0)
+        for a in actions:
+            if isinstance(a, Stop):
+                if a.job_id not in self.running:
+                    raise SimError(f"{self.policy.name}: Stop for {a.job_id!r}, which is not running")
+                self._preempt(now, a.job_id)
+                self._changed = True
+        started = 0
+        for a in actions:
+            if isinstance(a, Start):
+                self._start(now, a)
+                started += 1
+        self._mark_busy(now)
+        return started
+
+    def _start(self, now: float, a: Start) -> None:
+        name = self.policy.name
+        if a.job_id not in self.queue:
+            raise SimError(f"{name}: Start for {a.job_id!r}, which is not queued (arrived and waiting)")
+        if not a.gpus:
+            raise SimError(f"{name}: Start for {a.job_id!r} with no GPUs")
+        for g in a.gpus:
+            node, index = g
+            if node not in self.node_gpus or not 0 <= index < len(self.node_gpus[node]):
+                raise SimError(f"{name}: {a.job_id}: unknown GPU {node}:{index}")
+            if node in self.down:
+                raise SimError(f"{name}: {a.job_id}: node {node} is down")
+            if g in self.owner:
+                raise SimError(f"{name}: {a.job_id}: GPU {node}:{index} already held by {self.owner[g]}")
+            if self.node_gpus[node][index][1] != a.gpu_type:
+                raise SimError(f"{name}: {a.job_id}: GPU {node}:{index} is not a {a.gpu_type}")
+        if len(set(a.gpus)) != len(a.gpus):
+            raise SimError(f"{name}: {a.job_id}: a GPU is listed twice")
+        info = self.info[a.job_id]
+        n = len(a.gpus)
+        cfg = (a.gpu_type, n)
+        if a.plan_index is not None:
+            plan = info.profile.plans[a.plan_index]
+            if (plan.gpu_type, plan.num_gpus) != cfg:
+                raise SimError(f"{name}: {a.job_id}: plan {a.plan_index} is {plan.gpu_type}x{plan.num_gpus}, not {cfg}")
+            est_step = plan.step_time_s
+        else:
+            est_step = info.profile.configs.get(cfg, math.inf)
+        del self.queue[a.job_id]
+        self.running[a.job_id] = None
+        for g in a.gpus:
+            self.owner[g] = a.job_id
+        info.gpu_type, info.gpus, info.plan_index, info.started_at = a.gpu_type, tuple(a.gpus), a.plan_index, now
+        rec = self.records[a.job_id]
+        if rec.first_start_s is None:
+            rec.first_start_s = now
+        rec.gpu_type, rec.gpus = a.gpu_type, n
+        self.placements.append((now, a.job_id, a.gpu_type, tuple(a.gpus)))
+        attempt = self._attempt.get(a.job_id, 0)
+        progress_from = now + (self.restart_s if info.restarts > 0 else 0.0)
+        if cfg not in info.profile.configs:
+            # The truth: no layout of this job fits n GPUs of this type. It dies as an OOM.
+            self._true_step[a.job_id] = math.inf
+            self._progress_from[a.job_id] = progress_from
+            info.est_end = now + self.oom_delay_s
+            self._push(now + self.oom_delay_s, _OOM, a.job_id, attempt)
+            return
+        true_step = est_step * self.factor[a.job_id]
+        self._true_step[a.job_id] = true_step
+        self._progress_from[a.job_id] = progress_from
+        info.est_end = progress_from + info.steps_left * est_step
+        self._push(progress_from + info.steps_left * true_step, _FINISH, a.job_id, attempt)
+
+
+def simulate(
+    spec: ClusterSpec, trace: Sequence[TraceJob], policy: SimPolicy, **kwargs: object
+) -> SimResult:
+    """Run one policy over one trace; see ``Simulator`` for the keyword arguments."""
+    return Simulator(spec, trace, policy, **kwargs).run()  # type: ignore[arg-type]
+
+
+__all__ = [
+    "JobInfo",
+    "JobProfile",
+    "JobRecord",
+    "ProfileBook",
+    "SimError",
+    "SimPolicy",
+    "SimResult",
+    "SimView",
+    "Simulator",
+    "Start",
+    "Stop",
+    "simulate",
+]

@@ -1,0 +1,344 @@
+"""The policies the simulator compares, each a plug-in of ``SimPolicy`` (``decide(view)``).
+
+Role: turn a ``SimView`` (the cluster, the queue, the running jobs, as the live
+system would see them) into Start/Stop actions.
+
+* ``frenzy`` / ``frenzy-paper`` (and ablations): build ``QueuedJob``s from MARP's ranked
+  plans and call ``has.schedule`` — the very function the live scheduler calls every tick;
+  only the ``QueuePolicy`` differs. frenzy-paper = ``QueuePolicy()`` (first satisfiable
+  ranked plan, FIFO, backfill); frenzy = ``QueuePolicy.frenzy()``.
+* ``opportunistic``: memory-blind; the user's requested GPU count on whatever type has that
+  many free GPUs, first fit, FIFO with backfill. OOM rule: after an OOM on (type, n) the job
+  tries the next type at n; once every type failed at n it asks for 2n.
+* ``sia``: Sia's round-based ILP (Jayaram Subramanya et al., "Sia: Heterogeneity-aware,
+  goodput-optimized ML-cluster scheduling", SOSP'23; section numbers below refer to it),
+  solved with HiGHS, memory-blind: it learns that a configuration OOMs only by trying it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+import marp
+from has.placement import Placement, PlanOption
+from has.policy import QueuedJob, QueuePolicy, schedule
+from has.sim_engine import JobInfo, JobProfile, SimView, Start, Stop
+
+
+class UnknownPolicyError(ValueError):
+    pass
+
+
+# ----- Frenzy: has.schedule ------------------------------------------------------------
+
+
+@dataclass
+class FrenzyPolicy:
+    """HAS through ``has.schedule`` — one policy, one place (the live scheduler's code)."""
+
+    name: str
+    queue_policy: QueuePolicy
+    round_s: float | None = None
+    restart_s: float = 120.0
+    _cache: dict[str, tuple[float, QueuedJob]] = field(default_factory=dict, repr=False)
+
+    def queued_job(self, job: JobInfo) -> QueuedJob:
+        """The job as the scheduler service would queue it, with runtime estimates per plan."""
+        hit = self._cache.get(job.job_id)
+        if hit is not None and hit[0] == job.steps_left:
+            return hit[1]
+        extra = self.restart_s if job.restarts else 0.0
+        plans = tuple(
+            PlanOption(p.gpu_type, p.layout.tp, p.layout.pp, p.layout.dp, p.memory.total,
+                       f"{p.gpu_type}x{p.num_gpus}", extra + job.steps_left * p.step_time_s)
+            for p in job.profile.plans
+        )  # fmt: skip
+        q = QueuedJob(job.job_id, job.seq, job.submitted_at, plans)
+        self._cache[job.job_id] = (job.steps_left, q)
+        return q
+
+    def decide(self, view: SimView) -> list[Start | Stop]:
+        queue = [self.queued_job(j) for j in view.queue]
+        if not queue:
+            return []
+        result = schedule(view.cluster, queue, view.now, self.queue_policy)
+        return [self.start_of(p) for p in result.placements]
+
+    @staticmethod
+    def start_of(p: Placement) -> Start:
+        return Start(p.job_id, p.plan.gpu_type, tuple(p.gpus()), p.plan_index)
+
+
+# ----- opportunistic -------------------------------------------------------------------
+
+
+def _type_order(view: SimView) -> list[str]:
+    """GPU types in cluster-file order (the operator's order; no speed or memory knowledge)."""
+    seen: list[str] = []
+    for g in view.spec.groups:
+        name = marp.get_gpu(g.gpu).name
+        if name not in seen:
+            seen.append(name)
+    return seen
+
+
+@dataclass
+class OpportunisticPolicy:
+    """Memory-blind first fit of the user's GPU count on any type (see the module docstring)."""
+
+    name: str = "opportunistic"
+    round_s: float | None = None
+
+    @staticmethod
+    def request(job: JobInfo, types: Sequence[str], totals: dict[str, int]) -> tuple[int, list[str]] | None:
+        """(count, types to try in order) after the OOM rule; None when nothing is left to try."""
+        n = job.requested_gpus
+        biggest = max(totals.values(), default=0)
+        while n <= biggest:
+            left = [t for t in types if (t, n) not in job.failed_configs and totals.get(t, 0) >= n]
+            if left:
+                return n, left
+            n *= 2
+        return None
+
+    def decide(self, view: SimView) -> list[Start | Stop]:
+        cluster = view.cluster
+        types = _type_order(view)
+        totals = {t: sum(cluster.healthy_by_node(t).values()) for t in types}
+        # free GPUs: type → [(node, [indices])] in node order, consumed as jobs are placed
+        free = {t: [(name, [s.index for s in nf.slots]) for name, nf in cluster.free_by_node(t).items()]
+                for t in types}  # fmt: skip
+        out: list[Start | Stop] = []
+        for job in view.queue:  # FIFO; a job that does not fit is skipped (backfill)
+            req = self.request(job, types, totals)
+            if req is None:
+                continue
+            n, candidates = req
+            for t in candidates:
+                if sum(len(ix) for _, ix in free[t]) < n:
+                    continue
+                picked: list[tuple[str, int]] = []
+                for name, ix in free[t]:  # first fit, node by node
+                    take = ix[: n - len(picked)]
+                    picked.extend((name, i) for i in take)
+                    del ix[: len(take)]
+                    if len(picked) == n:
+                        break
+                out.append(Start(job.job_id, t, tuple(picked)))
+                break
+        return out
+
+
+# ----- Sia -----------------------------------------------------------------------------
+
+
+@dataclass
+class SiaPolicy:
+    """Sia's round-based goodput ILP (SOSP'23 sec. 3), for rigid-batch LLM jobs.
+
+    Terms, as the paper defines them:
+    * configurations (sec. 3.2): per GPU type with R GPUs per node and N nodes, the counts
+      1, 2, 4, ..., R on one node and 2R, 3R, ..., NR as whole nodes; capped at the job's
+      max_ngpus (``max_scale`` x the user's request) and at counts its batch can split over.
+    * goodput (sec. 3.1): throughput x statistical efficiency. Our jobs keep their global
+      batch fixed, so statistical efficiency is 1 and goodput = steps/s, from the same
+      step-time estimate a profiled Sia would learn (its bootstrap profiling, sec. 3.4).
+      Memory-blind: for a configuration MARP finds no fitting layout for, Sia still believes
+      the compute estimate until it has seen the job OOM there (then that count and every
+      smaller count of that type are dropped for the job).
+    * normalisation and fairness (sec. 3.3): each job's row G_i is divided by its minimum,
+      then raised to the power p (default -0.5); with p < 0 the objective is minimised.
+    * restart factor (sec. 3.3): r_i = (T_i - N_i S_i) / (T_i + S_i), T_i the job's age,
+      N_i its restarts, S_i the seconds a restart costs; it multiplies the goodput of every
+      configuration other than the job's current one.
+    * ILP (sec. 3.3): min sum_ij A_ij G_ij^p + lambda sum_i (1 - ||A_i||_1), A binary, at
+      most one configuration per job, per-type GPU capacity; lambda = 1.1.
+    * rounds of 60 s (sec. 3); placement (sec. 3.5): a partial-node allocation stays on one
+      node, whole-node allocations take whole free nodes. Where a chosen allocation cannot be
+      placed we leave the job for the next round (Sia evicts and retries).
+    Simplifications (generous to Sia): no 2x-per-round scale-up limit, no profiling cost.
+    """
+
+    name: str = "sia"
+    round_s: float | None = 60.0
+    p: float = -0.5
+    lam: float = 1.1
+    restart_s: float = 120.0
+    max_scale: int = 2
+    time_limit_s: float = 30.0
+    _est: dict[tuple[int, str, int], float | None] = field(default_factory=dict, repr=False)
+    last_ilp: tuple[int, int] = (0, 0)  # (variables, constraints) of the last solve
+
+    def believed_step_time(self, job: JobInfo, t: str, n: int) -> float | None:
+        """What Sia believes a step takes on (t, n): MARP's estimate, memory ignored."""
+        known = job.profile.configs.get((t, n))
+        if known is not None:
+            return known
+        key = (id(job.profile), t, n)
+        if key not in self._est:
+            self._est[key] = self._compute_only(job.profile, t, n)
+        return self._est[key]
+
+    @staticmethod
+    def _compute_only(profile: JobProfile, t: str, n: int) -> float | None:
+        if not profile.plans:
+            return None
+        ref = profile.plans[0]
+        model = marp.get_model(profile.model)
+        gb = ref.layout.samples_per_step
+        if gb % n:
+            return None  # the global batch does not split over n replicas
+        seq = int(round(ref.tokens_per_s * ref.step_time_s / gb))
+        recipe = marp.TrainingRecipe(seq_len=seq, global_batch=gb)
+        layout = marp.Layout(tp=1, pp=1, dp=n, zero_stage=1 if n > 1 else 0, micro_batch=1, grad_accum=gb // n)
+        return marp.estimate_step_time(model, recipe, layout, marp.get_gpu(t))
+
+    def configs(self, view: SimView, job: JobInfo, shape: dict[str, tuple[int, int]]) -> list[tuple[str, int]]:
+        cap = max(1, job.requested_gpus * self.max_scale)
+        out = []
+        for t, (per_node, nodes) in shape.items():
+            counts = [c for c in (1 << k for k in range(8)) if c <= per_node]
+            counts += [per_node * m for m in range(2, nodes + 1)]
+            dead = max((n for (ft, n) in job.failed_configs if ft == t), default=0)
+            for c in counts:
+                if c <= cap and c > dead and self.believed_step_time(job, t, c) is not None:
+                    out.append((t, c))
+        return out
+
+    def decide(self, view: SimView) -> list[Start | Stop]:
+        import highspy
+
+        cluster = view.cluster
+        shape: dict[str, tuple[int, int]] = {}
+        capacity: dict[str, int] = {}
+        for t in _type_order(view):
+            per = cluster.healthy_by_node(t)
+            if per:
+                shape[t] = (max(per.values()), len(per))
+                capacity[t] = sum(per.values())
+        jobs = list(view.running) + list(view.queue)
+        cols: list[tuple[int, str, int, float]] = []  # (job row, type, count, cost)
+        for i, job in enumerate(jobs):
+            cfgs = self.configs(view, job, shape)
+            if not cfgs:
+                continue
+            goodput = np.array([1.0 / self.believed_step_time(job, t, c) for t, c in cfgs])  # type: ignore[operator]
+            if job.config is not None:
+                age = max(view.now - job.submitted_at, 1e-9)
+                r = (age - job.restarts * self.restart_s) / (age + self.restart_s)
+                r = min(1.0, max(r, 1e-3))
+                goodput = np.where([cfg != job.config for cfg in cfgs], goodput * r, goodput)
+            norm = goodput / goodput.min()
+            cost = norm**self.p
+            for (t, c), g in zip(cfgs, cost, strict=True):
+                cols.append((i, t, c, float(g)))
+        if not cols:
+            return []
+        types = sorted(capacity)
+        trow = {t: len(jobs) + k for k, t in enumerate(types)}
+        ncol = len(cols)
+        lp = highspy.HighsLp()
+        lp.num_col_ = ncol
+        lp.num_row_ = len(jobs) + len(types)
+        # min sum A (G^p - lambda): the constant lambda * jobs is dropped.
+        lp.col_cost_ = np.array([c[3] - self.lam for c in cols])
+        lp.col_lower_ = np.zeros(ncol)
+        lp.col_upper_ = np.ones(ncol)
+        lp.row_lower_ = np.full(lp.num_row_, -highspy.kHighsInf)
+        lp.row_upper_ = np.array([1.0] * len(jobs) + [float(capacity[t]) for t in types])
+        lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+        lp.a_matrix_.start_ = np.arange(0, 2 * ncol + 1, 2, dtype=np.int32)
+        index = np.empty(2 * ncol, dtype=np.int32)
+        value = np.empty(2 * ncol)
+        for k, (i, t, c, _) in enumerate(cols):
+            index[2 * k], value[2 * k] = i, 1.0
+            index[2 * k + 1], value[2 * k + 1] = trow[t], float(c)
+        lp.a_matrix_.index_ = index
+        lp.a_matrix_.value_ = value
+        lp.integrality_ = [highspy.HighsVarType.kInteger] * ncol
+        h = highspy.Highs()
+        h.setOptionValue("output_flag", False)
+        h.setOptionValue("time_limit", self.time_limit_s)
+        h.setOptionValue("threads", 1)
+        h.passModel(lp)
+        h.run()
+        self.last_ilp = (ncol, lp.num_row_)
+        x = h.getSolution().col_value
+        chosen: dict[str, tuple[str, int]] = {}
+        for k, (i, t, c, _) in enumerate(cols):
+            if x[k] > 0.5:
+                chosen[jobs[i].job_id] = (t, c)
+        return self._place(view, chosen)
+
+    def _place(self, view: SimView, chosen: dict[str, tuple[str, int]]) -> list[Start | Stop]:
+        out: list[Start | Stop] = []
+        cluster = view.cluster
+        free: dict[str, dict[str, list[int]]] = {}  # type → node → free indices
+        for t in _type_order(view):
+            free[t] = {name: [s.index for s in nf.slots] for name, nf in cluster.free_by_node(t).items()}
+        for job in view.running:
+            if chosen.get(job.job_id) != job.config:
+                out.append(Stop(job.job_id))  # reallocated or dropped this round
+                for node, idx in job.gpus:
+                    free[job.gpu_type].setdefault(node, []).append(idx)  # type: ignore[index]
+        keep = {j.job_id for j in view.running if chosen.get(j.job_id) == j.config}
+        new = [(jid, cfg) for jid, cfg in chosen.items() if jid not in keep]
+        new.sort(key=lambda x: (-x[1][1], x[0]))  # big allocations first: they need whole nodes
+        per_node = {t: max(view.cluster.healthy_by_node(t).values()) for t in free if view.cluster.healthy_by_node(t)}
+        for job_id, (t, c) in new:
+            nodes = free.get(t, {})
+            gpus: list[tuple[str, int]] = []
+            if c >= per_node[t]:
+                whole = [n for n, ix in sorted(nodes.items()) if len(ix) == per_node[t]]
+                k = c // per_node[t]
+                if len(whole) >= k and c % per_node[t] == 0:
+                    for n in whole[:k]:
+                        gpus += [(n, i) for i in sorted(nodes[n])]
+                        nodes[n] = []
+            else:
+                fits = [(len(ix), n) for n, ix in nodes.items() if len(ix) >= c]
+                if fits:
+                    _, n = min(fits)  # best fit: the fullest node that still has room
+                    take = sorted(nodes[n])[:c]
+                    gpus = [(n, i) for i in take]
+                    nodes[n] = [i for i in nodes[n] if i not in take]
+            if len(gpus) == c:
+                out.append(Start(job_id, t, tuple(gpus)))
+        return out
+
+
+# ----- registry ------------------------------------------------------------------------
+
+POLICY_NAMES = ("frenzy", "frenzy-paper", "opportunistic", "sia", "frenzy-fifo", "frenzy-ranked")
+
+
+def make_policy(name: str, restart_s: float = 120.0) -> FrenzyPolicy | OpportunisticPolicy | SiaPolicy:
+    """A fresh policy by name (ablations: frenzy-fifo = frenzy without shortest-first,
+    frenzy-ranked = frenzy without completion-time-aware plan choice)."""
+    if name == "frenzy":
+        return FrenzyPolicy(name, QueuePolicy.frenzy(explain=False), restart_s=restart_s)
+    if name == "frenzy-paper":
+        return FrenzyPolicy(name, QueuePolicy(explain=False), restart_s=restart_s)
+    if name == "frenzy-fifo":
+        return FrenzyPolicy(name, QueuePolicy.frenzy(order="fifo", explain=False), restart_s=restart_s)
+    if name == "frenzy-ranked":
+        return FrenzyPolicy(name, QueuePolicy.frenzy(plan_choice="ranked", explain=False), restart_s=restart_s)
+    if name == "opportunistic":
+        return OpportunisticPolicy()
+    if name == "sia":
+        return SiaPolicy(restart_s=restart_s)
+    raise UnknownPolicyError(f"unknown policy {name!r}; known: {', '.join(POLICY_NAMES)}")
+
+
+__all__ = [
+    "POLICY_NAMES",
+    "FrenzyPolicy",
+    "OpportunisticPolicy",
+    "SiaPolicy",
+    "UnknownPolicyError",
+    "make_policy",
+]
