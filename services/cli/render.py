@@ -9,11 +9,10 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable
 
-from google.protobuf import json_format
-from google.protobuf.descriptor import FieldDescriptor
 from rich.console import Console
 from rich.table import Table
 
+from frenzy.common.protojson import to_json
 from frenzy.v1 import types_pb2
 
 GiB = 1024**3
@@ -129,33 +128,8 @@ def nodes_table(nodes: Iterable[types_pb2.Node]) -> Table:
 
 
 def to_dict(msg) -> dict:  # noqa: ANN001 - any protobuf message
-    """JSON-ready dict with field names as in the .proto and 64-bit integers as
-    numbers (protobuf's JSON mapping writes them as strings, which scripts trip on)."""
-    data = json_format.MessageToDict(msg, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
-    return _ints(msg.DESCRIPTOR, data)
-
-
-_INT64 = {FieldDescriptor.TYPE_INT64, FieldDescriptor.TYPE_UINT64, FieldDescriptor.TYPE_SINT64,
-          FieldDescriptor.TYPE_FIXED64, FieldDescriptor.TYPE_SFIXED64}
-
-
-def _ints(desc, data: dict) -> dict:  # noqa: ANN001
-    for f in desc.fields:
-        if f.name not in data:
-            continue
-        value = data[f.name]
-        if f.message_type is not None and not f.message_type.GetOptions().map_entry:
-            if f.is_repeated:
-                data[f.name] = [_ints(f.message_type, v) for v in value]
-            else:
-                data[f.name] = _ints(f.message_type, value)
-        elif f.message_type is not None:  # map<string, int64> etc.
-            vf = f.message_type.fields_by_name["value"]
-            if vf.type in _INT64:
-                data[f.name] = {k: int(v) for k, v in value.items()}
-        elif f.type in _INT64:
-            data[f.name] = [int(v) for v in value] if f.is_repeated else int(value)
-    return data
+    """The one JSON dialect of Frenzy's outputs (see frenzy.common.protojson)."""
+    return to_json(msg)
 
 
 def console(stderr: bool = False) -> Console:

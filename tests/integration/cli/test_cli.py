@@ -125,10 +125,10 @@ def test_submit_wait_jobs_job_nodes(servers: Servers) -> None:
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         job = json.loads(run("job", job_id, "--json", env=env).stdout)
-        if job["state"] == "JOB_STATE_LAUNCHING":
+        if job["state"] == "LAUNCHING":
             break
         time.sleep(0.1)
-    assert job["state"] == "JOB_STATE_LAUNCHING", job
+    assert job["state"] == "LAUNCHING", job
     assert job["spec"]["command"] == ["python", "-c", "print(1)"]
     listed = json.loads(run("jobs", "--json", env=env).stdout)
     assert [j["id"] for j in listed] == [job_id]
