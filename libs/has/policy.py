@@ -37,6 +37,7 @@ call this same function.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -304,11 +305,15 @@ def _place_ranked(view: ClusterView, job: QueuedJob, explain: bool) -> Placement
 
 def _place_completion(
     view: ClusterView, job: QueuedJob, now: float, policy: QueuePolicy, releases: _Releases
-) -> Placement | PendingReason:
-    """Earliest estimated completion among the plans that are not wasteful (see QueuePolicy)."""
+) -> tuple[Placement | PendingReason, int | None]:
+    """Earliest estimated completion among the plans that are not wasteful (see QueuePolicy).
+
+    Returns the decision and, when the job waits, the index of the plan it waits for
+    (a starving job's reservation drains towards that plan, not a slower one).
+    """
     plans = job.plans
     if not plans or any(p.runtime_s is None for p in plans):
-        return _place_ranked(view, job, policy.explain)
+        return _place_ranked(view, job, policy.explain), None
     cheapest: dict[str, float] = {}
     for p in plans:
         gs = p.runtime_s * p.num_gpus  # type: ignore[operator]
@@ -330,16 +335,17 @@ def _place_completion(
             best_any = (done, i)
     if best_now is not None and best_any is not None:
         if best_any[1] == best_now[1] or best_now[0] - now <= (best_any[0] - now) * (1.0 + policy.wait_slack):
-            return best_now[2]
+            return best_now[2], None
         better = plans[best_any[1]]
         return PendingReason(
             f"waiting for {better.describe()}: estimated done in {best_any[0] - now:.0f} s vs "
             f"{best_now[0] - now:.0f} s on {best_now[2].plan.describe()} now",
             (),
-        )
+        ), best_any[1]
+    preferred = best_any[1] if best_any is not None and best_any[0] < _INF else None
     if policy.explain:
-        return explain_job(view, plans)
-    return PendingReason("no plan fits the free GPUs now", ())
+        return explain_job(view, plans), preferred
+    return PendingReason("no plan fits the free GPUs now", ()), preferred
 
 
 def schedule(
@@ -377,9 +383,10 @@ def schedule(
             )
             continue
 
-        if policy.plan_choice == "completion" and _wait_s(job, now) < policy.starvation_s:
-            result = _place_completion(view, job, now, policy, releases)
-        else:  # ranked, and any job that has starved: it takes whatever fits first
+        preferred: int | None = None
+        if policy.plan_choice == "completion":
+            result, preferred = _place_completion(view, job, now, policy, releases)
+        else:
             result = _place_ranked(view, job, policy.explain)
         if isinstance(result, Placement):
             placements.append(result)
@@ -416,7 +423,12 @@ def schedule(
             continue
 
         if holder is None and _wait_s(job, now) >= policy.starvation_s:
-            res = drain_target(view, job.job_id, job.plans)
+            if preferred is None:
+                res = drain_target(view, job.job_id, job.plans)
+            else:  # hold GPUs for the plan the job chose to wait for
+                res = drain_target(view, job.job_id, (job.plans[preferred],))
+                if res is not None:
+                    res = dataclasses.replace(res, plan_index=preferred)
             if res is not None:
                 holder, reservation = job, res
                 view = view.with_owned(res.gpus(), owner=job.job_id)

@@ -369,7 +369,13 @@ class Simulator:
                     self._push(next_round, _ROUND, "")
             if not self.running and not self.queue and all(e[1] == _ROUND for e in self._events):
                 break
-            if decided and not self.running and self.queue and not started and all(e[1] == _ROUND for e in self._events):
+            if (
+                decided
+                and not self.running
+                and self.queue
+                and not started
+                and all(e[1] == _ROUND for e in self._events)
+            ):
                 break  # nothing left can ever start (jobs that fit no GPU of this cluster)
         return SimResult(
             policy=self.policy.name, total_gpus=self.total_gpus, jobs=list(self.records.values()),
@@ -491,7 +497,9 @@ class Simulator:
         if a.plan_index is not None:
             plan = info.profile.plans[a.plan_index]
             if (plan.gpu_type, plan.num_gpus) != cfg:
-                raise SimError(f"{name}: {a.job_id}: plan {a.plan_index} is {plan.gpu_type}x{plan.num_gpus}, not {cfg}")
+                raise SimError(
+                    f"{name}: {a.job_id}: plan {a.plan_index} is {plan.gpu_type}x{plan.num_gpus}, not {cfg}"
+                )
             est_step = plan.step_time_s
         else:
             est_step = info.profile.configs.get(cfg, math.inf)
@@ -499,7 +507,12 @@ class Simulator:
         self.running[a.job_id] = None
         for g in a.gpus:
             self.owner[g] = a.job_id
-        info.gpu_type, info.gpus, info.plan_index, info.started_at = a.gpu_type, tuple(a.gpus), a.plan_index, now
+        info.gpu_type, info.gpus, info.plan_index, info.started_at = (
+            a.gpu_type,
+            tuple(a.gpus),
+            a.plan_index,
+            now,
+        )
         rec = self.records[a.job_id]
         if rec.first_start_s is None:
             rec.first_start_s = now
@@ -521,9 +534,7 @@ class Simulator:
         self._push(progress_from + info.steps_left * true_step, _FINISH, a.job_id, attempt)
 
 
-def simulate(
-    spec: ClusterSpec, trace: Sequence[TraceJob], policy: SimPolicy, **kwargs: object
-) -> SimResult:
+def simulate(spec: ClusterSpec, trace: Sequence[TraceJob], policy: SimPolicy, **kwargs: object) -> SimResult:
     """Run one policy over one trace; see ``Simulator`` for the keyword arguments."""
     return Simulator(spec, trace, policy, **kwargs).run()  # type: ignore[arg-type]
 

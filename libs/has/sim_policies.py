@@ -17,7 +17,6 @@ system would see them) into Start/Stop actions.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -194,10 +193,14 @@ class SiaPolicy:
             return None  # the global batch does not split over n replicas
         seq = int(round(ref.tokens_per_s * ref.step_time_s / gb))
         recipe = marp.TrainingRecipe(seq_len=seq, global_batch=gb)
-        layout = marp.Layout(tp=1, pp=1, dp=n, zero_stage=1 if n > 1 else 0, micro_batch=1, grad_accum=gb // n)
+        layout = marp.Layout(
+            tp=1, pp=1, dp=n, zero_stage=1 if n > 1 else 0, micro_batch=1, grad_accum=gb // n
+        )
         return marp.estimate_step_time(model, recipe, layout, marp.get_gpu(t))
 
-    def configs(self, view: SimView, job: JobInfo, shape: dict[str, tuple[int, int]]) -> list[tuple[str, int]]:
+    def configs(
+        self, view: SimView, job: JobInfo, shape: dict[str, tuple[int, int]]
+    ) -> list[tuple[str, int]]:
         cap = max(1, job.requested_gpus * self.max_scale)
         out = []
         for t, (per_node, nodes) in shape.items():
@@ -288,7 +291,9 @@ class SiaPolicy:
         keep = {j.job_id for j in view.running if chosen.get(j.job_id) == j.config}
         new = [(jid, cfg) for jid, cfg in chosen.items() if jid not in keep]
         new.sort(key=lambda x: (-x[1][1], x[0]))  # big allocations first: they need whole nodes
-        per_node = {t: max(view.cluster.healthy_by_node(t).values()) for t in free if view.cluster.healthy_by_node(t)}
+        per_node = {
+            t: max(view.cluster.healthy_by_node(t).values()) for t in free if view.cluster.healthy_by_node(t)
+        }
         for job_id, (t, c) in new:
             nodes = free.get(t, {})
             gpus: list[tuple[str, int]] = []
@@ -326,7 +331,9 @@ def make_policy(name: str, restart_s: float = 120.0) -> FrenzyPolicy | Opportuni
     if name == "frenzy-fifo":
         return FrenzyPolicy(name, QueuePolicy.frenzy(order="fifo", explain=False), restart_s=restart_s)
     if name == "frenzy-ranked":
-        return FrenzyPolicy(name, QueuePolicy.frenzy(plan_choice="ranked", explain=False), restart_s=restart_s)
+        return FrenzyPolicy(
+            name, QueuePolicy.frenzy(plan_choice="ranked", explain=False), restart_s=restart_s
+        )
     if name == "opportunistic":
         return OpportunisticPolicy()
     if name == "sia":

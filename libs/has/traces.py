@@ -226,7 +226,9 @@ def read_pollux(path: Path, text: str) -> list[TraceJob]:
         where = f"{path.name}:{lineno}"
         app = (row.get("application") or "").strip()
         if app not in POLLUX_GPU_HOURS:
-            raise TraceError(f"{where}: field application: unknown {app!r}; known: {sorted(POLLUX_GPU_HOURS)}")
+            raise TraceError(
+                f"{where}: field application: unknown {app!r}; known: {sorted(POLLUX_GPU_HOURS)}"
+            )
         t = _num(row.get("time"), where, "time", float)
         n = _num(row.get("num_replicas"), where, "num_replicas", int)
         if n <= 0 or t < 0:
@@ -253,10 +255,14 @@ def read_own(path: Path, text: str) -> list[TraceJob]:
         seen.add(job_id)
         model = (row["model"] or "").strip()
         if model not in known_models:
-            raise TraceError(f"{where} ({job_id}): field model: unknown model {model!r} (see `frenzy models`)")
+            raise TraceError(
+                f"{where} ({job_id}): field model: unknown model {model!r} (see `frenzy models`)"
+            )
         gpu_type = (row["gpu_type"] or "").strip()
         if gpu_type and gpu_type not in known_gpus:
-            raise TraceError(f"{where} ({job_id}): field gpu_type: unknown GPU {gpu_type!r} (see `frenzy gpus`)")
+            raise TraceError(
+                f"{where} ({job_id}): field gpu_type: unknown GPU {gpu_type!r} (see `frenzy gpus`)"
+            )
         job = TraceJob(
             job_id=job_id, submit_s=_num(row["submit_s"], where, "submit_s", float), model=model,
             seq_len=_num(row["seq_len"], where, "seq_len", int),
@@ -344,11 +350,15 @@ def read_trace(path: str | Path, max_jobs: int | None = None) -> list[TraceJob]:
 def write_trace(jobs: Sequence[TraceJob], path: str | Path | None = None) -> str:
     """Our CSV format for ``jobs`` (returned, and written to ``path`` when given)."""
     out = io.StringIO()
-    out.write("# frenzy-trace v1: submit_s in seconds from the start; tokens to train; gpus/gpu_type = user's ask\n")
+    out.write(
+        "# frenzy-trace v1: submit_s in seconds from the start; tokens to train; gpus/gpu_type = user's ask\n"
+    )
     w = csv.writer(out, lineterminator="\n")
     w.writerow(OWN_HEADER)
     for j in jobs:
-        w.writerow([j.job_id, f"{j.submit_s:.3f}", j.model, j.seq_len, j.global_batch, j.tokens, j.gpu_type, j.gpus])
+        w.writerow(
+            [j.job_id, f"{j.submit_s:.3f}", j.model, j.seq_len, j.global_batch, j.tokens, j.gpu_type, j.gpus]
+        )
     if path is not None:
         Path(path).write_text(out.getvalue())
     return out.getvalue()

@@ -1,0 +1,152 @@
+"""`frenzy simulate`: replay a job trace on a cluster file under several policies, side by side.
+
+Thin shell around ``has.sim_engine`` (the simulator), ``has.sim_policies`` (the policies;
+``frenzy`` runs the same ``has.schedule`` as the live scheduler) and ``has.sim_report``.
+Bad input (cluster file, trace, policy name) exits 2 with a message naming the field.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from frenzy.cli import render
+from frenzy.cli.common import JsonOpt, fail
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(simulate)
+
+
+def simulate(
+    cluster: Annotated[
+        Path,
+        typer.Option(help="Cluster file (same YAML as `frenzy up`), e.g. examples/clusters/paper-64.yaml."),
+    ],
+    trace: Annotated[
+        Path | None, typer.Option(help="Trace: our CSV, a Gavel .trace or a Pollux workload CSV (detected).")
+    ] = None,
+    policies: Annotated[
+        str,
+        typer.Option(
+            help="Comma-separated: frenzy, frenzy-paper, opportunistic, sia, frenzy-fifo, frenzy-ranked."
+        ),
+    ] = "frenzy,frenzy-paper,opportunistic,sia",
+    max_jobs: Annotated[int, typer.Option(help="Only the first N jobs of the trace (0: all).")] = 0,
+    synthetic: Annotated[
+        int, typer.Option(help="Instead of --trace: N synthetic jobs (seeded by --seed).")
+    ] = 0,
+    jobs_per_hour: Annotated[float, typer.Option(help="Arrival rate of --synthetic jobs.")] = 20.0,
+    seed: Annotated[int, typer.Option(help="Seed of the runtime noise and of --synthetic.")] = 0,
+    runtime_noise: Annotated[
+        float, typer.Option(help="Sigma of the log-normal truth/estimate factor per job.")
+    ] = 0.1,
+    out: Annotated[
+        Path | None, typer.Option(help="Write results.json, summary.md and PNG plots here.")
+    ] = None,
+    save_trace: Annotated[
+        Path | None, typer.Option(help="Also write the (mapped) jobs in our trace format.")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Compare scheduling policies on one trace and one cluster (trace-driven, event-driven).
+
+    Example:
+
+        frenzy simulate --cluster examples/clusters/paper-64.yaml \\
+            --trace data/traces/pollux/workloads/workload-1.csv --policies frenzy,frenzy-paper,opportunistic,sia
+    """
+    import yaml
+
+    from has.cluster_spec import ClusterSpecError, parse_cluster
+    from has.sim_engine import ProfileBook, SimError
+    from has.sim_engine import simulate as run_sim
+    from has.sim_policies import POLICY_NAMES, make_policy
+    from has.sim_report import COLUMNS, markdown_table, write_plots
+    from has.traces import TraceError, read_trace, write_trace
+    from has.traces import synthetic as make_synthetic
+
+    names = [p.strip() for p in policies.split(",") if p.strip()]
+    if not names:
+        fail("--policies: name at least one policy", 2)
+    for n in names:
+        if n not in POLICY_NAMES:
+            fail(f"--policies: unknown policy {n!r}; known: {', '.join(POLICY_NAMES)}", 2)
+    if (trace is None) == (synthetic <= 0):
+        fail("give exactly one of --trace FILE or --synthetic N", 2)
+    try:
+        data = yaml.safe_load(cluster.read_text())
+        spec = parse_cluster(data)
+        book = ProfileBook(spec)
+    except OSError as exc:
+        fail(f"--cluster: cannot read {cluster}: {exc}", 2)
+    except yaml.YAMLError as exc:
+        fail(f"--cluster: {cluster} is not valid YAML: {exc}", 2)
+    except (ClusterSpecError, SimError) as exc:
+        fail(f"--cluster {cluster}: {exc}", 2)
+    try:
+        if trace is not None:
+            jobs = read_trace(trace, max_jobs=max_jobs or None)
+        else:
+            jobs = make_synthetic(synthetic, seed=seed, jobs_per_hour=jobs_per_hour)
+    except TraceError as exc:
+        fail(f"--trace: {exc}", 2)
+    if save_trace is not None:
+        write_trace(jobs, save_trace)
+
+    results = []
+    metrics: dict[str, dict[str, float | int]] = {}
+    for name in names:
+        try:
+            res = run_sim(
+                spec, jobs, make_policy(name), seed=seed, runtime_noise=runtime_noise, profiles=book
+            )
+        except SimError as exc:
+            fail(f"simulation failed: {exc}", 1)
+        results.append(res)
+        metrics[name] = res.metrics()
+
+    payload = {
+        "policies": metrics,
+        "cluster": {"file": str(cluster), "gpus": spec.total_gpus},
+        "trace": {"file": str(trace) if trace else f"synthetic:{synthetic}:seed={seed}", "jobs": len(jobs)},
+    }
+    title = (
+        f"{len(jobs)} jobs from {trace or f'synthetic (seed {seed})'} on {cluster} ({spec.total_gpus} GPUs)"
+    )
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "results.json").write_text(json.dumps(payload, indent=2) + "\n")
+        (out / "summary.md").write_text(markdown_table(metrics, f"**{title}**"))
+        write_plots(results, out)
+    if as_json:
+        typer.echo(json.dumps(payload))
+        return
+    from rich.table import Table
+
+    table = Table(title=title)
+    table.add_column("policy")
+    for _, head, _ in COLUMNS:
+        table.add_column(head, justify="right")
+    for name, m in metrics.items():
+        table.add_row(name, *(_cell(m[k], s) for k, _, s in COLUMNS))
+    con = render.console()
+    con.print(table)
+    md = markdown_table(metrics)
+    tail = md.split("\n\n", 1)
+    if len(tail) == 2:
+        con.print(tail[1].strip())
+    if out is not None:
+        con.print(
+            f"results in {out}/ (results.json, summary.md, jct_cdf.png, utilization.png, decision_ms.png)"
+        )
+
+
+def _cell(value: float | int, scale: float) -> str:
+    if isinstance(value, int):
+        return str(value)
+    v = value / scale
+    return f"{v:.2f}" if abs(v) < 100 else f"{v:.1f}"
