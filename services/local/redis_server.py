@@ -19,6 +19,8 @@ from pathlib import Path
 
 import redis
 
+from frenzy.local.procs import die_with_parent
+
 
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port that was free a moment ago (the OS picks it)."""
@@ -81,7 +83,8 @@ def start_redis(
         "--appendonly", "yes" if appendonly else "no", "--daemonize", "no", "--loglevel", "warning",
         "--logfile", os.path.join(workdir, "redis.log"),
     ]
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                            preexec_fn=die_with_parent)
     url = f"redis://127.0.0.1:{port}/0"
     deadline = time.monotonic() + timeout_s
     client = redis.Redis.from_url(url)

@@ -22,6 +22,7 @@ import yaml
 
 import marp
 from frenzy.common.client import wait_healthy
+from frenzy.local.procs import die_with_parent
 from frenzy.local.redis_server import RedisProcess, free_port, start_redis
 from frenzy.v1 import scheduler_pb2, scheduler_pb2_grpc
 from has.cluster_spec import ClusterSpec, ClusterSpecError, parse_cluster
@@ -134,7 +135,8 @@ class LocalStack:
                    FRENZY_SCHEDULER=self.scheduler_addr, PYTHONUNBUFFERED="1")
         with open(log_path, "ab") as log:
             proc = subprocess.Popen([sys.executable, "-m", "frenzy.cli.main", *args], stdout=log,
-                                    stderr=subprocess.STDOUT, env=env, start_new_session=True)
+                                    stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                                    preexec_fn=die_with_parent)
         svc = Service(name, proc, log_path)
         self.services.append(svc)
         return svc

@@ -1,0 +1,30 @@
+"""Child processes that cannot outlive the process that started them.
+
+`frenzy up`, `frenzy demo` and the tests start services with their own
+session (so Ctrl-C reaches them through us, in order), which also means a
+SIGKILLed parent would leave them running. On Linux the kernel can send each
+child a signal when its parent dies (prctl PR_SET_PDEATHSIG); elsewhere this
+is a no-op and the normal stop path is all there is.
+
+Caveat: the signal fires when the *thread* that forked the child exits, so
+start children from a thread that lives as long as they should (the main one).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import signal
+import sys
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """preexec_fn for subprocess.Popen: SIGTERM this child when the parent dies."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except OSError:
+        pass
