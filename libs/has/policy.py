@@ -38,6 +38,7 @@ call this same function.
 from __future__ import annotations
 
 import dataclasses
+import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -113,7 +114,12 @@ class QueuePolicy:
     @classmethod
     def frenzy(cls, **overrides: object) -> QueuePolicy:
         """Shortest-first with aging, completion-time-aware plan choice, backfill (ours)."""
-        base: dict[str, object] = {"order": "shortest", "plan_choice": "completion", "starvation_s": 1800.0}
+        # Knobs chosen on Pollux workloads 1-5 on paper-64 (docs/simulator.md has the sweep);
+        # held-out checks: workloads 6-7 and the Gavel traces.
+        base: dict[str, object] = {
+            "order": "shortest", "plan_choice": "completion", "starvation_s": 14400.0,
+            "width_slack": 0.15, "wait_slack": 0.5,
+        }  # fmt: skip
         base.update(overrides)
         return cls(**base)  # type: ignore[arg-type]
 
@@ -251,39 +257,53 @@ def _order(jobs: list[QueuedJob], now: float, policy: QueuePolicy) -> list[Queue
 
 
 class _Releases:
-    """When will ``n`` GPUs of a type be free? From the snapshot's ``free_at`` estimates.
+    """When will ``n`` GPUs of a type be free? A queue-aware estimate for plan choice.
 
-    Per (type, memory level, tp): each node's qualifying GPUs sorted by release time
-    (free = now, busy = its ``free_at``, unknown = never); a node's k-th TP group is free
-    when its (k·tp)-th GPU is; all groups sorted. Built once per pass from the snapshot the
-    pass started from (placements made in this pass are not in it: an estimate only).
+    Per (GPU type, memory level): a min-heap of every qualifying GPU's release time —
+    free = now, busy = its ``free_at``, unknown = never — built once per pass from the
+    snapshot. Every decision of the pass is *committed* to it: a placement makes its GPUs
+    busy until now + runtime; a job that chooses to wait for a plan claims the GPUs that
+    free first until its own estimated end. So a job further down the queue does not count
+    on GPUs an earlier job already counts on (without this, every job would wait for the
+    same soon-free fast GPUs). TP groups are ignored here (an estimate; actual placement is
+    ``choose_nodes``).
     """
 
     def __init__(self, cluster: ClusterView, now: float) -> None:
         self.cluster = cluster
         self.now = now
-        self._groups: dict[tuple[str, int, int], list[float]] = {}
+        self._heaps: dict[tuple[str, int], list[float]] = {}
 
-    def start_at(self, plan: PlanOption) -> float:
+    def _heap(self, plan: PlanOption) -> list[float] | None:
         level = self.cluster.memory_level(plan.gpu_type, plan.bytes_per_gpu)
         if level is None:
+            return None
+        key = (plan.gpu_type, level)
+        heap = self._heaps.get(key)
+        if heap is None:
+            heap = [
+                self.now if g.owner is None else (max(self.now, g.free_at) if g.free_at is not None else _INF)
+                for name in self.cluster.healthy_by_node(plan.gpu_type)
+                for g in self.cluster.node(name).gpus
+                if g.gpu_type == plan.gpu_type and g.healthy and g.memory_total >= level
+            ]
+            heapq.heapify(heap)
+            self._heaps[key] = heap
+        return heap
+
+    def start_at(self, plan: PlanOption) -> float:
+        heap = self._heap(plan)
+        if heap is None or len(heap) < plan.num_gpus:
             return _INF
-        key = (plan.gpu_type, level, plan.tp)
-        groups = self._groups.get(key)
-        if groups is None:
-            groups = []
-            tp = plan.tp
-            for name in self.cluster.healthy_by_node(plan.gpu_type):
-                times = sorted(
-                    self.now if g.owner is None else (g.free_at if g.free_at is not None else _INF)
-                    for g in self.cluster.node(name).gpus
-                    if g.gpu_type == plan.gpu_type and g.healthy and g.memory_total >= level
-                )
-                groups.extend(max(self.now, times[k + tp - 1]) for k in range(0, len(times) - tp + 1, tp))
-            groups.sort()
-            self._groups[key] = groups
-        need = plan.num_gpus // plan.tp
-        return groups[need - 1] if len(groups) >= need else _INF
+        return heapq.nsmallest(plan.num_gpus, heap)[-1]
+
+    def commit(self, plan: PlanOption, until: float) -> None:
+        """The ``plan.num_gpus`` earliest-free GPUs of its type are taken until ``until``."""
+        heap = self._heap(plan)
+        if heap is None or len(heap) < plan.num_gpus:
+            return
+        for _ in range(plan.num_gpus):
+            heapq.heapreplace(heap, until)
 
 
 def _fits_now(view: ClusterView, plan: PlanOption) -> tuple[tuple[str, tuple[int, ...]], ...] | None:
@@ -335,14 +355,18 @@ def _place_completion(
             best_any = (done, i)
     if best_now is not None and best_any is not None:
         if best_any[1] == best_now[1] or best_now[0] - now <= (best_any[0] - now) * (1.0 + policy.wait_slack):
+            releases.commit(best_now[2].plan, best_now[0])
             return best_now[2], None
         better = plans[best_any[1]]
+        releases.commit(better, best_any[0])
         return PendingReason(
             f"waiting for {better.describe()}: estimated done in {best_any[0] - now:.0f} s vs "
             f"{best_now[0] - now:.0f} s on {best_now[2].plan.describe()} now",
             (),
         ), best_any[1]
     preferred = best_any[1] if best_any is not None and best_any[0] < _INF else None
+    if preferred is not None:
+        releases.commit(plans[preferred], best_any[0])  # type: ignore[index]
     if policy.explain:
         return explain_job(view, plans), preferred
     return PendingReason("no plan fits the free GPUs now", ()), preferred
