@@ -95,8 +95,12 @@ class OpportunisticPolicy:
     @staticmethod
     def request(job: JobInfo, types: Sequence[str], totals: dict[str, int]) -> tuple[int, list[str]] | None:
         """(count, types to try in order) after the OOM rule; None when nothing is left to try."""
-        n = job.requested_gpus
         biggest = max(totals.values(), default=0)
+        if biggest < 1:
+            return None
+        # A request larger than any type's GPU count is cut to the largest power of two that
+        # exists (the user would shrink it); otherwise the job could never run.
+        n = min(job.requested_gpus, 1 << (biggest.bit_length() - 1))
         while n <= biggest:
             left = [t for t in types if (t, n) not in job.failed_configs and totals.get(t, 0) >= n]
             if left:
@@ -201,7 +205,10 @@ class SiaPolicy:
     def configs(
         self, view: SimView, job: JobInfo, shape: dict[str, tuple[int, int]]
     ) -> list[tuple[str, int]]:
-        cap = max(1, job.requested_gpus * self.max_scale)
+        # max_ngpus: the user's request x max_scale; after OOMs the user asks for twice the
+        # largest count that failed (the same rule as opportunistic), or the job could never run.
+        worst = max((n for _, n in job.failed_configs), default=0)
+        cap = max(1, job.requested_gpus * self.max_scale, 2 * worst)
         out = []
         for t, (per_node, nodes) in shape.items():
             counts = [c for c in (1 << k for k in range(8)) if c <= per_node]
@@ -237,6 +244,10 @@ class SiaPolicy:
                 goodput = np.where([cfg != job.config for cfg in cfgs], goodput * r, goodput)
             norm = goodput / goodput.min()
             cost = norm**self.p
+            if job.config is not None:
+                # Ties keep the current allocation (what the restart factor intends); without
+                # this, identical jobs could swap every round and never make progress.
+                cost = cost - np.where([cfg == job.config for cfg in cfgs], 1e-3, 0.0)
             for (t, c), g in zip(cfgs, cost, strict=True):
                 cols.append((i, t, c, float(g)))
         if not cols:
