@@ -1,6 +1,7 @@
 """``python -m frenzy.agent``: the node agent without the rest of the CLI."""
 
 import typer
+
 from frenzy.agent.cli import agent_command
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+
 from frenzy.agent.daemon import Agent
 from frenzy.agent.gpus import FakeBackend, GpuBackend, GpuDiscoveryError, NvmlBackend
 from frenzy.common.keys import Keys

@@ -2,15 +2,23 @@
 
 One ``Agent.run(stop)`` call is the whole daemon. Threads: the caller's thread
 reads the node's launch stream (consumer group ``AGENT_GROUP``, consumer = node
-name); a heartbeat thread renews the alive lease and live free memory; one
-watcher per job waits for its process and reports the exit. Every stream entry
-is acknowledged only after its effect (process started, event written) is
-done, so a crash re-delivers it; a local ledger of started jobs turns that
-redelivery into "already running" instead of a second launch.
+name); a heartbeat thread renews the alive lease and the GPUs' live state; a
+log thread ships every job's output into its Redis log stream; one watcher per
+job waits for its process and reports the exit.
+
+No lost or doubled launch: every stream entry is acknowledged only after its
+effect (process started, event written) is done, so a crash re-delivers it.
+A redelivered launch is matched against what already runs: the local ledger
+of started jobs, and, for a crash between starting the process and writing
+the ledger, the processes in /proc carrying the launch's id. Either way it
+becomes "already running", never a second start. Jobs outlive the agent; a
+restarted agent adopts them, reads the exit status their shim recorded, and
+resumes shipping their logs where the last run stopped.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -22,9 +30,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import redis
+
 from frenzy.agent import launcher
 from frenzy.agent.gpus import GpuBackend, GpuInfo
 from frenzy.agent.ledger import Ledger, LedgerEntry
+from frenzy.agent.logship import LogShipper
 from frenzy.common import scripts
 from frenzy.common.keys import AGENT_GROUP, Keys
 from frenzy.common.messages import (
@@ -51,6 +61,9 @@ class RunningJob:
     pid: int  # also the process group id: the job is a session leader
     log_path: str
     start_ticks: int | None
+    fence: int | None = None
+    launch_id: str = ""  # FRENZY_LAUNCH_ID of its processes
+    node_rank: int = 0
     proc: object | None = None  # subprocess.Popen for our own children; None when adopted
     reported: bool = False  # RUNNING event sent
     cancelled: bool = False  # a CancelMessage asked it to stop
@@ -63,7 +76,8 @@ class RunningJob:
         return (self.job_id, self.attempt)
 
     def ledger_entry(self) -> LedgerEntry:
-        return LedgerEntry(self.job_id, self.attempt, self.pid, self.start_ticks, self.log_path, self.reported)
+        return LedgerEntry(self.job_id, self.attempt, self.pid, self.start_ticks, self.log_path, self.reported,
+                           fence=self.fence, launch_id=self.launch_id, node_rank=self.node_rank)
 
 
 class Agent:
@@ -84,6 +98,10 @@ class Agent:
         kill_on_exit: bool = False,
         verify_fence: bool = True,
         state_dir: str | os.PathLike[str] | None = None,
+        extra_env: dict[str, str] | None = None,
+        log_poll_s: float = 0.25,
+        log_stream_maxlen: int = 10_000,
+        log_retention_s: float = 7 * 24 * 3600,
     ) -> None:
         if heartbeat_s <= 0 or ttl_s <= heartbeat_s:
             raise ValueError(
@@ -101,6 +119,7 @@ class Agent:
         self.cancel_grace_s = cancel_grace_s
         self.kill_on_exit = kill_on_exit
         self.verify_fence = verify_fence
+        self.extra_env = dict(extra_env or {})
         self.instance = uuid.uuid4().hex  # lease value: tells this agent run from any other
         self.ready = threading.Event()  # set once registered and past the pending entries (tests wait on it)
 
@@ -108,6 +127,8 @@ class Agent:
         self._redis = redis.Redis.from_url(redis_url, decode_responses=True, protocol=2)
         self._register_script = scripts.register(self._redis, "register_node")
         self._heartbeat_script = scripts.register(self._redis, "heartbeat")
+        self._logs = LogShipper(self._redis, self.keys, node, poll_s=log_poll_s, maxlen=log_stream_maxlen,
+                                retention_s=log_retention_s)
         state = Path(state_dir).resolve() if state_dir else self.log_dir / ".agent"
         self._ledger = Ledger(state / f"{node}.json")
         self._gpus: list[GpuInfo] = []
@@ -124,18 +145,21 @@ class Agent:
         hb_stop = threading.Event()
         hb = threading.Thread(target=self._heartbeat_loop, args=(hb_stop,), name=f"heartbeat-{self.node}",
                               daemon=True)
+        ship = threading.Thread(target=self._logs.run, args=(hb_stop,), name=f"logs-{self.node}", daemon=True)
         try:
             if not self._until_done(stop, self._register, "register"):
                 return
             if not self._until_done(stop, self._adopt, "adopt jobs of a previous run"):
                 return
             hb.start()
+            ship.start()
             self._consume(stop)
         finally:
-            hb_stop.set()
-            if hb.is_alive():
-                hb.join(timeout=5)
             self._shutdown()
+            hb_stop.set()
+            for t in (hb, ship):
+                if t.is_alive():
+                    t.join(timeout=5)
             self.backend.close()
             self._redis.close()
             log.info("agent %s stopped", self.node)
@@ -147,11 +171,11 @@ class Agent:
             log.info("--kill-on-exit: stopping %d job(s)", len(jobs))
             for job in jobs:
                 job.killed_on_exit = True
-                launcher.signal_group(job.pid, signal.SIGTERM)
+                self._signal_job(job, signal.SIGTERM)
             deadline = time.monotonic() + self.cancel_grace_s
             for job in jobs:
                 if not job.exited.wait(max(0.0, deadline - time.monotonic())):
-                    launcher.signal_group(job.pid, signal.SIGKILL)
+                    self._signal_job(job, signal.SIGKILL)
             for t in self._threads:  # let the watchers report the exits
                 t.join(timeout=max(1.0, deadline - time.monotonic()))
         elif jobs:
@@ -187,10 +211,12 @@ class Agent:
             if g.gpu_type and g.gpu_type not in types:
                 types.append(g.gpu_type)
         args: list[object] = [self.node, self.addr, ",".join(types), os.getpid(),
-                              int(self.ttl_s * 1000), self.instance]
+                              int(self.ttl_s * 1000), self.instance, _node_health(gpus)]
         for g in gpus:
             args += [g.index, g.uuid, g.gpu_type or "", g.nvml_name, g.memory_total, g.memory_free,
-                     int(g.healthy)]
+                     int(g.healthy), g.health_reason, g.pci_bus_id,
+                     json.dumps({str(k): v for k, v in sorted(g.links.items())}), g.utilization,
+                     _processes_json(g), int(g.type_from_memory)]
         keys = [self.keys.node(self.node), self.keys.nodes(), self.keys.node_alive(self.node),
                 *self._gpu_keys(gpus)]
         previous = self._register_script(keys=keys, args=args)
@@ -206,9 +232,9 @@ class Agent:
             self._gpus = self.backend.refresh(self._gpus)
         except Exception:  # a flaky driver must not stop the lease; report the last known state
             log.exception("refreshing GPU state failed; sending the last known values")
-        args: list[object] = [int(self.ttl_s * 1000), self.instance]
+        args: list[object] = [int(self.ttl_s * 1000), self.instance, _node_health(self._gpus)]
         for g in self._gpus:
-            args += [g.memory_free, int(g.healthy)]
+            args += [g.memory_free, int(g.healthy), g.health_reason, g.utilization, _processes_json(g)]
         keys = [self.keys.node(self.node), self.keys.node_alive(self.node), *self._gpu_keys(self._gpus)]
         if not self._heartbeat_script(keys=keys, args=args):
             log.warning("node %s is missing from Redis (data lost or node deleted); registering again",
@@ -274,11 +300,14 @@ class Agent:
                 return
             for entry_id, fields in entries:
                 log.info("re-processing pending launch-stream entry %s", entry_id)
-                self._handle(stream, entry_id, fields)
+                self._handle(stream, entry_id, fields, redelivered=True)
                 last = entry_id
 
-    def _handle(self, stream: str, entry_id: str, fields: dict | None) -> None:
-        """Act on one entry, then acknowledge it. Redis errors propagate (no ack: it is redelivered)."""
+    def _handle(self, stream: str, entry_id: str, fields: dict | None, redelivered: bool = False) -> None:
+        """Act on one entry, then acknowledge it. Redis errors propagate (no ack: it is redelivered).
+
+        ``redelivered``: the entry was read before (by a run that crashed): its
+        process may already exist even though the ledger does not know it."""
         if not fields:
             log.warning("launch stream %s: entry %s was deleted before it was read; skipping it",
                         stream, entry_id)
@@ -289,43 +318,53 @@ class Agent:
                 log.warning("launch stream %s: skipping bad entry %s: %s", stream, entry_id, exc)
             else:
                 if isinstance(cmd, LaunchMessage):
-                    self._launch(cmd, entry_id)
+                    self._launch(cmd, entry_id, redelivered)
                 elif isinstance(cmd, CancelMessage):
                     self._cancel(cmd)
         self._redis.xack(stream, AGENT_GROUP, entry_id)
 
     # ------------------------------------------------------------ launch
 
-    def _launch(self, msg: LaunchMessage, entry_id: str) -> None:
+    def launch_id(self, job_id: str, attempt: int) -> str:
+        """The id every process of this launch carries in ``FRENZY_LAUNCH_ID``."""
+        return f"{self.keys.prefix}/{self.node}/{job_id}/{attempt}"
+
+    def _launch(self, msg: LaunchMessage, entry_id: str, redelivered: bool = False) -> None:
         with self._lock:
             existing = self._jobs.get((msg.job_id, msg.attempt))
+        if existing is None and redelivered:
+            existing = self._find_orphan(msg)
         if existing is not None:
             log.info("job %s attempt %d already runs here (pid %d); ignoring the repeated launch %s",
                      msg.job_id, msg.attempt, existing.pid, entry_id)
             self._announce(existing)  # in case the first delivery died before reporting RUNNING
             return
+        failed = self._event(EventKind.LAUNCH_FAILED, msg.job_id, msg.attempt, fence=msg.fence)
         try:
-            problem = self._check_launch(msg)
+            problem, retryable = self._check_launch(msg)
             if problem:
                 log.warning("refusing launch %s of job %s attempt %d: %s", entry_id, msg.job_id,
                             msg.attempt, problem)
-                self._emit(self._event(EventKind.LAUNCH_FAILED, msg.job_id, msg.attempt, message=problem))
+                self._emit(failed.model_copy(update={"message": problem, "retryable": retryable}))
                 return
-            started = launcher.start(msg, self.node, self.log_dir)
+            started = launcher.start(msg, self.node, self.log_dir, launch_id=self.launch_id(msg.job_id, msg.attempt),
+                                     extra_env=self.extra_env)
         except launcher.LaunchError as exc:
             log.warning("job %s attempt %d could not start: %s", msg.job_id, msg.attempt, exc)
-            self._emit(self._event(EventKind.LAUNCH_FAILED, msg.job_id, msg.attempt, message=str(exc),
-                                   log_path=str(launcher.log_path_for(self.log_dir, msg, self.node))))
+            path = str(launcher.log_path_for(self.log_dir, msg, self.node))
+            self._emit(failed.model_copy(update={"message": str(exc), "log_path": path}))
+            self._ship_once(msg.job_id, msg.attempt, path)
             return
         except redis.RedisError:
             raise
         except Exception as exc:  # a bug here must fail the launch visibly, not wedge the stream
             log.exception("launch of job %s attempt %d failed unexpectedly", msg.job_id, msg.attempt)
-            self._emit(self._event(EventKind.LAUNCH_FAILED, msg.job_id, msg.attempt,
-                                   message=f"agent error: {type(exc).__name__}: {exc}"))
+            self._emit(failed.model_copy(update={"message": f"agent error: {type(exc).__name__}: {exc}"}))
             return
         job = RunningJob(msg.job_id, msg.attempt, started.proc.pid, str(started.log_path),
-                         launcher.process_start_ticks(started.proc.pid), proc=started.proc)
+                         launcher.process_start_ticks(started.proc.pid), fence=msg.fence,
+                         launch_id=self.launch_id(msg.job_id, msg.attempt), node_rank=msg.node_rank,
+                         proc=started.proc)
         with self._lock:
             self._jobs[job.key] = job
         self._ledger.put(job.ledger_entry())
@@ -333,21 +372,43 @@ class Agent:
                  msg.gpu_indices, job.log_path)
         self._announce(job)
 
-    def _check_launch(self, msg: LaunchMessage) -> str | None:
-        """Why this launch must not run here, or None."""
+    def _find_orphan(self, msg: LaunchMessage) -> RunningJob | None:
+        """The process a crashed agent run started for ``msg`` before it could record it, if any."""
+        launch_id = self.launch_id(msg.job_id, msg.attempt)
+        shims = launcher.find_processes(launch_id, shim_only=True)
+        if not shims:
+            return None
+        pid = shims[0]
+        log.warning("job %s attempt %d: found its process %d started by a previous agent run that crashed "
+                    "before recording it; adopting it instead of starting it again", msg.job_id, msg.attempt, pid)
+        job = RunningJob(msg.job_id, msg.attempt, pid, str(launcher.log_path_for(self.log_dir, msg, self.node)),
+                         launcher.process_start_ticks(pid), fence=msg.fence, launch_id=launch_id,
+                         node_rank=msg.node_rank)
+        with self._lock:
+            self._jobs[job.key] = job
+        self._ledger.put(job.ledger_entry())
+        return job
+
+    def _check_launch(self, msg: LaunchMessage) -> tuple[str | None, bool]:
+        """(why this launch must not run here, or None; whether a retry elsewhere could work)."""
         if msg.node != self.node:
-            return f"launch addressed to node {msg.node!r} arrived at node {self.node!r}"
+            return f"launch addressed to node {msg.node!r} arrived at node {self.node!r}", False
         have = {g.index for g in self._gpus}
         missing = [i for i in msg.gpu_indices if i not in have]
         if missing:
-            return f"GPU index(es) {missing} do not exist on node {self.node} (it has {sorted(have)})"
+            return f"GPU index(es) {missing} do not exist on node {self.node} (it has {sorted(have)})", False
         # Indices can shift (a GPU removed, a reboot); the UUID is the GPU the scheduler reserved.
         uuids = {g.index: g.uuid for g in self._gpus}
         for i, want in zip(msg.gpu_indices, msg.gpu_uuids, strict=False):
             if want and uuids[i] and want != uuids[i]:
-                return f"GPU {i} on node {self.node} is {uuids[i]}, but the launch expects {want}"
+                return f"GPU {i} on node {self.node} is {uuids[i]}, but the launch expects {want}", False
+        if msg.node_rank == 0 and msg.nnodes > 1 and launcher.port_in_use(msg.master_port):
+            # Frenzy never gives one port to two live jobs of a node, so this is a
+            # foreign process; torchrun would fail with a less helpful message.
+            return (f"rendezvous port {msg.master_port} on node {self.node} is in use by a process Frenzy did "
+                    "not start (choose a scheduler --master-ports range that other services do not use)"), True
         if not self.verify_fence:
-            return None
+            return None, False
         # The reservation wrote owner + fence on every GPU. If they differ, the GPUs
         # were released and given to someone else after this launch was sent (e.g.
         # it waited in the stream while the agent was down): running it would
@@ -358,16 +419,17 @@ class Agent:
         for i, (owner, fence) in zip(msg.gpu_indices, pipe.execute(), strict=True):
             if owner != msg.job_id or fence != str(msg.fence):
                 return (f"stale launch: GPU {i} is held by {owner or 'nobody'!r} with fence {fence}, "
-                        f"but this launch is for job {msg.job_id!r} with fence {msg.fence}")
-        return None
+                        f"but this launch is for job {msg.job_id!r} with fence {msg.fence}"), False
+        return None, False
 
     def _announce(self, job: RunningJob) -> None:
         """Report RUNNING once, then start watching the process."""
         if not job.reported:
-            self._emit(self._event(EventKind.RUNNING, job.job_id, job.attempt, pid=job.pid,
+            self._emit(self._event(EventKind.RUNNING, job.job_id, job.attempt, fence=job.fence, pid=job.pid,
                                    log_path=job.log_path))
             job.reported = True
             self._ledger.put(job.ledger_entry())
+        self._logs.watch(job.job_id, job.attempt, job.log_path)
         if not job.watching:
             job.watching = True
             target = self._watch_child if job.proc is not None else self._watch_adopted
@@ -394,8 +456,9 @@ class Agent:
         except ChildProcessError:
             pass
         job.exited.set()  # before reaping: the SIGKILL escalation must not fire at a reused pid
-        if job.cancelled or job.killed_on_exit:
-            launcher.signal_group(job.pid, signal.SIGKILL)
+        # The job's leader is gone: whatever is left of it (in its group, or in
+        # sessions of its own like torchrun's workers) is a straggler.
+        self._signal_job(job, signal.SIGKILL, quiet=True)
         code = proc.wait()  # type: ignore[union-attr]
         self._finish(job, code, "")
 
@@ -406,10 +469,12 @@ class Agent:
         while launcher.process_running(job.pid, job.start_ticks):
             if self._detached.wait(poll):
                 return
-        if job.cancelled or job.killed_on_exit:
-            launcher.signal_group(job.pid, signal.SIGKILL)
         job.exited.set()
-        self._finish(job, None, "exit code unknown: the process was started by a previous agent run")
+        self._signal_job(job, signal.SIGKILL, quiet=True)
+        # The shim (the process's parent, not us) recorded how it ended.
+        code = launcher.read_exit_status(job.log_path)
+        self._finish(job, code, "" if code is not None else
+                     "exit code unknown: the process was started by a previous agent run and left no status")
 
     def _finish(self, job: RunningJob, code: int | None, message: str) -> None:
         if self._detached.is_set():
@@ -419,10 +484,12 @@ class Agent:
         _append_trailer(job.log_path, code, job.cancelled)
         log.info("job %s attempt %d exited: code %s%s", job.job_id, job.attempt, code,
                  " (cancelled)" if job.cancelled else "")
-        event = self._event(EventKind.EXITED, job.job_id, job.attempt, pid=job.pid, exit_code=code,
-                            cancelled=job.cancelled, log_path=job.log_path, message=message)
+        event = self._event(EventKind.EXITED, job.job_id, job.attempt, fence=job.fence, pid=job.pid,
+                            exit_code=code, cancelled=job.cancelled, log_path=job.log_path, message=message)
         while not self._detached.is_set():
             try:
+                # All output first: once every node reported, the job's log stream is complete.
+                self._logs.finish(job.job_id, job.attempt)
                 self._emit(event)
                 break
             except redis.RedisError as exc:
@@ -448,7 +515,7 @@ class Agent:
         job.cancelled = True
         log.info("cancelling job %s attempt %d (pid %d)%s: SIGTERM, SIGKILL after %.1fs", msg.job_id,
                  msg.attempt, job.pid, f" because {msg.reason}" if msg.reason else "", self.cancel_grace_s)
-        launcher.signal_group(job.pid, signal.SIGTERM)
+        self._signal_job(job, signal.SIGTERM)
         t = threading.Thread(target=self._escalate, args=(job,), name=f"kill-{job.job_id}", daemon=True)
         t.start()
 
@@ -456,13 +523,25 @@ class Agent:
         if not job.exited.wait(self.cancel_grace_s):
             log.warning("job %s attempt %d ignored SIGTERM for %.1fs; sending SIGKILL", job.job_id,
                         job.attempt, self.cancel_grace_s)
-            launcher.signal_group(job.pid, signal.SIGKILL)
+            self._signal_job(job, signal.SIGKILL)
+
+    def _signal_job(self, job: RunningJob, sig: int, quiet: bool = False) -> None:
+        """``sig`` to the job's process group and to its processes that left it (other sessions)."""
+        launcher.signal_group(job.pid, sig)
+        others = launcher.kill_launch(job.launch_id, sig)
+        if others and not quiet:
+            log.info("job %s attempt %d: %s also sent to %d process(es) outside its group", job.job_id,
+                     job.attempt, signal.Signals(sig).name, len(others))
+        elif others:
+            log.info("job %s attempt %d: killed %d straggler process(es) left after it ended", job.job_id,
+                     job.attempt, len(others))
 
     # ------------------------------------------------------------ adoption after a restart
 
     def _adopt(self) -> None:
         for entry in self._ledger.load():
             job = RunningJob(entry.job_id, entry.attempt, entry.pid, entry.log_path, entry.start_ticks,
+                             fence=entry.fence, launch_id=entry.launch_id, node_rank=entry.node_rank,
                              reported=entry.reported)
             if launcher.process_running(entry.pid, entry.start_ticks):
                 log.info("adopting job %s attempt %d (pid %d) from a previous agent run", entry.job_id,
@@ -470,12 +549,26 @@ class Agent:
                 with self._lock:
                     self._jobs[job.key] = job
             else:
-                log.info("job %s attempt %d (pid %d) ended while the agent was down", entry.job_id,
-                         entry.attempt, entry.pid)
+                code = launcher.read_exit_status(entry.log_path)
+                log.info("job %s attempt %d (pid %d) ended while the agent was down: exit code %s",
+                         entry.job_id, entry.attempt, entry.pid, code if code is not None else "unknown")
+                self._signal_job(job, signal.SIGKILL, quiet=True)
+                self._ship_once(entry.job_id, entry.attempt, entry.log_path)
                 self._emit(self._event(
-                    EventKind.EXITED, entry.job_id, entry.attempt, pid=entry.pid, log_path=entry.log_path,
-                    message="the process ended while the agent was not running; exit code unknown"))
+                    EventKind.EXITED, entry.job_id, entry.attempt, fence=entry.fence, pid=entry.pid,
+                    exit_code=code, log_path=entry.log_path,
+                    message="the process ended while the agent was not running"
+                    + ("" if code is not None else "; it left no exit status")))
                 self._ledger.remove(entry.job_id, entry.attempt)
+
+    def _ship_once(self, job_id: str, attempt: int, path: str) -> None:
+        """Ship what a finished (or never started) job's log holds; a failure only costs the stream copy."""
+        try:
+            self._logs.watch(job_id, attempt, path)
+            self._logs.finish(job_id, attempt)
+        except redis.RedisError as exc:
+            log.warning("could not ship the log of job %s attempt %d: %s", job_id, attempt, exc)
+            self._logs.forget(job_id, attempt)
 
     # ------------------------------------------------------------ events
 
@@ -494,6 +587,17 @@ class Agent:
     @property
     def gpus(self) -> list[GpuInfo]:
         return list(self._gpus)
+
+
+def _node_health(gpus: list[GpuInfo]) -> str:
+    """A node-level problem: every GPU unhealthy (NVML down, all lost); empty otherwise."""
+    if not gpus or any(g.healthy for g in gpus):
+        return ""
+    return "; ".join(sorted({g.health_reason or "unhealthy" for g in gpus}))[:500]
+
+
+def _processes_json(gpu: GpuInfo) -> str:
+    return json.dumps([[pid, used] for pid, used in gpu.processes])
 
 
 def _entries(reply) -> list[tuple[str, dict | None]]:

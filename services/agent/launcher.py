@@ -1,23 +1,48 @@
 """Turn one LaunchMessage into a running process: environment, argv, log file, process group.
 
-Pure helpers (``build_env``, ``build_argv``) plus ``start()``, which does the
-Popen. Every job runs in its own session/process group so a cancel can signal
-the whole tree (torchrun and its workers) at once, and so the job survives an
-agent restart. Nothing here talks to Redis: the daemon reports what happened.
+Pure helpers (``build_env``, ``build_argv``, ``inject_torchrun``) plus
+``start()``, which does the Popen. Every job runs under the shim
+(``shim.py``) in its own session/process group, so a cancel can signal the
+whole tree at once, the job survives an agent restart, and its exit status
+is written to a file any later agent run can read. Processes that leave the
+group (torchrun starts each worker in a session of its own) are still found
+through the launch id every descendant inherits in its environment
+(``FRENZY_LAUNCH_ID``). Nothing here talks to Redis: the daemon reports what
+happened.
+
+The torchrun contract: when the command is ``torchrun ...`` (or ``python -m
+torch.distributed.run ...``) the agent inserts the rendezvous options the
+user did not give himself, right after the launcher: ``--nnodes``,
+``--nproc-per-node``, ``--node-rank``, ``--rdzv-id`` and either
+``--master-addr``/``--master-port`` (static rendezvous, node ranks as planned)
+or, if the user chose ``--rdzv-backend``/``--rdzv-endpoint``, the endpoint
+``MASTER_ADDR:MASTER_PORT``. Options the user wrote (e.g. ``--nproc-per-node 1``
+or ``--master-port {master_port}``) win. The same values are exported as
+``PET_*`` variables, which torchrun reads as defaults, so a torchrun started by
+the user's own script (``bash train.sh``) joins the same rendezvous.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import shlex
+import shutil
+import socket
 import subprocess
+import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from frenzy.agent.shim import SHIM_MARKER
 from frenzy.common.messages import LaunchMessage
+
+SHIM = Path(__file__).resolve().with_name("shim.py")
+LAUNCH_ID_VAR = "FRENZY_LAUNCH_ID"
+LOG_DIR_VAR = "FRENZY_LOG_DIR"  # a job's env may set it: where its logs go on every node
 
 
 class LaunchError(RuntimeError):
@@ -56,18 +81,94 @@ def substitute(arg: str, values: Mapping[str, str]) -> str:
 
 
 def build_argv(msg: LaunchMessage) -> list[str]:
+    """The argv to run: placeholders substituted, then torchrun's rendezvous options added."""
     values = placeholder_values(msg)
-    return [substitute(a, values) for a in msg.command]
+    return inject_torchrun([substitute(a, values) for a in msg.command], msg)
 
 
-def build_env(msg: LaunchMessage, node: str, base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The job's environment: the agent's, then the message's ``env``, then Frenzy's own variables.
+# ---------------------------------------------------------------- torchrun
+
+# torchrun options that take no value (everything else starting with "-" takes one,
+# as "--opt=value" or "--opt value"); from torch/distributed/run.py.
+_TORCHRUN_FLAGS = {"--standalone", "-m", "--module", "--no-python", "--no_python", "--run-path", "--run_path",
+                   "--virtual-local-rank", "--virtual_local_rank"}
+
+
+def torchrun_start(argv: list[str]) -> int | None:
+    """Index of torchrun's first own option in ``argv``, or None when the command is not torchrun."""
+    if not argv:
+        return None
+    if os.path.basename(argv[0]) == "torchrun":
+        return 1
+    if (os.path.basename(argv[0]).startswith("python") and len(argv) >= 3 and argv[1] == "-m"
+            and argv[2] == "torch.distributed.run"):
+        return 3
+    return None
+
+
+def torchrun_options(argv: list[str], start: int) -> dict[str, str | None]:
+    """torchrun's own options in ``argv`` (up to the training script), names with dashes: value or None."""
+    out: dict[str, str | None] = {}
+    i = start
+    while i < len(argv):
+        arg = argv[i]
+        if not arg.startswith("-") or arg == "--":
+            break  # the training script (or program): its arguments are not torchrun's
+        name, eq, value = arg.partition("=")
+        key = "--" + name.lstrip("-").replace("_", "-") if name.startswith("--") else name
+        if eq:
+            out[key] = value
+        elif name in _TORCHRUN_FLAGS:
+            out[key] = None
+        else:
+            out[key] = argv[i + 1] if i + 1 < len(argv) else None
+            i += 1
+        i += 1
+    return out
+
+
+def inject_torchrun(argv: list[str], msg: LaunchMessage) -> list[str]:
+    """``argv`` with the rendezvous options of this launch added, when it is a torchrun command.
+
+    Only options the user did not give are added (his win); ``--standalone``
+    means the user wants a single-node run and gets nothing added.
+    """
+    start = torchrun_start(argv)
+    if start is None:
+        return list(argv)
+    given = torchrun_options(argv, start)
+    if "--standalone" in given:
+        return list(argv)
+    add: list[str] = []
+
+    def opt(name: str, value: object) -> None:
+        if name not in given:
+            add.append(f"{name}={value}")
+
+    opt("--nnodes", msg.nnodes)
+    opt("--nproc-per-node", msg.nproc_per_node)
+    opt("--node-rank", msg.node_rank)
+    if "--rdzv-endpoint" in given or given.get("--rdzv-backend", "static") != "static":
+        opt("--rdzv-endpoint", f"{msg.master_addr}:{msg.master_port}")
+    else:
+        opt("--master-addr", msg.master_addr)
+        opt("--master-port", msg.master_port)
+    opt("--rdzv-id", msg.rdzv_id)
+    return [*argv[:start], *add, *argv[start:]]
+
+
+def build_env(msg: LaunchMessage, node: str, base: Mapping[str, str] | None = None,
+              extra: Mapping[str, str] | None = None, launch_id: str = "") -> dict[str, str]:
+    """The job's environment: the agent's, the agent's ``--env``, the message's ``env``, then Frenzy's.
 
     Frenzy's variables win over ``msg.env`` so a job can never be told to use
-    GPUs other than the ones reserved for it.
+    GPUs other than the ones reserved for it. Placeholders (``{job_id}``) in
+    the message's values are substituted.
     """
     env = dict(os.environ if base is None else base)
-    env.update(msg.env)
+    env.update(extra or {})
+    values = placeholder_values(msg)
+    env.update({k: substitute(v, values) for k, v in msg.env.items()})
     lay = msg.layout
     env.update({
         # NVML indices are PCI bus order; CUDA's default order is "fastest first".
@@ -95,28 +196,71 @@ def build_env(msg: LaunchMessage, node: str, base: Mapping[str, str] | None = No
         "FRENZY_MICRO_BATCH": str(lay.micro_batch),
         "FRENZY_GRAD_ACCUM": str(lay.grad_accum),
         "FRENZY_RECOMPUTE": lay.recompute,
+        # torchrun reads PET_<OPTION> as the option's default: a torchrun the
+        # job's own script starts joins the same rendezvous (explicit options win).
+        "PET_NNODES": str(msg.nnodes),
+        "PET_NPROC_PER_NODE": str(msg.nproc_per_node),
+        "PET_NODE_RANK": str(msg.node_rank),
+        "PET_MASTER_ADDR": msg.master_addr,
+        "PET_MASTER_PORT": str(msg.master_port),
+        "PET_RDZV_ID": msg.rdzv_id,
     })
+    if launch_id:
+        # Inherited by every descendant, even ones in other sessions (torchrun's
+        # workers): how the agent finds all of a job's processes.
+        env[LAUNCH_ID_VAR] = launch_id
+    else:
+        env.pop(LAUNCH_ID_VAR, None)
     # Python jobs otherwise buffer stdout into the log file in 8 KiB blocks,
     # which makes a live log useless; a job may still opt out through msg.env.
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
 
 
+def workdir_for(msg: LaunchMessage) -> str | None:
+    return substitute(msg.workdir, placeholder_values(msg)) if msg.workdir else None
+
+
 def log_path_for(log_dir: Path, msg: LaunchMessage, node: str) -> Path:
+    """``LOG_DIR/JOB/attempt-N/NODE.log``; the job's ``FRENZY_LOG_DIR`` (if set) replaces the agent's LOG_DIR.
+
+    A relative ``FRENZY_LOG_DIR`` is taken from the job's working directory.
+    """
+    chosen = msg.env.get(LOG_DIR_VAR)
+    if chosen:
+        base = Path(substitute(chosen, placeholder_values(msg))).expanduser()
+        if not base.is_absolute():
+            base = Path(workdir_for(msg) or os.getcwd()) / base
+        log_dir = base
     return log_dir / msg.job_id / f"attempt-{msg.attempt}" / f"{node}.log"
+
+
+def exit_path_for(log_path: str | os.PathLike[str]) -> Path:
+    """Where the shim records the job's exit status: next to its log."""
+    return Path(log_path).with_suffix(".exit")
+
+
+def read_exit_status(log_path: str | os.PathLike[str]) -> int | None:
+    """The exit status the shim recorded for the job logging to ``log_path``, or None."""
+    try:
+        return int(exit_path_for(log_path).read_text().strip())
+    except (OSError, ValueError):
+        return None
 
 
 @dataclass
 class Started:
-    proc: subprocess.Popen
+    proc: subprocess.Popen  # the shim: leader of the job's session and process group
     log_path: Path
     argv: list[str]
 
 
-def start(msg: LaunchMessage, node: str, log_dir: Path) -> Started:
+def start(msg: LaunchMessage, node: str, log_dir: Path, launch_id: str = "",
+          extra_env: Mapping[str, str] | None = None) -> Started:
     """Start this node's share of the job; raises LaunchError when it cannot start at all."""
     argv = build_argv(msg)
-    env = build_env(msg, node)
+    env = build_env(msg, node, extra=extra_env, launch_id=launch_id)
+    workdir = workdir_for(msg)
     log_path = log_path_for(log_dir, msg, node)
     try:
         log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -127,17 +271,26 @@ def start(msg: LaunchMessage, node: str, log_dir: Path) -> Started:
         header = (
             f"# frenzy agent {node}: job {msg.job_id} attempt {msg.attempt} at "
             f"{time.strftime('%Y-%m-%dT%H:%M:%S%z')}\n"
-            f"# cwd={msg.workdir or os.getcwd()} CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']}\n"
+            f"# cwd={workdir or os.getcwd()} CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']}\n"
             f"# argv: {shlex.join(argv)}\n"
         )
         log.write(header.encode())
+        problem = _why_not_startable(argv, workdir, env)
+        if problem:
+            log.write(f"# launch failed: {problem}\n".encode())
+            raise LaunchError(problem)
+        exit_path = exit_path_for(log_path)
+        exit_path.unlink(missing_ok=True)  # a status left by an earlier run of the same attempt is not ours
+        shim_env = dict(env)
+        shim_env[SHIM_MARKER] = launch_id or "1"
         try:
             proc = subprocess.Popen(
-                argv, cwd=msg.workdir or None, env=env, stdin=subprocess.DEVNULL,
+                [sys.executable, "-I", "-S", str(SHIM), str(exit_path), "--", *argv],
+                cwd=workdir, env=shim_env, stdin=subprocess.DEVNULL,
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             )
-        except OSError as exc:  # command not found, not executable, bad workdir, ...
-            text = _explain_start_failure(exc, argv, msg.workdir)
+        except OSError as exc:  # the workdir vanished meanwhile, out of processes, ...
+            text = f"cannot start {argv[0]!r}: {exc}"
             log.write(f"# launch failed: {text}\n".encode())
             raise LaunchError(text) from exc
     finally:
@@ -145,14 +298,41 @@ def start(msg: LaunchMessage, node: str, log_dir: Path) -> Started:
     return Started(proc, log_path, argv)
 
 
-def _explain_start_failure(exc: OSError, argv: list[str], workdir: str | None) -> str:
+def _why_not_startable(argv: list[str], workdir: str | None, env: Mapping[str, str]) -> str | None:
+    """Why ``argv`` cannot start (checked here, so the error is the agent's clear text, not the shim's)."""
     if workdir and not os.path.isdir(workdir):
-        return f"working directory {workdir!r} does not exist or is not a directory ({exc.strerror})"
-    if isinstance(exc, FileNotFoundError):
-        return f"command not found: {argv[0]!r} ({exc.strerror})"
-    if isinstance(exc, PermissionError):
-        return f"command not executable: {argv[0]!r} ({exc.strerror})"
-    return f"cannot start {argv[0]!r}: {exc}"
+        return f"working directory {workdir!r} does not exist or is not a directory"
+    exe = argv[0]
+    if os.sep in exe:
+        path = exe if os.path.isabs(exe) else os.path.join(workdir or os.getcwd(), exe)
+        if not os.path.exists(path):
+            return f"command not found: {exe!r} (No such file or directory)"
+        if os.path.isdir(path) or not os.access(path, os.X_OK):
+            return f"command not executable: {exe!r} (Permission denied)"
+        return None
+    if shutil.which(exe, path=env.get("PATH", os.defpath)) is None:
+        return f"command not found: {exe!r} (not on the job's PATH: {env.get('PATH', os.defpath)})"
+    return None
+
+
+def port_in_use(port: int) -> bool:
+    """Is ``port`` already bound on this host (by something that is not in TIME_WAIT)?"""
+    for family, addr in ((socket.AF_INET, "0.0.0.0"), (socket.AF_INET6, "::")):
+        try:
+            sock = socket.socket(family, socket.SOCK_STREAM)
+        except OSError:
+            continue  # no IPv6 on this host
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # like torch's TCPStore
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind((addr, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return True
+        finally:
+            sock.close()
+    return False
 
 
 # ---------------------------------------------------------------- process groups
@@ -168,6 +348,50 @@ def signal_group(pgid: int, sig: int) -> bool:
 
 def group_exists(pgid: int) -> bool:
     return signal_group(pgid, 0)
+
+
+def _environ_has(pid: int, needle: bytes) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            return needle in b"\0" + fh.read()
+    except OSError:  # gone, or another user's process
+        return False
+
+
+def find_processes(launch_id: str, shim_only: bool = False) -> list[int]:
+    """Live processes of this host that belong to ``launch_id`` (Linux /proc), lowest pid first.
+
+    ``shim_only``: just the job's shim (the process group leader the agent watches).
+    """
+    if not launch_id:
+        return []
+    name = SHIM_MARKER if shim_only else LAUNCH_ID_VAR
+    needle = f"\0{name}={launch_id}\0".encode()
+    me = os.getpid()
+    found = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        pid = int(entry)
+        if _environ_has(pid, needle) and process_running(pid, None):
+            found.append(pid)
+    return sorted(found)
+
+
+def kill_launch(launch_id: str, sig: int) -> list[int]:
+    """Send ``sig`` to every process of ``launch_id`` (its group and whatever left it); the pids signalled."""
+    hit = []
+    for pid in find_processes(launch_id):
+        try:
+            os.kill(pid, sig)
+            hit.append(pid)
+        except ProcessLookupError:
+            pass
+    return hit
 
 
 def process_start_ticks(pid: int) -> int | None:

@@ -13,7 +13,7 @@ import json
 import logging
 import os
 import threading
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -27,6 +27,9 @@ class LedgerEntry:
     start_ticks: int | None  # /proc start time, guards against pid reuse
     log_path: str
     reported: bool  # has the RUNNING event been sent?
+    fence: int | None = None  # the reservation it runs under (sent with every event)
+    launch_id: str = ""  # FRENZY_LAUNCH_ID of its processes (finds them in /proc)
+    node_rank: int = 0
 
 
 class Ledger:
@@ -40,8 +43,10 @@ class Ledger:
             self._entries = {}
             try:
                 raw = json.loads(self.path.read_text())
+                known = {f.name for f in fields(LedgerEntry)}
                 for item in raw.get("jobs", []):
-                    e = LedgerEntry(**item)
+                    # Fields a newer or older agent wrote are ignored / defaulted.
+                    e = LedgerEntry(**{k: v for k, v in item.items() if k in known})
                     self._entries[(e.job_id, e.attempt)] = e
             except FileNotFoundError:
                 pass

@@ -5,17 +5,24 @@ server by choosing a different prefix. Nothing else in the code base builds a
 key string by hand: it calls one of the functions here, so the layout below is
 the whole truth about what is in Redis.
 
-    {p}:node:{node}              hash   node record (addr, gpu count, gpu types, registered_at, draining)
+    {p}:node:{node}              hash   node record (addr, gpu count, gpu types, registered_at, heartbeat_at,
+                                        draining, health_reason, dead_at: set when the scheduler declared it dead)
     {p}:node:{node}:alive        string heartbeat lease, expires after the heartbeat TTL
     {p}:nodes                    set    names of every node that ever registered
-    {p}:gpu:{node}:{index}       hash   one GPU: uuid, type, memory_total, memory_free, owner (job id or ""), fence
-    {p}:job:{job}                hash   job record: spec, plans, state, plan, placement, reason, ...
+    {p}:gpu:{node}:{index}       hash   one GPU: uuid, type, memory_total, memory_free, owner (job id or ""), fence,
+                                        pci_bus_id, links (JSON), utilization, processes (JSON), health_reason
+    {p}:job:{job}                hash   job record: spec, plans, state, attempt, plan, placement, fence, reason,
+                                        master_node/master_port, exit:{node}, log:{node}, pid:{node},
+                                        failed_node/failed_rank/failed_exit_code, ...
     {p}:job:{job}:history        list   JSON state transitions, oldest first
     {p}:jobs                     zset   every job id, scored by submit time
     {p}:queue                    zset   PENDING job ids, scored by submit sequence (FIFO order)
     {p}:idem:{key}               string idempotency key -> job id (submission dedup)
     {p}:seq                      string monotonically increasing submit sequence / fencing token
     {p}:launch:{node}            stream launch and cancel commands for one node's agent
+    {p}:ports:{node}             hash   rendezvous (master) ports in use on that node: port -> job id
+    {p}:logs:{job}               stream the job's output, shipped by the agents (capped), all nodes and attempts
+    {p}:logs:{job}:offsets       hash   "{node}/{attempt}" -> bytes of that log file already in the stream
     {p}:events                   stream agent -> scheduler status events
     {p}:batch:{batch}            hash   batch submission outcomes: field per entry index -> JSON
                                         {"status", "job_id", "error", "name", "at"}
@@ -79,6 +86,16 @@ class Keys:
 
     def events_stream(self) -> str:
         return f"{self.prefix}:events"
+
+    # torchrun rendezvous ports and job output
+    def ports(self, node: str) -> str:
+        return f"{self.prefix}:ports:{node}"
+
+    def job_logs(self, job_id: str) -> str:
+        return f"{self.prefix}:logs:{job_id}"
+
+    def job_log_offsets(self, job_id: str) -> str:
+        return f"{self.prefix}:logs:{job_id}:offsets"
 
     # batch submission (Celery worker, `frenzy batch`)
     def batch(self, batch_id: str) -> str:

@@ -85,11 +85,28 @@ class AgentEvent(_Msg):
     job_id: str
     attempt: int = Field(ge=1)
     node: str
+    # The reservation this process ran under (from the launch). A late event of an
+    # older attempt releases exactly the GPUs still held under this fence, never
+    # GPUs a newer reservation took.
+    fence: int | None = None
     pid: int | None = None
     exit_code: int | None = None
     cancelled: bool = False
+    # LAUNCH_FAILED for a reason of this host, not of the job (e.g. its rendezvous
+    # port is taken by a foreign process): the scheduler requeues instead of failing.
+    retryable: bool = False
     message: str = ""
     log_path: str | None = None
+    at: float = Field(default_factory=time.time)
+
+
+class LogChunk(_Msg):
+    """Agent -> the job's log stream: the next bytes of one node's log file (whole lines when it can)."""
+
+    node: str
+    attempt: int = Field(ge=1)
+    offset: int = Field(ge=0, description="byte offset of this text in the node's log file")
+    text: str
     at: float = Field(default_factory=time.time)
 
 
@@ -122,6 +139,14 @@ def decode_event(fields: dict) -> AgentEvent:
         return AgentEvent.model_validate_json(_payload(fields))
     except (ValidationError, json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise BadMessage(f"invalid agent event: {_first_error(exc)}") from exc
+
+
+def decode_log_chunk(fields: dict) -> LogChunk:
+    """Parse a job-log stream entry; raises BadMessage naming what is wrong."""
+    try:
+        return LogChunk.model_validate_json(_payload(fields))
+    except (ValidationError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BadMessage(f"invalid log chunk: {_first_error(exc)}") from exc
 
 
 def _first_error(exc: Exception) -> str:

@@ -1,22 +1,27 @@
--- heartbeat: renew one node's alive lease and report its GPUs' live free memory and health.
+-- heartbeat: renew one node's alive lease and report its GPUs' live state.
 --
 -- Guarantees (one script):
 --   * if the node hash or any of its GPU hashes is missing (Redis lost its data,
 --     or someone deleted the node) nothing is written and 0 is returned, so the
 --     agent re-registers instead of resurrecting a partial node;
---   * otherwise the lease, heartbeat_at and every GPU's memory_free / healthy are
+--   * otherwise the lease, heartbeat_at, the node's health and every GPU's
+--     memory_free / healthy / health_reason / utilization / processes are
 --     written together; `owner`, `fence`, `draining` and everything else the
---     scheduler owns are never touched.
+--     scheduler owns are never touched. A `dead_at` mark is cleared: a node
+--     that heartbeats is not dead (e.g. after a network partition healed).
 -- heartbeat_at is the Redis server clock (TIME), like registered_at.
 --
 -- KEYS[1] node hash  KEYS[2] alive lease  KEYS[3 ..] one GPU hash per GPU
--- ARGV[1] lease TTL in ms  ARGV[2] lease value (agent instance id)
--- ARGV[3 ..] 2 fields per GPU, in KEYS order: memory_free, healthy ("1"/"0")
+-- ARGV[1] lease TTL in ms  ARGV[2] lease value (agent instance id)  ARGV[3] node health_reason
+-- ARGV[4 ..] 5 fields per GPU, in KEYS order: memory_free, healthy ("1"/"0"), health_reason,
+--            utilization, processes (JSON)
 -- Returns 1 (renewed) or 0 (node unknown: register again).
 
+local head = 3
+local per_gpu = 5
 local n = #KEYS - 2
-if n < 0 or #ARGV ~= 2 + n * 2 then
-  return redis.error_reply("heartbeat: " .. n .. " GPU keys but " .. (#ARGV - 2) .. " GPU fields")
+if n < 0 or #ARGV ~= head + n * per_gpu then
+  return redis.error_reply("heartbeat: " .. n .. " GPU keys but " .. (#ARGV - head) .. " GPU fields")
 end
 local ttl = tonumber(ARGV[1])
 if not ttl or ttl <= 0 then
@@ -31,8 +36,11 @@ end
 local t = redis.call("TIME")
 local now = t[1] .. "." .. string.format("%06d", tonumber(t[2]))
 for g = 1, n do
-  redis.call("HSET", KEYS[2 + g], "memory_free", ARGV[1 + g * 2], "healthy", ARGV[2 + g * 2])
+  local a = head + (g - 1) * per_gpu
+  redis.call("HSET", KEYS[2 + g], "memory_free", ARGV[a + 1], "healthy", ARGV[a + 2],
+    "health_reason", ARGV[a + 3], "utilization", ARGV[a + 4], "processes", ARGV[a + 5])
 end
-redis.call("HSET", KEYS[1], "heartbeat_at", now)
+redis.call("HSET", KEYS[1], "heartbeat_at", now, "health_reason", ARGV[3])
+redis.call("HDEL", KEYS[1], "dead_at")
 redis.call("SET", KEYS[2], ARGV[2], "PX", ttl)
 return 1

@@ -7,7 +7,8 @@
 --     agent must never free GPUs the scheduler reserved (new GPUs start with
 --     owner "" and fence "0");
 --   * an existing node keeps its `draining` flag (an operator's drain survives an
---     agent restart; a new node starts "0");
+--     agent restart; a new node starts "0"); a `dead_at` mark from the scheduler
+--     is cleared: the node is back;
 --   * timestamps come from the Redis server clock (TIME), so heartbeat ages are
 --     comparable across hosts whatever their clocks say.
 -- Input is checked before anything is written; a malformed call writes nothing.
@@ -15,14 +16,18 @@
 -- KEYS[1] node hash  KEYS[2] nodes set  KEYS[3] alive lease
 -- KEYS[4 ..] one GPU hash per GPU, in the order of the GPU fields below
 -- ARGV[1] node name  ARGV[2] addr  ARGV[3] gpu_types (comma list)  ARGV[4] agent_pid
--- ARGV[5] lease TTL in ms  ARGV[6] lease value (agent instance id)
--- ARGV[7 ..] 7 fields per GPU: index, uuid, type, nvml_name, memory_total, memory_free, healthy
+-- ARGV[5] lease TTL in ms  ARGV[6] lease value (agent instance id)  ARGV[7] node health_reason
+-- ARGV[8 ..] 13 fields per GPU: index, uuid, type, nvml_name, memory_total, memory_free, healthy,
+--            health_reason, pci_bus_id, links (JSON), utilization, processes (JSON), type_from_memory
 -- Returns the previous lease value (a live agent's instance id) or false.
 
-local per_gpu = 7
+local head = 7
+local per_gpu = 13
+local names = {"index", "uuid", "type", "nvml_name", "memory_total", "memory_free", "healthy",
+               "health_reason", "pci_bus_id", "links", "utilization", "processes", "type_from_memory"}
 local n = #KEYS - 3
-if n < 0 or #ARGV ~= 6 + n * per_gpu then
-  return redis.error_reply("register_node: " .. n .. " GPU keys but " .. (#ARGV - 6) .. " GPU fields")
+if n < 0 or #ARGV ~= head + n * per_gpu then
+  return redis.error_reply("register_node: " .. n .. " GPU keys but " .. (#ARGV - head) .. " GPU fields")
 end
 local ttl = tonumber(ARGV[5])
 if not ttl or ttl <= 0 then
@@ -33,20 +38,23 @@ local t = redis.call("TIME")
 local now = t[1] .. "." .. string.format("%06d", tonumber(t[2]))
 
 for g = 1, n do
-  local a = 6 + (g - 1) * per_gpu
+  local a = head + (g - 1) * per_gpu
   local key = KEYS[3 + g]
-  redis.call("HSET", key,
-    "node", ARGV[1], "index", ARGV[a + 1], "uuid", ARGV[a + 2], "type", ARGV[a + 3],
-    "nvml_name", ARGV[a + 4], "memory_total", ARGV[a + 5], "memory_free", ARGV[a + 6],
-    "healthy", ARGV[a + 7])
+  local fields = {"node", ARGV[1]}
+  for i = 1, per_gpu do
+    fields[#fields + 1] = names[i]
+    fields[#fields + 1] = ARGV[a + i]
+  end
+  redis.call("HSET", key, unpack(fields))
   redis.call("HSETNX", key, "owner", "")
   redis.call("HSETNX", key, "fence", "0")
 end
 
 redis.call("HSET", KEYS[1],
   "name", ARGV[1], "addr", ARGV[2], "gpu_count", n, "gpu_types", ARGV[3],
-  "registered_at", now, "heartbeat_at", now, "agent_pid", ARGV[4])
+  "registered_at", now, "heartbeat_at", now, "agent_pid", ARGV[4], "health_reason", ARGV[7])
 redis.call("HSETNX", KEYS[1], "draining", "0")
+redis.call("HDEL", KEYS[1], "dead_at")
 redis.call("SADD", KEYS[2], ARGV[1])
 local previous = redis.call("GET", KEYS[3])
 redis.call("SET", KEYS[3], ARGV[6], "PX", ttl)

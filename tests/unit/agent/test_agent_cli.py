@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import typer
-from frenzy.agent import cli
-from frenzy.agent.gpus import NvmlBackend
 from typer.testing import CliRunner
 from unit.agent.agent_fake_nvml import FakeNvml
+
+from frenzy.agent import cli
+from frenzy.agent.gpus import NvmlBackend
 
 app = typer.Typer()
 app.command()(cli.agent_command)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 
-import marp
 import pytest
+from unit.agent.agent_fake_nvml import Device, FakeNvml, NvLink, Proc
+
+import marp
 from frenzy.agent.gpus import (
     FakeBackend,
     GpuDiscoveryError,
@@ -13,17 +15,37 @@ from frenzy.agent.gpus import (
     NvmlBackend,
     load_fake_file,
     parse_fake_spec,
+    type_by_memory,
 )
-from unit.agent.agent_fake_nvml import Device, FakeNvml
 
 GiB = 2**30
 
 
 def two_a100s() -> FakeNvml:
     return FakeNvml(devices=[
-        Device("NVIDIA A100-SXM4-80GB", "GPU-aaaa", 80 * GiB, 79 * GiB),
-        Device(b"NVIDIA A100-SXM4-80GB", b"GPU-bbbb", 80 * GiB, 10 * GiB),  # older pynvml: bytes
-    ])
+        Device("NVIDIA A100-SXM4-80GB", "GPU-aaaa", 80 * GiB, 79 * GiB, bus_id="00000000:07:00.0"),
+        Device(b"NVIDIA A100-SXM4-80GB", b"GPU-bbbb", 80 * GiB, 10 * GiB,  # older pynvml: bytes
+               bus_id=b"0000:0F:00.0", utilization=87, processes=[Proc(4242, 70 * GiB)]),
+    ], topology={(0, 1): 40})
+
+
+# ---------------------------------------------------------------- the stand-in is shaped like pynvml
+
+def test_the_stand_in_uses_pynvml_names_and_codes() -> None:
+    import pynvml
+
+    fake = FakeNvml()
+    names = [n for n in dir(fake) if n.startswith(("nvml", "NVML_"))]
+    assert len(names) > 30
+    for name in names:
+        assert hasattr(pynvml, name), f"pynvml has no {name}"
+        if name.startswith("NVML_"):
+            assert getattr(pynvml, name) == getattr(fake, name), name
+    for field in ("total", "free", "used"):
+        assert hasattr(pynvml.c_nvmlMemory_t(), field)
+    assert hasattr(pynvml.nvmlPciInfo_t(), "busId") and hasattr(pynvml.c_nvmlUtilization_t(), "gpu")
+    assert {f[0] for f in pynvml.c_nvmlProcessInfo_v3_t._fields_} >= {"pid", "usedGpuMemory"}
+    assert issubclass(pynvml.NVMLError, Exception) and pynvml.NVMLError(15).value == 15
 
 
 # ---------------------------------------------------------------- NVML discovery
@@ -32,8 +54,10 @@ def test_nvml_discovers_every_gpu_with_catalog_names() -> None:
     nvml = two_a100s()
     gpus = NvmlBackend(nvml).discover()
     assert gpus == [
-        GpuInfo(0, "GPU-aaaa", "NVIDIA A100-SXM4-80GB", "A100-80GB", 80 * GiB, 79 * GiB, True),
-        GpuInfo(1, "GPU-bbbb", "NVIDIA A100-SXM4-80GB", "A100-80GB", 80 * GiB, 10 * GiB, True),
+        GpuInfo(0, "GPU-aaaa", "NVIDIA A100-SXM4-80GB", "A100-80GB", 80 * GiB, 79 * GiB, True,
+                pci_bus_id="00000000:07:00.0", utilization=0, links={1: "NODE"}),
+        GpuInfo(1, "GPU-bbbb", "NVIDIA A100-SXM4-80GB", "A100-80GB", 80 * GiB, 10 * GiB, True,
+                pci_bus_id="00000000:0f:00.0", utilization=87, processes=((4242, 70 * GiB),), links={0: "NODE"}),
     ]
     assert nvml.inits == 1
 
@@ -45,31 +69,134 @@ def test_nvml_names_map_through_marp_with_memory() -> None:
     for g in gpus:
         assert g.gpu_type == marp.gpu_from_nvml_name(g.nvml_name, g.memory_total)
     assert [g.gpu_type for g in gpus] == ["L4", "A100-40GB"]
+    assert not any(g.type_from_memory for g in gpus)
 
 
-def test_nvml_unknown_device_is_reported_with_no_type() -> None:
+def test_an_unknown_name_is_planned_by_its_memory() -> None:
+    nvml = FakeNvml(devices=[Device("NVIDIA RTX 6000 Ada Generation", "GPU-ada", 48 * GiB - 2**20, 47 * GiB),
+                             Device("NVIDIA B300 (someday)", "GPU-b3", 180 * GiB, 180 * GiB)])
+    ada, b300 = NvmlBackend(nvml).discover()
+    assert ada.healthy and ada.type_from_memory and ada.nvml_name == "NVIDIA RTX 6000 Ada Generation"
+    assert ada.gpu_type == "L40S"  # the catalog GPU with the most memory it can match (45 GiB)
+    assert marp.get_gpu(ada.gpu_type).memory_bytes <= ada.memory_total
+    assert b300.gpu_type == "H200" and b300.type_from_memory
+    assert type_by_memory(80 * GiB) == "A100-80GB"  # A100 and H100 both 80 GB: the slower one
+
+
+def test_nvml_unknown_device_smaller_than_the_catalog_is_reported_with_no_type() -> None:
     nvml = FakeNvml(devices=[Device("Matrox Millennium G200", "GPU-old", 8 * 2**20, 8 * 2**20)])
     (gpu,) = NvmlBackend(nvml).discover()
     assert gpu.gpu_type is None and gpu.healthy and gpu.nvml_name == "Matrox Millennium G200"
+    assert gpu.memory_total == 8 * 2**20 and not gpu.type_from_memory
 
 
-def test_nvml_refresh_reads_live_free_memory() -> None:
+def test_nvml_refresh_reads_live_free_memory_utilization_and_foreign_processes() -> None:
     nvml = two_a100s()
     backend = NvmlBackend(nvml)
     gpus = backend.discover()
-    nvml.devices[0].free = 5 * GiB
+    nvml.devices[0].free = 5 * GiB  # a process the scheduler did not start
+    nvml.devices[0].processes = [Proc(777, 75 * GiB), Proc(778, None)]
+    nvml.devices[0].utilization = 99
     fresh = backend.refresh(gpus)
     assert [g.memory_free for g in fresh] == [5 * GiB, 10 * GiB]
+    assert fresh[0].processes == ((777, 75 * GiB), (778, -1)) and fresh[0].utilization == 99
     assert [g.uuid for g in fresh] == ["GPU-aaaa", "GPU-bbbb"]  # identity unchanged
+    assert [g.links for g in fresh] == [{1: "NODE"}, {0: "NODE"}]  # topology is kept
     assert nvml.inits == 1  # NVML stays open between discover and refresh
 
+
+def _bus(i: int) -> str:
+    return f"00000000:{0x10 + i:02X}:00.0"
+
+
+def test_nvlink_pairs_are_counted_and_the_rest_is_the_pcie_path() -> None:
+    devs = [Device("NVIDIA A100-SXM4-80GB", f"GPU-{i}", 80 * GiB, 80 * GiB, bus_id=_bus(i)) for i in range(4)]
+    devs[0].nvlinks = [NvLink(_bus(1))] * 4 + [NvLink(_bus(2), active=False)]
+    devs[1].nvlinks = [NvLink(_bus(0))] * 4
+    devs[2].nvlinks = [NvLink(_bus(3).lower().replace("00000000", "0000"))] * 2  # another spelling of the id
+    devs[3].nvlinks = [NvLink(_bus(2))] * 2
+    topology = {(i, j): 50 if (i < 2) != (j < 2) else 10 for i in range(4) for j in range(4) if i != j}
+    gpus = NvmlBackend(FakeNvml(devices=devs, topology=topology)).discover()
+    assert [g.links for g in gpus] == [
+        {1: "NV4", 2: "SYS", 3: "SYS"},
+        {0: "NV4", 2: "SYS", 3: "SYS"},
+        {0: "SYS", 1: "SYS", 3: "NV2"},
+        {0: "SYS", 1: "SYS", 2: "NV2"},
+    ]
+
+
+def test_gpus_on_nvswitches_are_linked_through_them() -> None:
+    switch = "00000000:C0:00.0"
+    devs = [Device("NVIDIA H100 80GB HBM3", f"GPU-{i}", 80 * GiB, 80 * GiB, bus_id=_bus(i),
+                   nvlinks=[NvLink(switch, remote_type=2)] * 18) for i in range(2)]
+    devs.append(Device("NVIDIA H100 80GB HBM3", "GPU-2", 80 * GiB, 80 * GiB, bus_id=_bus(2)))  # no NVLink
+    gpus = NvmlBackend(FakeNvml(devices=devs, topology={(0, 2): 30, (1, 2): 30})).discover()
+    assert [g.links for g in gpus] == [{1: "NV18", 2: "PHB"}, {0: "NV18", 2: "PHB"}, {0: "PHB", 1: "PHB"}]
+
+
+def test_without_topology_information_links_stay_empty() -> None:
+    gpus = NvmlBackend(FakeNvml(devices=[Device("NVIDIA L4", f"GPU-{i}", 23 * GiB, 23 * GiB) for i in range(2)])
+                       ).discover()
+    assert [g.links for g in gpus] == [{}, {}] and all(g.healthy for g in gpus)
+
+
+# ---------------------------------------------------------------- NVML failure paths
 
 def test_nvml_lost_gpu_at_discovery_is_unhealthy_and_the_rest_work() -> None:
     nvml = two_a100s()
     nvml.devices[0].lost = True
     gpus = NvmlBackend(nvml).discover()
-    assert gpus[0] == GpuInfo(0, "", "", None, 0, 0, healthy=False)
-    assert gpus[1].healthy and gpus[1].uuid == "GPU-bbbb"
+    assert gpus[0] == GpuInfo(0, "", "", None, 0, 0, healthy=False,
+                              health_reason="a GPU fell off the bus (NVML_ERROR_GPU_IS_LOST)")
+    assert gpus[1].healthy and gpus[1].uuid == "GPU-bbbb" and gpus[1].links == {}
+
+
+@pytest.mark.parametrize("call", ["nvmlDeviceGetHandleByIndex", "nvmlDeviceGetName", "nvmlDeviceGetUUID",
+                                  "nvmlDeviceGetMemoryInfo"])
+@pytest.mark.parametrize(("code", "reason"), [
+    (15, "a GPU fell off the bus (NVML_ERROR_GPU_IS_LOST)"),
+    (16, "the GPU needs a reset (NVML_ERROR_RESET_REQUIRED)"),
+    (10, "the GPU did not answer in time (NVML_ERROR_TIMEOUT)"),
+    (4, "no permission to open the GPU devices (NVML_ERROR_NO_PERMISSION)"),
+    (999, "(NVML_ERROR_UNKNOWN)"),
+])
+def test_a_failing_basic_query_makes_that_gpu_unhealthy_with_the_reason(call: str, code: int, reason: str) -> None:
+    nvml = two_a100s()
+    nvml.devices[1].errors[call] = code
+    gpus = NvmlBackend(nvml).discover()
+    assert gpus[0].healthy and gpus[0].gpu_type == "A100-80GB"
+    assert not gpus[1].healthy and gpus[1].memory_free == 0 and reason in gpus[1].health_reason
+
+
+@pytest.mark.parametrize("call", ["nvmlDeviceGetPciInfo", "nvmlDeviceGetUtilizationRates",
+                                  "nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetTopologyCommonAncestor",
+                                  "nvmlDeviceGetNvLinkState"])
+@pytest.mark.parametrize("code", [3, 4, 13, 2])  # NOT_SUPPORTED, NO_PERMISSION, FUNCTION_NOT_FOUND, INVALID_ARG
+def test_an_unsupported_optional_query_only_leaves_its_field_empty(call: str, code: int) -> None:
+    nvml = two_a100s()
+    for dev in nvml.devices:
+        dev.errors[call] = code
+        dev.nvlinks = [NvLink(_bus(9))]
+    gpus = NvmlBackend(nvml).refresh(NvmlBackend(nvml).discover())
+    assert all(g.healthy and g.health_reason == "" and g.uuid for g in gpus)
+    if call == "nvmlDeviceGetPciInfo":
+        assert [g.pci_bus_id for g in gpus] == ["", ""]
+    if call == "nvmlDeviceGetUtilizationRates":
+        assert [g.utilization for g in gpus] == [-1, -1]
+    if call == "nvmlDeviceGetComputeRunningProcesses":
+        assert [g.processes for g in gpus] == [(), ()]
+    if call == "nvmlDeviceGetTopologyCommonAncestor":
+        assert [g.links for g in gpus] == [{}, {}]
+
+
+@pytest.mark.parametrize("call", ["nvmlDeviceGetPciInfo", "nvmlDeviceGetUtilizationRates",
+                                  "nvmlDeviceGetComputeRunningProcesses"])
+@pytest.mark.parametrize("code", [15, 16, 11, 10])  # GPU_IS_LOST, RESET_REQUIRED, IRQ_ISSUE, TIMEOUT
+def test_an_optional_query_saying_the_gpu_is_broken_makes_it_unhealthy(call: str, code: int) -> None:
+    nvml = two_a100s()
+    nvml.devices[0].errors[call] = code
+    gpus = NvmlBackend(nvml).discover()
+    assert not gpus[0].healthy and "NVML_ERROR_" in gpus[0].health_reason and gpus[1].healthy
 
 
 def test_nvml_gpu_lost_later_turns_unhealthy_then_recovers() -> None:
@@ -79,10 +206,11 @@ def test_nvml_gpu_lost_later_turns_unhealthy_then_recovers() -> None:
     nvml.devices[1].lost = True
     gpus = backend.refresh(gpus)
     assert gpus[1].healthy is False and gpus[1].memory_free == 0
+    assert gpus[1].health_reason == "a GPU fell off the bus (NVML_ERROR_GPU_IS_LOST)"
     assert gpus[1].uuid == "GPU-bbbb" and gpus[0].healthy
     nvml.devices[1].lost = False
     gpus = backend.refresh(gpus)
-    assert gpus[1].healthy and gpus[1].memory_free == 10 * GiB
+    assert gpus[1].healthy and gpus[1].memory_free == 10 * GiB and gpus[1].health_reason == ""
 
 
 def test_nvml_gpu_lost_at_discovery_is_learned_when_it_comes_back() -> None:
@@ -95,6 +223,24 @@ def test_nvml_gpu_lost_at_discovery_is_learned_when_it_comes_back() -> None:
     assert gpus[0].uuid == "GPU-aaaa" and gpus[0].gpu_type == "A100-80GB" and gpus[0].healthy
 
 
+@pytest.mark.parametrize("code", [9, 1, 18])  # DRIVER_NOT_LOADED, UNINITIALIZED, LIB_RM_VERSION_MISMATCH
+def test_nvml_failing_as_a_whole_mid_run_marks_every_gpu_and_initialises_again(code: int) -> None:
+    nvml = two_a100s()
+    backend = NvmlBackend(nvml)
+    gpus = backend.discover()
+    nvml.down_error = code
+    gpus = backend.refresh(gpus)
+    assert not any(g.healthy for g in gpus) and all("NVML_ERROR_" in g.health_reason for g in gpus)
+    nvml.init_error = code  # the driver is still gone when the next heartbeat re-initialises
+    gpus = backend.refresh(gpus)
+    assert not any(g.healthy for g in gpus)
+    assert all(g.health_reason.startswith("NVML could not start") for g in gpus)
+    nvml.down_error = nvml.init_error = None  # driver back
+    gpus = backend.refresh(gpus)
+    assert all(g.healthy for g in gpus) and nvml.inits == 2
+    assert [g.memory_free for g in gpus] == [79 * GiB, 10 * GiB]
+
+
 @pytest.mark.parametrize(
     ("code", "expected"),
     [
@@ -102,6 +248,12 @@ def test_nvml_gpu_lost_at_discovery_is_learned_when_it_comes_back() -> None:
         (12, "libnvidia-ml.so) was not found (NVML_ERROR_LIBRARY_NOT_FOUND)"),
         (4, "no permission to open the GPU devices (NVML_ERROR_NO_PERMISSION)"),
         (18, "versions differ (NVML_ERROR_LIB_RM_VERSION_MISMATCH)"),
+        (13, "driver is too old for this NVML call (NVML_ERROR_FUNCTION_NOT_FOUND)"),
+        (15, "a GPU fell off the bus (NVML_ERROR_GPU_IS_LOST)"),
+        (16, "the GPU needs a reset (NVML_ERROR_RESET_REQUIRED)"),
+        (1, "NVML is not initialised (it was shut down) (NVML_ERROR_UNINITIALIZED)"),
+        (10, "did not answer in time (NVML_ERROR_TIMEOUT)"),
+        (11, "interrupt problem (NVML_ERROR_IRQ_ISSUE)"),
         (999, "(NVML_ERROR_UNKNOWN)"),
         (4242, "(NVML error 4242)"),
     ],

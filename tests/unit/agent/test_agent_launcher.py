@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+
 from frenzy.agent import launcher
 from frenzy.agent.ledger import Ledger, LedgerEntry
 from frenzy.common.messages import LaunchMessage, LayoutEnv
@@ -37,6 +40,8 @@ def test_env_has_every_frenzy_and_torchrun_variable() -> None:
         "FRENZY_RDZV_ID": "job-7-2", "FRENZY_GPU_TYPE": "A100-80GB", "FRENZY_GPU_UUIDS": "GPU-c,GPU-d",
         "FRENZY_TP": "2", "FRENZY_PP": "1", "FRENZY_DP": "2", "FRENZY_ZERO_STAGE": "1",
         "FRENZY_MICRO_BATCH": "4", "FRENZY_GRAD_ACCUM": "8", "FRENZY_RECOMPUTE": "selective",
+        "PET_NNODES": "2", "PET_NPROC_PER_NODE": "2", "PET_NODE_RANK": "1", "PET_MASTER_ADDR": "10.0.0.1",
+        "PET_MASTER_PORT": "29500", "PET_RDZV_ID": "job-7-2",
     }
 
 
@@ -65,15 +70,77 @@ def test_every_placeholder_is_substituted() -> None:
 
 
 def test_unknown_braces_are_left_alone() -> None:
-    msg = make_launch(command=["torchrun", "--rdzv-endpoint={master_addr}:{master_port}", "{unknown}",
+    msg = make_launch(command=["run", "--rdzv-endpoint={master_addr}:{master_port}", "{unknown}",
                                '{"tp": {tp}}', "{ tp }", "{{tp}}", "${HOME}/x"])
     assert launcher.build_argv(msg) == [
-        "torchrun", "--rdzv-endpoint=10.0.0.1:29500", "{unknown}", '{"tp": 2}', "{ tp }", "{2}", "${HOME}/x",
+        "run", "--rdzv-endpoint=10.0.0.1:29500", "{unknown}", '{"tp": 2}', "{ tp }", "{2}", "${HOME}/x",
     ]
+
+
+def test_env_values_workdir_and_agent_env_take_placeholders_and_the_agent_env_yields(tmp_path: Path) -> None:
+    msg = make_launch(env={"RUN_NAME": "{job_id}-a{attempt}", "NCCL_DEBUG": "WARN"},
+                      workdir=str(tmp_path / "{job_id}"))
+    env = launcher.build_env(msg, "n1", base={}, extra={"NCCL_DEBUG": "INFO", "NCCL_SOCKET_IFNAME": "ib0"},
+                             launch_id="p/n1/job-7/2")
+    assert env["RUN_NAME"] == "job-7-a2"
+    assert env["NCCL_DEBUG"] == "WARN" and env["NCCL_SOCKET_IFNAME"] == "ib0"  # the job's own env wins
+    assert env["FRENZY_LAUNCH_ID"] == "p/n1/job-7/2"
+    assert launcher.workdir_for(msg) == str(tmp_path / "job-7")
+
+
+# ---------------------------------------------------------------- torchrun
+
+def test_torchrun_gets_the_static_rendezvous_of_the_launch() -> None:
+    msg = make_launch(command=["torchrun", "train.py", "--micro-batch", "{micro_batch}", "--nnodes", "9"])
+    assert launcher.build_argv(msg) == [
+        "torchrun", "--nnodes=2", "--nproc-per-node=2", "--node-rank=1", "--master-addr=10.0.0.1",
+        "--master-port=29500", "--rdzv-id=job-7-2", "train.py", "--micro-batch", "4", "--nnodes", "9",
+    ]  # the script's own --nnodes is the script's business
+
+
+@pytest.mark.parametrize("launcher_argv", [["/opt/venv/bin/torchrun"], ["python3", "-m", "torch.distributed.run"],
+                                          [sys.executable, "-m", "torch.distributed.run"]])
+def test_torchrun_is_recognised_by_path_and_as_a_module(launcher_argv: list[str]) -> None:
+    argv = launcher.build_argv(make_launch(command=[*launcher_argv, "t.py"]))
+    assert argv[:len(launcher_argv)] == launcher_argv and argv[-1] == "t.py"
+    assert "--node-rank=1" in argv and "--master-port=29500" in argv
+
+
+def test_options_the_user_gave_win_in_either_spelling() -> None:
+    msg = make_launch(command=["torchrun", "--nproc_per_node", "1", "--master-port={master_port}",
+                               "--max-restarts=3", "-m", "pkg.train", "--lr", "1"])
+    assert launcher.build_argv(msg) == [
+        "torchrun", "--nnodes=2", "--node-rank=1", "--master-addr=10.0.0.1", "--rdzv-id=job-7-2",
+        "--nproc_per_node", "1", "--master-port=29500", "--max-restarts=3", "-m", "pkg.train", "--lr", "1",
+    ]
+
+
+def test_a_c10d_rendezvous_gets_the_endpoint_instead_of_master_addr() -> None:
+    argv = launcher.build_argv(make_launch(command=["torchrun", "--rdzv-backend", "c10d", "t.py"]))
+    assert "--rdzv-endpoint=10.0.0.1:29500" in argv and "--rdzv-id=job-7-2" in argv
+    assert not any(a.startswith("--master-") for a in argv)
+    given = launcher.build_argv(make_launch(command=["torchrun", "--rdzv_endpoint=h:1", "t.py"]))
+    assert not any(a.startswith(("--master-", "--rdzv-endpoint")) for a in given)
+
+
+def test_standalone_and_other_commands_are_left_as_written() -> None:
+    assert launcher.build_argv(make_launch(command=["torchrun", "--standalone", "t.py"])) == [
+        "torchrun", "--standalone", "t.py"]
+    assert launcher.build_argv(make_launch(command=["python", "torchrun.py"])) == ["python", "torchrun.py"]
+    assert launcher.build_argv(make_launch(command=["bash", "-c", "torchrun t.py"])) == [
+        "bash", "-c", "torchrun t.py"]
 
 
 def test_log_path_layout(tmp_path: Path) -> None:
     assert launcher.log_path_for(tmp_path, make_launch(), "n1") == tmp_path / "job-7" / "attempt-2" / "n1.log"
+
+
+def test_a_job_may_choose_its_log_dir(tmp_path: Path) -> None:
+    absolute = make_launch(env={"FRENZY_LOG_DIR": str(tmp_path / "mine")})
+    assert launcher.log_path_for(Path("/agent"), absolute, "n1") == tmp_path / "mine" / "job-7" / "attempt-2" / "n1.log"
+    relative = make_launch(env={"FRENZY_LOG_DIR": "out/logs"}, workdir=str(tmp_path))
+    assert launcher.log_path_for(Path("/agent"), relative, "n1") == (
+        tmp_path / "out" / "logs" / "job-7" / "attempt-2" / "n1.log")
 
 
 def test_start_writes_a_header_then_the_output(tmp_path: Path) -> None:
@@ -86,11 +153,60 @@ def test_start_writes_a_header_then_the_output(tmp_path: Path) -> None:
     assert "tp 2 2\n" in text
 
 
-def test_started_process_leads_its_own_process_group(tmp_path: Path) -> None:
-    msg = make_launch(command=[sys.executable, "-c", "import os; print(os.getpgid(0) == os.getpid())"])
-    started = launcher.start(msg, "n1", tmp_path)
+def test_the_job_runs_under_its_shim_in_a_new_session_and_its_status_is_recorded(tmp_path: Path) -> None:
+    msg = make_launch(command=[sys.executable, "-c", "import os, sys; print('group', os.getpgid(0), os.getsid(0),"
+                               " 'shim' in os.environ.get('FRENZY_SHIM', 'shim')); sys.exit(5)"])
+    started = launcher.start(msg, "n1", tmp_path, launch_id="p/n1/job-7/2")
+    assert started.proc.wait(timeout=10) == 5
+    pid = started.proc.pid
+    # The shim leads the job's session and group; its marker is not passed on to the command.
+    assert f"group {pid} {pid} True\n" in started.log_path.read_text()
+    assert launcher.read_exit_status(started.log_path) == 5
+
+
+def test_a_signalled_job_is_reported_as_killed_by_that_signal(tmp_path: Path) -> None:
+    msg = make_launch(command=[sys.executable, "-c", "import time; print('up', flush=True); time.sleep(30)"])
+    started = launcher.start(msg, "n1", tmp_path, launch_id="p/n1/job-7/2")
+    deadline = time.monotonic() + 10
+    while "up\n" not in started.log_path.read_text() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    os.killpg(started.proc.pid, signal.SIGTERM)
+    assert started.proc.wait(timeout=10) == -signal.SIGTERM
+    assert launcher.read_exit_status(started.log_path) == -signal.SIGTERM
+
+
+def test_processes_are_found_by_launch_id_even_outside_the_group(tmp_path: Path) -> None:
+    # The command starts a grandchild in a session of its own, like torchrun's workers.
+    code = ("import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)'],"
+            " start_new_session=True); print('up', flush=True); time.sleep(30)")
+    started = launcher.start(make_launch(command=[sys.executable, "-c", code]), "n1", tmp_path,
+                             launch_id=f"t/{os.getpid()}/job-7/2")
+    try:
+        deadline = time.monotonic() + 10
+        while len(launcher.find_processes(f"t/{os.getpid()}/job-7/2")) < 3 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        every = launcher.find_processes(f"t/{os.getpid()}/job-7/2")
+        assert len(every) == 3 and started.proc.pid in every
+        assert launcher.find_processes(f"t/{os.getpid()}/job-7/2", shim_only=True) == [started.proc.pid]
+        assert launcher.find_processes(f"t/{os.getpid()}/job-7/9") == []
+    finally:
+        launcher.kill_launch(f"t/{os.getpid()}/job-7/2", signal.SIGKILL)
     started.proc.wait(timeout=10)
-    assert "True" in started.log_path.read_text()
+    deadline = time.monotonic() + 5
+    while launcher.find_processes(f"t/{os.getpid()}/job-7/2") and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert launcher.find_processes(f"t/{os.getpid()}/job-7/2") == []
+
+
+def test_port_in_use_sees_a_listener(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        assert launcher.port_in_use(port)
+    assert not launcher.port_in_use(port)
 
 
 def test_command_not_found_is_a_launch_error(tmp_path: Path) -> None:
@@ -125,7 +241,7 @@ def test_ledger_round_trip_and_corrupt_file(tmp_path: Path) -> None:
     path = tmp_path / "state" / "n1.json"
     ledger = Ledger(path)
     a = LedgerEntry("j1", 1, 123, 456, "/logs/j1.log", reported=False)
-    b = LedgerEntry("j2", 3, 124, None, "/logs/j2.log", reported=True)
+    b = LedgerEntry("j2", 3, 124, None, "/logs/j2.log", reported=True, fence=7, launch_id="p/n1/j2/3")
     ledger.put(a)
     ledger.put(b)
     ledger.remove("j1", 1)
@@ -133,3 +249,7 @@ def test_ledger_round_trip_and_corrupt_file(tmp_path: Path) -> None:
     assert Ledger(path).load() == [b]
     path.write_text("{not json")
     assert Ledger(path).load() == []
+    # An older agent's file (fewer fields) and a newer one's (more) still load.
+    path.write_text('{"jobs": [{"job_id": "j", "attempt": 1, "pid": 5, "start_ticks": null, "log_path": "l",'
+                    ' "reported": true, "from_the_future": 1}]}')
+    assert Ledger(path).load() == [LedgerEntry("j", 1, 5, None, "l", True)]

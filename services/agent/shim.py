@@ -1,0 +1,69 @@
+"""The agent's shim: runs one job's command and records how it ended in a file.
+
+The agent starts every job as ``python -I -S shim.py EXIT_FILE -- ARGV...`` in a
+new session. The shim is the session and process-group leader; the command
+runs as its child in the same group, so a cancel's ``killpg`` reaches both.
+Why it exists: a job outlives an agent restart, and only a process's parent
+can learn its exit status. The shim is that parent, independent of the
+agent, and writes the status to EXIT_FILE (atomically) for whichever agent
+run is watching: a restarted agent still reports "exited 0" instead of
+"exit code unknown".
+
+Stdlib only and no site-packages (``-I -S``), so it starts in milliseconds
+and nothing in the job's environment can change how it behaves.
+Exit status: the command's (killed by signal N -> the shim kills itself with N).
+"""
+
+import os
+import signal
+import subprocess
+import sys
+
+# The agent marks the shim (and only the shim: it is removed for the command)
+# so that a restarted agent can find it in /proc by its launch id.
+SHIM_MARKER = "FRENZY_SHIM"
+
+
+def _write_status(path: str, code: int) -> None:
+    tmp = f"{path}.tmp.{os.getpid()}"
+    try:
+        with open(tmp, "w") as fh:
+            fh.write(f"{code}\n")
+        os.replace(tmp, path)
+    except OSError as exc:  # the agent then reports "exit code unknown"; the job itself is unaffected
+        print(f"# frenzy shim: cannot write the exit status to {path}: {exc}", file=sys.stderr, flush=True)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 4 or argv[2] != "--":
+        print("usage: shim.py EXIT_FILE -- COMMAND [ARGS...]", file=sys.stderr)
+        return 2
+    exit_file, command = argv[1], argv[3:]
+    env = dict(os.environ)
+    env.pop(SHIM_MARKER, None)
+
+    # Group signals (cancel) reach the command directly; the shim must outlive
+    # it to record the status. Handlers (unlike SIG_IGN) are reset by exec, so
+    # the command still gets the default dispositions.
+    def _note(_signum: int, _frame: object) -> None:
+        pass
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, _note)
+    try:
+        child = subprocess.Popen(command, env=env)
+    except OSError as exc:
+        print(f"# frenzy shim: cannot start {command[0]!r}: {exc}", file=sys.stderr, flush=True)
+        _write_status(exit_file, 127)
+        return 127
+    code = child.wait()  # PEP 475: retried across the noted signals
+    _write_status(exit_file, code)
+    if code < 0:
+        # Die the same way, so the agent watching us sees "killed by signal N".
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
