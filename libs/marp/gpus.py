@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 from marp._check import check_choice, check_int, check_number
 from marp.errors import UnknownGpuError
+from marp.recipe import compute_dtype
 
 MiB = 1024**2
 GiB = 1024**3
@@ -56,8 +57,9 @@ class GpuType:
             raise err("gpu_type.nvml_names", "must be a tuple of strings.")
 
     def peak_tflops(self, precision: str) -> float:
-        """Dense peak for the recipe precision (mixed bf16/fp16 run their matmuls in bf16/fp16)."""
-        return {"bf16": self.bf16_tflops, "fp16": self.fp16_tflops, "fp32": self.fp32_tflops}[precision]
+        """Dense peak for a precision policy's matmul dtype (mixed policies multiply in bf16/fp16)."""
+        dtype = compute_dtype(precision)
+        return {"bf16": self.bf16_tflops, "fp16": self.fp16_tflops, "fp32": self.fp32_tflops}[dtype]
 
     def supports(self, precision: str) -> bool:
         return self.peak_tflops(precision) > 0.0

@@ -1,31 +1,33 @@
 """Per-GPU peak training memory of one layout: ``predict_memory`` and its vectorised twin.
 
-The prediction is a sum of six terms (``MemoryBreakdown``), each from a cited
-formula:
+The peak is taken over the three phases of a training step (memory-notes D.1: each phase wins
+in some configuration), not as a sum of maxima:
 
-* model states -- parameters, gradients, optimizer states -- in bytes per
-  parameter of the precision / optimizer policy, sharded over the data-parallel
-  group by the ZeRO stage (Rajbhandari et al. 2020, sec. 5, Fig. 1:
-  (2 + 2 + K)Psi, K = 12 for mixed-precision Adam), over the tensor-parallel
-  group by Megatron-LM (Shoeybi et al. 2019), over pipeline stages by layers;
-* activations -- per transformer layer from Korthikanti et al. 2022 ("Reducing
-  Activation Recomputation in Large Transformer Models", sec. 4, eq. 1-2),
-  generalised to SwiGLU / GQA / RoPE / RMSNorm / flash attention with the
-  coefficients measured in /work/shared/reference/memory-notes.md (B.5);
-* logits -- the LM head output plus the fp32 log-softmax kept for the loss
-  (memory-notes D.5);
-* runtime reserve -- CUDA context, cuBLAS workspaces and NCCL buffers.
+* A, forward end + loss: model states, every saved activation of the micro-batches in flight,
+  and the loss's logits at their largest (the start of the loss backward);
+* B, backward: the activations still saved, the gradients produced so far, and the transients
+  of recomputation and of the activation gradients;
+* C, optimizer step: model states plus the optimizer's temporaries (foreach AdamW: one
+  state-sized buffer of the local shard, memory-notes D.3).
 
-Assumptions (first version): Megatron-style mixed precision (half-precision
-working weights and activations, fp32 master weights inside the optimizer);
-tensor parallelism *without* sequence parallelism (the conservative case:
-norm and dropout activations are replicated); the 1F1B pipeline schedule; fused
-optimizers (no foreach transient); the peak is taken as the sum of the terms at
-the end of the forward pass, not as the max over phases.
+Terms and sources:
 
-All arithmetic runs on numpy arrays so the planner evaluates a whole grid of
-layouts at once; ``predict_memory`` is the same code on a one-element grid, so
-the two paths cannot disagree.
+* model states by precision policy and optimizer (ZeRO paper, Rajbhandari et al. 2020, sec. 3.1
+  and Fig. 1 for the sharding of optimizer states / gradients / parameters over the DP group;
+  memory-notes D.2 for the per-policy bytes), sharded over TP by Megatron-LM (Shoeybi et al.
+  2019, sec. 3) and over pipeline stages by layers;
+* activations per layer from ``marp.activations`` (Korthikanti et al. 2022), divided by TP
+  (and fully, with sequence parallelism, eq. 4), by CP (tokens per rank), multiplied by the
+  micro-batches in flight on the stage (1F1B: min(pp - rank, m); interleaved 1F1B: Megatron-LM's
+  warm-up count (pp - rank - 1) x 2 + (vpp - 1) x pp chunk passes, Narayanan et al. 2021 sec. 2.2);
+* logits of the loss, by loss implementation (memory-notes D.5);
+* buffers: FSDP / ZeRO-3 gathered parameters and unsharded gradients, PyTorch DDP's gradient
+  buckets, autocast's weight copies, Transformer Engine's cuBLAS workspaces;
+* allocator: reserved = allocated + the caching allocator's fragmentation of the freed-and-
+  reallocated (dynamic) bytes; device (what nvidia-smi shows) = reserved + CUDA context + NCCL.
+
+All arithmetic runs on numpy arrays so the planner evaluates a whole grid of layouts at once;
+``predict_memory`` is the same code on a one-element grid, so the two paths cannot disagree.
 """
 
 from __future__ import annotations
@@ -36,33 +38,56 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from marp.activations import element_bytes, layer_coefficients
 from marp.errors import InvalidLayoutError, InvalidRecipeError
 from marp.gpus import GiB, GpuType, MiB, get_gpu
 from marp.models import ModelSpec
-from marp.recipe import Layout, TrainingRecipe
+from marp.recipe import RECOMPUTE, Layout, TrainingRecipe, canonical_precision
 
 FIELDS: tuple[str, ...] = (
     "parameters", "gradients", "optimizer_states", "activations", "logits", "runtime_reserve",
+    "buffers", "transient", "fragmentation",
 )  # fmt: skip
+PHASES: tuple[str, ...] = ("forward+loss", "backward", "optimizer")
+STAGES: tuple[str, ...] = ("first", "last", "max")
 
-# Runtime reserve (per GPU). memory-notes D.6: the CUDA context costs 0.3-1.4 GiB as seen by
-# nvidia-smi (1343 MiB measured on the HF V100 setup). We reserve 1 GiB for context + cuBLAS /
-# cuDNN workspaces on every GPU, the measured 1343 MiB on V100s, and 512 MiB more for NCCL
-# communicator buffers (NCCL_BUFFSIZE 4 MiB x channels x peers, for the TP and DP groups)
-# whenever the job spans more than one GPU. Allocator fragmentation is left to the planner's
-# safety margin (memory-notes D.6: max_reserved is 2-10 % above max_allocated).
+# Device memory outside the caching allocator, per GPU. memory-notes D.6: the CUDA context
+# costs 0.3-1.4 GiB as seen by nvidia-smi (1343 MiB measured before model load on the HF V100
+# setup, measurements README "HF-" rows). 1 GiB elsewhere (context + cuBLAS/cuDNN kernels),
+# and 512 MiB for NCCL communicator buffers (NCCL_BUFFSIZE 4 MiB x channels x peers) when the
+# job spans more than one GPU.
 CONTEXT_BYTES_DEFAULT = 1 * GiB
 CONTEXT_BYTES: dict[str, int] = {"V100-16GB": 1343 * MiB, "V100-32GB": 1343 * MiB}
 NCCL_BYTES = 512 * MiB
 
-# Bytes per activation element: mixed fp16/bf16 keeps activations in half precision
-# (Megatron-style), fp32 in single precision.
+# Caching-allocator fragmentation: the share of the dynamic bytes (everything allocated and
+# freed within a step) that the allocator holds beyond the live tensors at the peak. PyTorch
+# rounds blocks above 1 MiB up to 2 MiB and never splits cached blocks above 10 MiB for small
+# requests (CUDACachingAllocator), so churned activation blocks fragment; memory-notes D.6
+# reports reserved 2-10 % above allocated for torchtitan-like runs, more for eager ones.
+FRAGMENTATION = 0.10
+
+# Transformer Engine allocates one cuBLAS workspace per GEMM stream through the caching
+# allocator (transformer_engine/pytorch/cpp_extensions/gemm.py: get_cublas_workspace_size_bytes
+# = 32 MiB on compute capability >= 9.0, else 4 MiB; 4 streams). Counted for master-* policies.
+TE_STREAMS = 4
+HOPPER = ("H100-80GB", "H200")
+
+# Back-compat: bytes per activation element by the historical precision names.
 ELEMENT_BYTES: dict[str, int] = {"fp32": 4, "fp16": 2, "bf16": 2}
+
+RECOMPUTE_CODE: dict[str, int] = {name: i for i, name in enumerate(RECOMPUTE)}  # none 0, selective 1, ...
 
 
 @dataclass(frozen=True)
 class MemoryBreakdown:
-    """Predicted peak bytes on one GPU, by component. ``total`` is their sum."""
+    """Predicted bytes on one GPU at its peak phase, by component.
+
+    ``total`` (= ``device_bytes``) is what nvidia-smi would show: ``peak_allocated`` (live tensors
+    at the peak: parameters, gradients, optimizer states, activations, logits, buffers,
+    transients) + ``fragmentation`` (= ``reserved_bytes``, what the caching allocator holds) +
+    ``runtime_reserve`` (CUDA context, NCCL). ``phase`` names the phase that sets the peak.
+    """
 
     parameters: int
     gradients: int
@@ -70,6 +95,10 @@ class MemoryBreakdown:
     activations: int
     logits: int
     runtime_reserve: int
+    buffers: int = 0
+    transient: int = 0
+    fragmentation: int = 0
+    phase: str = ""
 
     def __post_init__(self) -> None:
         for name in FIELDS:
@@ -77,40 +106,71 @@ class MemoryBreakdown:
             if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 0:
                 raise ValueError(f"MemoryBreakdown.{name} must be a non-negative int, got {value!r}.")
             object.__setattr__(self, name, int(value))
+        if self.phase not in ("", *PHASES):
+            raise ValueError(f"MemoryBreakdown.phase must be one of {PHASES}, got {self.phase!r}.")
 
     @property
     def total(self) -> int:
         return sum(getattr(self, name) for name in FIELDS)
 
     @property
+    def peak_allocated(self) -> int:
+        return self.total - self.fragmentation - self.runtime_reserve
+
+    @property
+    def reserved(self) -> int:
+        return self.peak_allocated + self.fragmentation
+
+    @property
+    def device(self) -> int:
+        return self.total
+
+    @property
     def model_states(self) -> int:
         return self.parameters + self.gradients + self.optimizer_states
 
-    def to_dict(self) -> dict[str, int]:
-        out = {name: getattr(self, name) for name in FIELDS}
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {name: getattr(self, name) for name in FIELDS}
         out["total"] = self.total
+        out["peak_allocated"] = self.peak_allocated
+        out["reserved"] = self.reserved
+        out["phase"] = self.phase
         return out
 
 
 # ---- model states ------------------------------------------------------------------------------
 
 
-def state_bytes_per_param(precision: str, optimizer: str) -> tuple[int, int, int]:
-    """(parameter, gradient, optimizer-state) bytes per parameter, before any sharding.
+def state_bytes_per_param(precision: str, optimizer: str) -> tuple[float, float, float]:
+    """(parameter, gradient, optimizer-state) bytes per trainable parameter, before sharding.
 
-    ZeRO paper (Rajbhandari et al. 2020, sec. 3.1): mixed-precision Adam keeps fp16 params
-    (2) and grads (2) plus fp32 master params, momentum and variance (K = 12): 16 B/param.
-    fp32 Adam: params 4, grads 4, momentum + variance 8: also 16. SGD with momentum keeps
-    one fp32 buffer: fp32 4 + 4 + 4; mixed 2 + 2 + (4 master + 4 momentum).
+    memory-notes D.2 and the ZeRO paper (sec. 3.1): fp32: 4 + 4 + K; torch AMP keeps fp32
+    parameters and gradients: 4 + 4 + K; Megatron/DeepSpeed ``master-*``: half parameters (2),
+    an fp32 gradient buffer (4, Megatron's main_grad) and fp32 master weights inside the
+    optimizer (4 + K); pure bf16: 2 + 2 + K with bf16 states; FSDP2 ``fsdp-bf16``: fp32
+    sharded parameters and gradients (4 + 4 + K). K: Adam 2 states (momentum, variance), SGD
+    with momentum 1, plain SGD 0, 8-bit Adam 2 x 1 B plus one fp32 absmax per 2048-element
+    block and state (Dettmers et al. 2022, "8-bit Optimizers via Block-wise Quantization", sec. 2).
     """
-    if precision not in ELEMENT_BYTES:
+    policy = canonical_precision(precision)
+    if policy not in ("fp32", "amp-fp16", "amp-bf16", "master-fp16", "master-bf16", "pure-bf16", "fsdp-bf16"):
         raise InvalidRecipeError("recipe.precision", f"unknown precision {precision!r}.")
-    mixed = precision != "fp32"
+    state = 2 if policy == "pure-bf16" else 4
     if optimizer in ("adam", "adamw"):
-        return (2, 2, 12) if mixed else (4, 4, 8)
-    if optimizer == "sgd":
-        return (2, 2, 8) if mixed else (4, 4, 4)
-    raise InvalidRecipeError("recipe.optimizer", f"unknown optimizer {optimizer!r}.")
+        k = 2.0 * state
+    elif optimizer == "sgd-momentum":
+        k = 1.0 * state
+    elif optimizer == "sgd":
+        k = 0.0
+    elif optimizer == "adam8bit":
+        k = 2.0 + 2.0 * 4 / 2048
+    else:
+        raise InvalidRecipeError("recipe.optimizer", f"unknown optimizer {optimizer!r}.")
+    if policy.startswith("master-"):
+        return (2.0, 4.0, 4.0 + k)
+    if policy == "pure-bf16":
+        return (2.0, 2.0, k)
+    return (4.0, 4.0, k)
 
 
 def model_state_bytes(
@@ -118,80 +178,38 @@ def model_state_bytes(
 ) -> tuple[int, int, int]:
     """(parameters, gradients, optimizer states) bytes of ``n_params`` on one rank of a dp group.
 
-    ZeRO (Rajbhandari et al. 2020, Fig. 1): stage 1 (P_os) gives 2Psi + 2Psi + K Psi/Nd,
-    stage 2 (P_os+g) 2Psi + (2 + K)Psi/Nd, stage 3 (P_os+g+p) (2 + 2 + K)Psi/Nd. Shards round up.
+    ZeRO (Rajbhandari et al. 2020, Fig. 1): stage 1 shards the optimizer states (here including
+    fp32 master weights), stage 2 also the gradients, stage 3 also the parameters. Shards round up.
     """
     p, g, o = state_bytes_per_param(precision, optimizer)
     p_div = dp if zero_stage >= 3 else 1
     g_div = dp if zero_stage >= 2 else 1
     o_div = dp if zero_stage >= 1 else 1
-    return (-(-n_params * p // p_div), -(-n_params * g // g_div), -(-n_params * o // o_div))
+    return (int(np.ceil(n_params * p / p_div)), int(np.ceil(n_params * g / g_div)),
+            int(np.ceil(n_params * o / o_div)))  # fmt: skip
 
 
-# ---- activations -------------------------------------------------------------------------------
+# ---- activations (back-compat helpers over marp.activations) -----------------------------------
 
 
-def _norm_activation_coef(model: ModelSpec, e: int) -> int:
-    """Bytes per (token x hidden) element kept by one norm *and* the linear it feeds.
-
-    LayerNorm: its input and its output (the next linear's input), e each -- Korthikanti
-    sec. 4.1 counts 2sbh + 2sbh per norm. HF RMSNorm upcasts to fp32 and keeps that copy (4)
-    plus the normalised half-precision tensor multiplied by the weight (e), then its output
-    feeds the linear (e): 4 + 2e, measured in memory-notes B.5 (Llama-style rows).
-    """
-    if model.norm == "layernorm":
-        return 2 * e
-    return max(4, e) + 2 * e
+def _policy_of(precision: str) -> str:
+    policy = canonical_precision(precision)
+    return "pure-bf16" if policy.startswith("master-") else policy
 
 
 def layer_activation_parts(
-    model: ModelSpec, seq_len: int, precision: str = "bf16", flash_attention: bool = True
-) -> tuple[int, int]:
-    """(replicated, tensor-parallel) activation bytes of one transformer layer for ONE sequence
-    (micro-batch 1, tp 1). A layer at micro-batch b and TP degree t keeps b(rep + par / t).
-
-    Korthikanti et al. 2022, sec. 4.1 (fp16, GPT, dropout) gives sbh(34 + 5as/h); under TP
-    without sequence parallelism sbh(10 + 24/t + 5as/(ht)) (eq. 2). Term by term, with
-    e bytes per element, g = kv_heads / heads, f = ffn:
-      replicated: 2 norms (input + output, see _norm_activation_coef) + 2 hidden-dropout masks (1 B);
-      parallel:   Q, K, V (e(1 + 2g)); attention output fed to the out-projection (e);
-                  scores: softmax output e*as/h, plus dropout mask (1) and dropout output (e)
-                  when dropout is on -- or, with flash attention (Dao et al. 2022), none of
-                  them, only the fp32 log-sum-exp (4a/h);
-                  MLP: GeLU input and output (2e f/h; 8 + 8 at f = 4h), or for SwiGLU gate,
-                  SiLU(gate), up and their product (4e f/h).
-      RoPE (Su et al. 2021) keeps one more copy of the rotated Q and K: e(1 + g) (measured,
-      memory-notes B.5: 50.3 sbh for the Llama-style MHA row vs 45.8 with kv = 4).
-    For GPT-2 (LayerNorm, GeLU, f = 4h, MHA, dropout) this is exactly 34 + 5as/h without flash
-    and 34 + 4a/h (log-sum-exp) with flash.
-    """
-    s, h, a = seq_len, model.hidden, model.heads
-    e = ELEMENT_BYTES[precision]
-    kv = model.kv_dim
-    dropout = model.dropout > 0.0
-    replicated = s * h * (2 * _norm_activation_coef(model, e) + (2 if dropout else 0))
-    parallel = s * e * (h + 2 * kv)  # Q, K, V
-    if model.pos_emb == "rope":
-        parallel += s * e * (h + kv)  # rotated Q and K kept besides the projections
-    parallel += s * e * h  # attention output, input of the out-projection
-    if flash_attention:
-        parallel += 4 * a * s  # fp32 log-sum-exp per (head, query)
-    else:
-        parallel += e * a * s * s  # softmax output
-        if dropout:
-            parallel += (1 + e) * a * s * s  # dropout mask + dropout output
-    mlp_tensors = 4 if model.mlp == "swiglu" else 2
-    parallel += s * mlp_tensors * e * model.ffn
-    return replicated, parallel
+    model: ModelSpec, seq_len: int, precision: str = "bf16", flash_attention: bool = True,
+    dropout: float | None = None,
+) -> tuple[float, float]:
+    """(replicated, tensor-parallel) activation bytes of one layer for ONE sequence (no recompute)."""
+    c = layer_coefficients(model, _policy_of(precision), flash_attention,
+                           model.dropout if dropout is None else dropout)  # fmt: skip
+    return seq_len * c.rep, seq_len * c.par + seq_len * seq_len * c.score
 
 
 def layer_activation_bytes(
-    model: ModelSpec,
-    seq_len: int,
-    micro_batch: int,
-    precision: str = "bf16",
-    flash_attention: bool = True,
-    tp: int = 1,
+    model: ModelSpec, seq_len: int, micro_batch: int, precision: str = "bf16",
+    flash_attention: bool = True, tp: int = 1,
 ) -> float:
     """Activation bytes one transformer layer keeps for the backward pass (no recomputation)."""
     rep, par = layer_activation_parts(model, seq_len, precision, flash_attention)
@@ -206,7 +224,7 @@ def _ceil_div(a: NDArray[np.int64], b: NDArray[np.int64]) -> NDArray[np.int64]:
 
 
 def runtime_reserve_bytes(gpu: GpuType | None, num_gpus: int) -> int:
-    """CUDA context (+ workspaces) per GPU, plus NCCL buffers when the job has several GPUs."""
+    """CUDA context (+ library kernels) per GPU, plus NCCL buffers when the job has several GPUs."""
     context = CONTEXT_BYTES.get(gpu.name, CONTEXT_BYTES_DEFAULT) if gpu is not None else CONTEXT_BYTES_DEFAULT
     return context + (NCCL_BYTES if num_gpus > 1 else 0)
 
@@ -226,26 +244,93 @@ def stage_param_counts(
 ) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]:
     """Parameters on one TP rank of the first and of the last pipeline stage.
 
-    Returns (first_stage, last_stage, one_layer, vocab_matrix), all per TP rank. Megatron-LM:
-    layers split evenly over stages (we give every stage the rounded-up share, the worst case);
-    TP shards column/row-parallel weights and replicates norms and row-parallel biases
-    (Shoeybi et al. 2019, sec. 3); the embedding and LM head are vocab-parallel, ceil(V / t)
-    rows each; learned position embeddings are replicated. With pp = 1 both stages are the
-    whole model; with pipelining a tied head keeps its own copy of the word embeddings on the
-    last stage (Megatron's shared-embedding all-reduce).
+    Returns (first_stage, last_stage, one_layer, vocab_matrix), all per TP rank and counting
+    every expert (expert parallelism divides them later). Megatron-LM: layers split evenly over
+    stages (every stage gets the rounded-up share, the worst case); TP shards column/row-parallel
+    weights and replicates norms and row-parallel biases (Shoeybi et al. 2019, sec. 3); the
+    embedding and LM head are vocab-parallel, ceil(V / t) rows each; position embeddings are
+    replicated. With pp = 1 both stages are the whole model; with pipelining a tied head keeps
+    its own copy of the word embeddings on the last stage (Megatron's shared-embedding all-reduce).
     """
     tp_, pp_ = np.broadcast_arrays(np.asarray(tp, dtype=np.int64), np.asarray(pp, dtype=np.int64))
     sharded, replicated = model.layer_params_split()
+    ex_sharded, ex_replicated = model.mlp_params_split(model.expert_ffn) if model.experts else (0, 0)
     layers = _ceil_div(np.full_like(pp_, model.n_layers), pp_)
-    layer_local = _ceil_div(np.full_like(tp_, sharded), tp_) + replicated
+    layer_local = (_ceil_div(np.full_like(tp_, sharded + model.experts * ex_sharded), tp_)
+                   + replicated + model.experts * ex_replicated)  # fmt: skip
     vocab_local = _ceil_div(np.full_like(tp_, model.vocab), tp_) * model.hidden
     single = pp_ == 1
-    head_local = np.where(single & model.tied_embeddings, 0, vocab_local)
-    embeddings = vocab_local + model.position_params()
-    head = head_local + model.norm_params()  # LM head + final norm
+    h = model.hidden
+    emb_extra = model.embedding_params() - model.vocab * h  # token types + embedding norm (encoders)
+    embeddings = vocab_local + model.position_params() + emb_extra
+    if model.head == "classifier":
+        head_local = np.full_like(tp_, model.head_params())
+    else:
+        head_other = model.head_params() - (0 if model.tied_embeddings else model.vocab * h)
+        # Untied heads hold their own vocab matrix; tied ones need a copy on the last stage.
+        head_local = np.where(single & model.tied_embeddings, 0, vocab_local) + head_other
+    head = head_local + model.final_norm_params()
     first = layers * layer_local + embeddings + np.where(single, head, 0)
     last = layers * layer_local + head + np.where(single, embeddings, 0)
     return first, last, layer_local, vocab_local
+
+
+def _in_flight(
+    n_layers: int, pp: NDArray[np.int64], vpp: NDArray[np.int64], m: NDArray[np.int64], rank: NDArray[np.int64]
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """(layer x micro-batch units, micro-batches) of activations held at once by a pipeline rank.
+
+    1F1B (Narayanan et al. 2021, sec. 2.2; PipeDream-Flush): rank r runs pp - r - 1 warm-up
+    forwards, so it holds min(pp - r, m) micro-batches of its layers. Interleaved 1F1B with vpp
+    chunks per rank (Megatron-LM core/pipeline_parallel/schedules.py, forward_backward_pipelining
+    _with_interleaving): (pp - r - 1) x 2 + (vpp - 1) x pp warm-up chunk forwards plus the one in
+    steady state, at most all m x vpp, each holding layers / (pp x vpp) layers.
+    """
+    layers_stage = -(-n_layers // pp)
+    plain_mbs = np.minimum(pp - rank, m)
+    chunks = np.minimum((pp - rank - 1) * 2 + (vpp - 1) * pp + 1, m * vpp)
+    inter = vpp > 1
+    units = np.where(inter, chunks * layers_stage / vpp, plain_mbs * layers_stage)
+    mbs = np.where(inter, np.minimum(np.ceil(chunks / vpp), m), plain_mbs)
+    return units.astype(np.float64), mbs.astype(np.float64)
+
+
+def _loss_bytes_per_logit(loss: str, e: int, chunks: int, fused: bool = False) -> float:
+    """Peak bytes per logit element of the loss (memory-notes D.5).
+
+    torch: F.cross_entropy on the fp32-upcast logits. log_softmax saves its fp32 output (4); the
+    caller frees the logits before backward (torchtitan / torchtune ``del pred``); at the start of
+    the backward nll_loss's gradient (4) and log_softmax's gradient (4) coexist with the saved
+    output: 12. fused: Megatron's vocab-parallel CE upcasts once and works in place on the fp32
+    copy (4), the gradient is cast back to the logits dtype (e): 4 + e. megatron-fused: Megatron's
+    --cross-entropy-loss-fusion under its jit fuser materialises one more logits-sized fp32 buffer
+    (megatron/core/fusions/fused_cross_entropy.py, "a full logits-sized transient allocation"):
+    4 + 4 + e. chunked (torchtune CEWithChunkedOutputLoss): the low-precision logits (e) and every
+    chunk's log-softmax (4) are kept, one chunk is upcast at a time: e + 4 + 4 / chunks, or
+    4 + 8 / chunks in the backward. inplace (llm.c's fused classifier): the low-precision logits
+    are overwritten by their gradient, no fp32 copy: e. A compiled chunked loss (kernels "fused":
+    torch.compile recomputes the pointwise log-softmax from the saved logits) keeps the logits
+    (e) and one chunk's fp32 softmax and gradient: e + 8 / chunks.
+    """
+    if loss == "chunked" and fused:
+        return e + 8.0 / chunks
+    if loss == "inplace":
+        return float(e)
+    if loss == "torch":
+        return 12.0
+    if loss == "fused":
+        return 4.0 + e
+    if loss == "megatron-fused":
+        return 8.0 + e
+    return max(e + 4.0 + 4.0 / chunks, 4.0 + 8.0 / chunks)
+
+
+def _lora_params(model: ModelSpec, rank: int, targets: tuple[str, ...]) -> int:
+    """Adapter parameters per layer: r x (d_in + d_out) per targeted matrix (Hu et al. 2021, sec. 4)."""
+    h, kv, f = model.hidden, model.kv_dim, model.expert_ffn if model.experts else model.ffn
+    dims = {"q": (h, h), "k": (h, kv), "v": (h, kv), "o": (h, h), "up": (h, f), "down": (f, h),
+            "gate": (h, f) if model.mlp == "swiglu" else (0, 0)}  # fmt: skip
+    return sum(rank * (dims[t][0] + dims[t][1]) for t in targets)
 
 
 def memory_grid(
@@ -259,78 +344,202 @@ def memory_grid(
     grad_accum: ArrayLike,
     recompute_full: ArrayLike,
     gpu: GpuType | None = None,
+    *,
+    recompute: ArrayLike | None = None,
+    sp: ArrayLike = False,
+    cp: ArrayLike = 1,
+    vpp: ArrayLike = 1,
+    ep: ArrayLike = 1,
+    shard: ArrayLike | None = None,
+    stage: str = "max",
 ) -> dict[str, NDArray[np.int64]]:
-    """Memory terms (int64 arrays, one per FIELDS entry plus "total") for a grid of layouts.
+    """Memory terms (int64 arrays: every FIELDS entry, "total", "peak_allocated", "reserved",
+    "phase" as an index into PHASES, "stage" 0 first / 1 last) for a grid of layouts.
 
-    The layout arguments broadcast against each other; the caller guarantees they are valid
-    (predict_memory validates, enumerate_plans only generates valid ones).
+    Layout arguments broadcast against each other; ``recompute`` (codes of RECOMPUTE_CODE)
+    overrides the boolean ``recompute_full``. The caller guarantees validity (predict_memory
+    validates, enumerate_plans only generates valid layouts).
     """
-    tp_, pp_, dp_, zs, mb, ga = (
-        np.asarray(x, dtype=np.int64) for x in (tp, pp, dp, zero_stage, micro_batch, grad_accum)
-    )
-    rc = np.asarray(recompute_full, dtype=bool)
-    tp_, pp_, dp_, zs, mb, ga, rc = np.broadcast_arrays(tp_, pp_, dp_, zs, mb, ga, rc)
+    if stage not in STAGES:
+        raise InvalidLayoutError("layout.stage", f"must be one of {', '.join(STAGES)}, got {stage!r}.")
+    rc_in = (np.asarray(recompute, dtype=np.int64) if recompute is not None
+             else np.where(np.asarray(recompute_full, dtype=bool), RECOMPUTE_CODE["full"], 0))  # fmt: skip
+    arrays = np.broadcast_arrays(*(np.asarray(x, dtype=np.int64) for x in (
+        tp, pp, dp, zero_stage, micro_batch, grad_accum, rc_in, np.asarray(sp, dtype=np.int64), cp, vpp, ep,
+        dp if shard is None else shard)))  # fmt: skip
+    tp_, pp_, dp_, zs, mb, ga, rc, sp_, cp_, vpp_, ep_, shard_ = arrays
+    policy = recipe.policy
+    e = element_bytes(policy)
+    dropout = model.dropout if recipe.dropout is None else recipe.dropout
+    coef = layer_coefficients(model, policy, recipe.flash_attention, dropout, fused=recipe.fused_kernels)
     s, h = recipe.seq_len, model.hidden
-    e = ELEMENT_BYTES[recipe.precision]
-    pb, gb, ob = state_bytes_per_param(recipe.precision, recipe.optimizer)
+    pb, gb, ob = state_bytes_per_param(policy, recipe.optimizer)
+    state_elem = 2 if policy == "pure-bf16" else 4
+    lora = recipe.finetune in ("lora", "qlora")
+    grads_persistent = recipe.resolved_grad_buffer == "persistent"
 
     first_params, last_params, layer_local, vocab_local = stage_param_counts(model, tp_, pp_)
-    layers = _ceil_div(np.full_like(pp_, model.n_layers), pp_)
-    single = pp_ == 1
+    layers_stage = _ceil_div(np.full_like(pp_, model.n_layers), pp_)
+    # Experts are divided over the expert-parallel group (Lepikhin et al. 2021, GShard sec. 2).
+    expert_local = np.where(model.experts > 0,
+                            layers_stage * _ceil_div(np.full_like(tp_, model.expert_params()), tp_), 0)  # fmt: skip
+    expert_local = expert_local - expert_local // ep_
+    tokens = mb * s / cp_  # tokens of one micro-batch on one rank (context parallelism splits s)
+    keys = s / cp_
 
-    zero3 = (zs >= 3) & (dp_ > 1)
-    # ZeRO-3 / FSDP gathers whole modules for compute: the current and the prefetched one in the
-    # working precision, plus one module's unsharded gradients before the reduce-scatter
-    # (memory-notes D.2, FSDP row). The biggest module is a layer or the vocab matrix.
-    gather_unit = np.maximum(layer_local, vocab_local)
+    # ---- activations of one micro-batch (per layer) -------------------------------------------
+    sp_div = np.where(sp_ > 0, tp_, 1)
+    full_layer = tokens * (coef.rep / sp_div + coef.par / tp_ + keys * coef.score / tp_)
+    saved = np.select(
+        [rc == RECOMPUTE_CODE["none"], rc == RECOMPUTE_CODE["selective"], rc == RECOMPUTE_CODE["full"]],
+        [full_layer, tokens * (coef.rep / sp_div + coef.par / tp_),
+         tokens * coef.ckpt_rep / sp_div],
+        tokens * (coef.sac_rep / sp_div + coef.sac_par / tp_),
+    )
+    # During the backward of a checkpointed layer its activations are rebuilt: one layer's worth
+    # (full, op-sac) or its attention scores (selective, Korthikanti sec. 5).
+    recompute_tr = np.select(
+        [rc == RECOMPUTE_CODE["none"], rc == RECOMPUTE_CODE["selective"]],
+        [np.zeros_like(full_layer), tokens * keys * coef.score / tp_], full_layer,
+    )
+    # Activation gradients in flight while one layer runs backward: the incoming and outgoing
+    # residual gradients and the MLP's inner gradient (2 x e x ffn / tp), plus the s x s score
+    # gradient of eager attention.
+    ffn = model.expert_ffn if model.experts else model.ffn
+    bwd_tr = tokens * e * (2 * h / sp_div + 2 * ffn * max(model.top_k, 1) / tp_) + tokens * keys * (
+        2 * e * model.heads / tp_ if not recipe.flash_attention else 0)
 
-    def states(n: NDArray[np.int64]) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
-        p = n * pb / np.where(zs >= 3, dp_, 1) + np.where(zero3, 2 * gather_unit * pb, 0)
-        g = n * gb / np.where(zs >= 2, dp_, 1) + np.where(zero3, gather_unit * gb, 0)
-        o = n * ob / np.where(zs >= 1, dp_, 1)
-        return p, g, o
+    def stage_terms(rank: NDArray[np.int64], is_first: NDArray[np.bool_], is_last: NDArray[np.bool_],
+                    n_params: NDArray[np.int64]) -> dict[str, NDArray[np.float64]]:
+        units, mbs = _in_flight(model.n_layers, pp_, vpp_, ga, rank)
+        acts = units * saved + np.where(is_first, mbs * tokens * coef.emb, 0.0)
+        acts = acts + np.where(is_last, tokens * coef.final, 0.0)
+        if model.vocab_logits:
+            logit_elems = tokens * vocab_local / h
+            logits = np.where(is_last, logit_elems * _loss_bytes_per_logit(
+                recipe.resolved_loss, e, recipe.loss_chunks, recipe.fused_kernels), 0.0)
+        else:
+            logits = np.zeros_like(acts)
 
-    # -- activations ----------------------------------------------------------------------------
-    rep, par = layer_activation_parts(model, s, recipe.precision, recipe.flash_attention)
-    layer_full = mb * (rep + par / tp_)  # Korthikanti eq. 2 generalised, per micro-batch
-    # Full recomputation keeps only each layer's input (e * sbh, replicated across TP; Korthikanti
-    # sec. 4.2: 2sbhL) plus one layer's full activations while that layer is recomputed.
-    layer_input = mb * s * h * e
-    per_mb_layers = np.where(rc, layers * layer_input, layers * layer_full)
-    recompute_extra = np.where(rc, layer_full, 0.0)
-    embed_mask = mb * s * h * (1 if model.dropout > 0.0 else 0)  # embedding dropout mask
-    final_norm = mb * s * h * _norm_activation_coef(model, e)  # final norm in + out (head input)
-    in_flight_first = np.where(single, 1, np.minimum(pp_, ga))
-    act_first = in_flight_first * (per_mb_layers + embed_mask) + recompute_extra
-    act_first = act_first + np.where(single, final_norm, 0)
-    act_last = per_mb_layers + recompute_extra + final_norm + np.where(single, embed_mask, 0)
+        # -- model states (trainable vs frozen) --
+        dense = (n_params - expert_local).astype(np.float64)
+        if lora:
+            adapters = layers_stage * _lora_params(model, recipe.lora_rank, recipe.lora_targets) / tp_
+            if recipe.finetune == "qlora":
+                # NF4 base: 0.5 B/param plus double-quantised constants, 0.127 bit/param (Dettmers
+                # et al. 2023, sec. 3); embeddings, norms and the head stay in bf16.
+                quant = layers_stage * layer_local * (0.5 + 0.127 / 8)
+                frozen = quant + (dense - layers_stage * layer_local) * 2.0
+            else:
+                frozen = dense * (2.0 if pb == 2.0 else pb)
+            trainable = adapters
+        else:
+            frozen = np.zeros_like(dense)
+            trainable = dense
+        sd = np.maximum(shard_, 1).astype(np.float64)
+        sd_e = np.maximum(shard_ // ep_, 1).astype(np.float64)
+        p_div = np.where(zs >= 3, sd, 1.0)
+        g_div = np.where(zs >= 2, sd, 1.0)
+        o_div = np.where(zs >= 1, sd, 1.0)
+        ex = expert_local.astype(np.float64) if not lora else np.zeros_like(dense)
+        params = trainable * pb / p_div + frozen / np.where(zs >= 3, sd, 1.0) + ex * pb / np.where(zs >= 3, sd_e, 1)
+        grads = trainable * gb / g_div + ex * gb / np.where(zs >= 2, sd_e, 1)
+        opt_params = trainable / o_div + ex / np.where(zs >= 1, sd_e, 1)
+        opt = opt_params * ob
+        if recipe.offload_optimizer:
+            opt = np.zeros_like(opt)  # ZeRO-Offload (Ren et al. 2021): states and master in CPU memory
 
-    # -- logits: b*s*V/t x (e for the logits + 4 for the fp32 log-softmax kept for backward) ---
-    # (memory-notes D.5, PyTorch cross-entropy on upcast logits). Only the last stage has them.
-    logits = mb * s * _ceil_div(np.full_like(tp_, model.vocab), tp_) * (e + 4)
-    logits_first = np.where(single, logits, 0)
+        # -- buffers --
+        fsdp = (zs >= 3) & (sd > 1)
+        gather_b = 4.0 if policy in ("fp32", "amp-fp16", "amp-bf16") else 2.0
+        root = n_params - layers_stage * layer_local  # embeddings / head / norms of this stage
+        # FSDP2 / ZeRO-3: the unit being computed and the prefetched one are unsharded in the
+        # compute dtype; the root module (embeddings, final norm, head) stays unsharded between
+        # forward and backward (FSDP2 does not reshard the root after forward); one unit's
+        # unsharded gradients (+ their fp32 copy for an fp32 reduce-scatter) in the backward
+        # (memory-notes D.2, FSDP row).
+        gathered = np.where(fsdp, (2 * layer_local + root) * gather_b, 0.0)
+        unsharded_grads = np.where(fsdp, layer_local * (gather_b + (4.0 if policy == "fsdp-bf16" else 0.0)), 0.0)
+        # PyTorch DDP keeps its own gradient buckets beside .grad unless gradient_as_bucket_view
+        # (torch.nn.parallel.DistributedDataParallel docs: the saving "equals the total gradients
+        # size"); Megatron's master-* grads are the buckets.
+        ddp = np.where((zs == 0) & (dp_ > 1) & (not recipe.megatron_style), trainable * gb, 0.0)
+        te_ws = 0.0
+        if recipe.megatron_style:
+            te_ws = TE_STREAMS * (32 * MiB if gpu is not None and gpu.name in HOPPER else 4 * MiB)
+        # autocast casts each weight once per forward and the linears save the casts for backward
+        # (memory-notes D.2: "a bf16 weight copy (2) that is live during fwd/bwd").
+        wcache = (layers_stage * layer_local + root) * coef.weight_cache_per_param
+        qlora_tr = (2.0 * layer_local / 4 if recipe.finetune == "qlora" else 0.0)  # one dequantised matrix
 
-    reserve = np.where(tp_ * pp_ * dp_ > 1, runtime_reserve_bytes(gpu, 2), runtime_reserve_bytes(gpu, 1))
+        # -- optimizer transient (memory-notes D.3) --
+        impl = recipe.resolved_optimizer_impl
+        if recipe.offload_optimizer or recipe.optimizer in ("sgd", "adam8bit") or impl == "fused":
+            opt_tr = np.zeros_like(params)
+        elif impl == "foreach":
+            opt_tr = opt_params * state_elem  # one state-sized temporary of the local shard
+        else:  # forloop: the largest tensor's temporaries
+            opt_tr = np.minimum(opt_params, vocab_local.astype(np.float64)) * state_elem
 
-    def pack(
-        n_params: NDArray[np.int64], act: NDArray[np.float64], lg: NDArray[np.int64]
-    ) -> dict[str, NDArray[np.int64]]:
-        p, g, o = states(n_params)
+        grads_in_a = grads_persistent | (ga > 1)
+        const = params + opt + ddp + te_ws
+        a = (const + np.where(grads_in_a, grads, 0.0) + gathered + wcache + acts + logits)
+        b = (const + gathered + unsharded_grads + wcache
+             + np.where(grads_in_a, grads + acts, np.maximum(grads, acts))
+             + recompute_tr + bwd_tr + qlora_tr)
+        c = const + grads + opt_tr
+        stacked = np.stack([a, b, c])
+        phase = np.argmax(stacked, axis=0)
+        peak = np.max(stacked, axis=0)
+        persistent = const + np.where(grads_persistent, grads, 0.0)
+        frag = FRAGMENTATION * np.maximum(peak - persistent, 0.0)
+        in_a, in_b, in_c = phase == 0, phase == 1, phase == 2
+        b_grads_win = ~grads_in_a & (grads > acts)  # transient grads outgrow the freed activations
         out = {
-            "parameters": np.ceil(p), "gradients": np.ceil(g), "optimizer_states": np.ceil(o),
-            "activations": np.ceil(act), "logits": np.ceil(lg), "runtime_reserve": reserve,
-        }  # fmt: skip
-        ints = {k: np.asarray(v).astype(np.int64) for k, v in out.items()}
-        ints["total"] = np.sum([ints[k] for k in FIELDS], axis=0, dtype=np.int64)
+            "parameters": params,
+            "gradients": np.where(in_a, np.where(grads_in_a, grads, 0.0),
+                                  np.where(in_b & ~grads_in_a & ~b_grads_win, 0.0, grads)),
+            "optimizer_states": opt,
+            "activations": np.where(in_a, acts, np.where(in_b & ~b_grads_win, acts, 0.0)),
+            "logits": np.where(in_a, logits, 0.0),
+            "buffers": ddp + te_ws + np.where(in_c, 0.0, gathered + wcache) + np.where(in_b, unsharded_grads, 0.0),
+            "transient": np.where(in_b, recompute_tr + bwd_tr + qlora_tr, np.where(in_c, opt_tr, 0.0)),
+            "fragmentation": frag,
+            "peak": peak,
+            "phase": phase,
+        }
+        return out
+
+    rank_first = np.zeros_like(pp_)
+    rank_last = pp_ - 1
+    single = pp_ == 1
+    first = stage_terms(rank_first, np.ones_like(single), single, first_params)
+    last = stage_terms(rank_last, single, np.ones_like(single), last_params)
+    reserve = np.where(tp_ * pp_ * dp_ * cp_ > 1, runtime_reserve_bytes(gpu, 2), runtime_reserve_bytes(gpu, 1))
+
+    def pack(t: dict[str, NDArray[np.float64]]) -> dict[str, NDArray[np.int64]]:
+        ints = {k: np.ceil(np.asarray(t[k], dtype=np.float64)).astype(np.int64)
+                for k in FIELDS if k != "runtime_reserve"}  # fmt: skip
+        ints["runtime_reserve"] = reserve.astype(np.int64)
+        # The breakdown's terms are the phase's; make them sum exactly to the phase peak.
+        alloc = sum(ints[k] for k in FIELDS if k not in ("runtime_reserve", "fragmentation"))
+        ints["transient"] = ints["transient"] + np.maximum(np.ceil(t["peak"]).astype(np.int64) - alloc, 0)
+        ints["peak_allocated"] = sum(ints[k] for k in FIELDS if k not in ("runtime_reserve", "fragmentation"))
+        ints["reserved"] = ints["peak_allocated"] + ints["fragmentation"]
+        ints["total"] = ints["reserved"] + ints["runtime_reserve"]
+        ints["phase"] = t["phase"].astype(np.int64)
         return ints
 
-    # Two candidate worst stages: the first (embeddings; min(pp, m) micro-batches in flight under
-    # 1F1B, Narayanan et al. 2021 sec. 2.2) and the last (final norm, head, logits; one micro-batch
-    # in flight). With pp = 1 both are the whole model and agree.
-    first = pack(first_params, act_first, logits_first)
-    last = pack(last_params, act_last, logits)
-    worst_is_last = last["total"] > first["total"]
-    return {k: np.where(worst_is_last, last[k], first[k]) for k in (*FIELDS, "total")}
+    pf, pl = pack(first), pack(last)
+    if stage == "first":
+        choose_last = np.zeros(pf["total"].shape, dtype=bool)
+    elif stage == "last":
+        choose_last = np.ones(pf["total"].shape, dtype=bool)
+    else:
+        choose_last = pl["total"] > pf["total"]
+    out = {k: np.where(choose_last, pl[k], pf[k]) for k in pf}
+    out["stage"] = choose_last.astype(np.int64)
+    return out
 
 
 def validate_layout(model: ModelSpec, recipe: TrainingRecipe, layout: Layout) -> None:
@@ -346,6 +555,16 @@ def validate_layout(model: ModelSpec, recipe: TrainingRecipe, layout: Layout) ->
         raise InvalidLayoutError(
             "layout.pp", f"pp {layout.pp} exceeds the model's {model.n_layers} layers.", "use pp <= n_layers."
         )
+    if layout.vpp > 1 and model.n_layers % (layout.pp * layout.vpp):
+        raise InvalidLayoutError(
+            "layout.vpp", f"pp {layout.pp} x vpp {layout.vpp} must divide the model's {model.n_layers} layers.",
+            "interleaved 1F1B gives every virtual stage the same number of layers.",
+        )
+    if layout.vpp > 1 and layout.grad_accum % layout.pp:
+        raise InvalidLayoutError(
+            "layout.vpp", f"interleaved 1F1B needs the micro-batch count ({layout.grad_accum}) to be a "
+            f"multiple of pp ({layout.pp}).", "raise the global batch or lower the micro batch.",
+        )
     if layout.samples_per_step != recipe.global_batch:
         raise InvalidLayoutError(
             "layout.grad_accum",
@@ -353,40 +572,65 @@ def validate_layout(model: ModelSpec, recipe: TrainingRecipe, layout: Layout) ->
             f"{layout.samples_per_step} sequences per step, but the recipe's global batch is {recipe.global_batch}.",
             "choose dp, micro_batch and grad_accum whose product is the global batch.",
         )
+    if layout.cp > 1 and not recipe.flash_attention:
+        raise InvalidLayoutError("layout.cp", "context parallelism needs flash attention (ring attention).",
+                                 "use --attention flash or cp 1.")  # fmt: skip
+    if layout.cp > 1 and recipe.seq_len % (2 * layout.cp):
+        raise InvalidLayoutError("layout.cp", f"seq_len {recipe.seq_len} must be a multiple of 2 x cp "
+                                 f"({2 * layout.cp}) for load-balanced context parallelism.")  # fmt: skip
+    if layout.sp and layout.tp == 1:
+        raise InvalidLayoutError("layout.sp", "sequence parallelism needs tensor parallelism (tp > 1).",
+                                 "drop --sequence-parallel or use tp > 1.")  # fmt: skip
+    if layout.ep > 1 and not model.experts:
+        raise InvalidLayoutError("layout.ep", f"ep {layout.ep} needs a mixture-of-experts model.", "use ep 1.")
+    if model.experts and model.experts % layout.ep:
+        raise InvalidLayoutError("layout.ep", f"ep {layout.ep} must divide the {model.experts} experts.")
+    if recipe.policy == "fsdp-bf16" and layout.zero_stage != 3:
+        raise InvalidLayoutError("layout.zero_stage", "the fsdp-bf16 policy shards parameters (FSDP2): "
+                                 f"it needs zero stage 3, got {layout.zero_stage}.", "use --zero 3.")  # fmt: skip
+
+
+def _grid_for(
+    model: ModelSpec, recipe: TrainingRecipe, layout: Layout, gpu: GpuType | None, stage: str
+) -> dict[str, NDArray[np.int64]]:
+    return memory_grid(
+        model, recipe, [layout.tp], [layout.pp], [layout.dp], [layout.zero_stage],
+        [layout.micro_batch], [layout.grad_accum], [False], gpu,
+        recompute=[RECOMPUTE_CODE[layout.recompute]], sp=[layout.sp], cp=[layout.cp], vpp=[layout.vpp],
+        ep=[layout.ep], shard=[layout.shard], stage=stage,
+    )  # fmt: skip
 
 
 def predict_memory(
-    model: ModelSpec, recipe: TrainingRecipe, layout: Layout, gpu: GpuType | str | None = None
+    model: ModelSpec, recipe: TrainingRecipe, layout: Layout, gpu: GpuType | str | None = None,
+    stage: str = "max",
 ) -> MemoryBreakdown:
-    """Predicted peak training memory of one GPU (the worst pipeline stage) under ``layout``.
+    """Predicted peak training memory of one GPU under ``layout``.
 
-    ``gpu`` only changes the runtime reserve (None: the default 1 GiB context). The layout
-    must match the recipe (dp x micro_batch x grad_accum = global batch) and the model
-    (tp divides heads and kv_heads, pp <= layers).
+    ``stage`` picks the pipeline stage: "first", "last" or "max" (the worse of the two; middle
+    stages lie between). ``gpu`` changes the runtime reserve (None: the default 1 GiB context)
+    and Transformer Engine's workspace size. The layout must match the recipe (dp x micro_batch
+    x grad_accum = global batch) and the model (tp divides heads and kv_heads, pp <= layers).
     """
     if isinstance(gpu, str):
         gpu = get_gpu(gpu)
     validate_layout(model, recipe, layout)
-    grid = memory_grid(
-        model, recipe, [layout.tp], [layout.pp], [layout.dp], [layout.zero_stage],
-        [layout.micro_batch], [layout.grad_accum], [layout.recompute == "full"], gpu,
-    )  # fmt: skip
-    return MemoryBreakdown(**{k: int(grid[k][0]) for k in FIELDS})
+    return breakdown_at(_grid_for(model, recipe, layout, gpu, stage), 0)
 
 
 def breakdown_at(grid: dict[str, NDArray[np.int64]], index: int) -> MemoryBreakdown:
     """The MemoryBreakdown of one element of a ``memory_grid`` result."""
-    return MemoryBreakdown(**{k: int(grid[k][index]) for k in FIELDS})
+    return MemoryBreakdown(**{k: int(grid[k][index]) for k in FIELDS}, phase=PHASES[int(grid["phase"][index])])
 
 
 def describe(breakdown: MemoryBreakdown) -> dict[str, Any]:
     """Human-friendly GiB view of a breakdown (for logs and the CLI)."""
-    return {k: round(v / GiB, 2) for k, v in breakdown.to_dict().items()}
+    return {k: (round(v / GiB, 2) if isinstance(v, int) else v) for k, v in breakdown.to_dict().items()}
 
 
 __all__ = [
-    "CONTEXT_BYTES", "CONTEXT_BYTES_DEFAULT", "ELEMENT_BYTES", "FIELDS", "NCCL_BYTES",
-    "MemoryBreakdown", "breakdown_at", "check_seq_len", "layer_activation_bytes",
-    "layer_activation_parts", "memory_grid", "model_state_bytes", "predict_memory",
+    "CONTEXT_BYTES", "CONTEXT_BYTES_DEFAULT", "ELEMENT_BYTES", "FIELDS", "FRAGMENTATION", "NCCL_BYTES",
+    "PHASES", "RECOMPUTE_CODE", "STAGES", "MemoryBreakdown", "breakdown_at", "check_seq_len",
+    "layer_activation_bytes", "layer_activation_parts", "memory_grid", "model_state_bytes", "predict_memory",
     "runtime_reserve_bytes", "stage_param_counts", "state_bytes_per_param", "validate_layout",
 ]  # fmt: skip

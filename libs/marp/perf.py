@@ -1,21 +1,35 @@
-"""Step-time estimate of one layout (simple first version, used to rank plans).
+"""Step-time model: seconds per optimizer step of a layout, for ranking plans.
 
-step time = compute + tensor-parallel communication + data-parallel gradient sync,
-with no overlap between them (a conservative simplification). The pieces:
-
-* compute: training FLOPs per token 6N + 12 L h s (Kaplan et al. 2020, sec. 2.1; Narayanan
-  et al. 2021 "Efficient Large-Scale Language Model Training on GPU Clusters Using
-  Megatron-LM", eq. 3 without recomputation) divided by the GPUs' dense peak for the
-  recipe precision times an assumed model-FLOPs utilisation (MFU 0.4). Full recomputation
-  repeats the forward of the transformer layers: x 4/3 on their FLOPs (Narayanan eq. 3 has
-  96 instead of 72). Pipelining adds the 1F1B bubble, x (1 + (p - 1) / m) (Narayanan eq. 1).
-* TP: Megatron's f/g operators all-reduce b*s*h activations twice per layer in the forward
-  and twice in the backward (Shoeybi et al. 2019, sec. 3), twice more when the forward is
-  recomputed; each is a ring all-reduce over the intra-node link.
-* DP: a ring all-reduce of the gradients, 2(n - 1)/n x bytes / bandwidth (Patarasuk & Yuan
-  2009); ZeRO-1/2 reduce-scatter + all-gather move the same volume, ZeRO-3 1.5x (Rajbhandari
-  et al. 2020, sec. 7). Intra-node link when the whole job fits in one node, else an assumed
-  inter-node bandwidth (25 GB/s, 200 Gb/s InfiniBand / RoCE per GPU).
+* Compute. Training FLOPs per token = 6 x (active) parameters in matmuls + 12 x layers x hidden
+  x seq_len for the attention scores (Kaplan et al. 2020, sec. 2.1; Narayanan et al. 2021, eq. 3,
+  which also gives the x 4/3 on the layers' FLOPs for full recomputation: 96 instead of 72).
+  Selective recompute repeats only the attention-score FLOPs.
+* Sustained throughput per GPU type: not the datasheet peak but measured training speed. The
+  A100 anchor runs at 50 % of its 312 TFLOPS dense bf16 peak (Narayanan et al. 2021, Table 1:
+  44-52 % for GPT models on A100s); every other type is the anchor times its measured speed
+  ratio to an A100-80GB-SXM in Lambda's PyTorch BERT-large fp16 training benchmark
+  (github.com/lambdal/deeplearning-benchmark @ aa5addb, pytorch-train-throughput-fp16.csv, as
+  quoted in ../shared/reference/schedulers.md sec. 7.1): V100 0.38, A10 0.28, RTX 4090 0.61,
+  A100 80GB SXM 1.00, H100 SXM 2.05, H200 2.31. T4 from Sia's measured BERT profiles (A100 40GB
+  is 4.5-5.2x a T4, schedulers.md sec. 7.2: 0.21). Types with no published measurement (A10G,
+  L4, L40S) use their peak ratio to the A100 times the A10's measured-to-peak efficiency
+  (0.28 / (125 / 312) = 0.70), the nearest PCIe data-centre part. fp32 runs at 50 % of the
+  fp32 peak. An explicit ``mfu`` overrides all this with peak x mfu.
+* TP: Megatron's f/g operators all-reduce b x s x h activations twice per layer in the forward
+  and twice in the backward (Shoeybi et al. 2019, sec. 3; sequence parallelism replaces each by
+  an all-gather + reduce-scatter of the same volume, Korthikanti et al. 2022 sec. 4.2.2), twice
+  more when the forward is recomputed; ring all-reduces over the intra-node link.
+* DP: ring all-reduce of the gradients (Patarasuk & Yuan 2009) in the alpha-beta-gamma form
+  2(n-1) alpha + 2(n-1)/n B / beta + (n-1)/n B gamma (Thakur et al. 2005), with GenModel's incast
+  term for reductions that cross nodes: when k nodes send into one NIC at once the receiver is the
+  bottleneck; we charge (k-1)/k x B/n x INCAST per extra node-level hop (an assumption, not
+  calibrated). ZeRO-1/2 reduce-scatter + all-gather move the same volume, ZeRO-3 1.5x
+  (Rajbhandari et al. 2020, sec. 7). Intra-node link when the DP group fits in one node, else
+  the inter-node bandwidth. Gradients travel in the policy's gradient dtype (fp32 for master-*).
+* PP: the (interleaved) 1F1B bubble, x (1 + (p - 1) / (m v)) (Narayanan et al. 2021, eq. 1 and
+  sec. 2.2.2), plus point-to-point sends of b x s x h activations between stages.
+Ignored: overlap of communication with compute (so times are upper bounds), context-parallel
+ring exchanges (overlapped with attention), kernel-launch overheads, stragglers.
 """
 
 from __future__ import annotations
@@ -23,27 +37,56 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from marp.activations import element_bytes
 from marp.gpus import GpuType
-from marp.memory import ELEMENT_BYTES, stage_param_counts, state_bytes_per_param
+from marp.memory import RECOMPUTE_CODE, stage_param_counts, state_bytes_per_param
 from marp.models import ModelSpec
-from marp.recipe import Layout, TrainingRecipe
+from marp.recipe import Layout, TrainingRecipe, compute_dtype
 
-DEFAULT_MFU = 0.4
-DEFAULT_INTER_NODE_GBPS = 25.0
+DEFAULT_MFU = 0.4  # historical constant; None (the default of the functions) means "calibrated"
+DEFAULT_INTER_NODE_GBPS = 25.0  # 200 Gb/s InfiniBand / RoCE per GPU
+ANCHOR_MFU = 0.5
+ANCHOR_PEAK_TFLOPS = 312.0  # A100 dense bf16
+ALPHA_INTRA_S = 5e-6  # NCCL per-step latency inside a node (NVLink / PCIe)
+ALPHA_INTER_S = 15e-6  # ... and across nodes (InfiniBand)
+INCAST = 0.1
+SPEED_VS_A100: dict[str, float] = {
+    "V100-16GB": 0.38, "V100-32GB": 0.38, "A10": 0.28, "RTX-4090": 0.61, "A100-40GB": 1.00,
+    "A100-80GB": 1.00, "H100-80GB": 2.05, "H200": 2.31, "T4": 0.21,
+}  # fmt: skip
+PCIE_EFFICIENCY = 0.28 / (125.0 / 312.0)
+
+
+def sustained_flops(gpu: GpuType, precision: str, mfu: float | None = None) -> float:
+    """Sustained training FLOP/s of one GPU for a precision policy (see the module docstring)."""
+    dtype = compute_dtype(precision)
+    if mfu is not None:
+        return gpu.peak_tflops(precision) * 1e12 * mfu
+    if dtype == "fp32":
+        return gpu.fp32_tflops * 1e12 * ANCHOR_MFU
+    if gpu.peak_tflops(precision) <= 0.0:
+        return 0.0
+    ratio = SPEED_VS_A100.get(gpu.name)
+    if ratio is None:
+        ratio = gpu.peak_tflops(precision) / ANCHOR_PEAK_TFLOPS * PCIE_EFFICIENCY
+    return ANCHOR_PEAK_TFLOPS * 1e12 * ANCHOR_MFU * ratio
 
 
 def flops_per_token(model: ModelSpec, seq_len: int, recompute_full: bool = False) -> float:
     """Training (forward + backward) FLOPs per token; see the module docstring for sources."""
-    layers = 6 * model.n_layers * model.layer_params() + 12 * model.n_layers * model.hidden * seq_len
-    head = 6 * model.vocab * model.hidden  # LM head matmul, never recomputed
-    return layers * (4 / 3 if recompute_full else 1.0) + head
+    dense = 6 * model.n_layers * model.active_layer_params()
+    attn = 12 * model.n_layers * model.hidden * seq_len
+    head = 6 * model.vocab * model.hidden if model.head == "lm" else 0  # LM head matmul, never recomputed
+    return (dense + attn) * (4 / 3 if recompute_full else 1.0) + head
 
 
 def _ring_allreduce_s(
-    nbytes: NDArray[np.float64], n: NDArray[np.int64], gbps: ArrayLike
+    nbytes: NDArray[np.float64], n: NDArray[np.int64], gbps: ArrayLike, alpha: ArrayLike = 0.0
 ) -> NDArray[np.float64]:
-    """Ring all-reduce time: each rank sends and receives 2(n - 1)/n of the buffer."""
-    return 2.0 * (n - 1) / n * nbytes / (np.asarray(gbps, dtype=np.float64) * 1e9)
+    """Ring all-reduce: 2(n-1) latency steps; each rank sends and receives 2(n-1)/n of the buffer."""
+    n_f = n.astype(np.float64)
+    return np.where(n > 1, 2.0 * (n_f - 1) * np.asarray(alpha)
+                    + 2.0 * (n_f - 1) / n_f * nbytes / (np.asarray(gbps, dtype=np.float64) * 1e9), 0.0)  # fmt: skip
 
 
 def step_time_grid(
@@ -58,34 +101,56 @@ def step_time_grid(
     grad_accum: ArrayLike,
     recompute_full: ArrayLike,
     gpus_per_node: int = 8,
-    mfu: float = DEFAULT_MFU,
+    mfu: float | None = None,
     inter_node_gbps: float = DEFAULT_INTER_NODE_GBPS,
+    *,
+    recompute: ArrayLike | None = None,
+    sp: ArrayLike = False,
+    cp: ArrayLike = 1,
+    vpp: ArrayLike = 1,
 ) -> NDArray[np.float64]:
     """Estimated seconds per optimizer step for a grid of layouts (arguments broadcast)."""
-    tp_, pp_, dp_, zs, mb, ga = np.broadcast_arrays(
-        *(np.asarray(x, dtype=np.int64) for x in (tp, pp, dp, zero_stage, micro_batch, grad_accum))
+    rc_in = (np.asarray(recompute, dtype=np.int64) if recompute is not None
+             else np.where(np.asarray(recompute_full, dtype=bool), RECOMPUTE_CODE["full"], 0))  # fmt: skip
+    tp_, pp_, dp_, zs, mb, ga, rc, cp_, vpp_ = np.broadcast_arrays(
+        *(np.asarray(x, dtype=np.int64) for x in (tp, pp, dp, zero_stage, micro_batch, grad_accum, rc_in, cp, vpp))
     )
-    rc = np.broadcast_to(np.asarray(recompute_full, dtype=bool), tp_.shape)
-    n_gpus = tp_ * pp_ * dp_
-    peak = gpu.peak_tflops(recipe.precision) * 1e12
+    n_gpus = tp_ * pp_ * dp_ * cp_
+    flops = sustained_flops(gpu, recipe.precision, mfu)
     s, h = recipe.seq_len, model.hidden
-    e = ELEMENT_BYTES[recipe.precision]
+    e = element_bytes(recipe.policy)
+    full = rc == RECOMPUTE_CODE["full"]
+    selective = rc == RECOMPUTE_CODE["selective"]
+    sac = rc == RECOMPUTE_CODE["op-sac"]
 
-    per_token = np.where(rc, flops_per_token(model, s, True), flops_per_token(model, s, False))
-    compute = recipe.tokens_per_step * per_token / (n_gpus * peak * mfu)
-    compute = compute * (1.0 + (pp_ - 1) / ga)  # 1F1B pipeline bubble
+    per_token = np.where(full | sac, flops_per_token(model, s, True), flops_per_token(model, s, False))
+    per_token = per_token + np.where(selective, 4 * model.n_layers * model.hidden * s, 0.0)
+    compute = recipe.tokens_per_step * per_token / (n_gpus * flops)
+    compute = compute * (1.0 + (pp_ - 1) / (ga * vpp_))  # (interleaved) 1F1B bubble
 
     layers = -(-model.n_layers // pp_)
-    n_allreduce = np.where(rc, 6, 4)  # per layer and micro-batch: 2 fwd + 2 bwd (+ 2 recomputed fwd)
-    tp_bytes = (mb * s * h * e).astype(np.float64)
-    tp_time = ga * layers * n_allreduce * _ring_allreduce_s(tp_bytes, tp_, gpu.intra_node_gbps)
+    n_collectives = np.where(full | sac, 6, 4)  # per layer and micro-batch: 2 fwd + 2 bwd (+ 2 recomputed)
+    tp_bytes = (mb * s / cp_ * h * e).astype(np.float64)
+    tp_time = ga * layers * n_collectives * _ring_allreduce_s(tp_bytes, tp_, gpu.intra_node_gbps, ALPHA_INTRA_S)
+
+    p2p = np.where(pp_ > 1, 2.0 * ga * vpp_ * tp_bytes / tp_ / (np.where(n_gpus > gpus_per_node,
+                                                                         inter_node_gbps, gpu.intra_node_gbps) * 1e9),
+                   0.0)  # fmt: skip
 
     first, _last, _layer, _vocab = stage_param_counts(model, tp_, pp_)
-    _pb, gb, _ob = state_bytes_per_param(recipe.precision, recipe.optimizer)
-    grad_bytes = (first * gb).astype(np.float64) * np.where(zs >= 3, 1.5, 1.0)
-    bw = np.where(n_gpus <= gpus_per_node, gpu.intra_node_gbps, inter_node_gbps)
-    dp_time = _ring_allreduce_s(grad_bytes, dp_, bw)
-    return compute + tp_time + dp_time
+    _pb, gb, _ob = state_bytes_per_param(recipe.policy, recipe.optimizer)
+    trainable = first if recipe.finetune == "full" else first * 0.01  # adapters: a sliver of the model
+    grad_bytes = (trainable * gb).astype(np.float64) * np.where(zs >= 3, 1.5, 1.0)
+    dp_spans_nodes = tp_ * dp_ * cp_ > gpus_per_node
+    bw = np.where(dp_spans_nodes, inter_node_gbps, gpu.intra_node_gbps)
+    alpha = np.where(dp_spans_nodes, ALPHA_INTER_S, ALPHA_INTRA_S)
+    dp_time = _ring_allreduce_s(grad_bytes, dp_, bw, alpha)
+    # gamma: the reduction reads two buffers and writes one per received chunk (memory-access term)
+    dp_time = dp_time + np.where(dp_ > 1, (dp_ - 1) / dp_ * grad_bytes * 3 / (gpu.mem_bw_gbps * 1e9), 0.0)
+    nodes = np.maximum(np.ceil(n_gpus / gpus_per_node), 1)
+    dp_time = dp_time + np.where(dp_spans_nodes, INCAST * (nodes - 1) / nodes * grad_bytes / dp_
+                                 / (inter_node_gbps * 1e9), 0.0)  # fmt: skip
+    return compute + tp_time + p2p + dp_time
 
 
 def estimate_step_time(
@@ -94,22 +159,19 @@ def estimate_step_time(
     layout: Layout,
     gpu: GpuType,
     gpus_per_node: int = 8,
-    mfu: float = DEFAULT_MFU,
+    mfu: float | None = None,
     inter_node_gbps: float = DEFAULT_INTER_NODE_GBPS,
 ) -> float:
     """Estimated seconds per optimizer step of one layout on ``gpu``."""
     grid = step_time_grid(
         model, recipe, gpu, [layout.tp], [layout.pp], [layout.dp], [layout.zero_stage],
-        [layout.micro_batch], [layout.grad_accum], [layout.recompute == "full"],
-        gpus_per_node, mfu, inter_node_gbps,
+        [layout.micro_batch], [layout.grad_accum], [False], gpus_per_node, mfu, inter_node_gbps,
+        recompute=[RECOMPUTE_CODE[layout.recompute]], sp=[layout.sp], cp=[layout.cp], vpp=[layout.vpp],
     )  # fmt: skip
     return float(grid[0])
 
 
 __all__ = [
-    "DEFAULT_INTER_NODE_GBPS",
-    "DEFAULT_MFU",
-    "estimate_step_time",
-    "flops_per_token",
-    "step_time_grid",
-]
+    "ANCHOR_MFU", "DEFAULT_INTER_NODE_GBPS", "DEFAULT_MFU", "SPEED_VS_A100", "estimate_step_time",
+    "flops_per_token", "step_time_grid", "sustained_flops",
+]  # fmt: skip

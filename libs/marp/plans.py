@@ -5,13 +5,13 @@ the candidate layouts form a small grid (tp x micro-batch x dp x ZeRO stage x
 recompute); ``memory_grid`` evaluates it in one vectorised pass, layouts above
 the usable memory (total x (1 - safety margin)) are dropped, the rest get a
 step-time estimate, and the best layout per (GPU type, GPU count) becomes a
-plan. Plans are ranked by GPU-hours (cost), then fewer GPUs, then faster steps.
+plan. Plans are ranked by estimated completion time (default) or by GPU-hours.
 A GPU type with no fitting layout gets a one-line, numeric rejection reason.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -20,9 +20,9 @@ from numpy.typing import NDArray
 from marp._check import check_int
 from marp.errors import MarpError
 from marp.gpus import GiB, GpuType, get_gpu, list_gpus
-from marp.memory import FIELDS, MemoryBreakdown, check_seq_len, memory_grid
+from marp.memory import MemoryBreakdown, breakdown_at, check_seq_len, memory_grid
 from marp.models import ModelSpec
-from marp.perf import DEFAULT_INTER_NODE_GBPS, DEFAULT_MFU, step_time_grid
+from marp.perf import DEFAULT_INTER_NODE_GBPS, step_time_grid
 from marp.recipe import Layout, TrainingRecipe
 
 DEFAULT_GPUS_PER_NODE = 8
@@ -46,7 +46,11 @@ class GpuPool:
 
 @dataclass(frozen=True)
 class Plan:
-    """One ranked way to run the job: a GPU type, a layout, its memory and its cost."""
+    """One ranked way to run the job: a GPU type, a layout, its memory, speed and cost.
+
+    ``explanation`` says why this plan and not a better-ranked layout of the same GPU type
+    (the best such layout that did not fit, with its need against the usable memory).
+    """
 
     gpu_type: str
     layout: Layout
@@ -56,6 +60,8 @@ class Plan:
     gpu_hours: float
     headroom_bytes: int
     rank: int
+    completion_s: float = 0.0
+    explanation: str = ""
 
     @property
     def num_gpus(self) -> int:
@@ -66,7 +72,8 @@ class Plan:
             "rank": self.rank, "gpu_type": self.gpu_type, "num_gpus": self.num_gpus,
             "layout": self.layout.to_dict(), "memory": self.memory.to_dict(),
             "step_time_s": float(self.step_time_s), "tokens_per_s": float(self.tokens_per_s),
-            "gpu_hours": float(self.gpu_hours), "headroom_bytes": int(self.headroom_bytes),
+            "gpu_hours": float(self.gpu_hours), "completion_s": float(self.completion_s),
+            "headroom_bytes": int(self.headroom_bytes), "explanation": self.explanation,
         }  # fmt: skip
 
 
@@ -85,53 +92,73 @@ class PlanSet:
         return {"plans": [p.to_dict() for p in self.plans], "rejected": list(self.rejected)}
 
 
+RANK_BY: tuple[str, ...] = ("time", "gpu_hours")
+_RC_NAMES = ("none", "selective", "full", "op-sac")
+
+
 def _gib(nbytes: float) -> str:
     return f"{nbytes / GiB:.1f} GiB"
 
 
-def _candidate_grid(model: ModelSpec, recipe: TrainingRecipe, pool: GpuPool) -> dict[str, NDArray[np.int64]]:
-    """Every valid layout for the pool, as parallel arrays (pp = 1 for now)."""
-    cap = pool.total_gpus if recipe.max_gpus is None else min(pool.total_gpus, recipe.max_gpus)
-    tps = [t for t in (1, 2, 4, 8, 16, 32, 64) if t <= min(pool.gpus_per_node, cap)
+def _divisors(n: int, limit: int) -> list[int]:
+    return [d for d in range(1, min(n, limit) + 1) if n % d == 0]
+
+
+def _candidate_grid(model: ModelSpec, recipe: TrainingRecipe, cap: int, gpus_per_node: int) -> dict[str, NDArray[np.int64]]:
+    """Every valid layout on at most ``cap`` GPUs, as parallel arrays, built with numpy.
+
+    TP divides heads and kv_heads and stays inside a node; PP divides the layers (at most 16
+    stages); DP divides the sequences per replica; ZeRO > 0 only with DP > 1, and with PP only
+    ZeRO <= 1 (Megatron and DeepSpeed do not pipeline with sharded gradients / parameters);
+    selective recompute only where it saves memory (materialised attention scores).
+    """
+    tps = [t for t in (1, 2, 4, 8, 16, 32, 64) if t <= min(gpus_per_node, cap)
            and model.heads % t == 0 and model.kv_heads % t == 0]  # fmt: skip
+    pps = [p for p in _divisors(model.n_layers, 16)]
     if recipe.micro_batch is not None:
         mbs = [recipe.micro_batch]
     else:
         mbs = [m for m in MICRO_BATCH_CANDIDATES if recipe.global_batch % m == 0]
-    recomputes = (0, 1) if recipe.allow_recompute else (0,)
-    rows: list[tuple[int, int, int, int, int, int]] = []
-    for t in tps:
-        for m in mbs:
-            per_replica = recipe.global_batch // m  # = dp x grad_accum
-            for d in range(1, cap // t + 1):
-                if per_replica % d:
-                    continue
-                # ZeRO shards over the dp group: a stage > 0 only means something when dp > 1.
-                for z in (z for z in recipe.zero_stages if d > 1 or z == 0):
-                    for r in recomputes:
-                        rows.append((t, d, z, m, per_replica // d, r))
-    arr = np.array(rows, dtype=np.int64).reshape(-1, 6)
-    return {
-        "tp": arr[:, 0],
-        "dp": arr[:, 1],
-        "zero": arr[:, 2],
-        "mb": arr[:, 3],
-        "ga": arr[:, 4],
-        "rc": arr[:, 5],
-    }
+    rcs = [0]
+    if recipe.allow_recompute:
+        rcs += [2] + ([1] if not recipe.flash_attention else [])
+    fsdp = recipe.policy == "fsdp-bf16"
+    zeros = (3,) if fsdp else recipe.zero_stages
+    blocks = []
+    for m in mbs:
+        per_replica = recipe.global_batch // m
+        dps = np.array(_divisors(per_replica, cap), dtype=np.int64)
+        t, p, d, z, r = np.meshgrid(np.array(tps, dtype=np.int64), np.array(pps, dtype=np.int64), dps,
+                                    np.array(zeros, dtype=np.int64), np.array(rcs, dtype=np.int64),
+                                    indexing="ij")  # fmt: skip
+        t, p, d, z, r = (x.ravel() for x in (t, p, d, z, r))
+        ok = (t * p * d <= cap) & ((d > 1) | (z == 0) | fsdp) & ((p == 1) | (z <= 1))
+        if fsdp:
+            ok &= p == 1
+        blocks.append(np.stack([t[ok], p[ok], d[ok], z[ok], np.full(int(ok.sum()), m), per_replica // d[ok], r[ok]]))
+    arr = np.concatenate(blocks, axis=1) if blocks else np.zeros((7, 0), dtype=np.int64)
+    return {"tp": arr[0], "pp": arr[1], "dp": arr[2], "zero": arr[3], "mb": arr[4], "ga": arr[5], "rc": arr[6]}
 
 
-def _rejection(
-    gpu: GpuType, grid: dict[str, NDArray[np.int64]], mem: dict[str, NDArray[np.int64]], margin: float
-) -> str:
-    i = int(np.argmin(mem["total"]))
-    usable = gpu.memory_bytes * (1.0 - margin)
-    return (
-        f"{gpu.name}: smallest per-GPU need {_gib(mem['total'][i])} "
-        f"(tp={grid['tp'][i]}, dp={grid['dp'][i]}, zero {grid['zero'][i]}, micro_batch {grid['mb'][i]}, "
-        f"recompute {'full' if grid['rc'][i] else 'none'}) > {_gib(usable)} usable "
-        f"({_gib(gpu.memory_bytes)} x {1.0 - margin:.2f})"
-    )
+def _layout_at(grid: dict[str, NDArray[np.int64]], i: int, megatron: bool) -> Layout:
+    tp = int(grid["tp"][i])
+    return Layout(
+        tp=tp, pp=int(grid["pp"][i]), dp=int(grid["dp"][i]), zero_stage=int(grid["zero"][i]),
+        micro_batch=int(grid["mb"][i]), grad_accum=int(grid["ga"][i]),
+        recompute=_RC_NAMES[int(grid["rc"][i])], sp=megatron and tp > 1,  # type: ignore[arg-type]
+    )  # fmt: skip
+
+
+def _describe(lay: Layout) -> str:
+    return (f"tp={lay.tp} pp={lay.pp} dp={lay.dp} zero {lay.zero_stage} micro_batch {lay.micro_batch} "
+            f"recompute {lay.recompute}")  # fmt: skip
+
+
+def _memory_class(gpu: GpuType) -> tuple[int, bool]:
+    """GPUs whose memory prediction is identical: same context bytes and TE workspace size."""
+    from marp.memory import CONTEXT_BYTES, CONTEXT_BYTES_DEFAULT, HOPPER
+
+    return (CONTEXT_BYTES.get(gpu.name, CONTEXT_BYTES_DEFAULT), gpu.name in HOPPER)
 
 
 def enumerate_plans(
@@ -141,15 +168,18 @@ def enumerate_plans(
     safety_margin: float = 0.05,
     max_plans: int | None = 50,
     *,
-    mfu: float = DEFAULT_MFU,
+    mfu: float | None = None,
     inter_node_gbps: float = DEFAULT_INTER_NODE_GBPS,
+    rank_by: str = "time",
 ) -> PlanSet:
     """Ranked plans that fit, over ``pools`` (None: every catalog GPU type, 8 per node, 64 max).
 
-    A layout is kept when its predicted per-GPU total is <= memory x (1 - safety_margin).
-    Only the best layout per (GPU type, GPU count) is kept so the list stays diverse; the
-    ranking is GPU-hours, then GPU count, then step time. ``rejected`` has one line per GPU
-    type without any fitting layout; when no type fits, ``plans`` is empty.
+    A layout is kept when its predicted device bytes (``MemoryBreakdown.total``) are at most
+    memory x (1 - safety_margin). The best layout per (GPU type, GPU count) becomes a plan, so
+    the list stays diverse. ``rank_by`` "time" (default) ranks by estimated completion time
+    (train_steps x step time), then GPU-hours; "gpu_hours" by GPU-hours, then GPU count, then
+    time. ``rejected`` has one line per GPU type without any fitting layout, with the need and
+    the memory; when no type fits, a last line names the nearest plan that would fit (more GPUs).
     """
     if (
         isinstance(safety_margin, bool)
@@ -159,84 +189,120 @@ def enumerate_plans(
         raise MarpError("safety_margin", f"must be in [0, 1), got {safety_margin!r}.")
     if max_plans is not None:
         check_int(max_plans, "max_plans", MarpError)
-    if not 0.0 < mfu <= 1.0:
+    if mfu is not None and not 0.0 < mfu <= 1.0:
         raise MarpError("mfu", f"must be in (0, 1], got {mfu!r}.")
     if not inter_node_gbps > 0.0:
         raise MarpError("inter_node_gbps", f"must be > 0, got {inter_node_gbps!r}.")
+    if rank_by not in RANK_BY:
+        raise MarpError("rank_by", f"must be one of {', '.join(RANK_BY)}, got {rank_by!r}.")
     check_seq_len(model, recipe)
     if pools is None:
         pools = [GpuPool(g.name, DEFAULT_MAX_GPUS, DEFAULT_GPUS_PER_NODE) for g in list_gpus()]
+    megatron = recipe.megatron_style
 
-    candidates: list[tuple[tuple[float, int, float, int, int, int], Plan]] = []
+    grids: dict[tuple[int, int], dict[str, NDArray[np.int64]]] = {}
+    mems: dict[tuple[tuple[int, int], tuple[int, bool]], dict[str, NDArray[np.int64]]] = {}
+    candidates: list[tuple[tuple[float, ...], Plan]] = []
     rejected: list[str] = []
     for pool in pools:
         if not isinstance(pool, GpuPool):
             raise MarpError("pools", f"must be a list of GpuPool, got {type(pool).__name__}.")
         gpu = get_gpu(pool.gpu_type)
         if not gpu.supports(recipe.precision):
-            rejected.append(f"{gpu.name}: no {recipe.precision} support (use precision 'fp16' or 'fp32')")
+            rejected.append(f"{gpu.name}: no {recipe.precision} support (use an fp16 or fp32 precision policy)")
             continue
-        grid = _candidate_grid(model, recipe, pool)
+        cap = pool.total_gpus if recipe.max_gpus is None else min(pool.total_gpus, recipe.max_gpus)
+        gkey = (cap, pool.gpus_per_node)
+        if gkey not in grids:
+            grids[gkey] = _candidate_grid(model, recipe, cap, pool.gpus_per_node)
+        grid = grids[gkey]
         if grid["tp"].size == 0:
             rejected.append(
                 f"{gpu.name}: no valid layout on {pool.total_gpus} GPU(s) (global batch {recipe.global_batch}, "
                 f"zero stages {list(recipe.zero_stages)}, max_gpus {recipe.max_gpus})"
             )
             continue
-        pp = np.ones_like(grid["tp"])
-        mem = memory_grid(model, recipe, grid["tp"], pp, grid["dp"], grid["zero"], grid["mb"], grid["ga"],
-                          grid["rc"].astype(bool), gpu)  # fmt: skip
+        mkey = (gkey, _memory_class(gpu))
+        if mkey not in mems:
+            sp = (grid["tp"] > 1) & megatron
+            mems[mkey] = memory_grid(model, recipe, grid["tp"], grid["pp"], grid["dp"], grid["zero"], grid["mb"],
+                                     grid["ga"], False, gpu, recompute=grid["rc"], sp=sp)  # fmt: skip
+        mem = mems[mkey]
         usable = gpu.memory_bytes * (1.0 - safety_margin)
-        fits = np.flatnonzero(mem["total"] <= usable)
-        if fits.size == 0:
-            rejected.append(_rejection(gpu, grid, mem, safety_margin))
+        fit_mask = mem["total"] <= usable
+        if not fit_mask.any():
+            i = int(np.argmin(mem["total"]))
+            rejected.append(
+                f"{gpu.name}: needs at least {_gib(mem['total'][i])} per GPU "
+                f"({_describe(_layout_at(grid, i, megatron))}) > {_gib(usable)} usable "
+                f"({_gib(gpu.memory_bytes)} x {1.0 - safety_margin:.2f})"
+            )
             continue
-        sub = {k: v[fits] for k, v in grid.items()}
-        step = step_time_grid(model, recipe, gpu, sub["tp"], 1, sub["dp"], sub["zero"], sub["mb"], sub["ga"],
-                              sub["rc"].astype(bool), pool.gpus_per_node, mfu, inter_node_gbps)  # fmt: skip
-        n_gpus = sub["tp"] * sub["dp"]
-        hours = n_gpus * step * recipe.train_steps / 3600.0
-        headroom = gpu.memory_bytes - mem["total"][fits]
-        # Best layout per GPU count: fewest GPU-hours (= fastest step at equal count); ties ->
-        # more headroom, lower ZeRO stage, no recompute. np.lexsort: last key is primary.
-        order = np.lexsort((sub["rc"], sub["zero"], -headroom, step, hours, n_gpus))
+        step = step_time_grid(model, recipe, gpu, grid["tp"], grid["pp"], grid["dp"], grid["zero"], grid["mb"],
+                              grid["ga"], False, pool.gpus_per_node, mfu, inter_node_gbps,
+                              recompute=grid["rc"])  # fmt: skip
+        n_gpus = grid["tp"] * grid["pp"] * grid["dp"]
+        completion = step * recipe.train_steps
+        hours = n_gpus * completion / 3600.0
+        headroom = gpu.memory_bytes - mem["total"]
+        if rank_by == "time":
+            order = np.lexsort((grid["rc"], grid["zero"], -headroom, n_gpus, hours, completion))
+        else:
+            order = np.lexsort((grid["rc"], grid["zero"], -headroom, completion, n_gpus, hours))
+        fits_in_order = fit_mask[order]
         seen: set[int] = set()
-        for j in order:
+        best_unfit: int | None = None
+        for pos, j in enumerate(order):
+            if not fits_in_order[pos]:
+                if best_unfit is None:
+                    best_unfit = int(j)
+                continue
             n = int(n_gpus[j])
             if n in seen:
                 continue
             seen.add(n)
-            i = fits[j]
-            layout = Layout(
-                tp=int(grid["tp"][i]), pp=1, dp=int(grid["dp"][i]), zero_stage=int(grid["zero"][i]),
-                micro_batch=int(grid["mb"][i]), grad_accum=int(grid["ga"][i]),
-                recompute="full" if grid["rc"][i] else "none",
-            )  # fmt: skip
-            memory = MemoryBreakdown(**{k: int(mem[k][i]) for k in FIELDS})
+            layout = _layout_at(grid, int(j), megatron)
+            why = f"{_gib(headroom[j])} headroom"
+            if best_unfit is not None:
+                why += (f"; better-ranked {_describe(_layout_at(grid, best_unfit, megatron))} on "
+                        f"{int(n_gpus[best_unfit])} GPUs rejected: needs {_gib(mem['total'][best_unfit])} "
+                        f"> {_gib(usable)} usable")  # fmt: skip
             plan = Plan(
-                gpu_type=gpu.name, layout=layout, memory=memory, step_time_s=float(step[j]),
+                gpu_type=gpu.name, layout=layout, memory=breakdown_at(mem, int(j)), step_time_s=float(step[j]),
                 tokens_per_s=recipe.tokens_per_step / float(step[j]), gpu_hours=float(hours[j]),
-                headroom_bytes=int(headroom[j]), rank=0,
+                headroom_bytes=int(headroom[j]), rank=0, completion_s=float(completion[j]), explanation=why,
             )  # fmt: skip
-            key = (plan.gpu_hours, plan.num_gpus, plan.step_time_s, -plan.headroom_bytes,
-                   layout.zero_stage, int(layout.recompute == "full"))  # fmt: skip
+            if rank_by == "time":
+                key = (plan.completion_s, plan.gpu_hours, float(plan.num_gpus), -float(plan.headroom_bytes))
+            else:
+                key = (plan.gpu_hours, float(plan.num_gpus), plan.completion_s, -float(plan.headroom_bytes))
             candidates.append((key, plan))
 
-    best: dict[tuple[str, int], tuple[tuple[float, int, float, int, int, int], Plan]] = {}
-    for key, plan in candidates:
-        slot = (plan.gpu_type, plan.num_gpus)
-        if slot not in best or key < best[slot][0]:
-            best[slot] = (key, plan)
-    ranked = sorted(best.values(), key=lambda kp: (kp[0], kp[1].gpu_type))
+    ranked = sorted(candidates, key=lambda kp: (kp[0], kp[1].gpu_type))
     if max_plans is not None:
         ranked = ranked[:max_plans]
-    plans = [_with_rank(plan, r) for r, (_, plan) in enumerate(ranked, start=1)]
+    plans = [replace(plan, rank=r) for r, (_, plan) in enumerate(ranked, start=1)]
+    if not plans and rejected and (recipe.max_gpus is not None or any(p.total_gpus < 1024 for p in pools)):
+        nearest = _nearest_fit(model, recipe, pools, safety_margin, mfu, inter_node_gbps)
+        if nearest is not None:
+            rejected.append(f"nearest plan that would fit: {nearest.gpu_type} x {nearest.num_gpus} "
+                            f"({_describe(nearest.layout)}), {_gib(nearest.memory.total)} per GPU")  # fmt: skip
+        else:
+            rejected.append("no plan would fit even with 1024 GPUs of these types; lower the micro batch or "
+                            "the sequence length, or use GPUs with more memory")  # fmt: skip
     return PlanSet(plans=plans, rejected=rejected)
 
 
-def _with_rank(plan: Plan, rank: int) -> Plan:
-    return Plan(plan.gpu_type, plan.layout, plan.memory, plan.step_time_s, plan.tokens_per_s,
-                plan.gpu_hours, plan.headroom_bytes, rank)  # fmt: skip
+def _nearest_fit(
+    model: ModelSpec, recipe: TrainingRecipe, pools: list[GpuPool], margin: float, mfu: float | None,
+    inter_node_gbps: float,
+) -> Plan | None:
+    """The fewest-GPU plan on the pools' GPU types if up to 1,024 GPUs of each were available."""
+    wide = [GpuPool(p.gpu_type, 1024, p.gpus_per_node) for p in pools]
+    relaxed = replace(recipe, max_gpus=None)
+    found = enumerate_plans(model, relaxed, wide, margin, None, mfu=mfu, inter_node_gbps=inter_node_gbps,
+                            rank_by="gpu_hours").plans  # fmt: skip
+    return min(found, key=lambda p: (p.num_gpus, p.gpu_hours)) if found else None
 
 
-__all__ = ["DEFAULT_GPUS_PER_NODE", "DEFAULT_MAX_GPUS", "GpuPool", "Plan", "PlanSet", "enumerate_plans"]
+__all__ = ["DEFAULT_GPUS_PER_NODE", "DEFAULT_MAX_GPUS", "RANK_BY", "GpuPool", "Plan", "PlanSet", "enumerate_plans"]

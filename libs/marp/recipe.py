@@ -13,27 +13,71 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from marp._check import check_bool, check_choice, check_int
+from marp._check import check_bool, check_choice, check_int, check_number
 from marp.errors import InvalidLayoutError, InvalidRecipeError
 
-Precision = Literal["fp32", "fp16", "bf16"]
-Optimizer = Literal["adamw", "adam", "sgd"]
-Recompute = Literal["none", "full"]
+Precision = Literal[
+    "fp32", "fp16", "bf16", "amp-fp16", "amp-bf16", "master-fp16", "master-bf16", "pure-bf16", "fsdp-bf16",
+]
+Optimizer = Literal["adamw", "adam", "sgd", "sgd-momentum", "adam8bit"]
+OptimizerImpl = Literal["foreach", "fused", "forloop"]
+Recompute = Literal["none", "selective", "full", "op-sac"]
+Loss = Literal["torch", "fused", "chunked", "megatron-fused", "inplace"]
+Kernels = Literal["eager", "fused"]
+Finetune = Literal["full", "lora", "qlora"]
+GradBuffer = Literal["persistent", "transient"]
 
-PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16")
-OPTIMIZERS: tuple[str, ...] = ("adamw", "adam", "sgd")
-RECOMPUTE: tuple[str, ...] = ("none", "full")
+# Precision policies (docs/marp.md, "Precision policies"). "fp16" / "bf16" are the historical
+# names of the Megatron/DeepSpeed mixed-precision policies and stay their aliases.
+PRECISIONS: tuple[str, ...] = (
+    "fp32", "fp16", "bf16", "amp-fp16", "amp-bf16", "master-fp16", "master-bf16", "pure-bf16", "fsdp-bf16",
+)  # fmt: skip
+PRECISION_ALIASES: dict[str, str] = {"fp16": "master-fp16", "bf16": "master-bf16"}
+OPTIMIZERS: tuple[str, ...] = ("adamw", "adam", "sgd", "sgd-momentum", "adam8bit")
+OPTIMIZER_IMPLS: tuple[str, ...] = ("foreach", "fused", "forloop")
+RECOMPUTE: tuple[str, ...] = ("none", "selective", "full", "op-sac")
+LOSSES: tuple[str, ...] = ("torch", "fused", "chunked", "megatron-fused", "inplace")
+KERNELS: tuple[str, ...] = ("eager", "fused")
+FINETUNES: tuple[str, ...] = ("full", "lora", "qlora")
+GRAD_BUFFERS: tuple[str, ...] = ("persistent", "transient")
+LORA_TARGETS: tuple[str, ...] = ("q", "k", "v", "o", "gate", "up", "down")
 ZERO_STAGES: tuple[int, ...] = (0, 1, 2, 3)
+
+
+def canonical_precision(precision: str) -> str:
+    """The policy a precision name stands for (``bf16`` -> ``master-bf16``)."""
+    return PRECISION_ALIASES.get(precision, precision)
+
+
+def compute_dtype(precision: str) -> str:
+    """The matmul dtype of a policy: "fp32", "fp16" or "bf16" (for GPU throughput and support)."""
+    policy = canonical_precision(precision)
+    if policy == "fp32":
+        return "fp32"
+    return "fp16" if policy.endswith("fp16") else "bf16"
 
 
 @dataclass(frozen=True)
 class TrainingRecipe:
     """A training job as the user describes it.
 
-    ``precision`` fp16 / bf16 means mixed precision with fp32 master weights (Micikevicius
-    et al. 2018; Megatron / DeepSpeed style: half-precision working weights and grads).
-    ``optimizer`` "sgd" is SGD with momentum. ``micro_batch`` None lets the planner choose
-    among the powers of two (up to 16) that divide ``global_batch``.
+    ``precision`` is a precision policy (docs/marp.md): ``fp32``; ``amp-fp16`` / ``amp-bf16``
+    (torch autocast: fp32 parameters and gradients, half-precision matmuls); ``master-fp16`` /
+    ``master-bf16`` (half-precision parameters, fp32 gradient buffer and fp32 master weights in
+    the optimizer, Megatron / DeepSpeed style; ``fp16`` / ``bf16`` are their aliases);
+    ``pure-bf16`` (everything in bf16); ``fsdp-bf16`` (FSDP2: fp32 sharded parameters, bf16
+    compute). ``optimizer`` "sgd" is plain SGD, "sgd-momentum" keeps one momentum buffer,
+    "adam8bit" is block-wise 8-bit Adam (Dettmers et al. 2022). ``micro_batch`` None lets the
+    planner choose among the powers of two (up to 16) that divide ``global_batch``.
+
+    The remaining fields refine the memory model; None means "the policy's usual choice":
+    ``optimizer_impl`` (foreach on CUDA for torch.optim, fused for Megatron-style ``master-*``),
+    ``loss`` (Megatron's in-place vocab-parallel CE for ``master-*``, else PyTorch CE on fp32
+    logits), ``grad_buffer`` (``persistent``: gradients live between steps, as Megatron's
+    contiguous buffer or ``zero_grad(set_to_none=False)``; ``transient``: PyTorch >= 2.0
+    ``zero_grad()`` frees them), ``dropout`` (the model config's). ``finetune`` LoRA / QLoRA
+    trains rank-``lora_rank`` adapters on ``lora_targets``. ``offload_optimizer`` keeps the
+    optimizer states (and fp32 master weights) in CPU memory (ZeRO-Offload).
     """
 
     seq_len: int
@@ -46,6 +90,16 @@ class TrainingRecipe:
     zero_stages: tuple[int, ...] = ZERO_STAGES
     train_steps: int = 1000
     max_gpus: int | None = None
+    optimizer_impl: OptimizerImpl | None = None
+    loss: Loss | None = None
+    loss_chunks: int = 8
+    dropout: float | None = None
+    grad_buffer: GradBuffer | None = None
+    kernels: Kernels | None = None
+    finetune: Finetune = "full"
+    lora_rank: int = 16
+    lora_targets: tuple[str, ...] = ("q", "k", "v", "o")
+    offload_optimizer: bool = False
 
     def __post_init__(self) -> None:
         err = InvalidRecipeError
@@ -81,6 +135,67 @@ class TrainingRecipe:
         check_int(self.train_steps, "recipe.train_steps", err)
         if self.max_gpus is not None:
             check_int(self.max_gpus, "recipe.max_gpus", err)
+        if self.optimizer_impl is not None:
+            check_choice(self.optimizer_impl, "recipe.optimizer_impl", err, OPTIMIZER_IMPLS)
+        if self.loss is not None:
+            check_choice(self.loss, "recipe.loss", err, LOSSES)
+        check_int(self.loss_chunks, "recipe.loss_chunks", err)
+        if self.dropout is not None:
+            check_number(self.dropout, "recipe.dropout", err, 0.0, 1.0)
+        if self.grad_buffer is not None:
+            check_choice(self.grad_buffer, "recipe.grad_buffer", err, GRAD_BUFFERS)
+        if self.kernels is not None:
+            check_choice(self.kernels, "recipe.kernels", err, KERNELS)
+        check_choice(self.finetune, "recipe.finetune", err, FINETUNES)
+        check_int(self.lora_rank, "recipe.lora_rank", err)
+        targets = self.lora_targets
+        if isinstance(targets, list):
+            object.__setattr__(self, "lora_targets", tuple(targets))
+            targets = self.lora_targets
+        if (not isinstance(targets, tuple) or not targets or len(set(targets)) != len(targets)
+                or any(t not in LORA_TARGETS for t in targets)):  # fmt: skip
+            raise err("recipe.lora_targets",
+                      f"must be distinct names from {', '.join(LORA_TARGETS)}, got {targets!r}.")  # fmt: skip
+        check_bool(self.offload_optimizer, "recipe.offload_optimizer", err)
+        if self.policy == "fsdp-bf16" and self.finetune == "qlora":
+            raise err("recipe.finetune", "qlora keeps a 4-bit frozen base; it cannot use the fsdp-bf16 policy.",
+                      "use precision pure-bf16 or amp-bf16 with qlora.")  # fmt: skip
+
+    # ---- resolved choices (the policy defaults, docs/marp.md) ------------------------------------
+
+    @property
+    def policy(self) -> str:
+        return canonical_precision(self.precision)
+
+    @property
+    def megatron_style(self) -> bool:
+        """``master-*`` policies model Megatron-LM / DeepSpeed (contiguous fp32 grad buffer, fused
+        optimizer, vocab-parallel CE, Transformer Engine kernels)."""
+        return self.policy.startswith("master-")
+
+    @property
+    def resolved_optimizer_impl(self) -> str:
+        if self.optimizer_impl is not None:
+            return self.optimizer_impl
+        # Megatron uses apex/TE FusedAdam; torch.optim picks foreach on CUDA (PyTorch docs,
+        # torch.optim "Algorithms": foreach is the default when all tensors are on CUDA).
+        return "fused" if self.megatron_style or self.optimizer == "adam8bit" else "foreach"
+
+    @property
+    def resolved_loss(self) -> str:
+        if self.loss is not None:
+            return self.loss
+        return "fused" if self.megatron_style else "torch"
+
+    @property
+    def resolved_grad_buffer(self) -> str:
+        if self.grad_buffer is not None:
+            return self.grad_buffer
+        return "persistent" if self.megatron_style else "transient"
+
+    @property
+    def fused_kernels(self) -> bool:
+        return self.kernels == "fused" if self.kernels is not None else self.megatron_style
 
     @property
     def tokens_per_step(self) -> int:
@@ -96,17 +211,29 @@ class TrainingRecipe:
             "precision": self.precision, "optimizer": self.optimizer,
             "allow_recompute": self.allow_recompute, "flash_attention": self.flash_attention,
             "zero_stages": list(self.zero_stages), "train_steps": self.train_steps,
-            "max_gpus": self.max_gpus,
+            "max_gpus": self.max_gpus, "optimizer_impl": self.resolved_optimizer_impl,
+            "loss": self.resolved_loss, "loss_chunks": self.loss_chunks, "dropout": self.dropout,
+            "grad_buffer": self.resolved_grad_buffer, "kernels": "fused" if self.fused_kernels else "eager",
+            "finetune": self.finetune,
+            "lora_rank": self.lora_rank, "lora_targets": list(self.lora_targets),
+            "offload_optimizer": self.offload_optimizer,
         }  # fmt: skip
 
 
 @dataclass(frozen=True)
 class Layout:
-    """One parallel layout of a job on ``tp * pp * dp`` GPUs.
+    """One parallel layout of a job on ``tp * pp * dp * cp`` GPUs.
 
-    ``zero_stage`` shards model states over the dp group (Rajbhandari et al. 2020):
-    1 optimizer states, 2 also gradients, 3 also parameters (FSDP FULL_SHARD).
-    ``recompute`` "full" checkpoints every transformer layer (Chen et al. 2016).
+    ``zero_stage`` shards model states over the data-parallel group (Rajbhandari et al. 2020):
+    1 optimizer states (Megatron's distributed optimizer), 2 also gradients, 3 also parameters
+    (FSDP FULL_SHARD). ``shard_degree`` (default: dp) shards over a smaller group -- FSDP
+    HYBRID_SHARD, or Megatron's ``--num-distributed-optimizer-instances`` -- and must divide dp.
+    ``recompute``: "selective" recomputes the attention core (Korthikanti et al. 2022, sec. 5),
+    "op-sac" saves every other matmul output and the attention output (torchtitan's op-level
+    selective activation checkpointing), "full" checkpoints every layer (Chen et al. 2016).
+    ``sp`` is Megatron sequence parallelism, ``cp`` context parallelism (sequence split over cp
+    ranks), ``vpp`` the interleaved-1F1B model chunks per pipeline rank, ``ep`` the expert-parallel
+    degree of a mixture-of-experts model (ep divides dp).
     """
 
     tp: int
@@ -116,18 +243,37 @@ class Layout:
     micro_batch: int
     grad_accum: int
     recompute: Recompute = "none"
+    sp: bool = False
+    cp: int = 1
+    vpp: int = 1
+    ep: int = 1
+    shard_degree: int | None = None
 
     def __post_init__(self) -> None:
         err = InvalidLayoutError
-        for attr in ("tp", "pp", "dp", "micro_batch", "grad_accum"):
+        for attr in ("tp", "pp", "dp", "micro_batch", "grad_accum", "cp", "vpp", "ep"):
             check_int(getattr(self, attr), f"layout.{attr}", err)
         if isinstance(self.zero_stage, bool) or self.zero_stage not in ZERO_STAGES:
             raise err("layout.zero_stage", f"must be 0, 1, 2 or 3, got {self.zero_stage!r}.")
         check_choice(self.recompute, "layout.recompute", err, RECOMPUTE)
+        check_bool(self.sp, "layout.sp", err)
+        if self.vpp > 1 and self.pp == 1:
+            raise err("layout.vpp", f"vpp {self.vpp} needs pipeline parallelism (pp > 1).",
+                      "use vpp 1 or pp > 1.")  # fmt: skip
+        if self.dp % self.ep:
+            raise err("layout.ep", f"ep {self.ep} must divide dp {self.dp} (experts shard within the DP group).")
+        if self.shard_degree is not None:
+            check_int(self.shard_degree, "layout.shard_degree", err)
+            if self.dp % self.shard_degree:
+                raise err("layout.shard_degree", f"shard degree {self.shard_degree} must divide dp {self.dp}.")
+
+    @property
+    def shard(self) -> int:
+        return self.dp if self.shard_degree is None else self.shard_degree
 
     @property
     def num_gpus(self) -> int:
-        return self.tp * self.pp * self.dp
+        return self.tp * self.pp * self.dp * self.cp
 
     @property
     def samples_per_step(self) -> int:
@@ -138,8 +284,13 @@ class Layout:
         return {
             "tp": self.tp, "pp": self.pp, "dp": self.dp, "zero_stage": self.zero_stage,
             "micro_batch": self.micro_batch, "grad_accum": self.grad_accum,
-            "recompute": self.recompute, "num_gpus": self.num_gpus,
+            "recompute": self.recompute, "num_gpus": self.num_gpus, "sp": self.sp, "cp": self.cp,
+            "vpp": self.vpp, "ep": self.ep, "shard_degree": self.shard,
         }  # fmt: skip
 
 
-__all__ = ["OPTIMIZERS", "PRECISIONS", "RECOMPUTE", "ZERO_STAGES", "Layout", "TrainingRecipe"]
+__all__ = [
+    "FINETUNES", "GRAD_BUFFERS", "KERNELS", "LORA_TARGETS", "LOSSES", "OPTIMIZERS", "OPTIMIZER_IMPLS", "PRECISIONS",
+    "PRECISION_ALIASES", "RECOMPUTE", "ZERO_STAGES", "Layout", "TrainingRecipe", "canonical_precision",
+    "compute_dtype",
+]  # fmt: skip

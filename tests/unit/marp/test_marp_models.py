@@ -105,7 +105,7 @@ def _spec(**over: object) -> ModelSpec:
         ({"heads": True}, "model.heads"),
         ({"mlp": "relu"}, "model.mlp"),
         ({"norm": "batchnorm"}, "model.norm"),
-        ({"family": "bert"}, "model.family"),
+        ({"family": "t5"}, "model.family"),
         ({"tied_embeddings": "yes"}, "model.tied_embeddings"),
         ({"dropout": 1.5}, "model.dropout"),
         ({"name": ""}, "model.name"),

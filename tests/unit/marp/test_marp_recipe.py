@@ -57,7 +57,7 @@ def test_layout_num_gpus_and_validation() -> None:
         ({"tp": 0}, "layout.tp"),
         ({"dp": -1}, "layout.dp"),
         ({"zero_stage": 4}, "layout.zero_stage"),
-        ({"recompute": "selective"}, "layout.recompute"),
+        ({"recompute": "partial"}, "layout.recompute"),
         ({"micro_batch": 0}, "layout.micro_batch"),
     ]:
         base = {"tp": 1, "pp": 1, "dp": 1, "zero_stage": 0, "micro_batch": 1, "grad_accum": 1}

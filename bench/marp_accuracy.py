@@ -1,0 +1,199 @@
+"""MARP against published GPU memory measurements (bench/data/memory/measurements.csv).
+
+For every row: build the model, recipe and layout the row describes, predict the quantity the
+row measured (peak allocated, peak reserved or device memory in use), and report the signed
+error. Beside MARP, two simple references on the same rows: DeepSpeed's published model-state
+estimate (deepspeed.runtime.zero: estimate_zero2_model_states_mem_needs, 4P + 16P/N; and
+estimate_zero3_model_states_mem_needs, 4 x largest layer + 18P/N, without offload) and the bare
+"16 bytes per parameter" rule, both given the parameters one TP x PP rank holds.
+
+Run from the repository root: ``.venv/bin/python bench/marp_accuracy.py`` (prints JSON).
+The mapping from CSV columns to MARP's inputs is below; it reads configuration only, never the
+measured value, and no row is special-cased.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "libs"))
+
+from marp import Layout, ModelSpec, TrainingRecipe, predict_memory  # noqa: E402
+
+CSV_PATH = ROOT / "bench" / "data" / "memory" / "measurements.csv"
+
+
+def _dropout(text: str) -> float:
+    nums = [float(x) for x in re.findall(r"\d*\.\d+", text)]
+    return max(nums) if nums else 0.0
+
+
+def _gpu(text: str) -> str:
+    t = text.lower()
+    if "v100" in t:
+        return "V100-16GB" if "16" in t else "V100-32GB"
+    if "h100" in t:
+        return "H100-80GB"
+    return "A100-80GB"
+
+
+def _precision(text: str) -> str:
+    t = text.lower()
+    if "megatron --bf16" in t or "fp32 master" in t:
+        return "master-bf16"
+    if "fp32 sharded params" in t:
+        return "fsdp-bf16"
+    if "pure bf16" in t:
+        return "pure-bf16"
+    if "amp fp16" in t:
+        return "amp-fp16"
+    if "amp bf16" in t:
+        return "amp-bf16"
+    return "fp32"
+
+
+def _optimizer_impl(text: str) -> str | None:
+    t = text.lower()
+    if "fused" in t:
+        return "fused"
+    if "foreach" in t:
+        return "foreach"
+    if "adamw_hf" in t:
+        return "forloop"  # transformers' own AdamW: a Python loop over parameters
+    return None
+
+
+def _recompute(text: str) -> str:
+    t = text.lower()
+    if t.startswith("full"):
+        return "full"
+    if "sac" in t:
+        return "op-sac"
+    if t.startswith("selective"):
+        return "selective"
+    return "none"
+
+
+def _loss(row: dict[str, str]) -> str:
+    t = row["loss"].lower()
+    if "cross_entropy_loss_fusion" in row["source_url"]:
+        return "megatron-fused"  # the test's --cross-entropy-loss-fusion flag
+    if "chunked" in t:
+        return "chunked"
+    if "fused classifier" in t:
+        return "inplace"
+    if "megatron" in t:
+        return "fused"
+    return "torch"
+
+
+def _quantity(text: str) -> str:
+    t = text.lower()
+    if "reserved" in t:
+        return "reserved"
+    if "pynvml" in t or "nvidia-smi" in t or "mib/gpu" in t:
+        return "device"
+    return "allocated"
+
+
+def row_inputs(row: dict[str, str]) -> tuple[ModelSpec, TrainingRecipe, Layout, str, str, str]:
+    """(model, recipe, layout, gpu, stage, quantity) for one CSV row."""
+    encoder = "bert" in row["model"].lower()
+    seq = int(row["seq_len"])
+    model = ModelSpec(
+        name=row["id"], family="bert" if encoder else "custom", n_layers=int(row["n_layers"]),
+        hidden=int(row["hidden"]), heads=int(row["heads"]), kv_heads=int(row["kv_heads"]),
+        ffn=int(row["ffn"]), mlp=row["mlp_act"], vocab=int(row["vocab"]),
+        tied_embeddings=row["tied_embeddings"] == "True", pos_emb=row["pos_emb"],
+        max_positions=512 if encoder else seq, norm="rmsnorm" if "rms" in row["norm"].lower() else "layernorm",
+        bias=row["linear_bias"] == "True", dropout=_dropout(row["dropout"]),
+        arch="encoder" if encoder else "decoder", head="classifier" if "2-class" in row["loss"] else "lm",
+        num_labels=2, type_vocab=2 if encoder else 0,
+    )  # fmt: skip
+    dp, mb = int(row["dp"]), int(row["micro_batch"])
+    gb = int(row["global_batch"]) if row["global_batch"] else dp * mb
+    precision = _precision(row["precision"])
+    framework = row["framework"].lower()
+    # PyTorch < 2.0 (the 2022 HF Trainer) and llm.c keep gradients allocated between steps.
+    grad_buffer = "persistent" if ("2022" in framework or "llm.c" in framework) else None
+    recipe = TrainingRecipe(
+        seq_len=seq, global_batch=gb, micro_batch=mb, precision=precision,  # type: ignore[arg-type]
+        optimizer="adamw", optimizer_impl=_optimizer_impl(row["optimizer"]),  # type: ignore[arg-type]
+        flash_attention=not any(k in row["attention"].lower() for k in ("eager", "unfused")),
+        loss=_loss(row), grad_buffer=grad_buffer,  # type: ignore[arg-type]
+        kernels="fused" if row["torch_compile"] == "yes" or precision.startswith("master") else "eager",
+    )  # fmt: skip
+    shard = dp // 2 if "instances" in row["sharding"] or "instances" in row["source_url"] else None
+    layout = Layout(
+        tp=int(row["tp"]), pp=int(row["pp"]), dp=dp, zero_stage=int(row["zero_stage"]), micro_batch=mb,
+        grad_accum=gb // (dp * mb), recompute=_recompute(row["act_ckpt"]),  # type: ignore[arg-type]
+        sp=row["sequence_parallel"] == "yes", cp=int(row["cp"] or 1), vpp=int(row["vpp"] or 1),
+        shard_degree=shard,
+    )  # fmt: skip
+    stage = "last" if row["measured_rank"].startswith("last rank") else "max"
+    return model, recipe, layout, _gpu(row["gpu"]), stage, _quantity(row["measured_what"])
+
+
+def deepspeed_rule(model: ModelSpec, layout: Layout) -> float:
+    """DeepSpeed's model-state estimate for the parameters of one TP x PP rank, no offload."""
+    per_rank = model.param_count() / (layout.tp * layout.pp)
+    n = layout.dp if layout.zero_stage >= 1 else 1
+    if layout.zero_stage >= 3:
+        largest = max(model.layer_params(), model.vocab * model.hidden) / layout.tp
+        return 4 * largest + 18 * per_rank / n
+    return 4 * per_rank + 16 * per_rank / n
+
+
+def bare16_rule(model: ModelSpec, layout: Layout) -> float:
+    return 16.0 * model.param_count() / (layout.tp * layout.pp)
+
+
+def _summary(errors: list[float], ids: list[str]) -> dict[str, Any]:
+    worst = max(range(len(errors)), key=lambda i: abs(errors[i]))
+    return {
+        "mape_pct": round(sum(abs(x) for x in errors) / len(errors), 2),
+        "worst_row": ids[worst], "worst_error_pct": round(errors[worst], 2),
+        "under_predicted_share": round(sum(1 for x in errors if x < 0) / len(errors), 3),
+        "under_by_more_than_10pct": [ids[i] for i, x in enumerate(errors) if x < -10.0],
+    }  # fmt: skip
+
+
+def run(path: Path = CSV_PATH) -> dict[str, Any]:
+    rows_out: list[dict[str, Any]] = []
+    with open(path, newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    for row in rows:
+        model, recipe, layout, gpu, stage, quantity = row_inputs(row)
+        mem = predict_memory(model, recipe, layout, gpu, stage=stage)
+        predicted = {"allocated": mem.peak_allocated, "reserved": mem.reserved, "device": mem.device}[quantity]
+        measured = int(row["measured_bytes"])
+        ds, b16 = deepspeed_rule(model, layout), bare16_rule(model, layout)
+        rows_out.append({
+            "id": row["id"], "confidence": row["confidence"], "quantity": quantity, "stage": stage,
+            "measured_bytes": measured, "predicted_bytes": predicted,
+            "error_pct": round(100.0 * (predicted - measured) / measured, 2), "phase": mem.phase,
+            "params_marp": model.param_count(), "params_csv": int(row["n_params_approx"]),
+            "deepspeed_error_pct": round(100.0 * (ds - measured) / measured, 2),
+            "bare16_error_pct": round(100.0 * (b16 - measured) / measured, 2),
+            "breakdown_gib": {k: round(v / 2**30, 3) for k, v in mem.to_dict().items() if isinstance(v, int)},
+        })  # fmt: skip
+    ids = [r["id"] for r in rows_out]
+    pytorch = [i for i, r in enumerate(rows_out) if not r["id"].startswith("LC-")]
+    out = {
+        "rows": rows_out,
+        "marp": _summary([r["error_pct"] for r in rows_out], ids),
+        "deepspeed_rule": _summary([r["deepspeed_error_pct"] for r in rows_out], ids),
+        "bare_16_bytes_per_param": _summary([r["bare16_error_pct"] for r in rows_out], ids),
+        "marp_pytorch_rows_only": _summary([rows_out[i]["error_pct"] for i in pytorch], [ids[i] for i in pytorch]),
+    }
+    return out
+
+
+if __name__ == "__main__":
+    print(json.dumps(run(), indent=2))
