@@ -1,9 +1,14 @@
-"""`frenzy predict`: the ranked plans for a job, from MARP, with no server."""
+"""`frenzy predict`: one layout's memory (single-layout mode) or the ranked plans, from MARP, no server.
+
+Single-layout mode starts as soon as any layout flag is given (--dp --tp --pp --vpp --cp --zero
+--sequence-parallel --stage --gpu): it always prints the prediction, also when the layout does not
+fit (``"fits": false``). Without layout flags the ranked plans are printed, as before.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -13,34 +18,260 @@ from frenzy.cli.common import JsonOpt, echo_json, fail
 from frenzy.common.jobspec import JobSpecError, parse_entry
 from frenzy.v1 import types_pb2
 
+# MARP error fields -> the flag a user typed, so every message names the flag.
+FLAG_OF_FIELD: dict[str, str] = {
+    "model": "--model", "recipe.seq_len": "--seq-len", "recipe.global_batch": "--global-batch",
+    "recipe.micro_batch": "--micro-batch", "recipe.precision": "--precision", "recipe.optimizer": "--optimizer",
+    "recipe.optimizer_impl": "--optimizer-impl", "recipe.loss": "--loss", "recipe.dropout": "--dropout",
+    "layout.tp": "--tp", "layout.pp": "--pp", "layout.dp": "--dp", "layout.cp": "--cp", "layout.vpp": "--vpp",
+    "layout.zero_stage": "--zero", "layout.sp": "--sequence-parallel", "layout.recompute": "--recompute",
+    "layout.grad_accum": "--global-batch", "layout.micro_batch": "--micro-batch", "layout.stage": "--stage",
+    "gpu_type": "--gpu", "rank_by": "--rank-by",
+}  # fmt: skip
+SINGLE_PRECISIONS: dict[str, str] = {
+    "fp32": "fp32", "amp-fp16": "amp-fp16", "amp-bf16": "amp-bf16", "master-fp16": "master-fp16",
+    "master-bf16": "master-bf16", "bf16": "pure-bf16", "fsdp-bf16": "fsdp-bf16", "fp16": "master-fp16",
+    "pure-bf16": "pure-bf16",
+}  # fmt: skip
+RECOMPUTE_CHOICES = ("none", "selective", "full", "op-sac")
+
 
 def register(app: typer.Typer) -> None:
     app.command()(predict)
 
 
+def _flag_error(exc: marp.MarpError) -> str:
+    flag = FLAG_OF_FIELD.get(exc.field) or FLAG_OF_FIELD.get(exc.field.split(".")[0], "")
+    if not flag and exc.field.startswith("model"):
+        flag = "--model"
+    return f"{flag}: {exc}" if flag else str(exc)
+
+
+def _choice(value: str, flag: str, choices: tuple[str, ...] | list[str]) -> str:
+    if value not in choices:
+        fail(f"{flag}: must be one of {', '.join(choices)}, got {value!r}.", 2)
+    return value
+
+
 def predict(
-    model: Annotated[str, typer.Option(help="Catalog name (frenzy models), a config.json path, or inline JSON.")],
+    model: Annotated[str, typer.Option(help="Catalog name (frenzy models), a config.json path, or inline JSON "
+                                       "(HF config or Frenzy's neutral spec).")],
     seq_len: Annotated[int, typer.Option(help="Tokens per sample.")],
-    global_batch: Annotated[int, typer.Option(help="Samples per optimizer step, across all GPUs.")],
+    global_batch: Annotated[int, typer.Option(help="Samples per optimizer step, across all GPUs "
+                                              "(single-layout mode: default dp x micro batch).")] = 0,
     micro_batch: Annotated[int, typer.Option(help="Samples per GPU per forward pass (0: planner chooses).")] = 0,
-    precision: Annotated[str, typer.Option(help="bf16 | fp16 (mixed, fp32 master weights) | fp32.")] = "bf16",
-    optimizer: Annotated[str, typer.Option(help="adamw | adam | sgd (with momentum).")] = "adamw",
-    train_steps: Annotated[int, typer.Option(help="Optimizer steps (for GPU-hours).")] = 1000,
-    recompute: Annotated[bool, typer.Option(help="Allow full activation recomputation.")] = True,
-    flash: Annotated[bool, typer.Option(help="Flash attention (no materialised scores).")] = True,
+    precision: Annotated[str, typer.Option(help="fp32 | amp-fp16 | amp-bf16 | master-fp16 | master-bf16 | bf16 | "
+                                           "fsdp-bf16. Single-layout mode: bf16 = everything in bf16; ranked "
+                                           "mode keeps bf16 / fp16 as the master-* policies (job spec names).")
+                         ] = "bf16",
+    optimizer: Annotated[str, typer.Option(help="adamw | adam | sgd | sgd-momentum | adam8bit.")] = "adamw",
+    optimizer_impl: Annotated[str | None, typer.Option(help="foreach | fused | forloop (default: the "
+                                                       "policy's usual one).")] = None,
+    train_steps: Annotated[int, typer.Option(help="Optimizer steps (for completion time and GPU-hours).")] = 1000,
+    recompute: Annotated[str | None, typer.Option(help="none | selective | full | op-sac. Ranked mode: 'none' "
+                                                  "forbids recomputation.")] = None,
+    no_recompute: Annotated[bool, typer.Option("--no-recompute", help="Ranked mode: forbid recomputation.")] = False,
+    attention: Annotated[str | None, typer.Option(help="flash | eager (materialised s x s scores).")] = None,
+    flash: Annotated[bool, typer.Option(help="Flash attention (same as --attention flash).")] = True,
+    dropout: Annotated[float | None, typer.Option(help="Dropout probability (default: the model config's).")
+                       ] = None,
+    loss: Annotated[str | None, typer.Option(help="torch | fused | chunked | megatron-fused | inplace.")] = None,
+    dp: Annotated[int | None, typer.Option(help="Single layout: data-parallel degree.")] = None,
+    tp: Annotated[int | None, typer.Option(help="Single layout: tensor-parallel degree.")] = None,
+    pp: Annotated[int | None, typer.Option(help="Single layout: pipeline-parallel degree.")] = None,
+    vpp: Annotated[int | None, typer.Option(help="Single layout: interleaved 1F1B chunks per pipeline rank.")
+                   ] = None,
+    cp: Annotated[int | None, typer.Option(help="Single layout: context-parallel degree.")] = None,
+    zero: Annotated[int | None, typer.Option(help="Single layout: ZeRO stage 0-3.")] = None,
+    sequence_parallel: Annotated[bool, typer.Option("--sequence-parallel",
+                                                    help="Single layout: Megatron sequence parallelism.")] = False,
+    stage: Annotated[str | None, typer.Option(help="Single layout: pipeline stage reported, first | last | max.")
+                     ] = None,
+    gpu: Annotated[str | None, typer.Option(help="Single layout: the GPU type (frenzy gpus).")] = None,
     cluster: Annotated[Path | None, typer.Option(help="Plan for this cluster file's GPU types.")] = None,
     gpu_types: Annotated[list[str] | None, typer.Option("--gpu-type", help="Only these GPU types (repeat).")] = None,
     max_gpus: Annotated[int, typer.Option(help="At most this many GPUs (0: no limit).")] = 0,
+    rank_by: Annotated[str, typer.Option(help="Ranked mode: time (completion time) | gpu_hours.")] = "time",
     top: Annotated[int, typer.Option(help="Rows to show in the table.")] = 20,
     as_json: JsonOpt = False,
 ) -> None:
-    """Show the ranked plans for a job: memory per GPU under each layout, on each GPU type.
+    """Predict memory per GPU: for one layout, or the ranked plans over GPU types.
 
-    Runs MARP locally; no server needed. Example:
+    Runs MARP locally; no server needed. Examples:
 
         frenzy predict --model llama-2-7b --seq-len 4096 --global-batch 64 --micro-batch 1
+
+        frenzy predict --model llama-3-8b --seq-len 8192 --micro-batch 2 --precision fsdp-bf16 \\
+            --dp 8 --tp 1 --pp 1 --zero 3 --recompute op-sac --gpu H100-80GB --json
     """
+    single = any(v is not None for v in (dp, tp, pp, vpp, cp, zero, stage, gpu)) or sequence_parallel
+    if recompute is not None:
+        _choice(recompute, "--recompute", RECOMPUTE_CHOICES)
+    if attention is not None:
+        _choice(attention, "--attention", ("flash", "eager"))
+        if not flash and attention == "flash":
+            fail("--attention: flash contradicts --no-flash.", 2)
+        flash = attention == "flash"
+    if optimizer_impl is not None:
+        _choice(optimizer_impl, "--optimizer-impl", marp.recipe.OPTIMIZER_IMPLS)
+    if loss is not None:
+        _choice(loss, "--loss", marp.recipe.LOSSES)
+    _choice(rank_by, "--rank-by", marp.plans.RANK_BY)
+    if single:
+        _single(model, seq_len, global_batch, micro_batch, precision, optimizer, optimizer_impl, train_steps,
+                recompute or "none", flash, dropout, loss, dp or 1, tp or 1, pp or 1, vpp or 1, cp or 1,
+                0 if zero is None else zero, sequence_parallel, stage or "max", gpu, cluster, gpu_types, max_gpus,
+                no_recompute)  # fmt: skip
+        return
+    if not global_batch:
+        fail("--global-batch: global_batch must be >= 1; it is required without layout flags (the ranked plans "
+             "need it).", 2)
+    allow_recompute = not no_recompute and recompute != "none"
+    legacy = (precision in ("fp32", "fp16", "bf16") and optimizer in ("adamw", "adam", "sgd")
+              and optimizer_impl is None and loss is None and dropout is None and rank_by == "time")  # fmt: skip
+    if legacy:
+        _ranked_via_predictor(model, seq_len, global_batch, micro_batch, precision, optimizer, train_steps,
+                              allow_recompute, flash, cluster, gpu_types, max_gpus, top, as_json)  # fmt: skip
+        return
+    try:
+        spec = marp.resolve_model(model)
+        recipe = marp.TrainingRecipe(
+            seq_len=seq_len, global_batch=global_batch, micro_batch=micro_batch or None, precision=precision,  # type: ignore[arg-type]
+            optimizer=optimizer, optimizer_impl=optimizer_impl, loss=loss, dropout=dropout,  # type: ignore[arg-type]
+            allow_recompute=allow_recompute, flash_attention=flash, train_steps=train_steps,
+            max_gpus=max_gpus or None,
+        )  # fmt: skip
+        pools = _pools(cluster, gpu_types)
+        plan_set = marp.enumerate_plans(spec, recipe, pools, rank_by=rank_by)
+    except (marp.MarpError, ValueError) as exc:
+        fail(_flag_error(exc) if isinstance(exc, marp.MarpError) else str(exc), 2)
     from frenzy.common import convert
+
+    protos = [convert.plan_to_proto(p) for p in plan_set.plans]
+    if as_json:
+        echo_json([{**render.to_dict(pb), "explanation": p.explanation, "completion_s": p.completion_s}
+                   for pb, p in zip(protos, plan_set.plans, strict=True)])  # fmt: skip
+    else:
+        _print_ranked(spec.name, spec.param_count(), protos, plan_set.rejected, seq_len, global_batch, precision,
+                      optimizer, top, rank_by)  # fmt: skip
+    if not plan_set.plans:
+        fail("no GPU type can hold this job. " + " | ".join(plan_set.rejected), 3)
+
+
+def _pools(cluster: Path | None, gpu_types: list[str] | None) -> list[marp.GpuPool] | None:
+    if cluster is not None:
+        from frenzy.local.stack import load_cluster_file
+
+        cspec = load_cluster_file(str(cluster))
+        per: dict[str, list[int]] = {}
+        for g in cspec.groups:
+            name = marp.get_gpu(g.gpu).name
+            tot, pn = per.get(name, [0, 0])
+            per[name] = [tot + g.count * g.gpus_per_node, max(pn, g.gpus_per_node)]
+        pools = [marp.GpuPool(k, v[0], v[1]) for k, v in per.items()]
+        if gpu_types:
+            allowed = {marp.get_gpu(t).name for t in gpu_types}
+            pools = [p for p in pools if p.gpu_type in allowed]
+        return pools
+    if gpu_types:
+        return [marp.GpuPool(marp.get_gpu(t).name, marp.plans.DEFAULT_MAX_GPUS, marp.plans.DEFAULT_GPUS_PER_NODE)
+                for t in gpu_types]  # fmt: skip
+    return None
+
+
+def _single(
+    model: str, seq_len: int, global_batch: int, micro_batch: int, precision: str, optimizer: str,
+    optimizer_impl: str | None, train_steps: int, recompute: str, flash: bool, dropout: float | None,
+    loss: str | None, dp: int, tp: int, pp: int, vpp: int, cp: int, zero: int, sp: bool, stage: str,
+    gpu: str | None, cluster: Path | None, gpu_types: list[str] | None, max_gpus: int, no_recompute: bool,
+) -> None:  # fmt: skip
+    for value, flag in ((cluster, "--cluster"), (gpu_types, "--gpu-type"), (max_gpus, "--max-gpus")):
+        if value:
+            fail(f"{flag}: plans for many layouts; it contradicts the single-layout flags (--dp/--tp/--pp/--gpu...).",
+                 2)  # fmt: skip
+    if no_recompute and recompute != "none":
+        fail(f"--no-recompute contradicts --recompute {recompute}.", 2)
+    if gpu is None:
+        fail("--gpu: required in single-layout mode (the GPU type decides whether the layout fits).", 2)
+    if micro_batch <= 0:
+        fail(f"--micro-batch: must be >= 1 in single-layout mode, got {micro_batch}.", 2)
+    _choice(stage, "--stage", ("first", "last", "max"))
+    if precision not in SINGLE_PRECISIONS:
+        fail(f"--precision: must be one of {', '.join(k for k in SINGLE_PRECISIONS if k != 'pure-bf16')}, "
+             f"got {precision!r}.", 2)  # fmt: skip
+    for value, flag in ((dp, "--dp"), (tp, "--tp"), (pp, "--pp"), (vpp, "--vpp"), (cp, "--cp")):
+        if value < 1:
+            fail(f"{flag}: must be >= 1, got {value}.", 2)
+    if zero not in (0, 1, 2, 3):
+        fail(f"--zero: must be 0, 1, 2 or 3, got {zero}.", 2)
+    gb = global_batch or dp * micro_batch
+    if gb < 1 or gb % (dp * micro_batch):
+        fail(f"--global-batch: {gb} is not a multiple of dp x micro batch = {dp * micro_batch}.", 2)
+    try:
+        spec = marp.resolve_model(model)
+        gpu_type = marp.get_gpu(gpu)
+        recipe = marp.TrainingRecipe(
+            seq_len=seq_len, global_batch=gb, micro_batch=micro_batch,
+            precision=SINGLE_PRECISIONS[precision],  # type: ignore[arg-type]
+            optimizer=optimizer, optimizer_impl=optimizer_impl, loss=loss, dropout=dropout,  # type: ignore[arg-type]
+            flash_attention=flash, train_steps=train_steps,
+        )  # fmt: skip
+        layout = marp.Layout(tp=tp, pp=pp, dp=dp, zero_stage=zero, micro_batch=micro_batch,
+                             grad_accum=gb // (dp * micro_batch), recompute=recompute,  # type: ignore[arg-type]
+                             sp=sp, cp=cp, vpp=vpp)  # fmt: skip
+        mem = marp.predict_memory(spec, recipe, layout, gpu_type, stage=stage)
+        step = marp.estimate_step_time(spec, recipe, layout, gpu_type)
+    except marp.MarpError as exc:
+        fail(_flag_error(exc), 2)
+    echo_json(prediction_dict(spec, recipe, layout, gpu_type, mem, step, stage))
+
+
+def prediction_dict(
+    spec: marp.ModelSpec, recipe: marp.TrainingRecipe, layout: marp.Layout, gpu: marp.GpuType,
+    mem: marp.MemoryBreakdown, step_s: float, stage: str,
+) -> dict[str, Any]:  # fmt: skip
+    """The single-layout JSON object (a stable contract, see docs/marp.md)."""
+    breakdown = {k: v for k, v in mem.to_dict().items() if k not in ("total", "peak_allocated", "reserved", "phase")}
+    return {
+        "fits": mem.device <= gpu.memory_bytes,
+        "peak_allocated_bytes": mem.peak_allocated,
+        "reserved_bytes": mem.reserved,
+        "device_bytes": mem.device,
+        "gpu_memory_bytes": gpu.memory_bytes,
+        "headroom_bytes": gpu.memory_bytes - mem.device,
+        "phase": mem.phase,
+        "stage": stage,
+        "breakdown": breakdown,
+        "gpu": gpu.name,
+        "model": spec.name,
+        "parameters": spec.param_count(),
+        "layout": layout.to_dict(),
+        "recipe": recipe.to_dict(),
+        "step_time_s": step_s,
+        "tokens_per_s": recipe.tokens_per_step / step_s if step_s > 0 else 0.0,
+    }
+
+
+def _print_ranked(name: str, n_params: int, plans: list, rejected: list[str], seq_len: int, global_batch: int,
+                  precision: str, optimizer: str, top: int, rank_by: str) -> None:  # fmt: skip
+    con = render.console()
+    con.print(f"[bold]{name}[/]: {n_params / 1e9:.3f} B parameters; "
+              f"seq {seq_len}, global batch {global_batch}, {precision}, {optimizer}")
+    order = "fastest completion first" if rank_by == "time" else "fewest GPU-hours first"
+    if plans:
+        con.print(render.plan_table(plans, title=f"Ranked plans ({order}; {len(plans)} fit)", chosen=plans[0],
+                                    limit=top))  # fmt: skip
+        con.print(render.memory_table(plans[0]))
+    for line in rejected:
+        con.print(f"[yellow]no fit[/] {line}")
+
+
+def _ranked_via_predictor(
+    model: str, seq_len: int, global_batch: int, micro_batch: int, precision: str, optimizer: str,
+    train_steps: int, recompute: bool, flash: bool, cluster: Path | None, gpu_types: list[str] | None,
+    max_gpus: int, top: int, as_json: bool,
+) -> None:  # fmt: skip
+    """The job-spec path (same validation and JSON as the predictor service)."""
     from frenzy.predictor.server import predict as run_predict
     from frenzy.v1 import predictor_pb2
 
@@ -52,32 +283,20 @@ def predict(
         spec = entry.to_proto()
         pools = []
         if cluster is not None:
-            from frenzy.local.stack import load_cluster_file
-
-            cspec = load_cluster_file(str(cluster))
-            per: dict[str, list[int]] = {}
-            for g in cspec.groups:
-                name = marp.get_gpu(g.gpu).name
-                tot, pn = per.get(name, [0, 0])
-                per[name] = [tot + g.count * g.gpus_per_node, max(pn, g.gpus_per_node)]
-            pools = [types_pb2.GpuPool(gpu_type=k, total_gpus=v[0], gpus_per_node=v[1]) for k, v in per.items()]
+            pools = [types_pb2.GpuPool(gpu_type=p.gpu_type, total_gpus=p.total_gpus, gpus_per_node=p.gpus_per_node)
+                     for p in (_pools(cluster, None) or [])]  # fmt: skip
         resp = run_predict(predictor_pb2.PredictRequest(model=spec.model, recipe=spec.recipe, limits=spec.limits,
                                                         pools=pools))
     except (JobSpecError, marp.MarpError, ValueError) as exc:
         fail(str(exc), 2)
-    del convert
     if as_json:
         echo_json([render.to_dict(p) for p in resp.plans])
-        return
-    con = render.console()
-    con.print(f"[bold]{resp.model_name}[/]: {resp.parameter_count / 1e9:.3f} B parameters; "
-              f"seq {seq_len}, global batch {global_batch}, {precision}, {optimizer}")
-    if resp.plans:
-        con.print(render.plan_table(resp.plans, title=f"Ranked plans (fewest GPU-hours first; {len(resp.plans)} "
-                                    "fit)", chosen=resp.plans[0], limit=top))
-        con.print(render.memory_table(resp.plans[0]))
-    for line in resp.rejected:
-        con.print(f"[yellow]no fit[/] {line}")
+    else:
+        _print_ranked(resp.model_name, resp.parameter_count, list(resp.plans), list(resp.rejected), seq_len,
+                      global_batch, precision, optimizer, top, "time")  # fmt: skip
     if not resp.plans:
-        fail("no GPU type can hold this job. To fix: lower --micro-batch or --seq-len, allow --recompute, "
-             "or plan for larger GPUs", 3)
+        fail("no GPU type can hold this job. To fix: lower --micro-batch or --seq-len, allow recomputation, "
+             "or plan for larger GPUs" + ("" if not resp.rejected else " (" + resp.rejected[-1] + ")"), 3)
+
+
+__all__ = ["prediction_dict", "predict", "register"]
