@@ -2,7 +2,8 @@
 
 Users describe a model by catalog name, by a HF-style config file, or inline
 JSON. Supported HF architectures: LlamaForCausalLM, MistralForCausalLM,
-Qwen2ForCausalLM and GPT2LMHeadModel, read with the same keys and defaults as the
+Qwen2ForCausalLM, GPT2LMHeadModel and BertFor* (SequenceClassification, MaskedLM,
+PreTraining, BertModel), read with the same keys and defaults as the
 ``transformers`` config classes. Every missing or mistyped key raises a
 ModelConfigError whose field is ``model.config.<key>``.
 """
@@ -23,9 +24,13 @@ SUPPORTED_ARCHITECTURES: tuple[str, ...] = (
     "MistralForCausalLM",
     "Qwen2ForCausalLM",
     "GPT2LMHeadModel",
+    "BertForSequenceClassification",
+    "BertForMaskedLM",
+    "BertForPreTraining",
+    "BertModel",
 )
 _MODEL_TYPES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
-                "qwen2": "Qwen2ForCausalLM", "gpt2": "GPT2LMHeadModel"}  # fmt: skip
+                "qwen2": "Qwen2ForCausalLM", "gpt2": "GPT2LMHeadModel", "bert": "BertForMaskedLM"}  # fmt: skip
 
 _MISSING = object()
 
@@ -118,6 +123,29 @@ def _from_gpt2(cfg: Mapping[str, Any], name: str) -> ModelSpec:
     )  # fmt: skip
 
 
+def _from_bert(cfg: Mapping[str, Any], name: str, arch: str) -> ModelSpec:
+    # Keys and defaults of transformers' BertConfig (Devlin et al. 2019): post-LN encoder, GeLU,
+    # biases everywhere, learned absolute positions, token-type embeddings, MLM decoder tied.
+    hidden = _get_int(cfg, "hidden_size", 768)
+    heads = _get_int(cfg, "num_attention_heads", 12)
+    classifier = arch == "BertForSequenceClassification"
+    labels = cfg.get("id2label")
+    num_labels = len(labels) if isinstance(labels, dict) and labels else _get_int(cfg, "num_labels", 2)
+    dropout = max(_get_float(cfg, "hidden_dropout_prob", 0.1), _get_float(cfg, "attention_probs_dropout_prob", 0.1))
+    return _build(
+        {"n_layers": "num_hidden_layers", "hidden": "hidden_size", "heads": "num_attention_heads",
+         "kv_heads": "num_attention_heads", "ffn": "intermediate_size", "vocab": "vocab_size",
+         "max_positions": "max_position_embeddings", "type_vocab": "type_vocab_size"},
+        name=_spec_name(cfg, name), family="bert", n_layers=_get_int(cfg, "num_hidden_layers", 12),
+        hidden=hidden, heads=heads, kv_heads=heads, ffn=_get_int(cfg, "intermediate_size", 4 * hidden),
+        mlp="gelu", vocab=_get_int(cfg, "vocab_size", 30522),
+        tied_embeddings=_get_bool(cfg, "tie_word_embeddings", True), pos_emb="learned",
+        max_positions=_get_int(cfg, "max_position_embeddings", 512), norm="layernorm", bias=True,
+        dropout=dropout, arch="encoder", head="classifier" if classifier else "lm", num_labels=num_labels,
+        type_vocab=_get_int(cfg, "type_vocab_size", 2),
+    )  # fmt: skip
+
+
 def _from_llama_like(cfg: Mapping[str, Any], name: str, arch: str) -> ModelSpec:
     # Keys and defaults of transformers' LlamaConfig / MistralConfig / Qwen2Config.
     family = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "Qwen2ForCausalLM": "qwen2"}[arch]
@@ -158,43 +186,48 @@ def _from_llama_like(cfg: Mapping[str, Any], name: str, arch: str) -> ModelSpec:
     )  # fmt: skip
 
 
-_NEUTRAL_KEYS = frozenset({
+# Frenzy's neutral spec (docs/marp.md): exactly these fields are required ...
+NEUTRAL_FIELDS: tuple[str, ...] = (
     "arch", "head", "n_layers", "hidden", "heads", "kv_heads", "ffn", "mlp", "vocab", "tied_embeddings",
-    "pos_emb", "max_positions", "norm", "bias", "qkv_bias", "dropout", "name", "family",
-})  # fmt: skip
+    "pos_emb", "max_positions", "norm", "bias",
+)  # fmt: skip
+# ... and these are optional (num_labels with a classifier head; the rest refine the model).
+_NEUTRAL_OPTIONAL = ("num_labels", "qkv_bias", "dropout", "name", "family", "type_vocab", "experts", "top_k",
+                     "expert_ffn")  # fmt: skip
+_NEUTRAL_KEYS = frozenset(NEUTRAL_FIELDS + _NEUTRAL_OPTIONAL)
 
 
 def _from_neutral(cfg: Mapping[str, Any], name: str) -> ModelSpec:
-    """Frenzy's neutral spec. Required: n_layers, hidden, heads, vocab, max_positions (and ffn
-    for SwiGLU). Defaults: kv_heads=heads, mlp="gelu", ffn=4*hidden (GeLU), tied_embeddings=false,
-    pos_emb="learned", norm="layernorm", bias=false, qkv_bias=false, dropout=0."""
+    """Frenzy's neutral spec: every field of NEUTRAL_FIELDS is required (the spec states the
+    architecture completely, nothing is guessed); ``num_labels`` is required with a classifier
+    head; the other optional keys default to none / 0."""
     unknown = sorted(set(cfg) - _NEUTRAL_KEYS)
     if unknown:
         raise ModelConfigError(_field(unknown[0]), f"unknown key {unknown[0]!r} in the neutral model spec.",
-                               f"use only {', '.join(sorted(_NEUTRAL_KEYS))}.")  # fmt: skip
-    arch = cfg.get("arch")
-    if arch != "decoder":
-        if arch in ("encoder", "encoder-decoder"):
-            raise ModelConfigError(_field("arch"), f"arch {arch!r} is not supported yet; only 'decoder' is.")
-        _get_choice(cfg, "arch", ("decoder",))
-    head = cfg.get("head", "lm")
-    if head != "lm":
-        if head == "classifier":
-            raise ModelConfigError(_field("head"), "head 'classifier' is not supported yet; only 'lm' is.")
-        _get_choice(cfg, "head", ("lm",))
-    hidden = _get_int(cfg, "hidden")
-    heads = _get_int(cfg, "heads")
-    mlp = _get_choice(cfg, "mlp", MLP_KINDS, "gelu")
-    ffn = _get_int(cfg, "ffn") if mlp == "swiglu" else _get_int(cfg, "ffn", 4 * hidden)
-    family = _get_choice(cfg, "family", FAMILIES, "custom")
+                               f"use only {', '.join(NEUTRAL_FIELDS + _NEUTRAL_OPTIONAL)}.")  # fmt: skip
+    for key in NEUTRAL_FIELDS:
+        if key not in cfg:
+            raise ModelConfigError(_field(key), f"required key {key!r} is missing from the neutral model spec.",
+                                   f"a neutral spec has exactly: {', '.join(NEUTRAL_FIELDS)}.")  # fmt: skip
+    arch = _get_choice(cfg, "arch", ("decoder", "encoder"))
+    head = _get_choice(cfg, "head", ("lm", "classifier"))
+    if head == "classifier" and "num_labels" not in cfg:
+        raise ModelConfigError(_field("num_labels"), "a classifier head needs num_labels.",
+                               'add "num_labels": <number of classes>.')  # fmt: skip
+    family = _get_choice(cfg, "family", FAMILIES, "bert" if arch == "encoder" else "custom")
+    experts = cfg.get("experts", 0)
     return _build(
         {k: k for k in _NEUTRAL_KEYS},
-        name=_spec_name(cfg, name), family=family, n_layers=_get_int(cfg, "n_layers"), hidden=hidden,
-        heads=heads, kv_heads=_get_int(cfg, "kv_heads", heads), ffn=ffn, mlp=mlp,
-        vocab=_get_int(cfg, "vocab"), tied_embeddings=_get_bool(cfg, "tied_embeddings", False),
-        pos_emb=_get_choice(cfg, "pos_emb", POS_EMBS, "learned"), max_positions=_get_int(cfg, "max_positions"),
-        norm=_get_choice(cfg, "norm", NORMS, "layernorm"), bias=_get_bool(cfg, "bias", False),
+        name=_spec_name(cfg, name), family=family, n_layers=_get_int(cfg, "n_layers"),
+        hidden=_get_int(cfg, "hidden"), heads=_get_int(cfg, "heads"), kv_heads=_get_int(cfg, "kv_heads"),
+        ffn=_get_int(cfg, "ffn"), mlp=_get_choice(cfg, "mlp", MLP_KINDS), vocab=_get_int(cfg, "vocab"),
+        tied_embeddings=_get_bool(cfg, "tied_embeddings", False),
+        pos_emb=_get_choice(cfg, "pos_emb", POS_EMBS), max_positions=_get_int(cfg, "max_positions"),
+        norm=_get_choice(cfg, "norm", NORMS), bias=_get_bool(cfg, "bias", False),
         qkv_bias=_get_bool(cfg, "qkv_bias", False), dropout=_get_float(cfg, "dropout", 0.0),
+        arch=arch, head=head, num_labels=_get_int(cfg, "num_labels", 2),
+        type_vocab=cfg.get("type_vocab", 2 if arch == "encoder" else 0), experts=experts,
+        top_k=cfg.get("top_k", 0), expert_ffn=cfg.get("expert_ffn", 0),
     )  # fmt: skip
 
 
@@ -222,7 +255,7 @@ def _architecture(cfg: Mapping[str, Any]) -> str:
     raise ModelConfigError(
         "model.config",
         "cannot tell the architecture: no 'architectures', 'model_type' or 'arch' key.",
-        'pass a Hugging Face config.json or Frenzy\'s neutral spec with "arch": "decoder".',
+        'pass a Hugging Face config.json or Frenzy\'s neutral spec with "arch": "decoder" or "encoder".',
     )
 
 
@@ -237,6 +270,8 @@ def model_from_hf_config(cfg: dict[str, Any], name: str = "custom") -> ModelSpec
     arch = _architecture(cfg)
     if arch == "GPT2LMHeadModel":
         return _from_gpt2(cfg, name)
+    if arch.startswith("Bert"):
+        return _from_bert(cfg, name, arch)
     return _from_llama_like(cfg, name, arch)
 
 
@@ -280,4 +315,4 @@ def resolve_model(ref: str) -> ModelSpec:
     )
 
 
-__all__ = ["SUPPORTED_ARCHITECTURES", "model_from_hf_config", "model_from_json", "resolve_model"]
+__all__ = ["NEUTRAL_FIELDS", "SUPPORTED_ARCHITECTURES", "model_from_hf_config", "model_from_json", "resolve_model"]

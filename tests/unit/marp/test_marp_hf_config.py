@@ -104,7 +104,7 @@ def test_missing_kv_heads_defaults_to_heads() -> None:
         (lambda c: c.update(num_key_value_heads=3), "num_key_value_heads"),
         (lambda c: c.update(hidden_size=500), "hidden_size"),
         (lambda c: c.update(head_dim=128), "head_dim"),
-        (lambda c: c.update(architectures=["BertForMaskedLM"]), "architectures"),
+        (lambda c: c.update(architectures=["T5ForConditionalGeneration"]), "architectures"),
         (lambda c: c.update(attention_dropout=2.0), "attention_dropout"),
     ],
 )
@@ -141,8 +141,8 @@ def test_neutral_spec_file() -> None:
 def test_neutral_spec_errors() -> None:
     base = json.loads((DATA / "neutral_tiny.json").read_text())
     for key, value, field in [
-        ("arch", "encoder", "model.config.arch"),
-        ("head", "classifier", "model.config.head"),
+        ("arch", "encdec", "model.config.arch"),
+        ("head", "classifier", "model.config.num_labels"),  # a classifier head needs num_labels
         ("hiden", 3, "model.config.hiden"),  # typo: unknown key
         ("mlp", "relu", "model.config.mlp"),
         ("heads", 7, "model.config.hidden"),  # 256 % 7 != 0, reported on the hidden key
@@ -184,3 +184,33 @@ def test_resolve_model_unknown() -> None:
         resolve_model("/no/such/config.json")
     with pytest.raises(ModelConfigError):
         resolve_model("{broken")
+
+
+BERT_LARGE = {  # https://huggingface.co/google-bert/bert-large-uncased/blob/main/config.json
+    "architectures": ["BertForMaskedLM"], "model_type": "bert", "hidden_size": 1024, "num_hidden_layers": 24,
+    "num_attention_heads": 16, "intermediate_size": 4096, "vocab_size": 30522, "max_position_embeddings": 512,
+    "type_vocab_size": 2, "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1,
+}  # fmt: skip
+
+
+def test_bert_configs_count_parameters_like_transformers() -> None:
+    cls = model_from_hf_config({**BERT_LARGE, "architectures": ["BertForSequenceClassification"]})
+    assert cls.arch == "encoder" and cls.head == "classifier" and cls.num_labels == 2
+    assert cls.param_count() == 335_143_938  # AutoModelForSequenceClassification, 2 labels (HF docs)
+    mlm = model_from_hf_config(BERT_LARGE)
+    # BertForMaskedLM: no pooler; MLM transform (h x h + h, LayerNorm) and a vocab bias, decoder tied
+    assert mlm.param_count() == cls.param_count() - (1024 * 1024 + 1024 + 2 * 1024 + 2) + (
+        1024 * 1024 + 1024 + 2 * 1024 + 30522)
+
+
+def test_neutral_encoder_spec_with_classifier() -> None:
+    base = json.loads((DATA / "neutral_tiny.json").read_text())
+    cfg = {**base, "arch": "encoder", "head": "classifier", "num_labels": 3, "pos_emb": "learned",
+           "norm": "layernorm", "mlp": "gelu", "ffn": 1024, "bias": True}  # fmt: skip
+    spec = model_from_hf_config(cfg)
+    assert spec.arch == "encoder" and spec.num_labels == 3 and spec.type_vocab == 2
+    missing = dict(base)
+    del missing["bias"]
+    with pytest.raises(ModelConfigError) as info:
+        model_from_hf_config(missing)
+    assert info.value.field == "model.config.bias"

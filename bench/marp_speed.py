@@ -1,0 +1,52 @@
+"""How fast MARP ranks plans: a 70B model over 12 GPU types with up to 1,024 GPUs each.
+
+Runs ``enumerate_plans`` (the vectorised layout grid: TP x PP x DP x ZeRO x micro-batch x
+recompute, memory for every layout, step time for every layout, ranking and explanations)
+repeatedly and prints the median and other percentiles as JSON. Target: median < 20 ms.
+Run: ``.venv/bin/python bench/marp_speed.py [--repeats N]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "libs"))
+
+from marp import GpuPool, TrainingRecipe, enumerate_plans, get_model, list_gpus  # noqa: E402
+
+
+def run(repeats: int = 50) -> dict[str, object]:
+    model = get_model("llama-3-70b")
+    recipe = TrainingRecipe(seq_len=4096, global_batch=1024, train_steps=10_000)
+    pools = [GpuPool(g.name, 1024, 8) for g in list_gpus()]
+    assert len(pools) == 12
+    plans = enumerate_plans(model, recipe, pools)  # warm-up (imports, caches)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        enumerate_plans(model, recipe, pools)
+        times.append((time.perf_counter() - start) * 1000.0)
+    times.sort()
+    return {
+        "model": model.name, "gpu_types": len(pools), "max_gpus_per_type": 1024, "repeats": repeats,
+        "median_ms": round(statistics.median(times), 2), "p10_ms": round(times[len(times) // 10], 2),
+        "p90_ms": round(times[(9 * len(times)) // 10], 2), "min_ms": round(times[0], 2),
+        "plans": len(plans.plans), "best": plans.plans[0].to_dict() if plans.plans else None,
+        "target_ms": 20.0, "python": platform.python_version(), "machine": platform.machine(),
+    }  # fmt: skip
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--repeats", type=int, default=50)
+    args = parser.parse_args()
+    out = run(args.repeats)
+    out.pop("best")
+    print(json.dumps(out, indent=2))
