@@ -37,8 +37,8 @@ call this same function.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
-import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -246,6 +246,35 @@ def _job_size(job: QueuedJob) -> float:
     return min(sizes) if sizes else _INF
 
 
+# Memo of _candidates: a queued job's plans do not change between passes (the simulator and
+# the service reuse the same tuple), so the filter and sort run once per job, not per pass.
+# Keyed by id() with the tuple itself kept alive in the value (so the id is not reused).
+_CANDIDATES: dict[tuple[int, float], tuple[tuple[PlanOption, ...], list[tuple[float, int, PlanOption]]]] = {}
+
+
+def _candidates(plans: tuple[PlanOption, ...], width_slack: float) -> list[tuple[float, int, PlanOption]]:
+    """(runtime, index, plan) of the plans within ``width_slack`` of the cheapest GPU-seconds
+    on their GPU type, fastest first (all plans must have ``runtime_s``)."""
+    key = (id(plans), width_slack)
+    hit = _CANDIDATES.get(key)
+    if hit is not None and hit[0] is plans:
+        return hit[1]
+    cheapest: dict[str, float] = {}
+    for p in plans:
+        gs = p.runtime_s * p.num_gpus  # type: ignore[operator]
+        cheapest[p.gpu_type] = min(cheapest.get(p.gpu_type, _INF), gs)
+    out = sorted(
+        (p.runtime_s or 0.0, i, p)
+        for i, p in enumerate(plans)
+        # more GPUs for little speed-up costs the queue more than it gains
+        if (p.runtime_s or 0.0) * p.num_gpus <= (1.0 + width_slack) * cheapest[p.gpu_type]
+    )
+    if len(_CANDIDATES) > 50_000:
+        _CANDIDATES.clear()
+    _CANDIDATES[key] = (plans, out)
+    return out
+
+
 def _order(jobs: list[QueuedJob], now: float, policy: QueuePolicy) -> list[QueuedJob]:
     if policy.order == "fifo":
         return jobs
@@ -272,38 +301,40 @@ class _Releases:
     def __init__(self, cluster: ClusterView, now: float) -> None:
         self.cluster = cluster
         self.now = now
-        self._heaps: dict[tuple[str, int], list[float]] = {}
+        self._times: dict[tuple[str, int], list[float]] = {}
 
-    def _heap(self, plan: PlanOption) -> list[float] | None:
+    def _sorted(self, plan: PlanOption) -> list[float] | None:
         level = self.cluster.memory_level(plan.gpu_type, plan.bytes_per_gpu)
         if level is None:
             return None
         key = (plan.gpu_type, level)
-        heap = self._heaps.get(key)
-        if heap is None:
-            heap = [
+        times = self._times.get(key)
+        if times is None:
+            times = sorted(
                 self.now if g.owner is None else (max(self.now, g.free_at) if g.free_at is not None else _INF)
                 for name in self.cluster.healthy_by_node(plan.gpu_type)
                 for g in self.cluster.node(name).gpus
                 if g.gpu_type == plan.gpu_type and g.healthy and g.memory_total >= level
-            ]
-            heapq.heapify(heap)
-            self._heaps[key] = heap
-        return heap
+            )
+            self._times[key] = times
+        return times
 
     def start_at(self, plan: PlanOption) -> float:
-        heap = self._heap(plan)
-        if heap is None or len(heap) < plan.num_gpus:
+        """O(1) after the first call per (type, level): the n-th earliest release time."""
+        times = self._sorted(plan)
+        if times is None or len(times) < plan.num_gpus:
             return _INF
-        return heapq.nsmallest(plan.num_gpus, heap)[-1]
+        return times[plan.num_gpus - 1]
 
     def commit(self, plan: PlanOption, until: float) -> None:
         """The ``plan.num_gpus`` earliest-free GPUs of its type are taken until ``until``."""
-        heap = self._heap(plan)
-        if heap is None or len(heap) < plan.num_gpus:
+        times = self._sorted(plan)
+        n = plan.num_gpus
+        if times is None or len(times) < n:
             return
-        for _ in range(plan.num_gpus):
-            heapq.heapreplace(heap, until)
+        del times[:n]
+        pos = bisect.bisect_left(times, until)
+        times[pos:pos] = [until] * n
 
 
 def _fits_now(view: ClusterView, plan: PlanOption) -> tuple[tuple[str, tuple[int, ...]], ...] | None:
@@ -334,27 +365,25 @@ def _place_completion(
     plans = job.plans
     if not plans or any(p.runtime_s is None for p in plans):
         return _place_ranked(view, job, policy.explain), None
-    cheapest: dict[str, float] = {}
-    for p in plans:
-        gs = p.runtime_s * p.num_gpus  # type: ignore[operator]
-        cheapest[p.gpu_type] = min(cheapest.get(p.gpu_type, _INF), gs)
     best_now: tuple[float, int, Placement] | None = None
     best_any: tuple[float, int] | None = None
-    for i, p in enumerate(plans):
-        runtime = p.runtime_s or 0.0
-        if runtime * p.num_gpus > (1.0 + policy.width_slack) * cheapest[p.gpu_type]:
-            continue  # more GPUs for little speed-up: costs the queue more than it gains
+    slack = 1.0 + policy.wait_slack
+    for runtime, i, p in _candidates(plans, policy.width_slack):
+        # Fastest first: no later plan can finish before now + runtime, nor be accepted over
+        # a waiting plan unless within the wait slack, so the walk stops early.
+        if best_any is not None and runtime > (best_any[0] - now) * slack:
+            break
         nodes = _fits_now(view, p)
         if nodes is not None:
             done = now + runtime
-            if best_now is None or done < best_now[0]:
+            if best_now is None or (done, i) < best_now[:2]:
                 best_now = (done, i, Placement(job_id=job.job_id, plan_index=i, plan=p, nodes=nodes))
         else:
             done = releases.start_at(p) + runtime
-        if best_any is None or done < best_any[0]:
+        if best_any is None or (done, i) < best_any:
             best_any = (done, i)
     if best_now is not None and best_any is not None:
-        if best_any[1] == best_now[1] or best_now[0] - now <= (best_any[0] - now) * (1.0 + policy.wait_slack):
+        if best_any[1] == best_now[1] or best_now[0] - now <= (best_any[0] - now) * slack:
             releases.commit(best_now[2].plan, best_now[0])
             return best_now[2], None
         better = plans[best_any[1]]

@@ -51,14 +51,16 @@ class FrenzyPolicy:
         if hit is not None and hit[0] == job.steps_left:
             return hit[1]
         extra = self.restart_s if job.restarts else 0.0
-        plans = tuple(
-            PlanOption(p.gpu_type, p.layout.tp, p.layout.pp, p.layout.dp, p.memory.total,
-                       f"{p.gpu_type}x{p.num_gpus}", extra + job.steps_left * p.step_time_s)
-            for p in job.profile.plans
-        )  # fmt: skip
+        plans = tuple(self.option(p, job, extra) for p in job.profile.plans)
         q = QueuedJob(job.job_id, job.seq, job.submitted_at, plans)
         self._cache[job.job_id] = (job.steps_left, q)
         return q
+
+    @staticmethod
+    def option(p: marp.Plan, job: JobInfo, extra_s: float = 0.0) -> PlanOption:
+        """A MARP plan as the scheduler service hands it to HAS, plus the runtime estimate."""
+        return PlanOption(p.gpu_type, p.layout.tp, p.layout.pp, p.layout.dp, p.memory.total,
+                          f"{p.gpu_type}x{p.num_gpus}", extra_s + job.steps_left * p.step_time_s)  # fmt: skip
 
     def decide(self, view: SimView) -> list[Start | Stop]:
         queue = [self.queued_job(j) for j in view.queue]

@@ -1,0 +1,165 @@
+"""Decision time of HAS (frenzy) vs the Sia ILP on the same cluster state, as the cluster grows.
+
+One command, JSON on stdout:
+
+    .venv/bin/python bench/has_decision.py                    # 100, 1,000 and 10,000 GPUs
+    .venv/bin/python bench/has_decision.py --sizes 100,1000 --plot docs/img/decision_vs_size.png
+
+For each size: a heterogeneous cluster (H100 / A100-80GB / A100-40GB / L4 in fixed
+proportions), filled to about 60 % with running jobs (placed by HAS, with estimated end
+times), plus 1,000 queued LLM jobs with MARP's ranked plans. Then, on that same state:
+
+* frenzy: one ``has.schedule`` pass over the 1,000 queued jobs with
+  ``QueuePolicy.frenzy()`` — with the per-plan pending reasons the service shows
+  (``explain=True``, the live default) and without (``explain=False``, the simulator);
+* frenzy-paper: the same with ``QueuePolicy()``;
+* sia: one round of ``SiaPolicy.decide`` (build the ILP over queued + running jobs, solve
+  with HiGHS, place).
+
+Reported per size and policy: the mean, min and p99 of a whole decision (ms), and for
+HAS the per-job share (pass / queued jobs). Ratios sia / frenzy are of the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from has import QueuedJob, QueuePolicy, schedule
+from has.cluster_spec import parse_cluster
+from has.sim_engine import Simulator, SimView, Start
+from has.sim_policies import FrenzyPolicy, SiaPolicy
+from has.traces import synthetic
+
+QUEUED = 1000
+
+
+def cluster_of(gpus: int) -> dict:
+    """~25 % H100, 35 % A100-80GB, 20 % A100-40GB (8 per node), 20 % L4 (4 per node)."""
+    h = max(1, round(gpus * 0.25 / 8))
+    a = max(1, round(gpus * 0.35 / 8))
+    s = max(1, round(gpus * 0.20 / 8))
+    rest = gpus - 8 * (h + a + s)
+    l4 = max(1, rest // 4)
+    return {"nodes": [
+        {"gpu": "H100-80GB", "count": h, "gpus_per_node": 8},
+        {"gpu": "A100-80GB", "count": a, "gpus_per_node": 8},
+        {"gpu": "A100-40GB", "count": s, "gpus_per_node": 8, "name_prefix": "a100s"},
+        {"gpu": "L4", "count": l4, "gpus_per_node": 4},
+    ]}  # fmt: skip
+
+
+class _Idle:
+    name, round_s = "idle", None
+
+    def decide(self, view: SimView) -> list:
+        return []
+
+
+def build_state(gpus: int, seed: int) -> tuple[Simulator, float]:
+    spec = parse_cluster(cluster_of(gpus))
+    fill = synthetic(max(50, spec.total_gpus), seed=seed + 1, jobs_per_hour=1e6)
+    queued = synthetic(QUEUED, seed=seed, jobs_per_hour=1e6)
+    fill = [j.__class__(**{**j.__dict__, "job_id": "run-" + j.job_id, "submit_s": 0.0}) for j in fill]
+    queued = [j.__class__(**{**j.__dict__, "job_id": "q-" + j.job_id, "submit_s": 1.0}) for j in queued]
+    sim = Simulator(spec, fill + queued, _Idle())
+    # Running jobs: each on its narrowest MARP plan that fits, one at a time, until ~60 % busy.
+    for j in fill:
+        if len(sim.owner) >= 0.6 * sim.total_gpus:
+            break
+        sim._handle(0.0, 0, j.job_id, 0)
+        info = sim.info[j.job_id]
+        order = sorted(range(len(info.profile.plans)), key=lambda i: info.profile.plans[i].num_gpus)
+        q = QueuedJob(
+            j.job_id, 0, 0.0, tuple(FrenzyPolicy.option(info.profile.plans[i], info) for i in order)
+        )
+        res = schedule(sim.cluster_view(), [q], 0.0, QueuePolicy(explain=False))
+        for p in res.placements:
+            sim._start(0.0, Start(p.job_id, p.plan.gpu_type, tuple(p.gpus()), order[p.plan_index]))
+    for j in list(sim.queue):  # fill jobs that did not get GPUs are not part of the state
+        del sim.queue[j]
+    for j in queued:
+        sim._handle(1.0, 0, j.job_id, 0)
+    return sim, 2.0
+
+
+def _time(fn, reps: int) -> list[float]:
+    out = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        out.append((time.perf_counter() - t0) * 1000.0)
+    return out
+
+
+def _row(gpus: int, policy: str, ms: list[float], queued: int, extra: dict | None = None) -> dict:
+    ms_sorted = sorted(ms)
+    row = {
+        "gpus": gpus, "policy": policy, "reps": len(ms), "pass_ms_mean": statistics.fmean(ms),
+        "pass_ms_min": ms_sorted[0], "pass_ms_p99": ms_sorted[min(len(ms) - 1, int(0.99 * len(ms)))],
+        "queued_jobs": queued, "per_job_ms_mean": statistics.fmean(ms) / queued,
+    }  # fmt: skip
+    row.update(extra or {})
+    return row
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sizes", default="100,1000,10000")
+    ap.add_argument("--reps", type=int, default=7, help="timed repetitions of each HAS pass")
+    ap.add_argument("--sia-reps", type=int, default=3)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--plot", type=Path, default=None, help="also write decision time vs size (PNG)")
+    args = ap.parse_args()
+
+    rows = []
+    for gpus in (int(s) for s in args.sizes.split(",")):
+        sim, now = build_state(gpus, args.seed)
+        view = SimView(sim, now)
+        cluster = view.cluster
+        frenzy = FrenzyPolicy("frenzy", QueuePolicy.frenzy(explain=False))
+        queue = [frenzy.queued_job(j) for j in view.queue]
+        state = {"cluster_gpus": sim.total_gpus, "busy_gpus": len(sim.owner), "running_jobs": len(sim.running),
+                 "plans_per_job": statistics.fmean(len(q.plans) for q in queue)}  # fmt: skip
+        for name, qp in (
+            ("frenzy", QueuePolicy.frenzy(explain=False)),
+            ("frenzy+reasons", QueuePolicy.frenzy()),
+            ("frenzy-paper", QueuePolicy(explain=False)),
+        ):
+            schedule(cluster, queue, now, qp)  # warm-up
+            ms = _time(lambda c=cluster, q=queue, t=now, qp=qp: schedule(c, q, t, qp), args.reps)
+            placed = len(schedule(cluster, queue, now, qp).placements)
+            rows.append(_row(sim.total_gpus, name, ms, len(queue), {**state, "placed": placed}))
+        sia = SiaPolicy()
+        ms = _time(lambda p=sia, s=sim, t=now: p.decide(SimView(s, t)), args.sia_reps)
+        rows.append(_row(sim.total_gpus, "sia", ms, len(queue),
+                         {**state, "ilp_vars": sia.last_ilp[0], "ilp_rows": sia.last_ilp[1]}))  # fmt: skip
+        print(f"{sim.total_gpus} GPUs done", file=sys.stderr)
+
+    ratios = {}
+    for gpus in sorted({r["gpus"] for r in rows}):
+        f = next(r for r in rows if r["gpus"] == gpus and r["policy"] == "frenzy")
+        fr = next(r for r in rows if r["gpus"] == gpus and r["policy"] == "frenzy+reasons")
+        s = next(r for r in rows if r["gpus"] == gpus and r["policy"] == "sia")
+        ratios[str(gpus)] = {"sia_over_frenzy": s["pass_ms_mean"] / f["pass_ms_mean"],
+                             "sia_over_frenzy_with_reasons": s["pass_ms_mean"] / fr["pass_ms_mean"]}  # fmt: skip
+    out = {"bench": "has_decision", "python": platform.python_version(), "machine": platform.machine(),
+           "rows": rows, "ratios": ratios}  # fmt: skip
+    if args.plot is not None:
+        from has.sim_report import plot_decision_vs_size
+
+        plot_decision_vs_size(
+            [r for r in rows if r["policy"] in ("frenzy", "frenzy+reasons", "sia")], args.plot
+        )
+    json.dump(out, sys.stdout, indent=2)
+    print()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
