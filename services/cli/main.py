@@ -315,13 +315,30 @@ def scheduler_cmd(
     redis_url: Annotated[str, typer.Option(envvar="REDIS_URL")] = "redis://127.0.0.1:6379/0",
     prefix: Annotated[str, typer.Option(envvar="FRENZY_PREFIX", help="Redis key prefix.")] = "frenzy",
     tick_s: Annotated[float, typer.Option(help="Seconds between scheduling passes.")] = 0.25,
+    node_dead_after_s: Annotated[float, typer.Option(
+        envvar="FRENZY_NODE_DEAD_AFTER_S",
+        help="A node without heartbeat lease for this long is declared dead; its jobs are requeued.")] = 30.0,
+    max_attempts: Annotated[int, typer.Option(
+        envvar="FRENZY_MAX_ATTEMPTS", min=1, help="Attempts per job before a node loss fails it.")] = 3,
+    orphan_release_s: Annotated[float, typer.Option(
+        envvar="FRENZY_ORPHAN_RELEASE_S",
+        help="Free GPUs/ports of an ended reservation whose node never reported the exit after this long.")] = 120.0,
+    master_ports: Annotated[str, typer.Option(
+        envvar="FRENZY_MASTER_PORTS", help="torchrun rendezvous ports handed out per node, FIRST-LAST.")]
+    = "29500-32767",
     log_level: Annotated[str, typer.Option()] = "INFO",
 ) -> None:
-    """Run the Scheduler: gRPC API, placement loop (HAS) and agent-event consumer."""
-    from frenzy.scheduler.service import SchedulerServer
+    """Run the Scheduler: gRPC API, placement loop (HAS), agent-event consumer and node reaper."""
+    from frenzy.scheduler.service import SchedulerServer, parse_port_range
 
     _logging(log_level)
-    server = SchedulerServer(redis_url, predictor, address, prefix=prefix, tick_s=tick_s)
+    try:
+        ports = parse_port_range(master_ports)
+    except ValueError as exc:
+        fail(str(exc), 2)
+    server = SchedulerServer(redis_url, predictor, address, prefix=prefix, tick_s=tick_s,
+                             dead_after_s=node_dead_after_s, max_attempts=max_attempts,
+                             orphan_release_s=orphan_release_s, master_ports=ports)
     logging.getLogger("frenzy.scheduler").info("scheduler listening on %s (port %d)", address, server.port)
     _wait_for_signal()
     server.stop()

@@ -1,13 +1,24 @@
 """The scheduler's control loop: a state machine stepped by I/O at the edges.
 
 Each ``tick``: read the cluster and the queue from Redis, ask HAS (pure) for
-placements, then for each one run the atomic reservation and the atomic
-dispatch. A reservation that loses a race (the view was stale) simply fails
-and the job is retried on the next tick with fresh state — never a double
-booking, because ownership is only taken inside the reservation script.
+placements, then for each one run the atomic reservation (GPUs + a rendezvous
+port) and the atomic dispatch. A reservation that loses a race (the view was
+stale) simply fails and the job is retried on the next tick with fresh state
+— never a double booking, because ownership is only taken inside the
+reservation script.
+
+``reap`` (every few ticks) finds nodes whose heartbeat lease has been gone for
+longer than ``dead_after_s`` (measured on the Redis clock, which is what the
+agents' heartbeats are stamped with), declares them dead and requeues their
+jobs: the job is stopped on its other nodes, re-planned by the predictor for
+the cluster that is left (``replan``), and queued for attempt + 1 — or FAILED
+once ``max_attempts`` is reached. It also frees what no live reservation
+holds any more (GPUs of a requeued job whose node never reported, leaked
+ports) after ``orphan_release_s``.
 
 ``drain_events`` consumes the agents' status events (consumer group, acked
-after handling); a malformed event is logged, acked and dropped.
+after handling); a malformed event is logged, acked and dropped; an event of
+an older attempt only releases what that attempt still holds.
 """
 
 from __future__ import annotations
@@ -15,6 +26,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import redis
@@ -22,13 +34,16 @@ import redis
 from frenzy.common.keys import SCHEDULER_GROUP, Keys
 from frenzy.common.messages import AgentEvent, BadMessage, EventKind, LaunchMessage, LayoutEnv, decode_event
 from frenzy.scheduler.states import JobState
-from frenzy.scheduler.store import JobRecord, StateStore
+from frenzy.scheduler.store import DEFAULT_MASTER_PORTS, JobRecord, StateStore
+from frenzy.v1 import types_pb2
 from has import Placement, QueuePolicy, schedule
 
 log = logging.getLogger(__name__)
 
-MASTER_PORT_BASE = 20000
-MASTER_PORT_SPAN = 20000
+ACTIVE = (JobState.RESERVED, JobState.LAUNCHING, JobState.RUNNING)
+
+# Re-plan a job for the cluster as it is now: new ranked plans, or None to keep the old ones.
+Replanner = Callable[[JobRecord], "list[types_pb2.Plan] | None"]
 
 
 @dataclass
@@ -38,17 +53,40 @@ class TickReport:
     pending: int
 
 
+@dataclass
+class ReapReport:
+    declared_dead: list[str]  # nodes declared dead this round
+    requeued: list[str]  # job ids moved back to PENDING
+    failed: list[str]  # job ids that ran out of attempts
+    released: int  # GPUs and ports freed from ended reservations
+
+
 class SchedulerLoop:
     def __init__(self, client: redis.Redis, keys: Keys, policy: QueuePolicy | None = None,
-                 consumer: str = "scheduler-1") -> None:
+                 consumer: str = "scheduler-1", *, dead_after_s: float = 30.0, max_attempts: int = 3,
+                 orphan_release_s: float = 120.0, master_ports: tuple[int, int] = DEFAULT_MASTER_PORTS,
+                 replan: Replanner | None = None) -> None:
+        if dead_after_s <= 0 or max_attempts < 1 or orphan_release_s < 0:
+            raise ValueError(f"need dead_after_s > 0, max_attempts >= 1, orphan_release_s >= 0 (got "
+                             f"{dead_after_s}, {max_attempts}, {orphan_release_s})")
+        first, last = master_ports
+        if not (1024 <= first <= last <= 65535):
+            raise ValueError(f"master port range {first}-{last}: need 1024 <= first <= last <= 65535")
         self.r = client
         self.k = keys
         self.store = StateStore(client, keys)
         self.policy = policy or QueuePolicy()
         self.consumer = consumer
+        self.dead_after_s = dead_after_s
+        self.max_attempts = max_attempts
+        self.orphan_release_s = orphan_release_s
+        self.master_ports = master_ports
+        self.replan = replan
         self.wake = threading.Event()
         self._group_ready = False
         self._pending_checked = False
+        self._orphans: dict[tuple[str, str, str, str], float] = {}  # (kind, where, job, fence) -> first seen
+        self._last_reap = 0.0
 
     # ---- placement ---------------------------------------------------------------------------
 
@@ -76,7 +114,7 @@ class SchedulerLoop:
         if job is None or job.state != JobState.PENDING:
             return False, "job no longer pending"
         plan = job.plans[placement.plan_index]
-        ok, fence_or_reason = self.store.reserve(placement, plan)
+        ok, fence_or_reason = self.store.reserve(placement, plan, self.master_ports)
         if not ok:
             return False, str(fence_or_reason)
         fence = int(fence_or_reason)
@@ -87,7 +125,8 @@ class SchedulerLoop:
         if not ok:
             log.warning("dispatch of %s skipped: %s", job.id, why)
             return False, why
-        log.info("job %s launched on %s", job.id, [n for n, _ in job.placement])
+        log.info("job %s attempt %d launched on %s (rendezvous %s:%d)", job.id, job.attempt,
+                 [n for n, _ in job.placement], job.master_addr, job.master_port)
         return True, ""
 
     def launch_messages(self, job: JobRecord, fence: int) -> list[LaunchMessage]:
@@ -95,10 +134,9 @@ class SchedulerLoop:
         lay = job.plan.layout
         layout = LayoutEnv(gpu_type=job.plan.gpu_type, tp=lay.tp, pp=lay.pp, dp=lay.dp, zero_stage=lay.zero_stage,
                            micro_batch=lay.micro_batch, grad_accum=lay.grad_accum, recompute=lay.recompute or "none")
-        master_addr = self.store.node_addr(job.placement[0][0])
-        # A port per reservation: fences are unique, so concurrently running jobs
-        # get distinct ports within the span (a collision needs 20,000 live jobs).
-        master_port = MASTER_PORT_BASE + fence % MASTER_PORT_SPAN
+        # The reservation allocated the port on the first node and recorded its address.
+        master_addr = job.master_addr or self.store.node_addr(job.placement[0][0])
+        master_port = job.master_port or self.master_ports[0]
         out = []
         for rank, (node, idxs) in enumerate(job.placement):
             uuids = [self.r.hget(self.k.gpu(node, i), "uuid") or "" for i in idxs]
@@ -110,6 +148,121 @@ class SchedulerLoop:
                 layout=layout,
             ))
         return out
+
+    # ---- node loss and leaks -------------------------------------------------------------------
+
+    def reap(self) -> ReapReport:
+        """Declare nodes dead, requeue (or fail) their jobs, free what ended reservations still hold."""
+        report = ReapReport([], [], [], 0)
+        now = self.store.redis_time()
+        nodes = self.store.load_nodes()
+        # Read the port tables before any job: a port taken after this read is not looked at.
+        ports = {info.get("name", ""): self.r.hgetall(self.k.ports(info.get("name", "")))
+                 for info, _alive, _gpus in nodes if info.get("name")}
+        dead: dict[str, float] = {}
+        for info, alive, _gpus in nodes:
+            name = info.get("name", "")
+            if not name or alive:
+                continue
+            beat = info.get("heartbeat_at", "")
+            age = now - float(beat or 0)
+            if age < self.dead_after_s:
+                continue
+            if not info.get("dead_at"):
+                if not self.store.declare_dead(name, beat, now):
+                    continue  # it came back meanwhile
+                log.warning("node %s declared dead: no heartbeat for %.1f s (timeout %.1f s)", name, age,
+                            self.dead_after_s)
+                report.declared_dead.append(name)
+            dead[name] = age
+
+        jobs: dict[str, JobRecord | None] = {}
+
+        def job_of(job_id: str) -> JobRecord | None:
+            if job_id not in jobs:
+                jobs[job_id] = self.store.get(job_id)
+            return jobs[job_id]
+
+        for info, _alive, gpus in nodes:
+            name = info.get("name", "")
+            if name not in dead:
+                continue
+            for g in gpus:
+                job = job_of(g.get("owner") or "") if g.get("owner") else None
+                if job is None or job.state not in ACTIVE or str(job.fence) != g.get("fence"):
+                    continue
+                lost = sorted(n for n, _ in job.placement if n in dead)
+                why = f"node {', '.join(lost)} is dead (no heartbeat for {dead[lost[0]]:.0f} s)"
+                state = self.requeue(job, lost, why)
+                if state == JobState.PENDING.value:
+                    report.requeued.append(job.id)
+                elif state == JobState.FAILED.value:
+                    report.failed.append(job.id)
+                jobs.pop(job.id, None)
+
+        seen: set[tuple[str, str, str, str]] = set()
+        mono = time.monotonic()
+        for info, _alive, gpus in nodes:
+            name = info.get("name", "")
+            for g in gpus:
+                owner, fence = g.get("owner") or "", g.get("fence") or "0"
+                if not owner:
+                    continue
+                job = job_of(owner)
+                if job is not None and job.state in ACTIVE and str(job.fence) == fence:
+                    continue
+                key = ("gpu", name, owner, fence)
+                seen.add(key)
+                first = self._orphans.setdefault(key, mono)
+                if name in dead or mono - first >= self.orphan_release_s:
+                    freed = self.store.release_stale(owner, name, int(fence))
+                    if freed:
+                        log.warning("freed %d GPU(s) of %s still held by ended reservation %s of job %s%s",
+                                    freed, name, fence, owner,
+                                    "" if name in dead else f" (no exit reported for {mono - first:.0f} s)")
+                        report.released += freed
+                    self._orphans.pop(key, None)
+        for name, table in ports.items():
+            for port, owner in table.items():
+                job = job_of(owner)
+                if (job is not None and job.state in ACTIVE and job.master_node == name
+                        and str(job.master_port) == port):
+                    continue
+                key = ("port", name, owner, port)
+                seen.add(key)
+                first = self._orphans.setdefault(key, mono)
+                if mono - first >= self.orphan_release_s:
+                    if self.store.release_port(name, port, owner):
+                        log.info("freed rendezvous port %s on %s left by job %s", port, name, owner)
+                        report.released += 1
+                    self._orphans.pop(key, None)
+        for key in list(self._orphans):
+            if key not in seen:
+                del self._orphans[key]  # resolved by itself (the exit came in)
+        return report
+
+    def requeue(self, job: JobRecord, lost: list[str], why: str) -> str:
+        """Take ``job`` off its nodes and queue its next attempt (re-planned), or fail it at the limit.
+
+        -> the job's new state ("PENDING", "FAILED") or "" when it had moved on."""
+        limit = job.max_attempts or self.max_attempts
+        plans = None
+        if job.attempt < limit and self.replan is not None:
+            try:
+                plans = self.replan(job)
+            except Exception as exc:  # the predictor is down: the old plans still describe the job
+                log.warning("re-planning %s for the remaining cluster failed (%s); keeping its plans", job.id, exc)
+        done, state = self.store.requeue(job, lost, why, limit, plans)
+        if not done:
+            log.info("requeue of %s skipped: it is %s now", job.id, state)
+            return ""
+        if state == JobState.PENDING.value:
+            log.warning("job %s requeued for attempt %d of %d: %s%s", job.id, job.attempt + 1, limit, why,
+                        f" ({len(plans)} plans for the remaining cluster)" if plans else "")
+            self.wake.set()
+        else:
+            log.warning("job %s FAILED after attempt %d of %d: %s", job.id, job.attempt, limit, why)
+        return state
 
     # ---- events --------------------------------------------------------------------------------
 
@@ -151,26 +304,51 @@ class SchedulerLoop:
         if job is None:
             log.warning("event for unknown job %s from %s ignored", event.job_id, event.node)
             return
-        if event.attempt != job.attempt or event.node not in {n for n, _ in job.placement}:
-            log.info("stale event for %s (attempt %s, node %s) ignored", job.id, event.attempt, event.node)
+        current = (event.attempt == job.attempt and job.state in ACTIVE
+                   and event.node in {n for n, _ in job.placement}
+                   and (event.fence is None or event.fence == job.fence))
+        if not current:
+            # An older attempt (requeued) or an ended job: its process is gone now,
+            # so whatever it still held on that node can go.
+            if event.kind != EventKind.RUNNING and event.fence is not None:
+                freed = self.store.release_stale(job.id, event.node, event.fence)
+                if freed:
+                    log.info("job %s attempt %d ended on %s: freed %d GPU(s) of its old reservation", job.id,
+                             event.attempt, event.node, freed)
+                    self.wake.set()
+                    return
+            log.info("stale event for %s (%s, attempt %s, node %s) ignored", job.id, event.kind, event.attempt,
+                     event.node)
             return
         if event.kind == EventKind.RUNNING:
+            fields = {}
             if event.log_path:
-                self.store.set_fields(job.id, **{f"log:{event.node}": event.log_path})
+                fields[f"log:{event.node}"] = event.log_path
+            if event.pid:
+                fields[f"pid:{event.node}"] = str(event.pid)
+            if fields:
+                self.store.set_fields(job.id, **fields)
             if job.state == JobState.LAUNCHING:
                 self.store.transition(job, JobState.RUNNING, f"process started on {event.node} (pid {event.pid})")
+            return
+        if event.kind == EventKind.LAUNCH_FAILED and event.retryable:
+            self.requeue(job, [event.node], f"launch failed on {event.node}: {event.message}")
             return
         if event.kind == EventKind.LAUNCH_FAILED:
             code, reason = 127, f"launch failed on {event.node}: {event.message}"
         else:
             code = event.exit_code if event.exit_code is not None else -1
             reason = f"{event.node} exited with code {code}" + (" (cancelled)" if event.cancelled else "")
-        status, state = self.store.record_exit(job, event.attempt, event.node, code, reason)
+            if event.exit_code is None and event.message:
+                reason += f": {event.message}"
+        status, state = self.store.record_exit(job, event.attempt, event.node, code, reason,
+                                               told_to_stop=event.cancelled)
         log.info("job %s: %s -> %s (%s)", job.id, reason, state, status)
-        if status == "recorded" and code != 0:
+        if status == "recorded" and code != 0 and not event.cancelled:
             # One rank failed: stop the others so the job ends instead of hanging.
             job = self.store.get(job.id) or job
-            self.store.request_cancel(job, f"rank on {event.node} failed with code {code}", user=False)
+            self.store.request_cancel(job, f"node {event.node} (node rank {job.node_rank(event.node)}) failed "
+                                      f"with code {code}", user=False)
 
     # ---- cancel --------------------------------------------------------------------------------
 
@@ -188,12 +366,19 @@ class SchedulerLoop:
 
     # ---- threads -------------------------------------------------------------------------------
 
+    def reap_interval(self) -> float:
+        """How often ``run`` reaps: often enough to declare a node dead within ~1/4 of its timeout."""
+        return max(0.2, min(self.dead_after_s / 4, 5.0))
+
     def run(self, stop: threading.Event, tick_s: float = 0.25) -> None:
-        """Run placement ticks and event handling until ``stop`` is set."""
+        """Run placement ticks, reaping and event handling until ``stop`` is set."""
         events = threading.Thread(target=self._events_forever, args=(stop,), name="events", daemon=True)
         events.start()
         while not stop.is_set():
             try:
+                if time.monotonic() - self._last_reap >= self.reap_interval():
+                    self._last_reap = time.monotonic()
+                    self.reap()
                 self.tick()
             except redis.RedisError:
                 log.exception("scheduling tick failed; retrying")

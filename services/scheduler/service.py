@@ -2,26 +2,34 @@
 
 SubmitJob validates the spec, asks the Predictor (over gRPC) for ranked plans
 on the GPU types the live cluster has, and only then writes the job in one
-atomic script — bad input leaves nothing behind. Status codes follow gRPC
-conventions: INVALID_ARGUMENT names the bad field, FAILED_PRECONDITION when
-the cluster can never hold the job, NOT_FOUND for an unknown job id.
+atomic script — bad input leaves nothing behind. The same predictor call
+re-plans a job that lost a node, for the cluster that is left. StreamLogs
+serves the output the agents ship into each job's Redis log stream, so
+`frenzy logs` works from any machine that reaches the scheduler. Status codes
+follow gRPC conventions: INVALID_ARGUMENT names the bad field,
+FAILED_PRECONDITION when the cluster can never hold the job, NOT_FOUND for an
+unknown job id.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import grpc
 import redis
 
 from frenzy.common.grpc_server import start_server
 from frenzy.common.keys import Keys
+from frenzy.common.messages import BadMessage, LogChunk, decode_log_chunk
 from frenzy.scheduler.loop import SchedulerLoop
 from frenzy.scheduler.states import JobState
-from frenzy.scheduler.store import StateStore
+from frenzy.scheduler.store import DEFAULT_MASTER_PORTS, JobRecord, StateStore
 from frenzy.v1 import predictor_pb2, predictor_pb2_grpc, scheduler_pb2, scheduler_pb2_grpc, types_pb2
 
 log = logging.getLogger(__name__)
@@ -45,14 +53,46 @@ def validate_spec(spec: types_pb2.JobSpec) -> None:
         raise ValueError("spec.idempotency_key: longer than 200 characters")
 
 
+def parse_port_range(text: str) -> tuple[int, int]:
+    """``"29500-32767"`` -> (29500, 32767); ValueError naming the problem."""
+    first, sep, last = text.partition("-")
+    try:
+        lo, hi = int(first), int(last if sep else first)
+    except ValueError:
+        raise ValueError(f"master port range {text!r}: expected FIRST-LAST, e.g. 29500-32767") from None
+    if not (1024 <= lo <= hi <= 65535):
+        raise ValueError(f"master port range {text!r}: need 1024 <= FIRST <= LAST <= 65535")
+    return lo, hi
+
+
 class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
     def __init__(self, client: redis.Redis, keys: Keys, predictor: predictor_pb2_grpc.PredictorStub,
                  loop: SchedulerLoop | None = None) -> None:
         self.store = StateStore(client, keys)
         self.loop = loop or SchedulerLoop(client, keys)
         self.predictor = predictor
+        if self.loop.replan is None:
+            self.loop.replan = self.replan
 
     # ---- helpers -------------------------------------------------------------------------------
+
+    def predict(self, spec: types_pb2.JobSpec) -> tuple[predictor_pb2.PredictResponse, list[types_pb2.GpuPool]]:
+        """Ranked plans for ``spec`` on the GPU types live, schedulable nodes have now. Raises grpc.RpcError."""
+        pools = self._pools()
+        pred = self.predictor.Predict(
+            predictor_pb2.PredictRequest(model=spec.model, recipe=spec.recipe, limits=spec.limits, pools=pools),
+            timeout=30,
+        )
+        return pred, pools
+
+    def replan(self, job: JobRecord) -> list[types_pb2.Plan] | None:
+        """New plans for a requeued job on the cluster that is left; None keeps its old plans."""
+        pred, pools = self.predict(job.spec)
+        if not pred.plans:
+            log.warning("no plan for %s fits the remaining cluster (%s); keeping its plans until it grows", job.id,
+                        ", ".join(f"{p.total_gpus} x {p.gpu_type}" for p in pools) or "no live nodes")
+            return None
+        return list(pred.plans)
 
     def _pools(self) -> list[types_pb2.GpuPool]:
         """One pool per GPU type among live, schedulable nodes."""
@@ -90,12 +130,8 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
             existing = self.store.r.get(self.store.k.idempotency(spec.idempotency_key))
             if existing and (job := self.store.get(existing)) is not None:
                 return scheduler_pb2.SubmitJobResponse(job=job.to_proto(), duplicate=True)
-        pools = self._pools()
         try:
-            pred = self.predictor.Predict(
-                predictor_pb2.PredictRequest(model=spec.model, recipe=spec.recipe, limits=spec.limits, pools=pools),
-                timeout=30,
-            )
+            pred, pools = self.predict(spec)
         except grpc.RpcError as exc:
             code = exc.code()
             if code == grpc.StatusCode.INVALID_ARGUMENT:
@@ -108,7 +144,8 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
                           f"spec: no GPU type in the cluster can hold {pred.model_name} with this recipe "
                           f"(cluster: {have}). {why}. To fix: lower recipe.micro_batch or recipe.seq_len, "
                           "allow recompute, or add larger GPUs")
-        job_id, dup = self.store.submit(spec, list(pred.plans), pred.model_name, pred.parameter_count)
+        job_id, dup = self.store.submit(spec, list(pred.plans), pred.model_name, pred.parameter_count,
+                                        max_attempts=self.loop.max_attempts)
         self.loop.wake.set()
         job = self.store.get(job_id)
         assert job is not None
@@ -158,25 +195,140 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
                 continue
             node = types_pb2.Node(name=info.get("name", ""), addr=info.get("addr", ""), alive=alive,
                                   draining=info.get("draining") == "1",
-                                  heartbeat_at=float(info.get("heartbeat_at", 0) or 0))
+                                  heartbeat_at=float(info.get("heartbeat_at", 0) or 0),
+                                  declared_dead_at=float(info.get("dead_at", 0) or 0),
+                                  health_reason=info.get("health_reason", ""))
             for g in sorted(gpus, key=lambda g: int(g["index"])):
-                node.gpus.add(index=int(g["index"]), uuid=g.get("uuid", ""), gpu_type=g.get("type", ""),
-                              nvml_name=g.get("nvml_name", ""), memory_total=int(g.get("memory_total", 0)),
-                              memory_free=int(g.get("memory_free", 0)), healthy=g.get("healthy", "1") == "1",
-                              owner=g.get("owner", ""))
+                gpu = node.gpus.add(
+                    index=int(g["index"]), uuid=g.get("uuid", ""), gpu_type=g.get("type", ""),
+                    nvml_name=g.get("nvml_name", ""), memory_total=int(g.get("memory_total", 0)),
+                    memory_free=int(g.get("memory_free", 0)), healthy=g.get("healthy", "1") == "1",
+                    owner=g.get("owner", ""), pci_bus_id=g.get("pci_bus_id", ""),
+                    utilization_pct=int(g.get("utilization", -1) or -1), health_reason=g.get("health_reason", ""),
+                    type_from_memory=g.get("type_from_memory") == "1")
+                for pid, used in _json(g.get("processes"), []):
+                    gpu.processes.add(pid=int(pid), used_memory=int(used))
+                gpu.links.update({int(k): str(v) for k, v in _json(g.get("links"), {}).items()})
             out.append(node)
         return scheduler_pb2.ListNodesResponse(nodes=out)
 
+    def StreamLogs(self, request: scheduler_pb2.StreamLogsRequest, context: grpc.ServicerContext) -> Iterator:
+        job = self._job(request.job_id, context)
+        if request.tail_lines < 0 or request.attempt < 0:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                          "tail_lines: must be >= 0" if request.tail_lines < 0 else "attempt: must be >= 0")
+        key = self.store.k.job_logs(job.id)
+        r = self.store.r
+
+        def wanted(chunk: LogChunk) -> bool:
+            return (not request.node or chunk.node == request.node) and (
+                not request.attempt or chunk.attempt == request.attempt)
+
+        def decoded(entries: list) -> Iterator[tuple[str, LogChunk]]:
+            for entry_id, fields in entries:
+                try:
+                    chunk = decode_log_chunk(fields)
+                except BadMessage as exc:
+                    log.warning("job %s: skipping bad log entry %s: %s", job.id, entry_id, exc)
+                    continue
+                if wanted(chunk):
+                    yield entry_id, chunk
+
+        last = "0"
+        if request.tail_lines:
+            newest = r.xrevrange(key, count=1)
+            if newest:
+                last = newest[0][0]
+                for chunk in _tail(r, key, last, request.tail_lines, decoded):
+                    yield _chunk_proto(chunk)
+        while context.is_active():
+            reply = r.xread({key: last}, count=500, block=1000 if request.follow else None)
+            entries = reply[0][1] if reply else []
+            if entries:
+                last = entries[-1][0]
+                for _entry_id, chunk in decoded(entries):
+                    yield _chunk_proto(chunk)
+                continue
+            if not request.follow:
+                return
+            current = self.store.get(job.id)
+            if current is None or current.state.terminal:
+                # Agents ship a node's last output before reporting its exit, and the job
+                # ends with the last exit: one more read and the stream is complete.
+                reply = r.xread({key: last}, count=10_000)
+                for _entry_id, chunk in decoded(reply[0][1] if reply else []):
+                    yield _chunk_proto(chunk)
+                return
+
+
+def _json(text: str | None, default: object) -> Any:
+    try:
+        value = json.loads(text) if text else default
+    except ValueError:
+        return default
+    return value if isinstance(value, type(default)) else default
+
+
+def _chunk_proto(chunk: LogChunk) -> scheduler_pb2.LogChunk:
+    return scheduler_pb2.LogChunk(node=chunk.node, attempt=chunk.attempt, offset=chunk.offset, text=chunk.text,
+                                  at=chunk.at)
+
+
+def _tail(r: redis.Redis, key: str, newest: str, lines: int, decoded) -> list[LogChunk]:  # noqa: ANN001
+    """The chunks holding the last ``lines`` lines up to entry ``newest``, oldest first (first one trimmed)."""
+    picked: list[LogChunk] = []
+    count = 0
+    end = newest
+    while count < lines:
+        batch = r.xrevrange(key, max=end, count=200)
+        if not batch:
+            break
+        for _entry_id, chunk in decoded(batch):
+            picked.append(chunk)
+            count += chunk.text.count("\n") + (0 if chunk.text.endswith("\n") else 1)
+            if count >= lines:
+                break
+        if len(batch) < 200:
+            break
+        end = "(" + batch[-1][0]
+    picked.reverse()
+    extra = count - lines
+    if picked and extra > 0:
+        head = picked[0]
+        parts = head.text.split("\n")
+        kept = "\n".join(parts[extra:])
+        picked[0] = head.model_copy(update={"text": kept,
+                                            "offset": head.offset + len(head.text.encode()) - len(kept.encode())})
+    return picked
+
+
+def env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    return float(raw) if raw else default
+
 
 class SchedulerServer:
-    """Scheduler process: gRPC API + placement loop + event consumer."""
+    """Scheduler process: gRPC API + placement loop + event consumer + node reaper.
+
+    Node-loss settings default to ``FRENZY_NODE_DEAD_AFTER_S`` (30), ``FRENZY_MAX_ATTEMPTS`` (3),
+    ``FRENZY_ORPHAN_RELEASE_S`` (120) and ``FRENZY_MASTER_PORTS`` (29500-32767) when not given.
+    """
 
     def __init__(self, redis_url: str, predictor_addr: str, address: str = "127.0.0.1:50051",
-                 prefix: str | None = None, tick_s: float = 0.25) -> None:
+                 prefix: str | None = None, tick_s: float = 0.25, dead_after_s: float | None = None,
+                 max_attempts: int | None = None, orphan_release_s: float | None = None,
+                 master_ports: tuple[int, int] | None = None) -> None:
         self.client = redis.Redis.from_url(redis_url, decode_responses=True)
         self.keys = Keys(prefix)
         self.channel = grpc.insecure_channel(predictor_addr)
-        self.loop = SchedulerLoop(self.client, self.keys)
+        ports = os.environ.get("FRENZY_MASTER_PORTS")
+        self.loop = SchedulerLoop(
+            self.client, self.keys,
+            dead_after_s=dead_after_s if dead_after_s is not None else env_float("FRENZY_NODE_DEAD_AFTER_S", 30.0),
+            max_attempts=max_attempts if max_attempts is not None else int(env_float("FRENZY_MAX_ATTEMPTS", 3)),
+            orphan_release_s=(orphan_release_s if orphan_release_s is not None
+                              else env_float("FRENZY_ORPHAN_RELEASE_S", 120.0)),
+            master_ports=master_ports or (parse_port_range(ports) if ports else DEFAULT_MASTER_PORTS))
         servicer = SchedulerServicer(self.client, self.keys, predictor_pb2_grpc.PredictorStub(self.channel), self.loop)
         self.server, self.port, self.health = start_server(
             [lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(servicer, s)], [SERVICE_NAME], address)

@@ -25,6 +25,9 @@ from frenzy.v1 import types_pb2
 from has import ClusterView, GpuSlot, NodeView, Placement, PlanOption, QueuedJob
 
 STREAM_MAXLEN = 10_000
+# torchrun rendezvous ports handed out per master node; below Linux's ephemeral
+# range (32768+), so an outgoing connection never holds one by chance.
+DEFAULT_MASTER_PORTS = (29500, 32767)
 
 
 def history_entry(state: JobState, reason: str = "", at: float | None = None) -> str:
@@ -52,6 +55,15 @@ class JobRecord:
     exit_codes: dict[str, int]
     log_paths: dict[str, str]
     history: list[dict[str, Any]] = field(default_factory=list)
+    pids: dict[str, int] = field(default_factory=dict)
+    master_node: str = ""
+    master_addr: str = ""
+    master_port: int = 0
+    failed_node: str = ""
+    failed_rank: int = -1
+    failed_exit_code: int = 0
+    max_attempts: int = 0  # 0: the scheduler's default
+    stop_requested: bool = False
 
     def to_proto(self) -> types_pb2.Job:
         job = types_pb2.Job(
@@ -67,7 +79,20 @@ class JobRecord:
             job.history.add(state=JobState(h["state"]).to_proto(), at=float(h["at"]), reason=h.get("reason", ""))
         job.exit_codes.update(self.exit_codes)
         job.log_paths.update(self.log_paths)
+        job.pids.update(self.pids)
+        job.master_addr, job.master_port = self.master_addr, self.master_port
+        job.failed_node = self.failed_node
+        if self.failed_node and self.failed_rank >= 0:
+            job.failed_node_rank, job.failed_exit_code = self.failed_rank, self.failed_exit_code
+        job.max_attempts = self.max_attempts
         return job
+
+    def node_rank(self, node: str) -> int:
+        """torchrun node rank of ``node`` (its position in the placement), -1 when not placed there."""
+        for rank, (n, _) in enumerate(self.placement):
+            if n == node:
+                return rank
+        return -1
 
     def gpu_keys(self, keys: Keys) -> list[str]:
         return [keys.gpu(node, i) for node, idxs in self.placement for i in idxs]
@@ -96,12 +121,17 @@ class StateStore:
         self._transition = scripts.register(client, "transition_job")
         self._record_exit = scripts.register(client, "record_exit")
         self._cancel = scripts.register(client, "request_cancel")
+        self._requeue = scripts.register(client, "requeue_job")
+        self._release_stale = scripts.register(client, "release_stale")
+        self._declare_dead = scripts.register(client, "declare_node_dead")
+        self._set_draining = scripts.register(client, "set_draining")
+        self._release_port = scripts.register(client, "release_port")
 
     # ---- jobs -------------------------------------------------------------------------------
 
     def submit(
         self, spec: types_pb2.JobSpec, plans: list[types_pb2.Plan], model_name: str, parameter_count: int,
-        pending_reason: str = "waiting for the first scheduling pass",
+        pending_reason: str = "waiting for the first scheduling pass", max_attempts: int = 0,
     ) -> tuple[str, bool]:
         """Create a PENDING job (or return the one with the same idempotency key). -> (id, duplicate)"""
         job_id = f"job-{uuid.uuid4().hex[:12]}"
@@ -116,6 +146,8 @@ class StateStore:
             "parameter_count": str(parameter_count),
             "pending_reason": pending_reason,
         }
+        if max_attempts > 0:
+            fields["max_attempts"] = str(max_attempts)
         argv: list[Any] = [job_id, repr(now), history_entry(JobState.PENDING, "submitted", now), "1" if idem else "0"]
         for kv in fields.items():
             argv.extend(kv)
@@ -156,13 +188,19 @@ class StateStore:
         placement = [(n, list(g)) for n, g in json.loads(raw["placement"])] if raw.get("placement") else []
         exits = {k.removeprefix("exit:"): int(v) for k, v in raw.items() if k.startswith("exit:")}
         logs = {k.removeprefix("log:"): v for k, v in raw.items() if k.startswith("log:")}
+        pids = {k.removeprefix("pid:"): int(v) for k, v in raw.items() if k.startswith("pid:")}
         return JobRecord(
             id=raw["id"], state=JobState(raw["state"]), seq=int(raw.get("seq", 0)),
             submitted_at=float(raw.get("submitted_at", 0)), attempt=int(raw.get("attempt", 1)), spec=spec,
             plans=plans, model_name=raw.get("model_name", ""), parameter_count=int(raw.get("parameter_count", 0)),
             plan=plan, placement=placement, fence=int(raw.get("fence", 0) or 0),
             pending_reason=raw.get("pending_reason", ""), cancel_requested=raw.get("cancel_requested") == "1",
-            exit_codes=exits, log_paths=logs, history=[json.loads(h) for h in hist],
+            exit_codes=exits, log_paths=logs, history=[json.loads(h) for h in hist], pids=pids,
+            master_node=raw.get("master_node", ""), master_addr=raw.get("master_addr", ""),
+            master_port=int(raw.get("master_port", 0) or 0), failed_node=raw.get("failed_node", ""),
+            failed_rank=int(raw["failed_rank"]) if raw.get("failed_rank", "") != "" else -1,
+            failed_exit_code=int(raw.get("failed_exit_code", 0) or 0),
+            max_attempts=int(raw.get("max_attempts", 0) or 0), stop_requested=raw.get("stop_requested") == "1",
         )
 
     def queue(self) -> list[QueuedJob]:
@@ -190,19 +228,29 @@ class StateStore:
                 pipe.hset(self.k.job(job_id), "pending_reason", reason)
         pipe.execute()
 
-    def reserve(self, placement: Placement, plan: types_pb2.Plan) -> tuple[bool, int | str]:
-        """Atomically take every GPU of ``placement``. -> (True, fence) or (False, why)."""
+    def reserve(self, placement: Placement, plan: types_pb2.Plan,
+                ports: tuple[int, int] = DEFAULT_MASTER_PORTS) -> tuple[bool, int | str]:
+        """Atomically take every GPU of ``placement`` and a rendezvous port on its first node.
+
+        ``ports`` is the (first, last) port range. -> (True, fence) or (False, why)."""
         gpu_keys = [self.k.gpu(node, i) for node, idxs in placement.nodes for i in idxs]
-        alive = [self.k.node_alive(node) for node, _ in placement.nodes]
+        nodes = [node for node, _ in placement.nodes]
+        master = nodes[0]
+        first, last = ports
+        # Start looking at a port derived from the job id: jobs of different
+        # stacks (prefixes) sharing a host rarely probe the same ports.
+        preferred = int(uuid.uuid5(uuid.NAMESPACE_URL, placement.job_id).int % (last - first + 1))
         now = time.time()
         res = self._reserve(
             keys=[self.k.job(placement.job_id), self.k.job_history(placement.job_id), self.k.queue(), self.k.seq(),
-                  *gpu_keys, *alive],
+                  self.k.ports(master), *gpu_keys, *[self.k.node_alive(n) for n in nodes],
+                  *[self.k.node(n) for n in nodes]],
             args=[placement.job_id, len(gpu_keys), plan.peak_bytes_per_gpu, repr(now),
                   json_format.MessageToJson(plan, indent=None),
                   json.dumps([[n, list(g)] for n, g in placement.nodes]),
                   history_entry(JobState.RESERVED, f"{len(gpu_keys)} x {plan.gpu_type} on "
-                                + ", ".join(n for n, _ in placement.nodes), now)],
+                                + ", ".join(nodes), now),
+                  first, last - first + 1, preferred, master, self.node_addr(master)],
         )
         return (True, int(res[1])) if int(res[0]) == 1 else (False, str(res[1]))
 
@@ -224,16 +272,67 @@ class StateStore:
         for kv in fields.items():
             argv.extend(kv)
         gpu_keys = job.gpu_keys(self.k) if release else []
-        res = self._transition(keys=[self.k.job(job.id), self.k.job_history(job.id), self.k.queue(), *gpu_keys],
-                               args=argv)
+        argv.insert(5, "1" if release else "0")
+        res = self._transition(keys=[self.k.job(job.id), self.k.job_history(job.id), self.k.queue(),
+                                     self.k.ports(job.master_node or "-"), *gpu_keys], args=argv)
         return int(res[0]) == 1, str(res[1])
 
-    def record_exit(self, job: JobRecord, attempt: int, node: str, exit_code: int, reason: str) -> tuple[str, str]:
+    def record_exit(self, job: JobRecord, attempt: int, node: str, exit_code: int, reason: str,
+                    told_to_stop: bool = False) -> tuple[str, str]:
+        """Count one node's exit; the last one finishes the job. -> (ignored|recorded|finished, state)
+
+        ``told_to_stop``: the node ended because it was cancelled, so its exit code
+        is not the job's failure."""
         res = self._record_exit(
-            keys=[self.k.job(job.id), self.k.job_history(job.id), *job.gpu_keys(self.k)],
-            args=[job.id, str(attempt), node, str(exit_code), len(job.placement), repr(time.time()), reason],
+            keys=[self.k.job(job.id), self.k.job_history(job.id), self.k.ports(job.master_node or "-"),
+                  *job.gpu_keys(self.k)],
+            args=[job.id, str(attempt), node, str(exit_code), len(job.placement), repr(time.time()), reason,
+                  job.node_rank(node), "1" if told_to_stop else "0"],
         )
         return str(res[0]), str(res[1])
+
+    def requeue(self, job: JobRecord, lost: list[str], why: str, max_attempts: int,
+                plans: list[types_pb2.Plan] | None = None) -> tuple[bool, str]:
+        """Stop the job's attempt everywhere and queue the next one (or fail it at the limit).
+
+        -> (done, new state: PENDING or FAILED; or the current state when nothing was done)."""
+        gpus = [(node, self.k.gpu(node, i)) for node, idxs in job.placement for i in idxs]
+        msg = CancelMessage(job_id=job.id, attempt=job.attempt, reason=why)
+        res = self._requeue(
+            keys=[self.k.job(job.id), self.k.job_history(job.id), self.k.queue(), self.k.ports(job.master_node or "-"),
+                  *[key for _, key in gpus], *[self.k.launch_stream(n) for n, _ in job.placement]],
+            args=[job.id, job.attempt, job.fence, max_attempts, repr(time.time()), len(gpus), ",".join(lost), why,
+                  msg.model_dump_json(), STREAM_MAXLEN,
+                  json.dumps([json_format.MessageToDict(p) for p in plans]) if plans else "",
+                  *[node for node, _ in gpus]],
+        )
+        return int(res[0]) == 1, str(res[1])
+
+    def release_stale(self, job_id: str, node: str, fence: int) -> int:
+        """Free the GPUs of ``node`` still held by an ended reservation (``fence``) of ``job_id``."""
+        count = int(self.r.hget(self.k.node(node), "gpu_count") or 0)
+        if count == 0:
+            return 0
+        return int(self._release_stale(keys=[self.k.job(job_id), *[self.k.gpu(node, i) for i in range(count)]],
+                                       args=[job_id, fence]))
+
+    def declare_dead(self, node: str, heartbeat_at: str, now: float) -> bool:
+        """Mark ``node`` dead unless it heartbeated since ``heartbeat_at``. -> marked (or already was)"""
+        return int(self._declare_dead(keys=[self.k.node(node), self.k.node_alive(node)],
+                                      args=[heartbeat_at, repr(now)])) == 1
+
+    def set_draining(self, node: str, draining: bool) -> bool:
+        """An operator's drain / undrain. -> False when the node does not exist."""
+        return int(self._set_draining(keys=[self.k.node(node)], args=["1" if draining else "0"])) == 1
+
+    def redis_time(self) -> float:
+        """The Redis server clock: heartbeat times are written with it, so ages are computed with it too."""
+        sec, usec = self.r.time()
+        return sec + usec / 1e6
+
+    def release_port(self, node: str, port: str, job_id: str) -> bool:
+        """Free a rendezvous port entry if it still names ``job_id`` (a leak sweep; single-key check-and-delete)."""
+        return int(self._release_port(keys=[self.k.ports(node)], args=[port, job_id])) == 1
 
     def request_cancel(self, job: JobRecord, reason: str, user: bool = True) -> tuple[bool, str]:
         """Send a cancel command to every node of a LAUNCHING/RUNNING job.

@@ -1,19 +1,24 @@
 -- record_exit: record that a job's process on one node ended; when the last
--- node has ended, finish the job and release its GPUs.
+-- node has ended, finish the job and release its GPUs and rendezvous port.
 --
 -- Guarantees (atomic, one script): an exit is counted once per node and
 -- attempt (a redelivered event changes nothing); events of an older attempt
--- are ignored; the final state (CANCELLED if a cancel was requested, else
--- SUCCEEDED if every node exited 0, else FAILED), the history entry and the
--- release of every GPU still owned by this job happen together.
+-- are ignored; the first failure that was not caused by stopping the job
+-- (a non-zero exit of a node not told to stop) is kept as the job's failure:
+-- node, node rank and exit code. The final state (CANCELLED if a cancel was
+-- requested, else SUCCEEDED if every node exited 0, else FAILED), the history
+-- entry, the release of every GPU still owned by this job and of its port
+-- happen together.
 --
--- KEYS[1] job hash  KEYS[2] job history  KEYS[3 ..] the job's GPU hashes
+-- KEYS[1] job hash  KEYS[2] job history  KEYS[3] ports hash of the master node
+-- KEYS[4 ..] the job's GPU hashes
 -- ARGV[1] job id  ARGV[2] attempt  ARGV[3] node  ARGV[4] exit code
 -- ARGV[5] number of nodes  ARGV[6] now  ARGV[7] reason text for the history
+-- ARGV[8] node rank of ARGV[3]  ARGV[9] "1" when the node stopped because it was told to (cancel)
 -- Returns {status, state, exited_nodes, failed_nodes} where status is
 --   "ignored" (stale or repeated), "recorded" (others still running) or "finished".
 
-local h = redis.call("HMGET", KEYS[1], "state", "attempt", "cancel_requested")
+local h = redis.call("HMGET", KEYS[1], "state", "attempt", "cancel_requested", "master_port")
 local state = h[1]
 if not state then
   return {"ignored", "missing", 0, 0}
@@ -27,25 +32,37 @@ end
 if redis.call("HSETNX", KEYS[1], "exit:" .. ARGV[3], ARGV[4]) == 0 then
   return {"ignored", state, 0, 0}
 end
+redis.call("HDEL", KEYS[1], "pid:" .. ARGV[3])
 local exited = redis.call("HINCRBY", KEYS[1], "exited_nodes", 1)
 local failed = tonumber(redis.call("HGET", KEYS[1], "failed_nodes") or "0")
 if ARGV[4] ~= "0" then
   failed = redis.call("HINCRBY", KEYS[1], "failed_nodes", 1)
+  if ARGV[9] ~= "1" and redis.call("HEXISTS", KEYS[1], "failed_node") == 0 then
+    redis.call("HSET", KEYS[1], "failed_node", ARGV[3], "failed_rank", ARGV[8], "failed_exit_code", ARGV[4])
+  end
 end
 if exited < tonumber(ARGV[5]) then
   return {"recorded", state, exited, failed}
 end
 local final = "SUCCEEDED"
+local reason = ARGV[7]
 if h[3] == "1" then
   final = "CANCELLED"
 elseif failed > 0 then
   final = "FAILED"
+  local f = redis.call("HMGET", KEYS[1], "failed_node", "failed_rank", "failed_exit_code")
+  if f[1] then
+    reason = "node " .. f[1] .. " (node rank " .. f[2] .. ") failed with exit code " .. f[3]
+  end
 end
 redis.call("HSET", KEYS[1], "state", final, "updated_at", ARGV[6], "finished_at", ARGV[6])
-redis.call("RPUSH", KEYS[2], cjson.encode({state = final, at = tonumber(ARGV[6]), reason = ARGV[7]}))
-for i = 3, #KEYS do
+redis.call("RPUSH", KEYS[2], cjson.encode({state = final, at = tonumber(ARGV[6]), reason = reason}))
+for i = 4, #KEYS do
   if redis.call("HGET", KEYS[i], "owner") == ARGV[1] then
     redis.call("HSET", KEYS[i], "owner", "")
   end
+end
+if h[4] and redis.call("HGET", KEYS[3], h[4]) == ARGV[1] then
+  redis.call("HDEL", KEYS[3], h[4])
 end
 return {"finished", final, exited, failed}

@@ -1,16 +1,18 @@
 -- transition_job: move a job from one of the allowed states to a new state,
--- optionally releasing the GPUs it owns.
+-- optionally releasing the GPUs and the rendezvous port it owns.
 --
 -- Guarantees (atomic, one script): the state is checked and changed together
--- with the history entry, the extra fields, the queue membership and the GPU
--- release. A GPU is released only when its owner is this job, so a stale or
--- repeated call can never free GPUs that another job holds. Terminal and
+-- with the history entry, the extra fields, the queue membership and the
+-- release. A GPU (or port) is released only when its owner is this job, so a
+-- stale or repeated call can never free what another job holds. Terminal and
 -- PENDING targets leave the queue; PENDING re-enters it at its old sequence.
 --
--- KEYS[1] job hash  KEYS[2] job history  KEYS[3] queue zset  KEYS[4 ..] GPU hashes to release
+-- KEYS[1] job hash  KEYS[2] job history  KEYS[3] queue zset
+-- KEYS[4] ports hash of the job's master node (any key when it has none)
+-- KEYS[5 ..] GPU hashes to release
 -- ARGV[1] job id  ARGV[2] allowed current states, comma separated
--- ARGV[3] new state  ARGV[4] now  ARGV[5] history entry JSON
--- ARGV[6 ..] extra field, value pairs for the job hash
+-- ARGV[3] new state  ARGV[4] now  ARGV[5] history entry JSON  ARGV[6] "1": release (GPUs and port)
+-- ARGV[7 ..] extra field, value pairs for the job hash
 -- Returns {1, old_state} or {0, current_state}
 
 local state = redis.call("HGET", KEYS[1], "state")
@@ -25,7 +27,7 @@ if not allowed then
   return {0, state}
 end
 local fields = {"state", ARGV[3], "updated_at", ARGV[4]}
-for i = 6, #ARGV do
+for i = 7, #ARGV do
   fields[#fields + 1] = ARGV[i]
 end
 redis.call("HSET", KEYS[1], unpack(fields))
@@ -35,9 +37,15 @@ if ARGV[3] == "PENDING" then
 else
   redis.call("ZREM", KEYS[3], ARGV[1])
 end
-for i = 4, #KEYS do
-  if redis.call("HGET", KEYS[i], "owner") == ARGV[1] then
-    redis.call("HSET", KEYS[i], "owner", "")
+if ARGV[6] == "1" then
+  for i = 5, #KEYS do
+    if redis.call("HGET", KEYS[i], "owner") == ARGV[1] then
+      redis.call("HSET", KEYS[i], "owner", "")
+    end
+  end
+  local port = redis.call("HGET", KEYS[1], "master_port")
+  if port and redis.call("HGET", KEYS[4], port) == ARGV[1] then
+    redis.call("HDEL", KEYS[4], port)
   end
 end
 return {1, state}

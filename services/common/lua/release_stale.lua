@@ -1,0 +1,29 @@
+-- release_stale: free the GPUs an ended process of an older reservation still holds.
+--
+-- When a job is requeued (a node lost) or failed while some of its nodes were
+-- still stopping, their GPUs stay held under the old fencing token until the
+-- agent reports that the process ended. That report comes here.
+--
+-- Guarantees (atomic, one script): only GPUs whose owner is this job AND whose
+-- fence is the ended reservation's are released, and only if that reservation
+-- is no longer the job's live one (the job moved on to another fence, or
+-- ended). A newer reservation of the same job (a new fence) is never touched.
+--
+-- KEYS[1] job hash  KEYS[2 ..] the GPU hashes of the node that reported
+-- ARGV[1] job id  ARGV[2] the ended reservation's fence
+-- Returns the number of GPUs released.
+
+local h = redis.call("HMGET", KEYS[1], "state", "fence")
+local live = h[1] == "RESERVED" or h[1] == "LAUNCHING" or h[1] == "RUNNING"
+if live and tostring(h[2]) == ARGV[2] then
+  return 0
+end
+local released = 0
+for i = 2, #KEYS do
+  local g = redis.call("HMGET", KEYS[i], "owner", "fence")
+  if g[1] == ARGV[1] and g[2] == ARGV[2] then
+    redis.call("HSET", KEYS[i], "owner", "")
+    released = released + 1
+  end
+end
+return released

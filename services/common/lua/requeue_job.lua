@@ -1,0 +1,87 @@
+-- requeue_job: take a job off nodes that were lost (or could not launch it for a
+-- reason of the host) and either queue it for another attempt or fail it.
+--
+-- Guarantees (atomic, one script), only if the job is still RESERVED /
+-- LAUNCHING / RUNNING in the same attempt under the same fencing token (a
+-- repeated or stale call changes nothing):
+--   * a cancel for this attempt goes onto every node's launch stream: the
+--     surviving nodes stop their processes, and a lost node's agent, should it
+--     come back, stops its orphans before anything else;
+--   * GPUs are released where nothing of this attempt can still run: on the
+--     lost nodes and on nodes that already reported their exit. GPUs of nodes
+--     still stopping stay held under the old fence until their agent reports
+--     the exit (the scheduler then releases exactly those), so no new job is
+--     put on a GPU whose old process has not ended;
+--   * the rendezvous port is released;
+--   * below the attempt limit the job goes back to PENDING at its old queue
+--     position with attempt + 1, its reservation fields cleared and (when the
+--     caller re-planned for the remaining cluster) its new ranked plans;
+--     at the limit it ends FAILED naming the lost node;
+--   * one history entry says which.
+--
+-- KEYS[1] job hash  KEYS[2] job history  KEYS[3] queue zset  KEYS[4] ports hash of the master node
+-- KEYS[5 .. 4+n]   the job's GPU hashes (n)   KEYS[5+n ..] the launch stream of every node of the job
+-- ARGV[1] job id  ARGV[2] attempt  ARGV[3] fence  ARGV[4] max attempts  ARGV[5] now
+-- ARGV[6] n  ARGV[7] lost nodes, comma separated  ARGV[8] why (for history and the failure)
+-- ARGV[9] cancel message JSON  ARGV[10] stream MAXLEN  ARGV[11] new plans JSON ("" keeps the old ones)
+-- ARGV[12 .. 11+n] the node of each GPU key, same order
+-- Returns {1, new state, attempt} or {0, current state}
+
+local h = redis.call("HMGET", KEYS[1], "state", "attempt", "fence", "master_port", "seq")
+local state = h[1]
+if state ~= "RESERVED" and state ~= "LAUNCHING" and state ~= "RUNNING" then
+  return {0, tostring(state)}
+end
+if tostring(h[2]) ~= ARGV[2] or tostring(h[3]) ~= ARGV[3] then
+  return {0, state}
+end
+local n = tonumber(ARGV[6])
+local lost = {}
+for node in string.gmatch(ARGV[7], "[^,]+") do
+  lost[node] = true
+end
+for i = 5 + n, #KEYS do
+  redis.call("XADD", KEYS[i], "MAXLEN", "~", ARGV[10], "*", "data", ARGV[9])
+end
+for i = 5, 4 + n do
+  local node = ARGV[7 + i]
+  if lost[node] or redis.call("HEXISTS", KEYS[1], "exit:" .. node) == 1 then
+    local g = redis.call("HMGET", KEYS[i], "owner", "fence")
+    if g[1] == ARGV[1] and g[2] == ARGV[3] then
+      redis.call("HSET", KEYS[i], "owner", "")
+    end
+  end
+end
+if h[4] and redis.call("HGET", KEYS[4], h[4]) == ARGV[1] then
+  redis.call("HDEL", KEYS[4], h[4])
+end
+
+local attempt = tonumber(ARGV[2])
+local now = tonumber(ARGV[5])
+if attempt >= tonumber(ARGV[4]) then
+  local first = string.match(ARGV[7], "[^,]+") or ""
+  redis.call("HSET", KEYS[1], "state", "FAILED", "updated_at", ARGV[5], "finished_at", ARGV[5],
+    "failed_node", first, "failed_reason", ARGV[8])
+  redis.call("RPUSH", KEYS[2], cjson.encode({state = "FAILED", at = now,
+    reason = ARGV[8] .. "; attempt " .. attempt .. " of " .. ARGV[4] .. ", no retries left"}))
+  return {1, "FAILED", attempt}
+end
+
+local drop = {"plan", "placement", "fence", "master_node", "master_addr", "master_port", "exited_nodes",
+              "failed_nodes", "cancel_requested", "stop_requested", "failed_node", "failed_rank",
+              "failed_exit_code"}
+for _, f in ipairs(redis.call("HKEYS", KEYS[1])) do
+  if string.sub(f, 1, 5) == "exit:" or string.sub(f, 1, 4) == "pid:" then
+    drop[#drop + 1] = f
+  end
+end
+redis.call("HDEL", KEYS[1], unpack(drop))
+redis.call("HSET", KEYS[1], "state", "PENDING", "attempt", attempt + 1, "updated_at", ARGV[5],
+  "pending_reason", "requeued: " .. ARGV[8])
+if ARGV[11] ~= "" then
+  redis.call("HSET", KEYS[1], "plans", ARGV[11])
+end
+redis.call("ZADD", KEYS[3], h[5], ARGV[1])
+redis.call("RPUSH", KEYS[2], cjson.encode({state = "PENDING", at = now,
+  reason = "requeued for attempt " .. (attempt + 1) .. " of " .. ARGV[4] .. ": " .. ARGV[8]}))
+return {1, "PENDING", attempt + 1}
