@@ -118,7 +118,7 @@ class QueuePolicy:
         # held-out checks: workloads 6-7 and the Gavel traces.
         base: dict[str, object] = {
             "order": "shortest", "plan_choice": "completion", "starvation_s": 14400.0,
-            "width_slack": 0.15, "wait_slack": 0.5,
+            "width_slack": 0.15, "wait_slack": 0.2,
         }  # fmt: skip
         base.update(overrides)
         return cls(**base)  # type: ignore[arg-type]
