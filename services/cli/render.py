@@ -74,13 +74,18 @@ def plan_table(plans: Iterable[types_pb2.Plan], title: str = "Plans", chosen: ty
 
 def memory_table(plan: types_pb2.Plan) -> Table:
     m = plan.memory
-    table = Table(title=f"Memory per GPU ({plan.gpu_type})", title_justify="left")
+    phase = f", peak in {m.phase}" if m.phase else ""
+    table = Table(title=f"Memory per GPU ({plan.gpu_type}{phase})", title_justify="left")
     table.add_column("term")
     table.add_column("GiB", justify="right")
-    for name in ("parameters", "gradients", "optimizer_states", "activations", "logits", "runtime_reserve"):
+    for name in ("parameters", "gradients", "optimizer_states", "activations", "logits", "buffers", "transient"):
         table.add_row(name.replace("_", " "), gib(getattr(m, name)))
-    table.add_row("[bold]total[/]", f"[bold]{gib(m.total)}[/]")
-    table.add_row("headroom", gib(plan.headroom_bytes))
+    if m.peak_allocated:
+        table.add_row("[bold]peak allocated[/] (live tensors)", f"[bold]{gib(m.peak_allocated)}[/]")
+    table.add_row("allocator fragmentation", gib(m.fragmentation))
+    table.add_row("runtime reserve (CUDA context, NCCL)", gib(m.runtime_reserve))
+    table.add_row("[bold]device total[/] (nvidia-smi)", f"[bold]{gib(m.total)}[/]")
+    table.add_row(f"headroom of {gib(plan.gpu_memory_bytes)}", gib(plan.headroom_bytes))
     return table
 
 
@@ -109,21 +114,42 @@ def history_table(job: types_pb2.Job) -> Table:
     return table
 
 
-def nodes_table(nodes: Iterable[types_pb2.Node]) -> Table:
+def nodes_table(nodes: Iterable[types_pb2.Node], now: float | None = None) -> Table:
+    """Every node's GPUs: type, memory used/total, utilization, health (with the reason) and the holding job.
+
+    A GPU held by no job but with processes on it is marked: memory the scheduler
+    did not hand out (the free memory it plans with already excludes it)."""
+    import time
+
+    now = time.time() if now is None else now
     table = Table(title="Nodes", title_justify="left")
     for col, just in [("NODE", "left"), ("STATE", "left"), ("GPU", "right"), ("TYPE", "left"),
-                      ("MEM USED/TOTAL GiB", "right"), ("HEALTH", "left"), ("JOB", "left")]:
+                      ("MEM USED/TOTAL GiB", "right"), ("UTIL", "right"), ("HEALTH", "left"), ("JOB", "left")]:
         table.add_column(col, justify=just)
     for n in nodes:
-        state = "[green]alive[/]" if n.alive else "[red]dead[/]"
+        if n.alive:
+            state = "[green]alive[/]"
+        elif n.declared_dead_at:
+            state = f"[red]dead[/] (since {when(n.declared_dead_at)[:8]})"
+        else:
+            state = f"[red]no heartbeat[/] {max(0.0, now - n.heartbeat_at):.0f} s" if n.heartbeat_at else "[red]dead[/]"
         if n.draining:
-            state += " (draining)"
+            state += " [yellow]draining[/]"
+        if n.health_reason:
+            state += f"\n[red]{n.health_reason}[/]"
         for i, g in enumerate(n.gpus):
-            table.add_row(n.name if i == 0 else "", state if i == 0 else "", str(g.index), g.gpu_type or g.nvml_name,
+            kind = g.gpu_type or g.nvml_name or "?"
+            if g.type_from_memory:
+                kind = f"{g.gpu_type} (by memory: {g.nvml_name})"
+            health = "ok" if g.healthy else "[red]unhealthy[/]" + (f": {g.health_reason}" if g.health_reason else "")
+            job = g.owner or "-"
+            if not g.owner and g.processes:
+                job = f"[yellow]{len(g.processes)} foreign process(es)[/]"
+            table.add_row(n.name if i == 0 else "", state if i == 0 else "", str(g.index), kind,
                           f"{gib(g.memory_total - g.memory_free)}/{gib(g.memory_total)}",
-                          "ok" if g.healthy else "[red]unhealthy[/]", g.owner or "-")
+                          f"{g.utilization_pct}%" if g.utilization_pct >= 0 else "-", health, job)
         if not n.gpus:
-            table.add_row(n.name, state, "-", "-", "-", "-", "-")
+            table.add_row(n.name, state, "-", "-", "-", "-", "-", "-")
     return table
 
 

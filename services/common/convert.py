@@ -10,22 +10,22 @@ from __future__ import annotations
 import marp
 from frenzy.v1 import types_pb2
 
-_PRECISION = {
-    types_pb2.PRECISION_UNSPECIFIED: "bf16",
-    types_pb2.PRECISION_FP32: "fp32",
-    types_pb2.PRECISION_FP16: "fp16",
-    types_pb2.PRECISION_BF16: "bf16",
+# Wire enum <-> MARP's policy names (marp.recipe.PRECISIONS / OPTIMIZERS).
+PRECISION_BY_NAME = {
+    "fp32": types_pb2.PRECISION_FP32, "fp16": types_pb2.PRECISION_FP16, "bf16": types_pb2.PRECISION_BF16,
+    "master-fp16": types_pb2.PRECISION_FP16, "master-bf16": types_pb2.PRECISION_BF16,
+    "amp-fp16": types_pb2.PRECISION_AMP_FP16, "amp-bf16": types_pb2.PRECISION_AMP_BF16,
+    "pure-bf16": types_pb2.PRECISION_PURE_BF16, "fsdp-bf16": types_pb2.PRECISION_FSDP_BF16,
 }
-_OPTIMIZER = {
-    types_pb2.OPTIMIZER_UNSPECIFIED: "adamw",
-    types_pb2.OPTIMIZER_ADAMW: "adamw",
-    types_pb2.OPTIMIZER_ADAM: "adam",
-    types_pb2.OPTIMIZER_SGD: "sgd",
+OPTIMIZER_BY_NAME = {
+    "adamw": types_pb2.OPTIMIZER_ADAMW, "adam": types_pb2.OPTIMIZER_ADAM, "sgd": types_pb2.OPTIMIZER_SGD,
+    "sgd-momentum": types_pb2.OPTIMIZER_SGD_MOMENTUM, "adam8bit": types_pb2.OPTIMIZER_ADAM8BIT,
 }
-PRECISION_BY_NAME = {"fp32": types_pb2.PRECISION_FP32, "fp16": types_pb2.PRECISION_FP16,
-                     "bf16": types_pb2.PRECISION_BF16}
-OPTIMIZER_BY_NAME = {"adamw": types_pb2.OPTIMIZER_ADAMW, "adam": types_pb2.OPTIMIZER_ADAM,
-                     "sgd": types_pb2.OPTIMIZER_SGD}
+_PRECISION = {types_pb2.PRECISION_UNSPECIFIED: "bf16", types_pb2.PRECISION_FP16: "fp16",
+              types_pb2.PRECISION_BF16: "bf16"}
+_PRECISION.update({v: k for k, v in PRECISION_BY_NAME.items() if not k.startswith("master-")
+                   and v not in _PRECISION})
+_OPTIMIZER = {types_pb2.OPTIMIZER_UNSPECIFIED: "adamw", **{v: k for k, v in OPTIMIZER_BY_NAME.items()}}
 
 
 def model_from_proto(model: types_pb2.ModelSpec) -> marp.ModelSpec:
@@ -87,6 +87,8 @@ def memory_to_proto(mem: marp.MemoryBreakdown) -> types_pb2.MemoryBreakdown:
     return types_pb2.MemoryBreakdown(
         parameters=mem.parameters, gradients=mem.gradients, optimizer_states=mem.optimizer_states,
         activations=mem.activations, logits=mem.logits, runtime_reserve=mem.runtime_reserve, total=mem.total,
+        buffers=mem.buffers, transient=mem.transient, fragmentation=mem.fragmentation,
+        peak_allocated=mem.peak_allocated, reserved=mem.reserved, phase=mem.phase,
     )
 
 
@@ -97,4 +99,5 @@ def plan_to_proto(plan: marp.Plan) -> types_pb2.Plan:
         memory=memory_to_proto(plan.memory), peak_bytes_per_gpu=plan.memory.total,
         gpu_memory_bytes=gpu.memory_bytes, headroom_bytes=plan.headroom_bytes, step_time_s=plan.step_time_s,
         tokens_per_s=plan.tokens_per_s, gpu_hours=plan.gpu_hours, rank=plan.rank,
+        completion_s=plan.completion_s or 0.0, explanation=plan.explanation or "",
     )

@@ -32,8 +32,9 @@ class JobEntry(BaseModel):
     seq_len: int = Field(gt=0)
     global_batch: int = Field(gt=0)
     micro_batch: int = Field(default=0, ge=0, description="0: the planner chooses")
-    precision: Literal["fp32", "fp16", "bf16"] = "bf16"
-    optimizer: Literal["adamw", "adam", "sgd"] = "adamw"
+    precision: Literal["fp32", "fp16", "bf16", "amp-fp16", "amp-bf16", "master-fp16", "master-bf16", "pure-bf16",
+                       "fsdp-bf16"] = "bf16"
+    optimizer: Literal["adamw", "adam", "sgd", "sgd-momentum", "adam8bit"] = "adamw"
     train_steps: int = Field(default=1000, gt=0)
     allow_recompute: bool = True
     flash_attention: bool = True

@@ -13,6 +13,10 @@ class Precision(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     PRECISION_FP32: _ClassVar[Precision]
     PRECISION_FP16: _ClassVar[Precision]
     PRECISION_BF16: _ClassVar[Precision]
+    PRECISION_AMP_FP16: _ClassVar[Precision]
+    PRECISION_AMP_BF16: _ClassVar[Precision]
+    PRECISION_PURE_BF16: _ClassVar[Precision]
+    PRECISION_FSDP_BF16: _ClassVar[Precision]
 
 class Optimizer(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -20,6 +24,8 @@ class Optimizer(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     OPTIMIZER_ADAMW: _ClassVar[Optimizer]
     OPTIMIZER_ADAM: _ClassVar[Optimizer]
     OPTIMIZER_SGD: _ClassVar[Optimizer]
+    OPTIMIZER_SGD_MOMENTUM: _ClassVar[Optimizer]
+    OPTIMIZER_ADAM8BIT: _ClassVar[Optimizer]
 
 class JobState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -35,10 +41,16 @@ PRECISION_UNSPECIFIED: Precision
 PRECISION_FP32: Precision
 PRECISION_FP16: Precision
 PRECISION_BF16: Precision
+PRECISION_AMP_FP16: Precision
+PRECISION_AMP_BF16: Precision
+PRECISION_PURE_BF16: Precision
+PRECISION_FSDP_BF16: Precision
 OPTIMIZER_UNSPECIFIED: Optimizer
 OPTIMIZER_ADAMW: Optimizer
 OPTIMIZER_ADAM: Optimizer
 OPTIMIZER_SGD: Optimizer
+OPTIMIZER_SGD_MOMENTUM: Optimizer
+OPTIMIZER_ADAM8BIT: Optimizer
 JOB_STATE_UNSPECIFIED: JobState
 JOB_STATE_PENDING: JobState
 JOB_STATE_RESERVED: JobState
@@ -134,7 +146,7 @@ class Layout(_message.Message):
     def __init__(self, tp: _Optional[int] = ..., pp: _Optional[int] = ..., dp: _Optional[int] = ..., zero_stage: _Optional[int] = ..., micro_batch: _Optional[int] = ..., grad_accum: _Optional[int] = ..., recompute: _Optional[str] = ...) -> None: ...
 
 class MemoryBreakdown(_message.Message):
-    __slots__ = ("parameters", "gradients", "optimizer_states", "activations", "logits", "runtime_reserve", "total")
+    __slots__ = ("parameters", "gradients", "optimizer_states", "activations", "logits", "runtime_reserve", "total", "buffers", "transient", "fragmentation", "peak_allocated", "reserved", "phase")
     PARAMETERS_FIELD_NUMBER: _ClassVar[int]
     GRADIENTS_FIELD_NUMBER: _ClassVar[int]
     OPTIMIZER_STATES_FIELD_NUMBER: _ClassVar[int]
@@ -142,6 +154,12 @@ class MemoryBreakdown(_message.Message):
     LOGITS_FIELD_NUMBER: _ClassVar[int]
     RUNTIME_RESERVE_FIELD_NUMBER: _ClassVar[int]
     TOTAL_FIELD_NUMBER: _ClassVar[int]
+    BUFFERS_FIELD_NUMBER: _ClassVar[int]
+    TRANSIENT_FIELD_NUMBER: _ClassVar[int]
+    FRAGMENTATION_FIELD_NUMBER: _ClassVar[int]
+    PEAK_ALLOCATED_FIELD_NUMBER: _ClassVar[int]
+    RESERVED_FIELD_NUMBER: _ClassVar[int]
+    PHASE_FIELD_NUMBER: _ClassVar[int]
     parameters: int
     gradients: int
     optimizer_states: int
@@ -149,10 +167,16 @@ class MemoryBreakdown(_message.Message):
     logits: int
     runtime_reserve: int
     total: int
-    def __init__(self, parameters: _Optional[int] = ..., gradients: _Optional[int] = ..., optimizer_states: _Optional[int] = ..., activations: _Optional[int] = ..., logits: _Optional[int] = ..., runtime_reserve: _Optional[int] = ..., total: _Optional[int] = ...) -> None: ...
+    buffers: int
+    transient: int
+    fragmentation: int
+    peak_allocated: int
+    reserved: int
+    phase: str
+    def __init__(self, parameters: _Optional[int] = ..., gradients: _Optional[int] = ..., optimizer_states: _Optional[int] = ..., activations: _Optional[int] = ..., logits: _Optional[int] = ..., runtime_reserve: _Optional[int] = ..., total: _Optional[int] = ..., buffers: _Optional[int] = ..., transient: _Optional[int] = ..., fragmentation: _Optional[int] = ..., peak_allocated: _Optional[int] = ..., reserved: _Optional[int] = ..., phase: _Optional[str] = ...) -> None: ...
 
 class Plan(_message.Message):
-    __slots__ = ("gpu_type", "num_gpus", "layout", "memory", "peak_bytes_per_gpu", "gpu_memory_bytes", "headroom_bytes", "step_time_s", "tokens_per_s", "gpu_hours", "rank")
+    __slots__ = ("gpu_type", "num_gpus", "layout", "memory", "peak_bytes_per_gpu", "gpu_memory_bytes", "headroom_bytes", "step_time_s", "tokens_per_s", "gpu_hours", "rank", "completion_s", "explanation")
     GPU_TYPE_FIELD_NUMBER: _ClassVar[int]
     NUM_GPUS_FIELD_NUMBER: _ClassVar[int]
     LAYOUT_FIELD_NUMBER: _ClassVar[int]
@@ -164,6 +188,8 @@ class Plan(_message.Message):
     TOKENS_PER_S_FIELD_NUMBER: _ClassVar[int]
     GPU_HOURS_FIELD_NUMBER: _ClassVar[int]
     RANK_FIELD_NUMBER: _ClassVar[int]
+    COMPLETION_S_FIELD_NUMBER: _ClassVar[int]
+    EXPLANATION_FIELD_NUMBER: _ClassVar[int]
     gpu_type: str
     num_gpus: int
     layout: Layout
@@ -175,7 +201,9 @@ class Plan(_message.Message):
     tokens_per_s: float
     gpu_hours: float
     rank: int
-    def __init__(self, gpu_type: _Optional[str] = ..., num_gpus: _Optional[int] = ..., layout: _Optional[_Union[Layout, _Mapping]] = ..., memory: _Optional[_Union[MemoryBreakdown, _Mapping]] = ..., peak_bytes_per_gpu: _Optional[int] = ..., gpu_memory_bytes: _Optional[int] = ..., headroom_bytes: _Optional[int] = ..., step_time_s: _Optional[float] = ..., tokens_per_s: _Optional[float] = ..., gpu_hours: _Optional[float] = ..., rank: _Optional[int] = ...) -> None: ...
+    completion_s: float
+    explanation: str
+    def __init__(self, gpu_type: _Optional[str] = ..., num_gpus: _Optional[int] = ..., layout: _Optional[_Union[Layout, _Mapping]] = ..., memory: _Optional[_Union[MemoryBreakdown, _Mapping]] = ..., peak_bytes_per_gpu: _Optional[int] = ..., gpu_memory_bytes: _Optional[int] = ..., headroom_bytes: _Optional[int] = ..., step_time_s: _Optional[float] = ..., tokens_per_s: _Optional[float] = ..., gpu_hours: _Optional[float] = ..., rank: _Optional[int] = ..., completion_s: _Optional[float] = ..., explanation: _Optional[str] = ...) -> None: ...
 
 class GpuPool(_message.Message):
     __slots__ = ("gpu_type", "total_gpus", "gpus_per_node")
