@@ -57,7 +57,10 @@ def markdown_table(metrics: dict[str, dict[str, float | int]], title: str = "") 
         lines.append("")
         lines.append(
             "avg JCT of frenzy relative to: "
-            + ", ".join(f"{n} {v:.2f} ({(1 - v) * 100:+.0f} % lower)" for n, v in r.items())
+            + ", ".join(
+                f"{n} {v:.2f} ({abs(1 - v) * 100:.0f} % {'lower' if v <= 1 else 'higher'})"
+                for n, v in r.items()
+            )
         )
     return "\n".join(lines) + "\n"
 
