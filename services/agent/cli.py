@@ -3,7 +3,9 @@
 ``agent_command`` is a plain function with typer annotations; the main CLI
 registers it (``app.command("agent")(agent_command)``) and ``python -m
 frenzy.agent`` runs it alone. It only turns options into an ``Agent`` and
-signals into a stop event; all behaviour lives in ``daemon``.
+signals into a stop event; all behaviour lives in ``daemon``. ``--drain`` /
+``--undrain`` do not start an agent: they are the operator's client for the
+node's drain flag (``drain``).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Annotated
 import typer
 
 from frenzy.agent.daemon import Agent
+from frenzy.agent.drain import drain as drain_node
 from frenzy.agent.gpus import FakeBackend, GpuBackend, GpuDiscoveryError, NvmlBackend
 from frenzy.common.keys import Keys
 
@@ -49,6 +52,26 @@ def agent_command(
         "a restarted agent adopts them).")] = False,
     verify_fence: Annotated[bool, typer.Option(
         help="Refuse launches whose fencing token no longer matches the GPUs' reservation.")] = True,
+    env: Annotated[list[str] | None, typer.Option(
+        "--env", metavar="KEY=VALUE",
+        help="Add to every job's environment on this host (repeat), e.g. NCCL_SOCKET_IFNAME=ib0. "
+        "A job's own env wins.")] = None,
+    state_dir: Annotated[Path | None, typer.Option(
+        help="Where the agent keeps its ledger of running jobs (default: LOG_DIR/.agent). Must survive "
+        "agent restarts.")] = None,
+    log_poll_s: Annotated[float, typer.Option(help="Seconds between shipping new job output to Redis.")] = 0.25,
+    log_stream_maxlen: Annotated[int, typer.Option(
+        min=100, help="Cap on the entries of a job's Redis log stream (the file on disk is complete).")] = 10_000,
+    log_retention_s: Annotated[float, typer.Option(
+        help="A job's log stream expires this long after its last output (0: never).")] = 7 * 24 * 3600.0,
+    drain: Annotated[bool, typer.Option(
+        "--drain", help="Do not run an agent: mark NODE draining (no new jobs; running ones finish) and wait "
+        "until none is left.")] = False,
+    undrain: Annotated[bool, typer.Option("--undrain", help="Do not run an agent: let NODE take jobs again.")]
+    = False,
+    wait: Annotated[bool, typer.Option(help="With --drain: wait for the running jobs to finish.")] = True,
+    drain_timeout_s: Annotated[float, typer.Option(
+        help="With --drain: give up (exit 1) after this long; 0 waits forever.")] = 0.0,
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING or ERROR.")] = "INFO",
 ) -> None:
     """Run the node agent: register this host's GPUs, heartbeat, and launch the jobs the scheduler sends.
@@ -59,12 +82,28 @@ def agent_command(
       frenzy agent --node n1 --fake-gpus "A100-80GB:4,L4:2"
       frenzy agent --node n2 --fake-gpus-file gpus.yaml --addr 10.0.0.2
       REDIS_URL=redis://head:6379/0 frenzy agent --log-dir /data/frenzy/logs
+      frenzy agent --drain             # no new jobs here; returns when the running ones are done
+      frenzy agent --undrain
 
-    Stop with Ctrl-C or SIGTERM. Running jobs keep running (unless --kill-on-exit)
-    and the node drops out of scheduling when its lease (--ttl-s) expires.
+    Stop with Ctrl-C or SIGTERM. Running jobs keep running (unless --kill-on-exit):
+    a restarted agent adopts them. If the agent stays away longer than the
+    scheduler's node timeout, the node is declared dead and its jobs are requeued.
     """
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     node = node or socket.gethostname()
+    if drain or undrain:
+        if drain and undrain:
+            typer.echo("error: give --drain or --undrain, not both", err=True)
+            raise typer.Exit(2)
+        raise typer.Exit(drain_node(redis_url, Keys(prefix), node, undrain=undrain, wait=wait,
+                                    timeout_s=drain_timeout_s, say=typer.echo))
+    extra_env: dict[str, str] = {}
+    for item in env or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            typer.echo(f"error: --env {item!r}: expected KEY=VALUE", err=True)
+            raise typer.Exit(2)
+        extra_env[key] = value
     if fake_gpus and fake_gpus_file:
         raise typer.BadParameter("give --fake-gpus or --fake-gpus-file, not both")
     backend: GpuBackend
@@ -77,7 +116,9 @@ def agent_command(
             backend = NvmlBackend()
         agent = Agent(redis_url, node, backend, keys=Keys(prefix), addr=addr, heartbeat_s=heartbeat_s,
                       ttl_s=ttl_s, log_dir=log_dir, cancel_grace_s=cancel_grace_s,
-                      kill_on_exit=kill_on_exit, verify_fence=verify_fence)
+                      kill_on_exit=kill_on_exit, verify_fence=verify_fence, state_dir=state_dir,
+                      extra_env=extra_env, log_poll_s=log_poll_s, log_stream_maxlen=log_stream_maxlen,
+                      log_retention_s=log_retention_s)
     except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None

@@ -4,6 +4,9 @@ Used by `frenzy up` (until Ctrl-C) and `frenzy demo` (up, one job, down) and
 by the end-to-end tests. Every service is a real subprocess running a real
 `frenzy` subcommand; only Redis may come from outside (``REDIS_URL``).
 Process output goes to ``<run dir>/<service>.log`` so a failure can be read.
+Tests can kill an agent (``kill_agent``, e.g. SIGKILL mid-job) and start it
+again with the same node name and state (``start_agent``), and shorten the
+scheduler's node-loss timeouts.
 """
 
 from __future__ import annotations
@@ -77,8 +80,14 @@ class LocalStack:
     prefix: str = "frenzy"
     heartbeat_s: float = 1.0
     ttl_s: float = 5.0
+    node_dead_after_s: float | None = None  # scheduler --node-dead-after-s (None: its default)
+    max_attempts: int | None = None
+    orphan_release_s: float | None = None
+    cancel_grace_s: float | None = None  # agents' --cancel-grace-s
+    agent_args: list[str] = field(default_factory=list)  # extra options for every agent
     services: list[Service] = field(default_factory=list)
     redis: RedisProcess | None = None
+    _agent_cmds: dict[str, list[str]] = field(default_factory=dict)
 
     @classmethod
     def create(cls, cluster: ClusterSpec, run_dir: str | None = None, redis_url: str | None = None,
@@ -101,19 +110,26 @@ class LocalStack:
             self.predictor_addr = f"127.0.0.1:{free_port()}"
             self._spawn("predictor", ["predictor", "--address", self.predictor_addr])
             self.scheduler_addr = f"127.0.0.1:{free_port()}"
-            self._spawn("scheduler", ["scheduler", "--address", self.scheduler_addr, "--predictor",
-                                      self.predictor_addr, "--redis-url", self.redis_url, "--prefix", self.prefix])
+            sched = ["scheduler", "--address", self.scheduler_addr, "--predictor", self.predictor_addr,
+                     "--redis-url", self.redis_url, "--prefix", self.prefix]
+            for flag, value in (("--node-dead-after-s", self.node_dead_after_s), ("--max-attempts", self.max_attempts),
+                                ("--orphan-release-s", self.orphan_release_s)):
+                if value is not None:
+                    sched += [flag, str(value)]
+            self._spawn("scheduler", sched)
             for name, addr in (("predictor", self.predictor_addr), ("scheduler", self.scheduler_addr)):
                 if not wait_healthy(addr, timeout_s=30):
                     raise RuntimeError(f"{name} did not become healthy on {addr}; see {self.run_dir}/{name}.log")
                 say(f"{name:<12} {addr} (healthy)")
             for node, group in self.cluster.nodes():
-                self._spawn(f"agent-{node}", [
-                    "agent", "--node", node, "--fake-gpus", f"{group.gpu}:{group.gpus_per_node}",
-                    "--redis-url", self.redis_url, "--prefix", self.prefix, "--addr", "127.0.0.1",
-                    "--heartbeat-s", str(self.heartbeat_s), "--ttl-s", str(self.ttl_s),
-                    "--log-dir", str(self.run_dir / "jobs"),
-                ])
+                cmd = ["agent", "--node", node, "--fake-gpus", f"{group.gpu}:{group.gpus_per_node}",
+                       "--redis-url", self.redis_url, "--prefix", self.prefix, "--addr", "127.0.0.1",
+                       "--heartbeat-s", str(self.heartbeat_s), "--ttl-s", str(self.ttl_s),
+                       "--log-dir", str(self.run_dir / "jobs"), *self.agent_args]
+                if self.cancel_grace_s is not None:
+                    cmd += ["--cancel-grace-s", str(self.cancel_grace_s)]
+                self._agent_cmds[node] = cmd
+                self._spawn(f"agent-{node}", cmd)
             self.wait_nodes(len(self.cluster.nodes()))
             say(f"agents       {len(self.cluster.nodes())} nodes, {self.cluster.total_gpus} fake GPUs registered")
             if self.with_worker:
@@ -140,6 +156,27 @@ class LocalStack:
         svc = Service(name, proc, log_path)
         self.services.append(svc)
         return svc
+
+    def agent(self, node: str) -> Service | None:
+        """The running agent process of ``node`` (None when it was killed and not started again)."""
+        return next((s for s in self.services if s.name == f"agent-{node}"), None)
+
+    def kill_agent(self, node: str, sig: int = signal.SIGKILL, timeout_s: float = 10.0) -> int:
+        """Send ``sig`` to ``node``'s agent (only the agent: its jobs run in sessions of their own) and
+        wait for it to end. -> its exit status."""
+        svc = self.agent(node)
+        if svc is None:
+            raise RuntimeError(f"no running agent for node {node!r}")
+        svc.proc.send_signal(sig)
+        code = svc.proc.wait(timeout=timeout_s)
+        self.services.remove(svc)
+        return code
+
+    def start_agent(self, node: str) -> Service:
+        """Start ``node``'s agent again: same name, options and state directory (a restart)."""
+        if self.agent(node) is not None:
+            raise RuntimeError(f"the agent of {node!r} is still running")
+        return self._spawn(f"agent-{node}", self._agent_cmds[node])
 
     def wait_nodes(self, count: int, timeout_s: float = 30.0) -> None:
         deadline = time.monotonic() + timeout_s

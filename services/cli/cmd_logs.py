@@ -1,0 +1,91 @@
+"""``frenzy logs JOB``: a job's output (every node's stdout and stderr), live with ``--follow``.
+
+The agents ship each node's log file into the job's Redis log stream; the
+scheduler serves it (``StreamLogs``), so this works from any machine that
+reaches the scheduler. Lines are prefixed with their node when the job ran
+on more than one node or attempt. The stream is capped: when its start was
+trimmed, the full file is still on the node (path shown by ``frenzy job``).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import grpc
+import typer
+
+from frenzy.cli import render
+from frenzy.cli.common import JsonOpt, SchedulerOpt, echo_json, rpc_fail
+from frenzy.common.client import DEFAULT_SCHEDULER, scheduler_stub
+from frenzy.v1 import scheduler_pb2
+
+
+def logs(
+    job_id: Annotated[str, typer.Argument(help="Job id (see frenzy jobs).")],
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing until the job ends.")] = False,
+    node: Annotated[str, typer.Option(help="Only this node's output.")] = "",
+    attempt: Annotated[int, typer.Option(min=0, help="Only this attempt (0: all).")] = 0,
+    tail: Annotated[int, typer.Option(min=0, help="Start with the last N lines (0: from the start).")] = 0,
+    prefix: Annotated[bool | None, typer.Option(
+        "--prefix/--no-prefix", help="Prefix lines with node (and attempt). Default: when there are several.")]
+    = None,
+    scheduler: SchedulerOpt = DEFAULT_SCHEDULER,
+    as_json: JsonOpt = False,
+) -> None:
+    """Print a job's output from every node; --follow streams it live until the job ends.
+
+    \b
+    Examples:
+      frenzy logs job-3f2a9c1e0b7d            # everything the stream holds
+      frenzy logs job-3f2a9c1e0b7d -f         # live; exits 0 if the job SUCCEEDED, else 1
+      frenzy logs job-3f2a9c1e0b7d --node gpu-7 --tail 50
+    """
+    request = scheduler_pb2.StreamLogsRequest(job_id=job_id, follow=follow, node=node, attempt=attempt,
+                                              tail_lines=tail)
+    try:
+        with scheduler_stub(scheduler) as stub:
+            job = stub.GetJob(scheduler_pb2.GetJobRequest(job_id=job_id), timeout=30)
+            if prefix is None:
+                prefix = len(job.placement) > 1 or job.attempt > 1
+            seen: set[tuple[str, int]] = set()
+            pending_newline = False
+            for chunk in stub.StreamLogs(request):
+                if as_json:
+                    echo_json(render.to_dict(chunk))
+                    continue
+                where = (chunk.node, chunk.attempt)
+                if where not in seen:
+                    seen.add(where)
+                    if chunk.offset > 0 and not tail:
+                        path = job.log_paths.get(chunk.node, "its log file")
+                        render.console(stderr=True).print(
+                            f"[yellow]({chunk.node} attempt {chunk.attempt}: the first {chunk.offset} bytes were "
+                            f"trimmed from the stream; the full log is {path} on {chunk.node})[/]")
+                text = chunk.text
+                if prefix:
+                    tag = f"[{chunk.node}{'' if job.attempt <= 1 else f' #{chunk.attempt}'}] "
+                    lines = text.split("\n")
+                    ends = text.endswith("\n")
+                    body = lines[:-1] if ends else lines
+                    text = "".join(f"{tag}{line}\n" for line in body)
+                    if not ends:
+                        text = text[:-1]
+                    pending_newline = not ends
+                sys.stdout.write(text)
+                sys.stdout.flush()
+            if pending_newline:
+                sys.stdout.write("\n")
+            if follow:
+                final = stub.GetJob(scheduler_pb2.GetJobRequest(job_id=job_id), timeout=30)
+                state = render.state_name(final.state)
+                if not as_json:
+                    render.console(stderr=True).print(f"{job_id}: {render.styled_state(final.state)}")
+                if state != "SUCCEEDED":
+                    raise typer.Exit(1)
+    except grpc.RpcError as exc:
+        rpc_fail(exc)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("logs")(logs)
