@@ -11,130 +11,17 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import redis
+from integration.agent.agent_cluster import NODE, SLEEPER, Cluster, wait_for
 
 from frenzy.agent import launcher
-from frenzy.agent.daemon import Agent
-from frenzy.agent.gpus import FakeBackend
 from frenzy.common import scripts
 from frenzy.common.keys import AGENT_GROUP, Keys
-from frenzy.common.messages import (
-    AgentEvent,
-    CancelMessage,
-    EventKind,
-    LaunchMessage,
-    LayoutEnv,
-    decode_event,
-    encode,
-)
-
-NODE = "n1"
-SPEC = "A100-80GB:2,L4:1"
-FAST = dict(heartbeat_s=0.2, ttl_s=2.0, block_s=0.05, cancel_grace_s=3.0)
-SLEEPER = [sys.executable, "-c", "import time; print('sleeping', flush=True); time.sleep(60)"]
-
-
-def wait_for(check: Callable[[], object], timeout: float = 5.0, what: str = "condition") -> object:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.02)
-
-
-@dataclass
-class Running:
-    agent: Agent
-    stop: threading.Event
-    thread: threading.Thread
-
-    def halt(self, timeout: float = 10.0) -> None:
-        self.stop.set()
-        self.thread.join(timeout)
-        assert not self.thread.is_alive(), "agent did not stop in time"
-
-
-class Cluster:
-    """One test's Redis view plus helpers to start agents and talk to them like the scheduler."""
-
-    def __init__(self, url: str, client: redis.Redis, keys: Keys, tmp: Path) -> None:
-        self.url, self.client, self.keys, self.log_dir = url, client, keys, tmp / "logs"
-        self.agents: list[Running] = []
-
-    def start(self, node: str = NODE, spec: str = SPEC, wait: bool = True, **overrides) -> Running:
-        opts = {**FAST, **overrides}
-        agent = Agent(self.url, node, FakeBackend(spec, node), keys=self.keys, log_dir=self.log_dir, **opts)
-        stop = threading.Event()
-        thread = threading.Thread(target=agent.run, args=(stop,), daemon=True)
-        thread.start()
-        running = Running(agent, stop, thread)
-        self.agents.append(running)
-        if wait:
-            wait_for(agent.ready.is_set, what="agent ready")
-        return running
-
-    # scheduler side
-    def reserve(self, job_id: str, fence: int, indices: list[int], node: str = NODE) -> None:
-        for i in indices:
-            self.client.hset(self.keys.gpu(node, i), mapping={"owner": job_id, "fence": str(fence)})
-
-    def send(self, msg: LaunchMessage | CancelMessage | dict, node: str = NODE) -> str:
-        fields = msg if isinstance(msg, dict) else encode(msg)
-        return self.client.xadd(self.keys.launch_stream(node), fields)
-
-    def launch(self, job_id: str, command: list[str], indices: list[int] | None = None, fence: int = 1,
-               reserve: bool = True, **fields) -> LaunchMessage:
-        indices = [0, 1] if indices is None else indices
-        msg = LaunchMessage(
-            job_id=job_id, attempt=fields.pop("attempt", 1), fence=fence, node=fields.pop("node", NODE),
-            node_rank=0, nnodes=1, nproc_per_node=len(indices), gpu_indices=indices,
-            gpu_uuids=fields.pop("gpu_uuids", [f"GPU-fake-{NODE}-{i}" for i in indices]), master_addr="127.0.0.1", master_port=29500,
-            rdzv_id=f"{job_id}-1", command=command,
-            layout=LayoutEnv(gpu_type="A100-80GB", tp=2, pp=1, dp=1, zero_stage=0, micro_batch=1,
-                             grad_accum=1),
-            **fields,
-        )
-        if reserve:
-            self.reserve(job_id, fence, indices)
-        self.send(msg)
-        return msg
-
-    def events(self, job_id: str | None = None) -> list[AgentEvent]:
-        out = [decode_event(f) for _id, f in self.client.xrange(self.keys.events_stream())]
-        return [e for e in out if job_id is None or e.job_id == job_id]
-
-    def wait_event(self, job_id: str, kind: EventKind, timeout: float = 10.0) -> AgentEvent:
-        def find() -> AgentEvent | None:
-            return next((e for e in self.events(job_id) if e.kind == kind), None)
-
-        return wait_for(find, timeout, f"{kind} event of {job_id}")  # type: ignore[return-value]
-
-    def pending(self, node: str = NODE) -> int:
-        return int(self.client.xpending(self.keys.launch_stream(node), AGENT_GROUP)["pending"])
-
-
-@pytest.fixture
-def cluster(redis_url: str, redis_client: redis.Redis, keys: Keys, tmp_path: Path) -> Iterator[Cluster]:
-    c = Cluster(redis_url, redis_client, keys, tmp_path)
-    yield c
-    for running in c.agents:
-        running.stop.set()
-    for running in c.agents:
-        running.thread.join(10)
-    for e in c.events():  # no job may outlive its test
-        if e.kind == EventKind.RUNNING and e.pid:
-            launcher.signal_group(e.pid, signal.SIGKILL)
-
+from frenzy.common.messages import CancelMessage, EventKind
 
 # ---------------------------------------------------------------- registration, heartbeat, lease
 

@@ -40,3 +40,18 @@ def test_nvml_failure_prints_the_reason_and_exits_2(monkeypatch) -> None:
     assert result.exit_code == 2
     assert "driver not loaded (NVML_ERROR_DRIVER_NOT_LOADED)" in result.output
     assert "--fake-gpus" in result.output
+
+
+def test_drain_and_undrain_together_is_an_error() -> None:
+    result = runner.invoke(app, ["--node", "n1", "--drain", "--undrain"])
+    assert result.exit_code == 2 and "--drain or --undrain, not both" in result.output
+
+
+def test_a_malformed_env_option_exits_2_naming_it() -> None:
+    result = runner.invoke(app, ["--node", "n1", "--fake-gpus", "L4:1", "--env", "NOVALUE"])
+    assert result.exit_code == 2 and "--env 'NOVALUE': expected KEY=VALUE" in result.output
+
+
+def test_help_mentions_drain_and_the_restart_behaviour() -> None:
+    result = runner.invoke(app, ["--help"])
+    assert "--drain" in result.output and "adopts" in result.output
