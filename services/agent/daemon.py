@@ -527,7 +527,15 @@ class Agent:
 
     def _signal_job(self, job: RunningJob, sig: int, quiet: bool = False) -> None:
         """``sig`` to the job's process group and to its processes that left it (other sessions)."""
-        launcher.signal_group(job.pid, sig)
+        # The group id is the leader's pid: signal the group only while that pid is
+        # surely still ours (our child not yet reaped, or an adopted leader with the
+        # same start time), never a reused pid. What remains is found by launch id.
+        if job.proc is not None:
+            ours = job.proc.returncode is None  # type: ignore[attr-defined]
+        else:
+            ours = launcher.process_running(job.pid, job.start_ticks)
+        if ours:
+            launcher.signal_group(job.pid, sig)
         others = launcher.kill_launch(job.launch_id, sig)
         if others and not quiet:
             log.info("job %s attempt %d: %s also sent to %d process(es) outside its group", job.job_id,

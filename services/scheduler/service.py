@@ -76,18 +76,20 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
 
     # ---- helpers -------------------------------------------------------------------------------
 
-    def predict(self, spec: types_pb2.JobSpec) -> tuple[predictor_pb2.PredictResponse, list[types_pb2.GpuPool]]:
+    def predict(self, spec: types_pb2.JobSpec, timeout_s: float = 30.0,
+                ) -> tuple[predictor_pb2.PredictResponse, list[types_pb2.GpuPool]]:
         """Ranked plans for ``spec`` on the GPU types live, schedulable nodes have now. Raises grpc.RpcError."""
         pools = self._pools()
         pred = self.predictor.Predict(
             predictor_pb2.PredictRequest(model=spec.model, recipe=spec.recipe, limits=spec.limits, pools=pools),
-            timeout=30,
+            timeout=timeout_s,
         )
         return pred, pools
 
     def replan(self, job: JobRecord) -> list[types_pb2.Plan] | None:
         """New plans for a requeued job on the cluster that is left; None keeps its old plans."""
-        pred, pools = self.predict(job.spec)
+        # Short timeout: this runs on the scheduling loop; without an answer the old plans stay.
+        pred, pools = self.predict(job.spec, timeout_s=5.0)
         if not pred.plans:
             log.warning("no plan for %s fits the remaining cluster (%s); keeping its plans until it grows", job.id,
                         ", ".join(f"{p.total_gpus} x {p.gpu_type}" for p in pools) or "no live nodes")
