@@ -262,3 +262,31 @@ def test_reaping_with_garbage_in_redis_changes_nothing(loop: SchedulerLoop, redi
     assert report.declared_dead == [] and report.requeued == []
     assert loop.store.get(job.id).state == JobState.RUNNING and _owners(redis_client, keys, "a", 1) == [job.id]
     assert json.loads(redis_client.lindex(keys.job_history(job.id), -1))["state"] == "RUNNING"
+
+
+def test_a_requeued_job_is_replanned_by_the_predictor_for_the_remaining_cluster(
+        redis_url: str, prefix: str, redis_client: redis.Redis, keys: Keys) -> None:
+    from frenzy.v1 import scheduler_pb2
+    from support.servers import running_servers
+
+    add_node(redis_client, keys, "big", "A100-80GB", 1)
+    add_node(redis_client, keys, "small", "L4", 1, memory=23 * GiB)
+    redis_client.hset(keys.gpu("small", 0), "owner", "someone-else")  # keep the first attempt on "big"
+    with running_servers(redis_url, prefix) as servers:
+        spec = make_spec("replan")
+        spec.recipe.seq_len, spec.recipe.global_batch = 512, 8
+        job = servers.stub.SubmitJob(scheduler_pb2.SubmitJobRequest(spec=spec), timeout=30).job
+        assert {p.gpu_type for p in job.candidate_plans} == {"A100-80GB", "L4"}
+        deadline = time.monotonic() + 10
+        while servers.stub.GetJob(scheduler_pb2.GetJobRequest(job_id=job.id)).state != types_pb2.JOB_STATE_LAUNCHING:
+            assert time.monotonic() < deadline, "first attempt not placed"
+            time.sleep(0.05)
+        redis_client.hset(keys.gpu("small", 0), "owner", "")
+        _kill(redis_client, keys, "big", seconds_ago=120)
+        servers.scheduler.loop.reap()
+        while (again := servers.stub.GetJob(scheduler_pb2.GetJobRequest(job_id=job.id))).attempt != 2:
+            assert time.monotonic() < deadline + 10, "not requeued"
+            time.sleep(0.05)
+        # The predictor was asked again, for the cluster that is left: only L4 plans now.
+        assert {p.gpu_type for p in again.candidate_plans} == {"L4"}
+        assert any("requeued for attempt 2" in h.reason for h in again.history)
