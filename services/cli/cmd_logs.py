@@ -49,7 +49,7 @@ def logs(
             if prefix is None:
                 prefix = len(job.placement) > 1 or job.attempt > 1
             seen: set[tuple[str, int]] = set()
-            pending_newline = False
+            open_line: tuple[str, int] | None = None  # whose last line is still unfinished
             for chunk in stub.StreamLogs(request):
                 if as_json:
                     echo_json(render.to_dict(chunk))
@@ -63,19 +63,23 @@ def logs(
                             f"[yellow]({chunk.node} attempt {chunk.attempt}: the first {chunk.offset} bytes were "
                             f"trimmed from the stream; the full log is {path} on {chunk.node})[/]")
                 text = chunk.text
+                if not text:
+                    continue
+                continues = open_line == where  # this piece finishes a line the last one began
+                if open_line is not None and not continues:
+                    sys.stdout.write("\n")  # another node's output: do not glue it onto that line
                 if prefix:
                     tag = f"[{chunk.node}{'' if job.attempt <= 1 else f' #{chunk.attempt}'}] "
                     lines = text.split("\n")
-                    ends = text.endswith("\n")
-                    body = lines[:-1] if ends else lines
-                    text = "".join(f"{tag}{line}\n" for line in body)
-                    if not ends:
+                    body = lines[:-1] if text.endswith("\n") else lines
+                    text = "".join(("" if i == 0 and continues else tag) + line + "\n" for i, line in enumerate(body))
+                    if not chunk.text.endswith("\n"):
                         text = text[:-1]
-                    pending_newline = not ends
+                open_line = None if text.endswith("\n") else where
                 sys.stdout.write(text)
                 sys.stdout.flush()
-            if pending_newline:
-                sys.stdout.write("\n")
+            if open_line is not None:
+                sys.stdout.write("\n")  # end the output on a whole line
             if follow:
                 final = stub.GetJob(scheduler_pb2.GetJobRequest(job_id=job_id), timeout=30)
                 state = render.state_name(final.state)

@@ -151,3 +151,31 @@ def test_list_nodes_shows_health_utilization_processes_links_and_death(
     assert not gone.alive and gone.declared_dead_at == 1700000000.5 and gone.health_reason == "NVML down"
     alive_only = servers.stub.ListNodes(scheduler_pb2.ListNodesRequest(), timeout=5).nodes
     assert [n.name for n in alive_only] == ["a"]
+
+
+def test_the_logs_command_prefixes_nodes_and_reports_trimming(servers: Servers, redis_client: redis.Redis,
+                                                              keys: Keys, store: StateStore) -> None:
+    import typer
+    from typer.testing import CliRunner
+
+    from frenzy.cli import cmd_logs
+
+    app = typer.Typer()
+    cmd_logs.register(app)
+    app.command("noop")(lambda: None)  # two commands: typer then expects the command name
+    job_id = _job(store)
+    redis_client.hset(keys.job(job_id), "placement", '[["a", [0]], ["b", [0]]]')
+    ship = Shipper(redis_client, keys, job_id)
+    ship("a", "later part\n", start=100)  # the stream lost a's first 100 bytes
+    ship("b", "hello\npart")
+    ship("b", "ial\nand more")
+    ship("a", "a again\n")
+    result = CliRunner().invoke(app, ["logs", job_id, "--scheduler", servers.scheduler_addr])
+    assert result.exit_code == 0, result.output
+    assert "[a] later part\n[b] hello\n[b] partial\n[b] and more\n[a] a again\n" in result.output
+    assert "the first 100 bytes were trimmed" in result.output
+    only_b = CliRunner().invoke(app, ["logs", job_id, "--node", "b", "--no-prefix", "--tail", "1",
+                                      "--scheduler", servers.scheduler_addr])
+    assert only_b.output == "and more\n"
+    missing = CliRunner().invoke(app, ["logs", "job-nope", "--scheduler", servers.scheduler_addr])
+    assert missing.exit_code == 4 and "NOT_FOUND" in missing.output
