@@ -326,6 +326,10 @@ def scheduler_cmd(
     master_ports: Annotated[str, typer.Option(
         envvar="FRENZY_MASTER_PORTS", help="torchrun rendezvous ports handed out per node, FIRST-LAST.")]
     = "29500-32767",
+    policy: Annotated[str, typer.Option(
+        envvar="FRENZY_POLICY",
+        help="Queue policy: 'frenzy' (shortest-first with aging, completion-time-aware plan choice) or "
+             "'paper' (FIFO with backfill, first satisfiable plan; the Frenzy paper's HAS).")] = "frenzy",
     log_level: Annotated[str, typer.Option()] = "INFO",
 ) -> None:
     """Run the Scheduler: gRPC API, placement loop (HAS), agent-event consumer and node reaper."""
@@ -336,9 +340,14 @@ def scheduler_cmd(
         ports = parse_port_range(master_ports)
     except ValueError as exc:
         fail(str(exc), 2)
+    from has import QueuePolicy
+
+    policies = {"frenzy": QueuePolicy.frenzy(), "paper": QueuePolicy()}
+    if policy not in policies:
+        fail(f"--policy: unknown policy {policy!r}; one of {', '.join(policies)}", 2)
     server = SchedulerServer(redis_url, predictor, address, prefix=prefix, tick_s=tick_s,
                              dead_after_s=node_dead_after_s, max_attempts=max_attempts,
-                             orphan_release_s=orphan_release_s, master_ports=ports)
+                             orphan_release_s=orphan_release_s, master_ports=ports, policy=policies[policy])
     logging.getLogger("frenzy.scheduler").info("scheduler listening on %s (port %d)", address, server.port)
     _wait_for_signal()
     server.stop()

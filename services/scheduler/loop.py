@@ -27,7 +27,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import redis
 
@@ -75,7 +75,11 @@ class SchedulerLoop:
         self.r = client
         self.k = keys
         self.store = StateStore(client, keys)
-        self.policy = policy or QueuePolicy()
+        # Ours by default (docs/has-policy.md): shortest-first with aging and
+        # completion-time-aware plan choice; QueuePolicy() is the paper's HAS.
+        self.policy = policy or QueuePolicy.frenzy()
+        self.explain_every_s = 1.0
+        self._last_explained = float("-inf")
         self.consumer = consumer
         self.dead_after_s = dead_after_s
         self.max_attempts = max_attempts
@@ -96,15 +100,21 @@ class SchedulerLoop:
         if not queue:
             return TickReport([], [], 0)
         cluster = self.store.cluster()
-        result = schedule(cluster, queue, now, self.policy)
+        # Pending reasons cost several times the decision itself (docs/simulator.md), and
+        # people read them at human speed: build them at most once a second.
+        explain = now - self._last_explained >= self.explain_every_s
+        policy = self.policy if explain == self.policy.explain else replace(self.policy, explain=explain)
+        result = schedule(cluster, queue, now, policy)
         placed, conflicts = [], []
         for placement in result.placements:
             ok, why = self._reserve_and_dispatch(placement)
             (placed if ok else conflicts).append(placement.job_id if ok else f"{placement.job_id}: {why}")
-        reasons = {job_id: r.summary for job_id, r in result.pending.items()}
-        if result.blocked_by and result.blocked_by in reasons:
-            reasons[result.blocked_by] += " (oldest waiting job: holding back backfill)"
-        self.store.set_pending_reasons(reasons)
+        if explain:
+            self._last_explained = now
+            reasons = {job_id: r.summary for job_id, r in result.pending.items()}
+            if result.blocked_by and result.blocked_by in reasons:
+                reasons[result.blocked_by] += " (oldest waiting job: holding back backfill)"
+            self.store.set_pending_reasons(reasons)
         for c in conflicts:
             log.info("reservation lost a race, retrying next tick: %s", c)
         return TickReport(placed, conflicts, len(result.pending))
@@ -118,6 +128,10 @@ class SchedulerLoop:
         if not ok:
             return False, str(fence_or_reason)
         fence = int(fence_or_reason)
+        if placement.plan.runtime_s is not None:
+            # When these GPUs should free up again: what completion-time-aware
+            # plan choice weighs against starting elsewhere now.
+            self.store.set_fields(placement.job_id, est_end=repr(time.time() + placement.plan.runtime_s))
         job = self.store.get(placement.job_id)
         assert job is not None
         launches = self.launch_messages(job, fence)

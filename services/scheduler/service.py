@@ -31,6 +31,7 @@ from frenzy.scheduler.loop import SchedulerLoop
 from frenzy.scheduler.states import JobState
 from frenzy.scheduler.store import DEFAULT_MASTER_PORTS, JobRecord, StateStore
 from frenzy.v1 import predictor_pb2, predictor_pb2_grpc, scheduler_pb2, scheduler_pb2_grpc, types_pb2
+from has import QueuePolicy
 
 log = logging.getLogger(__name__)
 
@@ -319,13 +320,13 @@ class SchedulerServer:
     def __init__(self, redis_url: str, predictor_addr: str, address: str = "127.0.0.1:50051",
                  prefix: str | None = None, tick_s: float = 0.25, dead_after_s: float | None = None,
                  max_attempts: int | None = None, orphan_release_s: float | None = None,
-                 master_ports: tuple[int, int] | None = None) -> None:
+                 master_ports: tuple[int, int] | None = None, policy: QueuePolicy | None = None) -> None:
         self.client = redis.Redis.from_url(redis_url, decode_responses=True)
         self.keys = Keys(prefix)
         self.channel = grpc.insecure_channel(predictor_addr)
         ports = os.environ.get("FRENZY_MASTER_PORTS")
         self.loop = SchedulerLoop(
-            self.client, self.keys,
+            self.client, self.keys, policy,
             dead_after_s=dead_after_s if dead_after_s is not None else env_float("FRENZY_NODE_DEAD_AFTER_S", 30.0),
             max_attempts=max_attempts if max_attempts is not None else int(env_float("FRENZY_MAX_ATTEMPTS", 3)),
             orphan_release_s=(orphan_release_s if orphan_release_s is not None

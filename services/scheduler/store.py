@@ -99,11 +99,12 @@ class JobRecord:
 
 
 def plan_to_option(plan: types_pb2.Plan) -> PlanOption:
-    """The few numbers HAS needs from a predicted plan."""
+    """The few numbers HAS needs from a predicted plan: where it runs, what it needs
+    per GPU, and how long MARP expects it to take (for completion-time-aware choice)."""
     lay = plan.layout
     return PlanOption(
         gpu_type=plan.gpu_type, tp=lay.tp, pp=lay.pp, dp=lay.dp, bytes_per_gpu=plan.peak_bytes_per_gpu,
-        label=f"{plan.gpu_type}x{plan.num_gpus}",
+        runtime_s=plan.completion_s if plan.completion_s > 0 else None,
     )
 
 
@@ -375,16 +376,27 @@ class StateStore:
             nodes.append((info, alive, gpus))
         return nodes
 
+    def estimated_ends(self, job_ids: set[str]) -> dict[str, float]:
+        """job id -> when MARP expects it to finish (set at reservation), for jobs that have one."""
+        ids = sorted(job_ids)
+        pipe = self.r.pipeline(transaction=False)
+        for job_id in ids:
+            pipe.hget(self.k.job(job_id), "est_end")
+        return {j: float(v) for j, v in zip(ids, pipe.execute(), strict=True) if v}
+
     def cluster(self) -> ClusterView:
         views = []
-        for info, alive, gpus in self.load_nodes():
+        nodes = self.load_nodes()
+        ends = self.estimated_ends({g["owner"] for _, _, gpus in nodes for g in gpus if g.get("owner")})
+        for info, alive, gpus in nodes:
             name = info.get("name") or (gpus[0]["node"] if gpus else "")
             if not name:
                 continue
             slots = tuple(
                 GpuSlot(node=name, index=int(g["index"]), gpu_type=g.get("type", ""),
                         memory_total=int(g.get("memory_total", 0)), memory_free=int(g.get("memory_free", 0)),
-                        owner=g.get("owner") or None, healthy=g.get("healthy", "1") == "1")
+                        owner=g.get("owner") or None, healthy=g.get("healthy", "1") == "1",
+                        free_at=ends.get(g.get("owner") or ""))
                 for g in gpus
             )
             views.append(NodeView(name=name, gpus=slots, alive=alive, draining=info.get("draining") == "1"))

@@ -190,5 +190,6 @@ def test_live_scheduler_runs_the_same_policy_code() -> None:
     service = Loop.__new__(Loop)  # no Redis: only tick()'s pure path is exercised
     service.store = FakeStore()  # type: ignore[assignment]
     service.policy = QueuePolicy.frenzy()
+    service.explain_every_s, service._last_explained = 1.0, float("-inf")
     service.tick(now=0.0)
     assert reserved and reserved == [(s.job_id, s.gpus) for s in starts if isinstance(s, Start)]
