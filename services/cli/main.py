@@ -215,17 +215,22 @@ def job(
 
 def show_job(j: types_pb2.Job, plans_limit: int = 8) -> None:
     con = render.console()
+    attempts = f"attempt {j.attempt}" + (f" of {j.max_attempts}" if j.max_attempts else "")
     con.print(f"[bold]{j.id}[/] {j.spec.name}  model {j.model_name} ({j.parameter_count / 1e9:.3f} B)  "
-              f"state {render.styled_state(j.state)}  attempt {j.attempt}")
+              f"state {render.styled_state(j.state)}  {attempts}")
     if render.state_name(j.state) == "PENDING" and j.pending_reason:
         con.print(f"[yellow]pending:[/] {j.pending_reason}")
+    if j.failed_node:
+        con.print(f"[red]failed:[/] node {j.failed_node} (torchrun node rank {j.failed_node_rank}) exited with "
+                  f"code {j.failed_exit_code}. To see why: frenzy logs {j.id} --node {j.failed_node}")
     if j.candidate_plans:
         con.print(render.plan_table(j.candidate_plans, title="Candidate plans",
                                     chosen=j.plan if j.HasField("plan") else None, limit=plans_limit))
     if j.HasField("plan"):
         con.print(render.memory_table(j.plan))
     if j.placement:
-        con.print("placement: " + "; ".join(f"{a.node} GPUs {list(a.gpu_indices)}" for a in j.placement))
+        rdzv = f"  rendezvous {j.master_addr}:{j.master_port}" if j.master_port else ""
+        con.print("placement: " + "; ".join(f"{a.node} GPUs {list(a.gpu_indices)}" for a in j.placement) + rdzv)
     con.print(render.history_table(j))
     for node, path in sorted(j.log_paths.items()):
         con.print(f"log ({node}): {path}")
