@@ -4,25 +4,34 @@ MARP multiplies these by the tokens a rank holds (micro-batch x seq_len / cp) to
 bytes. Each coefficient is a sum of named tensors, following Korthikanti et al. 2022 ("Reducing
 Activation Recomputation in Large Transformer Models", sec. 4.1, eq. 1-2: per layer
 sbh(34 + 5as/h) at 16 bits with dropout), generalised term by term to GQA, SwiGLU, RMSNorm,
-RoPE, flash attention and the precision policies, with the per-variant values measured on
-fake tensors in memory-notes B.5 (../shared/reference/memory-notes.md) as the check:
+flash attention and the precision policies. Two sets of fake-tensor measurements check them:
+memory-notes B.5 (../shared/reference/memory-notes.md, GPT-2 style) and ``frenzy measure``
+(services/measure, the oracle of tests/integration/measure: GPT-2, LLaMA and BERT styles, every
+policy, flash / eager, per-layer values from 3 layers minus 1 layer at h=256, s=256, b=2):
 
-=============================================  =============  ==================
-variant (h=1024, a=16, s=1024)                 these terms    measured (B.5)
-=============================================  =============  ==================
-GPT-2, pure bf16, eager, dropout 0.1           115 (114+1*)   115.0
-GPT-2, pure bf16, flash, no dropout            32.06          32.07
-GPT-2, AMP-bf16, flash (+ weight copies)       36.06 + 24     60.08
-GPT-2, AMP-bf16, eager                         132 + 24 + 1*  157.0
-GPT-2, fp32, eager, dropout 0.1                210            211.0
-Llama-style bf16 flash MHA / GQA kv=4          50.06 / 45.56  50.3 / 45.8
-=============================================  =============  ==================
+===============================================  =============  ==================
+variant                                          these terms    measured
+===============================================  =============  ==================
+GPT-2, pure bf16, eager, dropout 0.1 (B.5)       115 (114+1*)   115.0
+GPT-2, pure bf16, flash, no dropout (B.5)        32.06          32.07
+GPT-2, AMP-bf16, flash (+ weight copies) (B.5)   36.06 + 24     60.08
+GPT-2, fp32, eager, dropout 0.1 (B.5)            210            211.0
+LLaMA, pure bf16, flash, MHA / GQA (oracle)      45.56 / 43.56  45.59 / 43.59
+LLaMA, pure bf16, eager, GQA 8:2 (oracle)        93.5           93.53
+LLaMA, AMP-bf16, flash, MHA (oracle)             55.56 + 12.07  67.66
+BERT, AMP-bf16, flash (oracle)                   40.06 + 12.05  52.16
+===============================================  =============  ==================
 (* the materialised causal mask of the measuring model, not counted here.)
 
 Units: bytes per token of one micro-batch at tensor-parallel degree 1. ``rep`` is replicated
 across TP ranks (norms and their outputs, dropout masks: divided by tp only under sequence
 parallelism), ``par`` is sharded by TP (head- or column-parallel tensors), ``score`` is per
 token *and per attended key* (the s x s attention probabilities of eager attention).
+
+The ``bwd_*`` coefficients are the transients of one layer's backward beyond its saved tensors
+(the phase-B peak, ``marp.memory``): the backward of a block visits the MLP first, then the
+attention, and the two never coexist -- by the time the attention's s x s gradients exist, the
+MLP's saved tensors and the second norm's (``relief``) have been freed.
 """
 
 from __future__ import annotations
@@ -45,11 +54,27 @@ class LayerCoefficients:
     weight_cache_per_param: float  # autocast's low-precision weight copies (AMP only), bytes/param
     emb: float  # non-layer, first stage: embedding output / dropout mask
     final: float  # non-layer, last stage: final norm and head input
+    # ---- one layer's backward (phase B) ----
+    ckpt_alias: bool = True  # the checkpointed input is itself one of the tensors the layer saves
+    # Transients of the layer's backward, net of what it has freed by then (may be negative):
+    bwd_mlp_rep: float = 0.0  # down projection's backward: residual + branch gradient (post-LN: - LN2)
+    bwd_mlp_par: float = 0.0  # down projection's backward: its input gradient
+    bwd_act_rep: float = 0.0  # MLP activation's backward: residual gradient (post-LN: - LN2)
+    bwd_act_par: float = 0.0  # MLP activation's backward: inner-width gradients net of freed inputs
+    bwd_attn_rep: float = 0.0  # attention backward: residual gradient - the norms already freed
+    bwd_attn_par: float = 0.0  # attention backward: dV or dq dk dv - the MLP's tensors freed
+    bwd_score: float = 0.0  # attention backward, per key: s x s gradients beyond the saved scores
 
 
 def element_bytes(policy: str) -> int:
     """Activation element size: fp32 keeps 4-byte activations, every other policy 2-byte ones."""
     return 4 if policy == "fp32" else 2
+
+
+def gpt2_style(model: ModelSpec) -> bool:
+    """GPT-2 flavour (a decoder with LayerNorm): HF GPT2Attention projects q, k and v with one fused
+    ``c_attn`` matmul; LLaMA-family (RMSNorm) and BERT modules use three separate projections."""
+    return model.arch == "decoder" and model.norm == "layernorm"
 
 
 def _norm_coef(model: ModelSpec, e: int, amp: bool, fused: bool = False) -> float:
@@ -88,39 +113,77 @@ def _moe_extra(model: ModelSpec, e: int) -> float:
     return 8 * model.experts + 2 * model.top_k * e * model.hidden
 
 
+def _softmax_bytes(model: ModelSpec, e: int, amp: bool, fused: bool) -> tuple[int, int, int]:
+    """(p, d, c) of eager attention's softmax, bytes per score element: p its saved output, d its
+    input (the dtype of its gradient), c the low-precision copy of the output fed to P @ V.
+
+    Under autocast softmax is an fp32 op: the bf16 scores are cast up (d = 4), the fp32 output is
+    saved and a bf16 copy goes to the matmul (4, 4, 2). HF's LLaMA-family eager attention
+    (modeling_llama.py eager_attention_forward: ``softmax(w, dim=-1, dtype=torch.float32)
+    .to(query.dtype)``) upcasts as well: ATen's softmax with a dtype converts its input first
+    (aten/src/ATen/native/SoftMax.cpp; only CUDA fp16 inputs take the fused half_to_float path),
+    so (4, 4, 2) from bf16 scores, (4, 4, 0) from fp32 ones. GPT-2 and BERT, and Megatron's fused
+    softmax, stay in the compute dtype (e, e, 0; Korthikanti's 2as/h per softmax output at 16 bits).
+    """
+    if amp:
+        return 4, 4, 2
+    if model.norm == "rmsnorm" and not fused:
+        return 4, 4, (2 if e == 2 else 0)
+    return e, e, 0
+
+
 def layer_coefficients(
-    model: ModelSpec, policy: str, flash: bool, dropout: float, fused: bool = False
+    model: ModelSpec, policy: str, flash: bool, dropout: float, fused: bool = False, kv_repeat: bool = False
 ) -> LayerCoefficients:
     """The per-token coefficients of one layer of ``model`` under a precision policy.
 
-    ``fused``: Megatron / Transformer Engine kernels (fused norms, fused RoPE that keeps no
-    pre-rotation copies, fused bias-SwiGLU) instead of the eager PyTorch / HF modules.
+    ``fused``: Megatron / Transformer Engine kernels (fused norms, fused bias-SwiGLU, fused
+    softmax) instead of the eager PyTorch / HF modules. ``kv_repeat``: grouped K and V are
+    repeated to every query head before attention (see ``TrainingRecipe.kv_repeat``); eager
+    attention always repeats them.
     """
     e = element_bytes(policy)
     amp = policy.startswith("amp-")
     drop = dropout > 0.0
-    h, kv, a = model.hidden, model.kv_dim, model.heads
+    h, a = model.hidden, model.heads
+    # GQA (Ainslie et al. 2023): K and V are kv_dim wide, unless repeated to all heads first --
+    # repeat_kv in HF eager attention and in torchtitan's / torchtune's Llama, repeat_interleave
+    # in Megatron's unfused attention -- when the matmuls (or SDPA) save the h-wide copies and the
+    # kv-wide originals are freed.
+    kv = h if (kv_repeat or not flash) else model.kv_dim
+    residual = 4 if (amp or policy == "fp32") else e  # the residual stream (fp32 under autocast)
+    norm = _norm_coef(model, e, amp, fused)
 
     # Replicated: two norms (+ outputs) and, with dropout, two hidden-dropout masks of 1 B
     # (bool masks; Korthikanti's "sbh" dropout-mask terms).
-    rep = h * (2 * _norm_coef(model, e, amp, fused) + (2 if drop else 0))
+    # Per token, each norm also saves fp32 statistics: LayerNorm its mean and rstd (aten
+    # native_layer_norm), RMSNorm its rsqrt.
+    stats = 8 if (model.norm == "layernorm" or fused) else 4
+    rep = h * (2 * norm + (2 if drop else 0)) + 2 * stats
+    qkv_casts = mlp_casts = 0.0
+    if amp and not fused:
+        # Autocast caches casts of weights only (autocast_mode.cpp cached_cast: leaf tensors that
+        # require grad), so every linear reading the fp32 norm output makes and saves its own bf16
+        # copy: q, k and v (one fused c_attn for GPT-2), gate and up for SwiGLU. One is in ``norm``.
+        qkv_casts = 2.0 * h * (0 if gpt2_style(model) else 2)
+        mlp_casts = 2.0 * h * (1 if model.mlp == "swiglu" else 0)
+        rep += qkv_casts + mlp_casts
 
-    # TP-sharded: Q, K, V (GQA: K and V are kv_dim wide, Ainslie et al. 2023) ...
-    par = e * (h + 2 * kv)
-    if model.pos_emb == "rope" and not fused:
-        # ... the pre-rotation Q and K kept besides the rotated ones (memory-notes B.5: +e(h+kv)
-        # reproduces the Llama-style MHA 50.3 / GQA 45.8 sbh) ...
-        par += e * (h + kv)
-    par += e * h  # ... the attention output, which is also the out-projection's input ...
+    # TP-sharded: Q, K, V, and the attention output, which is also the out-projection's input.
+    # Rotary embeddings (q * cos + rotate_half(q) * sin) keep nothing of q or k: cos and sin do
+    # not require grad, and autograd's mul saves an operand only for the other's gradient
+    # (tools/autograd/derivatives.yaml, mul.Tensor) -- so the rotated Q and K are all there is.
+    par = e * (h + 2 * kv) + e * h
     score = 0.0
+    p_bytes, d_bytes, c_bytes = _softmax_bytes(model, e, amp, fused)
     if flash:
-        par += 4 * a  # ... flash keeps only the fp32 log-sum-exp per head (Dao et al. 2022)
+        par += 4 * a  # flash keeps only the fp32 log-sum-exp per head (Dao et al. 2022)
     else:
-        # Eager: softmax output (fp32 under AMP, plus its bf16 copy fed to P@V), and with
-        # attention dropout its 1 B mask and output (Korthikanti's 5as/h at 16 bits).
-        score = a * ((4 + 2) if amp else e)
-        if drop:
-            score += a * (1 + (0 if amp else e))
+        # Eager: the softmax output and its low-precision copy for P @ V; with attention dropout
+        # the 1 B mask and the dropout output, which P @ V saves instead of the copy (dropout does
+        # not save its input): Korthikanti's 5as/h at 16 bits.
+        low = c_bytes if c_bytes else e
+        score = a * (p_bytes + 1 + low) if drop else a * (p_bytes + c_bytes)
     ffn = model.expert_ffn if model.experts else model.ffn
     mlp = _mlp_coef(model, e, ffn, fused)
     if model.experts:
@@ -130,29 +193,86 @@ def layer_coefficients(
     # op-level SAC (torchtitan, "selective op" policy): the checkpointed layer input plus the
     # outputs of every other matmul (1st, 3rd, ...) and of the attention kernel are saved; the
     # rest is recomputed in backward.
-    residual = 4 if (amp or policy == "fp32") else e
-    mm_widths = [h, kv, kv, h] + ([ffn, ffn, h] if model.mlp == "swiglu" else [ffn, h])
+    # (Matmul outputs: K and V are kv_dim wide whether or not they are repeated afterwards.)
+    kvm = model.kv_dim
+    mm_widths = [h, kvm, kvm, h] + ([ffn, ffn, h] if model.mlp == "swiglu" else [ffn, h])
     sac_par = e * sum(mm_widths[0::2]) + e * h + (4 * a if flash else 0)
     if model.experts:
         sac_par += e * (model.top_k - 1) * ffn
     # Full recompute keeps the layer input only (Korthikanti sec. 4.2: 2sbh per layer at 16 bits,
     # 4sbh with the fp32 residual stream of AMP / fp32, memory-notes B.5 "full checkpointing").
     ckpt = residual * h
+    # Is the checkpointed input one of the tensors the rebuilt layer saves? A (pre-)LayerNorm and a
+    # fused norm save their input as is; HF RMSNorm saves its fp32 upcast, the input itself when it
+    # is already fp32; BERT's post-LN block saves its input through q/k/v unless autocast casts it.
+    if fused:
+        alias = True
+    elif model.arch == "encoder":
+        alias = not amp
+    else:
+        alias = model.norm == "layernorm" or residual == 4
 
     # Non-layer terms. First stage: the embedding output (input of layer 1: counted by the layer
     # as its residual input) plus the embedding-dropout mask; an encoder adds its embedding
     # LayerNorm input and output. Last stage: the final norm (decoders) and the head input.
-    emb = (h if drop else 0) + (2 * e * h if model.arch == "encoder" else 0)
+    # An encoder's embedding LayerNorm is saved like a block's second norm (input, statistics, its
+    # output as layer 1's q/k/v save it: three bf16 casts under autocast).
+    emb = (h if drop else 0) + (norm * h + stats + qkv_casts if model.arch == "encoder" else 0)
     if model.arch == "decoder":
-        final = _norm_coef(model, e, amp, fused) * h
+        final = norm * h
     elif model.head == "lm":
-        final = (2 * e + _norm_coef(model, e, amp, fused)) * h  # MLM transform: dense, GeLU, LayerNorm
+        final = (e + norm) * h  # MLM transform: the dense output (GeLU input), then the LayerNorm
     else:
-        final = 0.0  # classifier: pooler on the first token only
+        # Classifier: the pooler reads the first token. Its linear saves that row as a view of the
+        # last block's output, which keeps the whole output alive (counted by the block as its
+        # second norm's output); under autocast it saves a bf16 cast of the row only, and the
+        # block output (and the casts a next block would have made) are never kept.
+        final = -(e * h + qkv_casts) if amp and not fused else 0.0
+
+    # ---- one layer's backward (phase B), beyond its saved tensors ----
+    # Incoming residual gradient, in the residual dtype; under autocast also its bf16 cast into the
+    # block's last linear (the engine casts a gradient to its input's dtype), freed by that linear.
+    dres = residual * h
+    # MLP backward: GeLU holds d(fc2 input) and d(fc1 output) while the GeLU output is already
+    # freed, net + e f; SwiGLU at the product's backward holds d(product), d(silu) and d(up) with
+    # the product freed, net + 2 e f. A post-LN block (BERT) runs its LN2 backward first: the
+    # block output (which the next block or the head saved, already back-propagated) and LN2's
+    # input and statistics are gone.
+    mlp_inner = (2 if model.mlp == "swiglu" else 1) * e * ffn * max(model.top_k, 1)
+    norm2_all = norm * h + stats + qkv_casts  # post-LN: LN2 in/out + the next block's casts of it
+    # Two moments: the down projection's backward holds the branch gradient (the autocast cast, or
+    # hidden dropout's backward output, grad x mask x scale: e h, one or the other) and its input
+    # gradient (e f); by the activation's backward both are freed.
+    relief_mlp = norm2_all + (h if drop else 0) if model.arch == "encoder" else 0
+    mlp1_rep = dres + (e * h if (amp or drop) else 0) - relief_mlp
+    mlp1_par = e * ffn * max(model.top_k, 1)
+    mlp2_rep = dres - relief_mlp
+    # Attention backward, after the MLP's tensors, the second norm's (post-LN: both norms') and,
+    # in eager attention, the out-projection's input (a reshaped copy of P @ V) are freed. Flash
+    # produces dq, dk, dv at once (+ fp32 softmax statistics) from d(out); eager holds dV while
+    # softmax's backward runs on its saved output p, its gradient (p) and the input gradient it
+    # produces (d), the low-precision copy (c) already freed: a (p + d - c) per key.
+    if model.arch == "encoder":
+        relief_rep = 2 * (norm * h + stats) + qkv_casts + mlp_casts + (2 * h if drop else 0)
+    else:
+        relief_rep = norm * h + stats + mlp_casts + (h if drop else 0)
+    if flash:
+        attn_par = e * h + e * (h + 2 * kv) + 4 * a - mlp
+        bwd_score = 0.0
+    else:
+        attn_par = e * kv - mlp - e * h
+        if drop:
+            # The saved dropout output (low) is freed by P @ V's backward, its gradient and the
+            # dropout's input gradient are made, the mask freed, then softmax's backward as above.
+            bwd_score = a * max(low, p_bytes + d_bytes - low - 1)
+        else:
+            bwd_score = a * (p_bytes + d_bytes - c_bytes)
     return LayerCoefficients(
         rep=rep, par=par, score=score, sac_rep=residual * h, sac_par=sac_par, ckpt_rep=ckpt,
-        weight_cache_per_param=2.0 if amp else 0.0, emb=emb, final=final,
+        weight_cache_per_param=2.0 if amp else 0.0, emb=emb, final=final, ckpt_alias=alias,
+        bwd_mlp_rep=mlp1_rep, bwd_mlp_par=mlp1_par, bwd_act_rep=mlp2_rep, bwd_act_par=mlp_inner, bwd_attn_rep=dres - relief_rep, bwd_attn_par=attn_par,
+        bwd_score=bwd_score,
     )  # fmt: skip
 
 
-__all__ = ["LayerCoefficients", "element_bytes", "layer_coefficients"]
+__all__ = ["LayerCoefficients", "element_bytes", "gpt2_style", "layer_coefficients"]

@@ -371,7 +371,8 @@ def memory_grid(
     policy = recipe.policy
     e = element_bytes(policy)
     dropout = model.dropout if recipe.dropout is None else recipe.dropout
-    coef = layer_coefficients(model, policy, recipe.flash_attention, dropout, fused=recipe.fused_kernels)
+    coef = layer_coefficients(model, policy, recipe.flash_attention, dropout, fused=recipe.fused_kernels,
+                              kv_repeat=recipe.resolved_kv_repeat)
     s, h = recipe.seq_len, model.hidden
     pb, gb, ob = state_bytes_per_param(policy, recipe.optimizer)
     state_elem = 2 if policy == "pure-bf16" else 4
@@ -396,30 +397,52 @@ def memory_grid(
          tokens * coef.ckpt_rep / sp_div],
         tokens * (coef.sac_rep / sp_div + coef.sac_par / tp_),
     )
-    # During the backward of a checkpointed layer its activations are rebuilt: one layer's worth
-    # (full, op-sac) or its attention scores (selective, Korthikanti sec. 5).
-    recompute_tr = np.select(
-        [rc == RECOMPUTE_CODE["none"], rc == RECOMPUTE_CODE["selective"]],
-        [np.zeros_like(full_layer), tokens * keys * coef.score / tp_], full_layer,
-    )
-    # Activation gradients in flight while one layer runs backward: the incoming and outgoing
-    # residual gradients and the MLP's inner gradient (2 x e x ffn / tp), plus the s x s score
-    # gradient of eager attention.
+    # ---- one layer's backward (phase B) -------------------------------------------------------
+    # The layer being back-propagated holds all its activations: kept (none), or rebuilt by the
+    # recomputation (full, op-sac: the whole layer; selective: its attention scores, Korthikanti
+    # sec. 5) -- under full recompute beside its checkpointed input, unless that input is itself
+    # one of the saved tensors (LayerNorm saves its input as is).
+    ckpt_extra = 0.0 if coef.ckpt_alias else 1.0
+    rebuilt = full_layer + np.where(rc == RECOMPUTE_CODE["full"], ckpt_extra * tokens * coef.ckpt_rep / sp_div, 0.0)
+    # Beyond that, the larger of the MLP backward's transients and the attention backward's, which
+    # run after the MLP's and the second norm's tensors are freed (marp.activations, bwd_*). Each
+    # phase also holds the layer's own weight gradients produced so far: the MLP's down projection,
+    # then the whole MLP and the attention output projection (params, per TP rank).
     ffn = model.expert_ffn if model.experts else model.ffn
-    bwd_tr = tokens * e * (2 * h / sp_div + 2 * ffn * max(model.top_k, 1) / tp_) + tokens * keys * (
-        2 * e * model.heads / tp_ if not recipe.flash_attention else 0)
+    mlp_tr = tokens * (coef.bwd_mlp_rep / sp_div + coef.bwd_mlp_par / tp_)
+    act_tr = tokens * (coef.bwd_act_rep / sp_div + coef.bwd_act_par / tp_)
+    attn_tr = tokens * (coef.bwd_attn_rep / sp_div + coef.bwd_attn_par / tp_ + keys * coef.bwd_score / tp_)
+    n_mlp = 3 if model.mlp == "swiglu" else 2
+    own_grads_mlp = (0 if model.experts else h * ffn) / tp_
+    own_grads_attn = (0 if model.experts else n_mlp * h * ffn + h * h) / tp_
+    # Head-side parameters, whose gradients exist before any layer's backward (last stage): the LM
+    # head's matrix (a tied head's gradient lands in the embedding), its other parts, final norm.
+    if model.head == "lm":
+        head_side = vocab_local + (model.head_params() - (0 if model.tied_embeddings else model.vocab * h))
+    else:
+        head_side = np.full_like(tp_, model.head_params())
+    head_side = head_side + model.final_norm_params()
+    # Matmul weights autocast casts (and caches, and the linears save): a layer's linears (not its
+    # norms) and the head's matrices; embedding look-ups are not on autocast's lists (the token and
+    # position tables stay fp32). memory-notes D.2, autocast_mode.cpp.
+    head_mm = (vocab_local + (h * h if model.arch == "encoder" else 0) if model.head == "lm"
+               else np.full_like(tp_, h * (h + model.num_labels)))  # fmt: skip
+    layer_mm = layer_local - 2 * model.norm_params()
+    loss_kind = recipe.resolved_loss
 
     def stage_terms(rank: NDArray[np.int64], is_first: NDArray[np.bool_], is_last: NDArray[np.bool_],
                     n_params: NDArray[np.int64]) -> dict[str, NDArray[np.float64]]:
         units, mbs = _in_flight(model.n_layers, pp_, vpp_, ga, rank)
-        acts = units * saved + np.where(is_first, mbs * tokens * coef.emb, 0.0)
+        emb_this = np.where(is_first, tokens * coef.emb, 0.0)
+        acts = units * saved + mbs * emb_this
         acts = acts + np.where(is_last, tokens * coef.final, 0.0)
-        if model.vocab_logits:
-            logit_elems = tokens * vocab_local / h
-            logits = np.where(is_last, logit_elems * _loss_bytes_per_logit(
-                recipe.resolved_loss, e, recipe.loss_chunks, recipe.fused_kernels), 0.0)
-        else:
-            logits = np.zeros_like(acts)
+        logit_elems = tokens * vocab_local / h if model.vocab_logits else np.zeros_like(acts)
+        per_logit = _loss_bytes_per_logit(loss_kind, e, recipe.loss_chunks, recipe.fused_kernels)
+        logits = np.where(is_last, logit_elems * per_logit, 0.0)
+        # The loss's forward, still inside the autocast region: the logits, their fp32 upcast (the
+        # same tensor in fp32) and log_softmax's output (torch loss only; the others keep their peak).
+        per_logit_fwd = (0.0 if e == 4 else e) + 8.0 if loss_kind == "torch" else per_logit
+        logits_fwd = np.where(is_last, logit_elems * per_logit_fwd, 0.0)
 
         # -- model states (trainable vs frozen) --
         dense = (n_params - expert_local).astype(np.float64)
@@ -448,6 +471,23 @@ def memory_grid(
         opt = opt_params * ob
         if recipe.offload_optimizer:
             opt = np.zeros_like(opt)  # ZeRO-Offload (Ren et al. 2021): states and master in CPU memory
+        # One layer's gradients, the head side's, and the layer's own produced during its backward.
+        if lora:
+            g_layer = grads / layers_stage
+            g_post = np.zeros_like(grads)
+            g_own_mlp = g_own_attn = np.zeros_like(grads)
+        elif grads_persistent and recipe.megatron_style:
+            # Megatron accumulates into its fp32 main_grad buffer with fused wgrad kernels.
+            g_layer = layer_local * gb / g_div + ex * gb / np.where(zs >= 2, sd_e, 1) / layers_stage
+            g_post = np.where(is_last, head_side * gb / g_div, 0.0)
+            g_own_mlp = g_own_attn = np.zeros_like(grads)
+        else:
+            g_layer = (layer_local * gb / g_div + ex * gb / np.where(zs >= 2, sd_e, 1) / layers_stage)
+            g_post = np.where(is_last, head_side * gb / g_div, 0.0)
+            # Under autocast the MLP-phase gradient is still the bf16 copy's (the matmul's output), cast
+            # to the fp32 parameter's dtype by the cast's backward once the matmul is done.
+            g_own_mlp = own_grads_mlp * (e if policy.startswith("amp-") else gb) / g_div
+            g_own_attn = own_grads_attn * gb / g_div
 
         # -- buffers --
         fsdp = (zs >= 3) & (sd > 1)
@@ -467,9 +507,17 @@ def memory_grid(
         te_ws = 0.0
         if recipe.megatron_style:
             te_ws = TE_STREAMS * (32 * MiB if gpu is not None and gpu.name in HOPPER else 4 * MiB)
-        # autocast casts each weight once per forward and the linears save the casts for backward
-        # (memory-notes D.2: "a bf16 weight copy (2) that is live during fwd/bwd").
-        wcache = (layers_stage * layer_local + root) * coef.weight_cache_per_param
+        # Autocast casts each weight once per autocast region and caches the copy until the region
+        # exits (memory-notes D.2: "a bf16 weight copy (2) that is live during fwd/bwd"); a linear
+        # saves it for backward, so it outlives the region unless the layer is recomputed (full /
+        # op-sac checkpointing drops saved tensors and re-casts in the recomputation). Every
+        # micro-batch in flight casts its own (one region per forward).
+        copy_layer = layer_mm * coef.weight_cache_per_param
+        copy_saved = np.where(rc <= RECOMPUTE_CODE["selective"], copy_layer, 0.0)
+        copy_head = np.where(is_last, head_mm * coef.weight_cache_per_param, 0.0)
+        wc_after = units * copy_saved + copy_head  # after the region: the saved copies
+        n_c = layers_stage / vpp_  # layers of the model chunk one forward / backward pass runs
+        wc_region = wc_after + np.where(rc <= RECOMPUTE_CODE["selective"], 0.0, n_c * copy_layer)
         qlora_tr = (2.0 * layer_local / 4 if recipe.finetune == "qlora" else 0.0)  # one dequantised matrix
 
         # -- optimizer transient (memory-notes D.3) --
@@ -483,10 +531,41 @@ def memory_grid(
 
         grads_in_a = grads_persistent | (ga > 1)
         const = params + opt + ddp + te_ws
-        a = (const + np.where(grads_in_a, grads, 0.0) + gathered + wcache + acts + logits)
-        b = (const + gathered + unsharded_grads + wcache
-             + np.where(grads_in_a, grads + acts, np.maximum(grads, acts))
-             + recompute_tr + bwd_tr + qlora_tr)
+        # A: the forward's end -- at the start of the loss backward (autocast region closed), or
+        # in the loss forward (region open, every cached weight copy alive, smaller logits).
+        a_base = const + np.where(grads_in_a, grads, 0.0) + gathered + acts
+        a_after = a_base + wc_after + logits
+        a_region = a_base + wc_region + logits_fwd
+        a_in_region = a_region > a_after
+        a = np.maximum(a_after, a_region)
+
+        # B: the backward of one layer of the chunk being back-propagated (n_c layers), the other
+        # in-flight micro-batches' activations untouched. Layer l (counting from the first) holds the
+        # saved tensors of layers 1..l-1, its own rebuilt activations and copies, and -- when the
+        # gradients are transient -- the gradients of the head side and of layers l+1..n_c: the
+        # maximum over l is at one of the ends, G_post + (n_c - 1) x max(g, a_saved).
+        a_saved = saved + copy_saved
+        other = (units - n_c) * a_saved + (mbs - 1) * emb_this
+        layer_now = rebuilt + copy_layer + emb_this
+        grads_win = ~grads_in_a & (g_layer > a_saved)
+        chain = np.where(grads_in_a, grads + (n_c - 1) * a_saved,
+                         g_post + (n_c - 1) * np.maximum(g_layer, a_saved))
+        # A gradient kept between micro-batches (or steps) is accumulated in place, but each weight
+        # gradient is first computed into a fresh tensor (AccumulateGrad adds it in afterwards): the
+        # MLP phase holds the down projection's either way; later ones are accumulated by then.
+        own = np.where(grads_in_a, 0.0, 1.0)
+        # By the attention's backward the MLP's saved weight copies (AMP) are freed too.
+        copy_mlp = (0 if model.experts else n_mlp * h * ffn) / tp_ * coef.weight_cache_per_param
+        layer_tr = np.maximum(np.maximum(mlp_tr + g_own_mlp, act_tr + own * g_own_mlp),
+                              attn_tr - copy_mlp + own * g_own_attn)  # fmt: skip
+        b_layers = const + gathered + unsharded_grads + other + chain + layer_now + layer_tr + qlora_tr
+        # ... or the end of the backward: every gradient, and a tied embedding's second gradient
+        # (the look-up's) before it is accumulated into the head's (first stage, pp = 1).
+        tied_tmp = np.where(is_first & is_last & model.tied_embeddings & (not lora) & model.vocab_logits,
+                            vocab_local * gb / g_div, 0.0)  # fmt: skip
+        b_end = const + grads + tied_tmp
+        b_at_end = b_end > b_layers
+        b = np.maximum(b_layers, b_end)
         c = const + grads + opt_tr
         stacked = np.stack([a, b, c])
         phase = np.argmax(stacked, axis=0)
@@ -494,16 +573,26 @@ def memory_grid(
         persistent = const + np.where(grads_persistent, grads, 0.0)
         frag = FRAGMENTATION * np.maximum(peak - persistent, 0.0)
         in_a, in_b, in_c = phase == 0, phase == 1, phase == 2
-        b_grads_win = ~grads_in_a & (grads > acts)  # transient grads outgrow the freed activations
+        # The B terms by kind, in whichever branch set the maximum.
+        b_grads = np.where(grads_in_a, grads, g_post + np.where(grads_win, (n_c - 1) * g_layer, 0.0))
+        b_acts = (other - (units - n_c) * copy_saved + rebuilt + emb_this
+                  + np.where(grads_in_a | ~grads_win, (n_c - 1) * saved, 0.0))  # fmt: skip
+        b_copies = ((units - n_c) * copy_saved + copy_layer
+                    + np.where(grads_in_a | ~grads_win, (n_c - 1) * copy_saved, 0.0))  # fmt: skip
+        b_grads = np.where(b_at_end, grads, b_grads)
+        b_acts = np.where(b_at_end, 0.0, b_acts)
+        b_copies = np.where(b_at_end, 0.0, b_copies)
+        b_tr = np.where(b_at_end, tied_tmp, layer_tr + qlora_tr)
+        b_buffers = np.where(b_at_end, 0.0, gathered + unsharded_grads + b_copies)
         out = {
             "parameters": params,
-            "gradients": np.where(in_a, np.where(grads_in_a, grads, 0.0),
-                                  np.where(in_b & ~grads_in_a & ~b_grads_win, 0.0, grads)),
+            "gradients": np.where(in_a, np.where(grads_in_a, grads, 0.0), np.where(in_b, b_grads, grads)),
             "optimizer_states": opt,
-            "activations": np.where(in_a, acts, np.where(in_b & ~b_grads_win, acts, 0.0)),
-            "logits": np.where(in_a, logits, 0.0),
-            "buffers": ddp + te_ws + np.where(in_c, 0.0, gathered + wcache) + np.where(in_b, unsharded_grads, 0.0),
-            "transient": np.where(in_b, recompute_tr + bwd_tr + qlora_tr, np.where(in_c, opt_tr, 0.0)),
+            "activations": np.where(in_a, acts, np.where(in_b, b_acts, 0.0)),
+            "logits": np.where(in_a, np.where(a_in_region, logits_fwd, logits), 0.0),
+            "buffers": ddp + te_ws + np.where(in_a, gathered + np.where(a_in_region, wc_region, wc_after),
+                                              np.where(in_b, b_buffers, 0.0)),
+            "transient": np.where(in_b, b_tr, np.where(in_c, opt_tr, 0.0)),
             "fragmentation": frag,
             "peak": peak,
             "phase": phase,

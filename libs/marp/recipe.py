@@ -72,6 +72,10 @@ class TrainingRecipe:
 
     The remaining fields refine the memory model; None means "the policy's usual choice":
     ``optimizer_impl`` (foreach on CUDA for torch.optim, fused for Megatron-style ``master-*``),
+    ``kv_repeat`` (grouped-query K and V repeated to every query head before attention, as
+    torchtitan's and torchtune's Llama and HF's eager attention do with ``repeat_kv``; False for
+    kernels that take grouped K/V natively, FlashAttention-2 and SDPA ``enable_gqa``; default:
+    repeated with eager kernels, native with fused ones),
     ``loss`` (Megatron's in-place vocab-parallel CE for ``master-*``, else PyTorch CE on fp32
     logits), ``grad_buffer`` (``persistent``: gradients live between steps, as Megatron's
     contiguous buffer or ``zero_grad(set_to_none=False)``; ``transient``: PyTorch >= 2.0
@@ -100,6 +104,7 @@ class TrainingRecipe:
     lora_rank: int = 16
     lora_targets: tuple[str, ...] = ("q", "k", "v", "o")
     offload_optimizer: bool = False
+    kv_repeat: bool | None = None
 
     def __post_init__(self) -> None:
         err = InvalidRecipeError
@@ -157,6 +162,8 @@ class TrainingRecipe:
             raise err("recipe.lora_targets",
                       f"must be distinct names from {', '.join(LORA_TARGETS)}, got {targets!r}.")  # fmt: skip
         check_bool(self.offload_optimizer, "recipe.offload_optimizer", err)
+        if self.kv_repeat is not None:
+            check_bool(self.kv_repeat, "recipe.kv_repeat", err)
         if self.policy == "fsdp-bf16" and self.finetune == "qlora":
             raise err("recipe.finetune", "qlora keeps a 4-bit frozen base; it cannot use the fsdp-bf16 policy.",
                       "use precision pure-bf16 or amp-bf16 with qlora.")  # fmt: skip
@@ -198,6 +205,10 @@ class TrainingRecipe:
         return self.kernels == "fused" if self.kernels is not None else self.megatron_style
 
     @property
+    def resolved_kv_repeat(self) -> bool:
+        return self.kv_repeat if self.kv_repeat is not None else not self.fused_kernels
+
+    @property
     def tokens_per_step(self) -> int:
         return self.global_batch * self.seq_len
 
@@ -216,7 +227,7 @@ class TrainingRecipe:
             "grad_buffer": self.resolved_grad_buffer, "kernels": "fused" if self.fused_kernels else "eager",
             "finetune": self.finetune,
             "lora_rank": self.lora_rank, "lora_targets": list(self.lora_targets),
-            "offload_optimizer": self.offload_optimizer,
+            "offload_optimizer": self.offload_optimizer, "kv_repeat": self.resolved_kv_repeat,
         }  # fmt: skip
 
 

@@ -1,0 +1,77 @@
+"""MARP's prediction for the configuration ``frenzy measure`` ran, and the error against it.
+
+Torch-free: the CLI imports this before it knows whether torch is installed. The recipe pins
+every choice the measured step makes, so that MARP is asked about exactly that step: one GPU
+(tp = pp = dp = 1, ZeRO 0, one micro-batch per step), eager PyTorch kernels, PyTorch
+cross-entropy on fp32 logits, foreach optimizers, and the measured dropout and gradient lifetime.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import marp
+
+# frenzy measure's precision names -> MARP policies (``bf16`` is pure bf16, as in ``frenzy predict``'s
+# single-layout mode).
+PRECISIONS: dict[str, str] = {"fp32": "fp32", "bf16": "pure-bf16", "pure-bf16": "pure-bf16", "amp-bf16": "amp-bf16"}
+# The measured breakdown's "other" collects these MARP terms.
+OTHER_TERMS: tuple[str, ...] = ("activations", "logits", "buffers", "transient")
+
+
+def marp_inputs(spec: marp.ModelSpec, seq_len: int, micro_batch: int, precision: str, optimizer: str,
+                attention: str = "flash", recompute: str = "none", gqa: str = "repeat", dropout: float = 0.0,
+                grad_buffer: str = "transient", optimizer_impl: str = "foreach",
+                ) -> tuple[marp.TrainingRecipe, marp.Layout]:  # fmt: skip
+    """The ``TrainingRecipe`` and single-GPU ``Layout`` matching one measured step."""
+    recipe = marp.TrainingRecipe(
+        seq_len=seq_len, global_batch=micro_batch, micro_batch=micro_batch,
+        precision=PRECISIONS.get(precision, precision),  # type: ignore[arg-type]
+        optimizer=optimizer,  # type: ignore[arg-type]
+        optimizer_impl=optimizer_impl, flash_attention=attention == "flash", dropout=dropout, kernels="eager",
+        loss="torch", grad_buffer=grad_buffer, allow_recompute=recompute != "none", kv_repeat=gqa == "repeat",
+    )  # fmt: skip
+    layout = marp.Layout(tp=1, pp=1, dp=1, zero_stage=0, micro_batch=micro_batch, grad_accum=1,
+                         recompute=recompute)  # type: ignore[arg-type]  # fmt: skip
+    return recipe, layout
+
+
+def predict(spec: marp.ModelSpec, seq_len: int, micro_batch: int, precision: str, optimizer: str,
+            attention: str = "flash", recompute: str = "none", gqa: str = "repeat", dropout: float = 0.0,
+            grad_buffer: str = "transient", optimizer_impl: str = "foreach") -> marp.MemoryBreakdown:  # fmt: skip
+    recipe, layout = marp_inputs(spec, seq_len, micro_batch, precision, optimizer, attention, recompute, gqa,
+                                 dropout, grad_buffer, optimizer_impl)
+    return marp.predict_memory(spec, recipe, layout)
+
+
+def comparable(breakdown: marp.MemoryBreakdown) -> dict[str, int]:
+    """MARP's breakdown in the measured categories (parameters, gradients, optimizer states, other)."""
+    return {
+        "parameters": breakdown.parameters,
+        "gradients": breakdown.gradients,
+        "optimizer_states": breakdown.optimizer_states,
+        "other": sum(getattr(breakdown, name) for name in OTHER_TERMS),
+    }
+
+
+def error_pct(predicted: int, measured: int) -> float:
+    """Signed error of the prediction, in % of the measurement (negative: MARP under-predicts)."""
+    return round(100.0 * (predicted - measured) / measured, 2) if measured else 0.0
+
+
+def report(measured: dict[str, Any], predicted: marp.MemoryBreakdown) -> dict[str, Any]:
+    """One JSON object: the measurement, MARP's prediction and the error of MARP's peak."""
+    return {
+        "model": measured["model"],
+        "config": measured["config"],
+        "measured": {"peak_allocated_bytes": measured["peak_bytes"], "phase": measured["phase"],
+                     "breakdown": measured["breakdown"], "phase_peaks": measured["phase_peaks"],
+                     "param_count": measured["param_count"], "seconds": measured["seconds"]},  # fmt: skip
+        "marp": {"peak_allocated_bytes": predicted.peak_allocated, "phase": predicted.phase,
+                 "breakdown": comparable(predicted), "terms": predicted.to_dict()},  # fmt: skip
+        "error_pct": error_pct(predicted.peak_allocated, measured["peak_bytes"]),
+        "notes": measured.get("notes", []),
+    }
+
+
+__all__ = ["OTHER_TERMS", "PRECISIONS", "comparable", "error_pct", "marp_inputs", "predict", "report"]

@@ -1,0 +1,137 @@
+"""MARP's oracle: small configurations measured by ``frenzy measure`` and MARP's error on each.
+
+The list below is what tests/integration/measure/test_measure_oracle.py checks (MARP within 5 %
+of the measured tensor peak) and what docs/marp.md's "The oracle" table shows; regenerate the
+table with ``.venv/bin/python -m frenzy.measure.oracle`` (needs torch, about 5 s). The models
+are tiny (hidden 128-512, 2-4 layers, vocabulary <= 8k) so the whole set runs in seconds on
+two cores, and they differ in everything MARP distinguishes: architecture (GPT-2, LLaMA with
+MHA and GQA, BERT with an MLM or a classifier head), size, batch, sequence length, precision
+policy, attention kernel, recompute, optimizer, dropout and gradient lifetime.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import marp
+from frenzy.measure import compare
+
+
+def gpt2(n_layers: int = 2, hidden: int = 256, heads: int = 4, vocab: int = 4096, tied: bool = True) -> marp.ModelSpec:
+    return marp.model_from_hf_config({
+        "arch": "decoder", "head": "lm", "n_layers": n_layers, "hidden": hidden, "heads": heads,
+        "kv_heads": heads, "ffn": 4 * hidden, "mlp": "gelu", "vocab": vocab, "tied_embeddings": tied,
+        "pos_emb": "learned", "max_positions": 1024, "norm": "layernorm", "bias": True,
+        "name": f"gpt2-L{n_layers}-h{hidden}",
+    })  # fmt: skip
+
+
+def llama(n_layers: int = 2, hidden: int = 256, heads: int = 4, kv_heads: int = 4, ffn: int = 688,
+          vocab: int = 4096, tied: bool = False) -> marp.ModelSpec:  # fmt: skip
+    kind = "mha" if kv_heads == heads else f"gqa{heads // kv_heads}"
+    return marp.model_from_hf_config({
+        "arch": "decoder", "head": "lm", "n_layers": n_layers, "hidden": hidden, "heads": heads,
+        "kv_heads": kv_heads, "ffn": ffn, "mlp": "swiglu", "vocab": vocab, "tied_embeddings": tied,
+        "pos_emb": "rope", "max_positions": 4096, "norm": "rmsnorm", "bias": False,
+        "name": f"llama-{kind}-L{n_layers}-h{hidden}",
+    })  # fmt: skip
+
+
+def bert(n_layers: int = 2, hidden: int = 256, heads: int = 4, vocab: int = 4096, head: str = "lm") -> marp.ModelSpec:
+    cfg: dict[str, Any] = {
+        "arch": "encoder", "head": head, "n_layers": n_layers, "hidden": hidden, "heads": heads,
+        "kv_heads": heads, "ffn": 4 * hidden, "mlp": "gelu", "vocab": vocab, "tied_embeddings": True,
+        "pos_emb": "learned", "max_positions": 512, "norm": "layernorm", "bias": True, "type_vocab": 2,
+        "name": f"bert-{'cls' if head == 'classifier' else 'mlm'}-L{n_layers}-h{hidden}",
+    }  # fmt: skip
+    if head == "classifier":
+        cfg["num_labels"] = 2
+    return marp.model_from_hf_config(cfg)
+
+
+@dataclass(frozen=True)
+class OracleCase:
+    """One measured configuration: a model and the knobs of ``MeasureConfig``."""
+
+    model: marp.ModelSpec
+    seq_len: int
+    micro_batch: int
+    precision: str
+    optimizer: str = "adamw"
+    attention: str = "flash"
+    recompute: str = "none"
+    gqa: str = "repeat"
+    dropout: float = 0.0
+    grad_buffer: str = "transient"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        parts = [self.model.name, f"s{self.seq_len} b{self.micro_batch}", self.precision, self.optimizer,
+                 self.attention, f"recompute {self.recompute}"]  # fmt: skip
+        if self.model.kv_heads != self.model.heads:
+            parts.append(f"gqa {self.gqa}")
+        if self.dropout:
+            parts.append(f"dropout {self.dropout}")
+        if self.grad_buffer != "transient":
+            parts.append(f"{self.grad_buffer} grads")
+        return ", ".join(parts)
+
+    def knobs(self) -> dict[str, Any]:
+        return {"seq_len": self.seq_len, "micro_batch": self.micro_batch, "precision": self.precision,
+                "optimizer": self.optimizer, "attention": self.attention, "recompute": self.recompute,
+                "gqa": self.gqa, "dropout": self.dropout, "grad_buffer": self.grad_buffer}  # fmt: skip
+
+
+CASES: tuple[OracleCase, ...] = (
+    OracleCase(gpt2(), 256, 2, "pure-bf16"),
+    OracleCase(gpt2(), 256, 2, "amp-bf16", attention="eager"),
+    OracleCase(gpt2(4, 384, 6, vocab=8000, tied=False), 128, 4, "fp32", attention="eager", recompute="full"),
+    OracleCase(gpt2(), 256, 2, "pure-bf16", optimizer="sgd", attention="eager", dropout=0.1),
+    OracleCase(llama(), 256, 2, "pure-bf16"),
+    OracleCase(llama(), 256, 2, "amp-bf16", recompute="full"),
+    OracleCase(llama(3, 512, 8, 2, 1376, vocab=8000), 128, 2, "pure-bf16", attention="eager"),
+    OracleCase(llama(3, 512, 8, 2, 1376, vocab=8000), 256, 1, "fp32", optimizer="sgd", recompute="full",
+               gqa="native"),
+    OracleCase(llama(2, 256, 8, 2, 688, vocab=1024), 256, 2, "amp-bf16", attention="eager", recompute="full"),
+    OracleCase(bert(), 128, 4, "fp32", attention="eager"),
+    OracleCase(bert(4, 128, 2, head="classifier"), 512, 2, "amp-bf16", optimizer="sgd", recompute="full"),
+    OracleCase(bert(2, 256, 4, head="classifier"), 128, 4, "fp32", attention="eager", dropout=0.1,
+               grad_buffer="persistent"),
+)
+
+
+def run_case(case: OracleCase) -> dict[str, Any]:
+    """Measure one case (needs torch) and compare it with MARP."""
+    from frenzy.measure.step import MeasureConfig, measure
+
+    measured = measure(case.model, MeasureConfig(**case.knobs()))
+    predicted = compare.predict(case.model, **case.knobs())
+    out = compare.report(measured.to_dict(), predicted)
+    out["label"] = case.label
+    return out
+
+
+def markdown_table(rows: list[dict[str, Any]]) -> str:
+    mib = 2**20
+    lines = ["| configuration | measured MiB | MARP MiB | error | measured phase |", "|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['label']} | {r['measured']['peak_allocated_bytes'] / mib:.2f} | "
+                     f"{r['marp']['peak_allocated_bytes'] / mib:.2f} | {r['error_pct']:+.2f} % | "
+                     f"{r['measured']['phase']} |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def main() -> None:
+    rows = [run_case(c) for c in CASES]
+    print(markdown_table(rows))
+    worst = max(rows, key=lambda r: abs(r["error_pct"]))
+    mean = sum(abs(r["error_pct"]) for r in rows) / len(rows)
+    print(json.dumps({"cases": len(rows), "mean_abs_error_pct": round(mean, 2), "worst": worst["label"],
+                      "worst_error_pct": worst["error_pct"]}))  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,181 @@
+"""One measured training step on fake tensors: ``measure(spec, config) -> Measurement``.
+
+The model of ``frenzy.measure.models`` is built under FakeTensorMode on the CPU device (fake
+CUDA tensors make autograd abort on a CPU-only build, memory-notes B.6 pitfall 1), then two
+training iterations run -- zero_grad, forward + loss inside the (emulated) autocast region,
+backward, optimizer step -- and the second is reported (the first allocates the optimizer
+states; pitfall 7). ``LiveBytes`` counts every live storage during the second iteration from
+its start, with the parameters, the optimizer states and the input batch already live, exactly
+what ``torch.cuda.reset_peak_memory_stats`` then ``max_memory_allocated`` around one step of a
+warmed-up loop would report.
+
+CUDA behaviour emulated on the CPU build:
+
+* optimizers use the foreach implementation, the CUDA default, which is not the CPU default
+  (pitfall 6): foreach AdamW's ``exp_avg_sq.sqrt()`` is a state-sized temporary (memory-notes D.3);
+* Adam's ``step`` counters are excluded: with foreach and capturable=False torch.optim keeps them
+  on the host (torch/optim/adam.py, "Deliberately host `step` on CPU");
+* allocations are rounded to 512 B (the caching allocator's granularity, pitfall 7);
+* autocast and its weight-cast cache (``frenzy.measure.precision``, pitfall 2).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from frenzy.measure.models import ATTENTIONS, GQA_MODES, RECOMPUTES, build_model, loss_fn
+from frenzy.measure.precision import POLICIES, Policy
+from frenzy.measure.tracker import CUDA_ROUND_BYTES, LiveBytes
+from marp import ModelSpec
+
+OPTIMIZERS: tuple[str, ...] = ("adamw", "adam", "sgd", "sgd-momentum")
+# foreach: torch.optim's CUDA default; forloop: one parameter at a time (the CPU default, and
+# transformers' own AdamW of the 2022 Trainer rows).
+OPTIMIZER_IMPLS: tuple[str, ...] = ("foreach", "forloop")
+CATEGORIES: tuple[str, ...] = ("parameters", "gradients", "optimizer_states", "other")
+# "transient": zero_grad() frees the gradients (set_to_none, PyTorch >= 2.0); "persistent": they are
+# zeroed in place and stay allocated (PyTorch < 2.0's default, Megatron's contiguous buffer).
+GRAD_BUFFERS: tuple[str, ...] = ("transient", "persistent")
+
+
+@dataclass(frozen=True)
+class MeasureConfig:
+    """One single-device training configuration (dp = tp = pp = 1, one micro-batch per step)."""
+
+    seq_len: int
+    micro_batch: int
+    precision: str = "pure-bf16"
+    optimizer: str = "adamw"
+    attention: str = "flash"
+    recompute: str = "none"
+    gqa: str = "repeat"
+    dropout: float = 0.0
+    grad_buffer: str = "transient"
+    optimizer_impl: str = "foreach"
+    round_bytes: int = CUDA_ROUND_BYTES
+
+    def __post_init__(self) -> None:
+        for name in ("seq_len", "micro_batch"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        for name, choices in (("precision", POLICIES), ("optimizer", OPTIMIZERS), ("attention", ATTENTIONS),
+                              ("recompute", RECOMPUTES), ("gqa", GQA_MODES), ("grad_buffer", GRAD_BUFFERS),
+                              ("optimizer_impl", OPTIMIZER_IMPLS)):  # fmt: skip
+            if getattr(self, name) not in choices:
+                raise ValueError(f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}")
+        if isinstance(self.dropout, bool) or not isinstance(self.dropout, int | float) or not 0 <= self.dropout < 1:
+            raise ValueError(f"dropout must be a probability in [0, 1), got {self.dropout!r}")
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """Peak of live tensor bytes in the second iteration, and its split at that moment.
+
+    ``breakdown`` has ``parameters``, ``gradients`` (``.grad`` tensors), ``optimizer_states``
+    (momentum / variance buffers) and ``other`` (activations, logits, autocast weight copies,
+    activation gradients and optimizer temporaries). ``phase_peaks`` is the highest total seen
+    in each phase (forward+loss, backward, optimizer).
+    """
+
+    model: str
+    config: MeasureConfig
+    peak_bytes: int
+    breakdown: dict[str, int]
+    phase: str
+    phase_peaks: dict[str, int]
+    param_count: int
+    seconds: float
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["config"] = asdict(self.config)
+        return out
+
+
+def _optimizer(name: str, params: list[torch.nn.Parameter], impl: str) -> torch.optim.Optimizer:
+    # torch defaults otherwise (AdamW weight decay 0.01, SGD without weight decay); foreach=True as
+    # torch.optim picks on CUDA (torch/optim/optimizer.py, _default_to_fused_or_foreach).
+    foreach = impl == "foreach"
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=1e-4, foreach=foreach)
+    if name == "adam":
+        return torch.optim.Adam(params, lr=1e-4, foreach=foreach)
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=1e-2, foreach=foreach)
+    return torch.optim.SGD(params, lr=1e-2, momentum=0.9, foreach=foreach)
+
+
+def _state_tensors(opt: torch.optim.Optimizer) -> list[torch.Tensor]:
+    return [v for st in opt.state.values() for k, v in st.items() if k != "step" and isinstance(v, torch.Tensor)]
+
+
+def measure(spec: ModelSpec, config: MeasureConfig) -> Measurement:
+    """Measure one training step of ``spec`` under ``config`` on fake tensors (a few seconds)."""
+    started = time.perf_counter()
+    policy = Policy(config.precision)
+    b, s = config.micro_batch, config.seq_len
+    if spec.pos_emb == "learned" and s > spec.max_positions:
+        raise ValueError(f"seq_len {s} exceeds {spec.name}'s {spec.max_positions} learned positions")
+    with FakeTensorMode():
+        model = build_model(spec, policy, config.attention, config.recompute, config.gqa, config.dropout)
+        params = list(model.parameters())
+        opt = _optimizer(config.optimizer, params, config.optimizer_impl)
+        compute_loss = loss_fn(spec)
+        ids = torch.randint(0, spec.vocab, (b, s))
+        if spec.head == "classifier":
+            labels = torch.randint(0, spec.num_labels, (b,))
+        else:
+            labels = torch.randint(0, spec.vocab, (b, s))
+
+        def iteration(tracker: LiveBytes | None) -> None:
+            def phase(name: str) -> None:
+                if tracker is not None:
+                    tracker.set_phase(name)
+
+            opt.zero_grad(set_to_none=set_to_none)
+            phase("forward+loss")
+            with policy.region():
+                loss = compute_loss(model(ids), labels)
+            phase("backward")
+            loss.backward()
+            del loss
+            phase("optimizer")
+            opt.step()
+
+        set_to_none = config.grad_buffer == "transient"
+        iteration(None)
+        opt.zero_grad(set_to_none=set_to_none)  # as iteration 2 starts (freed, or zeroed and kept)
+
+        def classify(tr: LiveBytes) -> dict[str, int]:
+            split = {
+                "parameters": sum(tr.bytes_of(p) for p in params),
+                "gradients": sum(tr.bytes_of(p.grad) for p in params),
+                "optimizer_states": sum(tr.bytes_of(t) for t in _state_tensors(opt)),
+            }
+            split["other"] = tr.current - sum(split.values())
+            return split
+
+        tracker = LiveBytes(config.round_bytes, classify)
+        tracker.track([*params, *(p.grad for p in params), *_state_tensors(opt), ids, labels])
+        tracker.peak = tracker.current
+        tracker.peak_breakdown = classify(tracker)
+        with tracker:
+            iteration(tracker)
+    notes = []
+    if spec.dropout != config.dropout:
+        notes.append(f"{spec.name}'s config trains with dropout {spec.dropout}; measured with {config.dropout}")
+    return Measurement(
+        model=spec.name, config=config, peak_bytes=tracker.peak, breakdown=dict(tracker.peak_breakdown),
+        phase=tracker.peak_phase, phase_peaks=dict(tracker.phase_peaks), param_count=sum(p.numel() for p in params),
+        seconds=round(time.perf_counter() - started, 3), notes=notes,
+    )  # fmt: skip
+
+
+__all__ = ["CATEGORIES", "GRAD_BUFFERS", "OPTIMIZERS", "OPTIMIZER_IMPLS", "MeasureConfig", "Measurement", "measure"]

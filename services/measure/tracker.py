@@ -1,0 +1,126 @@
+"""Live tensor bytes of a (fake) training step, counted the way CUDA's caching allocator counts them.
+
+``LiveBytes`` is a TorchDispatchMode: every aten op's output storages are registered with their
+size rounded up to CUDA's 512-byte allocation granularity, a weak reference on each storage
+subtracts it again when the storage dies, and the running total's maximum is the analogue of
+``torch.cuda.max_memory_allocated``. At each new maximum a caller-supplied classifier splits the
+total into parameters / gradients / optimizer states / other, so the breakdown is the one *at
+the peak*, not a sum of per-category maxima.
+
+Why not ``torch.distributed._tools.mem_tracker.MemTracker`` (which memory-notes used): on torch
+2.13 it rounds to 512 B only for ``cuda`` devices (pitfall 7), and fake CUDA tensors abort
+autograd on a CPU build (pitfall 1), so its counts of fake CPU tensors are unrounded; its
+categories are decided when a storage is first seen (a gradient is "temp" until its hook runs,
+everything the optimizer allocates is "optimizer", temporaries included), which is not MARP's
+split; and it re-scans every tracked module on every op. The counting rule is the same (one
+entry per untyped storage, released through a weak reference), and ``tests/unit/measure``
+checks that the two agree when rounding is off.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Iterable
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+# CUDACachingAllocator rounds every request up to kMinBlockSize = 512 bytes
+# (c10/cuda/CUDACachingAllocator.cpp, round_size), and max_memory_allocated counts rounded sizes.
+CUDA_ROUND_BYTES = 512
+
+
+def rounded(nbytes: int, granularity: int) -> int:
+    if granularity <= 1 or nbytes == 0:
+        return nbytes
+    return -(-nbytes // granularity) * granularity
+
+
+class LiveBytes(TorchDispatchMode):
+    """Running total and peak of live storage bytes seen by aten ops inside the mode.
+
+    Tensors that exist before the mode is entered (parameters, optimizer states) must be
+    registered with ``track``. ``classify`` (optional) is called at every new peak and returns
+    the breakdown to remember for it; ``phase`` is a label the caller moves along (forward,
+    backward, optimizer) and is remembered with the peak.
+    """
+
+    def __init__(self, granularity: int = CUDA_ROUND_BYTES,
+                 classify: Callable[[LiveBytes], dict[str, int]] | None = None) -> None:  # fmt: skip
+        super().__init__()
+        self.granularity = granularity
+        self.classify = classify
+        self.current = 0
+        self.peak = 0
+        self.peak_phase = ""
+        self.peak_breakdown: dict[str, int] = {}
+        self.phase = ""
+        self.phase_peaks: dict[str, int] = {}
+        # id(storage) -> (weakref whose callback frees it, counted bytes). The weakref must be kept
+        # alive for its callback to fire; ids cannot be reused before the callback has run.
+        self._live: dict[int, tuple[weakref.ref, int]] = {}
+
+    # ---- registration ------------------------------------------------------------------------
+
+    def track(self, tensors: Iterable[torch.Tensor | None]) -> None:
+        for t in tensors:
+            if isinstance(t, torch.Tensor):
+                self._add(t)
+
+    def bytes_of(self, t: torch.Tensor | None) -> int:
+        """Counted bytes of a tensor's storage if it is live and tracked, else 0."""
+        if not isinstance(t, torch.Tensor):
+            return 0
+        entry = self._live.get(id(t.untyped_storage()))
+        return entry[1] if entry is not None else 0
+
+    def _add(self, t: torch.Tensor) -> None:
+        st = t.untyped_storage()
+        key = id(st)
+        nbytes = rounded(st.nbytes(), self.granularity)
+        entry = self._live.get(key)
+        if entry is not None:
+            if entry[1] != nbytes:  # resized in place (resize_, out= ops)
+                self.current += nbytes - entry[1]
+                self._live[key] = (entry[0], nbytes)
+            return
+        if nbytes == 0:
+            return
+        ref = weakref.ref(st, self._release_cb(key))
+        self._live[key] = (ref, nbytes)
+        self.current += nbytes
+
+    def _release_cb(self, key: int) -> Callable[[weakref.ref], None]:
+        def release(_: weakref.ref) -> None:
+            entry = self._live.pop(key, None)
+            if entry is not None:
+                self.current -= entry[1]
+
+        return release
+
+    def set_phase(self, phase: str) -> None:
+        self.phase = phase
+        self.phase_peaks.setdefault(phase, self.current)
+
+    # ---- dispatch ----------------------------------------------------------------------------
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        out = func(*args, **(kwargs or {}))
+        for t in tree_leaves(out):
+            if isinstance(t, torch.Tensor):
+                self._add(t)
+        self._note_peak()
+        return out
+
+    def _note_peak(self) -> None:
+        if self.phase and self.current > self.phase_peaks.get(self.phase, 0):
+            self.phase_peaks[self.phase] = self.current
+        if self.current > self.peak:
+            self.peak = self.current
+            self.peak_phase = self.phase
+            if self.classify is not None:
+                self.peak_breakdown = self.classify(self)
+
+
+__all__ = ["CUDA_ROUND_BYTES", "LiveBytes", "rounded"]
