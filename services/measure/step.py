@@ -80,7 +80,8 @@ class Measurement:
     ``breakdown`` has ``parameters``, ``gradients`` (``.grad`` tensors), ``optimizer_states``
     (momentum / variance buffers) and ``other`` (activations, logits, autocast weight copies,
     activation gradients and optimizer temporaries). ``phase_peaks`` is the highest total seen
-    in each phase (forward+loss, backward, optimizer).
+    in each phase: forward+loss (up to the logits' gradient, the loss's backward included, as in
+    MARP's phase A), backward (the layers'), optimizer.
     """
 
     model: str
@@ -142,8 +143,12 @@ def measure(spec: ModelSpec, config: MeasureConfig) -> Measurement:
             opt.zero_grad(set_to_none=set_to_none)
             phase("forward+loss")
             with policy.region():
-                loss = compute_loss(model(ids), labels)
-            phase("backward")
+                logits = model(ids)
+                # The loss's own backward belongs to "forward+loss" (MARP's phase A ends at the start
+                # of the loss backward); the layers' backward starts once the logits' gradient exists.
+                logits.register_hook(lambda grad: phase("backward"))
+                loss = compute_loss(logits, labels)
+                del logits  # the caller frees the logits (torchtitan / torchtune ``del pred``)
             loss.backward()
             del loss
             phase("optimizer")

@@ -1,0 +1,40 @@
+"""`frenzy measure`'s input errors and the torch-missing path: exit 2 with a message naming the flag
+(or the install command), before any measurement starts. No torch needed."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from frenzy.cli import cmd_measure
+from frenzy.cli.main import app
+
+RUN = CliRunner()
+BASE = {"--model": "gpt2", "--seq-len": "128", "--micro-batch": "1", "--precision": "bf16", "--optimizer": "adamw"}
+
+
+def _args(**over: str) -> list[str]:
+    opts = {**BASE, **{"--" + k.replace("_", "-"): v for k, v in over.items()}}
+    return ["measure", *(x for kv in opts.items() for x in kv)]
+
+
+def test_missing_torch_exits_2_with_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cmd_measure, "torch_available", lambda: False)
+    res = RUN.invoke(app, _args())
+    assert res.exit_code == 2
+    assert "pip install -e .[train]" in res.output
+
+
+@pytest.mark.parametrize(("over", "named"), [
+    ({"precision": "fp16"}, "--precision"), ({"optimizer": "lion"}, "--optimizer"),
+    ({"attention": "sdpa"}, "--attention"), ({"recompute": "selective"}, "--recompute"), ({"gqa": "mqa"}, "--gqa"),
+    ({"dropout": "1.5"}, "--dropout"), ({"grad_buffer": "kept"}, "--grad-buffer"),
+    ({"optimizer_impl": "fused"}, "--optimizer-impl"), ({"seq_len": "0"}, "--seq-len"),
+    ({"seq_len": "4096"}, "--seq-len"),  # GPT-2 has 1024 learned positions
+    ({"micro_batch": "0"}, "--micro-batch"), ({"model": "no-such-model"}, "--model"),
+])  # fmt: skip
+def test_bad_flags_exit_2_naming_the_flag(over: dict[str, str], named: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cmd_measure, "torch_available", lambda: pytest.fail("checked inputs after torch"))
+    res = RUN.invoke(app, _args(**over))
+    assert res.exit_code == 2, res.output
+    assert named in res.output
