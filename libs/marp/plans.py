@@ -140,6 +140,19 @@ def _candidate_grid(model: ModelSpec, recipe: TrainingRecipe, cap: int, gpus_per
     return {"tp": arr[0], "pp": arr[1], "dp": arr[2], "zero": arr[3], "mb": arr[4], "ga": arr[5], "rc": arr[6]}
 
 
+def _lex_argmin(keys: tuple[NDArray, ...], idx: NDArray[np.int64]) -> int | None:
+    """Index (among ``idx``) of the smallest row by ``keys`` (least significant first), as
+    np.lexsort would rank it first, in O(len(keys) x len(idx)) instead of a sort."""
+    if idx.size == 0:
+        return None
+    for k in reversed(keys):
+        vals = k[idx]
+        idx = idx[vals == vals.min()]
+        if idx.size == 1:
+            break
+    return int(idx[0])
+
+
 def _layout_at(grid: dict[str, NDArray[np.int64]], i: int, megatron: bool) -> Layout:
     tp = int(grid["tp"][i])
     return Layout(
@@ -245,30 +258,30 @@ def enumerate_plans(
         completion = step * recipe.train_steps
         hours = n_gpus * completion / 3600.0
         headroom = gpu.memory_bytes - mem["total"]
+        # Rank keys, least significant first (np.lexsort's convention).
         if rank_by == "time":
-            order = np.lexsort((grid["rc"], grid["zero"], -headroom, n_gpus, hours, completion))
+            keys = (grid["rc"], grid["zero"], -headroom, n_gpus, hours, completion)
         else:
-            order = np.lexsort((grid["rc"], grid["zero"], -headroom, completion, n_gpus, hours))
-        fits_in_order = fit_mask[order]
-        seen: set[int] = set()
-        best_unfit: int | None = None
-        for pos, j in enumerate(order):
-            if not fits_in_order[pos]:
-                if best_unfit is None:
-                    best_unfit = int(j)
-                continue
-            n = int(n_gpus[j])
-            if n in seen:
-                continue
-            seen.add(n)
-            layout = _layout_at(grid, int(j), megatron)
+            keys = (grid["rc"], grid["zero"], -headroom, completion, n_gpus, hours)
+        # Sort only the layouts that fit (often a small share); of the rest only the
+        # best-ranked one matters (for the explanation), found by a lexicographic argmin.
+        fit_idx = np.flatnonzero(fit_mask)
+        fit_order = fit_idx[np.lexsort(tuple(k[fit_idx] for k in keys))]
+        # The best fitting layout per GPU count, in rank order: the first position of
+        # each distinct count (a Python walk over every layout was most of the time).
+        _, first = np.unique(n_gpus[fit_order], return_index=True)
+        first.sort()
+        best_unfit = _lex_argmin(keys, np.flatnonzero(~fit_mask))
+        unfit_key = tuple(float(k[best_unfit]) for k in reversed(keys)) if best_unfit is not None else None
+        for j in fit_order[first].tolist():
+            layout = _layout_at(grid, j, megatron)
             why = f"{_gib(headroom[j])} headroom"
-            if best_unfit is not None:
+            if unfit_key is not None and unfit_key < tuple(float(k[j]) for k in reversed(keys)):
                 why += (f"; better-ranked {_describe(_layout_at(grid, best_unfit, megatron))} on "
                         f"{int(n_gpus[best_unfit])} GPUs rejected: needs {_gib(mem['total'][best_unfit])} "
                         f"> {_gib(usable)} usable")  # fmt: skip
             plan = Plan(
-                gpu_type=gpu.name, layout=layout, memory=breakdown_at(mem, int(j)), step_time_s=float(step[j]),
+                gpu_type=gpu.name, layout=layout, memory=breakdown_at(mem, j), step_time_s=float(step[j]),
                 tokens_per_s=recipe.tokens_per_step / float(step[j]), gpu_hours=float(hours[j]),
                 headroom_bytes=int(headroom[j]), rank=0, completion_s=float(completion[j]), explanation=why,
             )  # fmt: skip
