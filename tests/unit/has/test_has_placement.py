@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from has import ClusterView, PendingReason, Placement, PlanOption, WaitKind, place_job
 from unit.has.has_builders import A100, H100, L4, GiB, cluster, free_node, node, plan
+
+from has import ClusterView, PendingReason, Placement, PlanOption, WaitKind, place_job
 
 
 def placed(result: Placement | PendingReason) -> Placement:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import random
 
+from unit.has.has_builders import A100, H100, L4, GiB, cluster, free_node, job, node, plan
+
 from has import (
     ClusterView,
     GpuSlot,
@@ -18,7 +20,6 @@ from has import (
     place_job,
     schedule,
 )
-from unit.has.has_builders import A100, H100, L4, GiB, cluster, free_node, job, node, plan
 
 
 def placed_ids(res: ScheduleResult) -> list[str]:
