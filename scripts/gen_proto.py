@@ -23,8 +23,8 @@ OUT_DIR = ROOT / "services" / "v1"
 
 
 def generate(dest: Path) -> list[Path]:
-    from grpc_tools import protoc  # dev dependency
     import grpc_tools
+    from grpc_tools import protoc  # dev dependency
 
     protos = sorted(str(p.relative_to(PROTO_ROOT)) for p in (PROTO_ROOT / "frenzy" / "v1").glob("*.proto"))
     include = str(Path(grpc_tools.__file__).parent / "_proto")

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 import redis
+
 from frenzy.common.keys import Keys
 from frenzy.local.redis_server import start_redis
 
