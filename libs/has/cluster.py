@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Protocol
 
+_INF = float("inf")
+
 
 @dataclass(frozen=True)
 class GpuSlot:
@@ -144,7 +146,7 @@ class ClusterView:
     explanations and for the starvation policy's "what will be free" estimate.
     """
 
-    __slots__ = ("_nodes", "_free", "_capacity", "_free_total")
+    __slots__ = ("_nodes", "_free", "_capacity", "_free_total", "_cache")
 
     def __init__(self, nodes: Iterable[NodeView]) -> None:
         by_name: dict[str, NodeView] = {}
@@ -179,6 +181,9 @@ class ClusterView:
         self._capacity = _Capacity(capacity)
         # Free GPUs per type: an O(1) "cannot fit now" test before any node is looked at.
         self._free_total = {t: sum(len(nf.slots) for nf in per.values()) for t, per in free.items()}
+        # Derived indexes, built on first use (release_times, free_buckets). The view is
+        # immutable, so they stay valid for its lifetime and every pass on it shares them.
+        self._cache: dict[tuple[str, str, int], object] = {}
 
     @classmethod
     def _derived(
@@ -193,6 +198,7 @@ class ClusterView:
         view._free = free
         view._capacity = capacity
         view._free_total = free_total
+        view._cache = {}
         return view
 
     # ----- read access -------------------------------------------------
@@ -256,6 +262,56 @@ class ClusterView:
         levels = self._capacity.levels.get(gpu_type, [])
         i = bisect.bisect_left(levels, need_bytes)
         return levels[i] if i < len(levels) else None
+
+    def release_times(self, gpu_type: str, level: int, now: float) -> list[float]:
+        """When each healthy ``gpu_type`` GPU with memory_total ≥ ``level`` on a schedulable
+        node is free, ascending: ``now`` for a free GPU, max(now, ``free_at``) for a busy one,
+        ``inf`` when a busy GPU's release is unknown. A new list per call (callers edit it).
+
+        The GPUs are scanned once per (type, level) for the view's lifetime; each call then
+        costs two C-level list builds, not a walk over the GPUs.
+        """
+        key = ("release", gpu_type, level)
+        hit = self._cache.get(key)
+        if hit is None:
+            always = 0  # free GPUs, and busy ones whose estimate is NaN (max(now, nan) is now)
+            busy: list[float] = []
+            for name in self.healthy_by_node(gpu_type):
+                for g in self._nodes[name].gpus:
+                    if g.gpu_type != gpu_type or not g.healthy or g.memory_total < level:
+                        continue
+                    if g.owner is None:
+                        always += 1
+                    elif g.free_at is None:
+                        busy.append(_INF)
+                    elif g.free_at == g.free_at:
+                        busy.append(g.free_at)
+                    else:
+                        always += 1
+            busy.sort()
+            hit = (always, busy)
+            self._cache[key] = hit
+        always, busy = hit  # type: ignore[misc]
+        k = bisect.bisect_right(busy, now)  # estimates already past count as free now
+        return [now] * (always + k) + busy[k:]
+
+    def free_buckets(self, gpu_type: str) -> tuple[tuple[tuple[str, ...], ...], int]:
+        """Nodes with free ``gpu_type`` GPUs grouped by how many they have: ``buckets[c]`` is
+        the name-sorted nodes with exactly ``c`` free; plus the least free memory of any of
+        those GPUs. The per-pass placement index (``has.pass_state``) starts from this.
+        """
+        key = ("buckets", gpu_type, 0)
+        hit = self._cache.get(key)
+        if hit is None:
+            free = self._free.get(gpu_type, {})
+            width = max((len(nf.slots) for nf in free.values()), default=0)
+            lists: list[list[str]] = [[] for _ in range(width + 1)]
+            least = min((nf.mem_sorted[0] for nf in free.values()), default=0)
+            for name, nf in free.items():  # name order, so every bucket is sorted
+                lists[len(nf.slots)].append(name)
+            hit = (tuple(tuple(names) for names in lists), least)
+            self._cache[key] = hit
+        return hit  # type: ignore[return-value]
 
     # ----- derivation --------------------------------------------------
 

@@ -11,7 +11,7 @@ same answer.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
@@ -119,9 +119,9 @@ class _Candidate:
     free: NodeFree
 
 
-def _candidates(cluster: ClusterView, plan: PlanOption) -> list[_Candidate]:
+def _candidates(free: Mapping[str, NodeFree], plan: PlanOption) -> list[_Candidate]:
     out = []
-    for name, nf in cluster.free_by_node(plan.gpu_type).items():
+    for name, nf in free.items():
         if len(nf.slots) < plan.tp:
             continue  # cannot host even one TP group; skip the bisect
         qualifying = nf.count_at_least(plan.bytes_per_gpu)
@@ -153,9 +153,17 @@ def choose_nodes(cluster: ClusterView, plan: PlanOption) -> tuple[tuple[str, tup
 
     Within a node the lowest-index qualifying GPUs are taken.
     """
+    return choose_from(cluster.free_by_node(plan.gpu_type), plan)
+
+
+def choose_from(
+    free: Mapping[str, NodeFree], plan: PlanOption
+) -> tuple[tuple[str, tuple[int, ...]], ...] | None:
+    """``choose_nodes`` over an explicit name-sorted map of the nodes with free GPUs of the
+    plan's type (the scheduling pass keeps its own, shrinking as it places jobs)."""
     need = plan.num_gpus
     b = plan.bytes_per_gpu
-    cands = _candidates(cluster, plan)
+    cands = _candidates(free, plan)
     if sum(c.usable for c in cands) < need:
         return None
 
@@ -193,17 +201,21 @@ def choose_nodes(cluster: ClusterView, plan: PlanOption) -> tuple[tuple[str, tup
 
 def explain_plan(cluster: ClusterView, plan: PlanOption) -> str:
     """One line on why ``plan`` does not fit now, with the numbers that matter."""
+    return explain_from(cluster.free_by_node(plan.gpu_type), cluster.healthy_by_node(plan.gpu_type), plan)
+
+
+def explain_from(free: Mapping[str, NodeFree], healthy: Mapping[str, int], plan: PlanOption) -> str:
+    """``explain_plan`` from the free GPUs of the plan's type per node and its healthy GPUs
+    per schedulable node (what the scheduling pass keeps)."""
     g = plan.gpu_type
     need = plan.num_gpus
     head = f"needs {plan.describe()}"
-    healthy = cluster.healthy_by_node(g)
     if not healthy:
         return f"{head}; no schedulable {g} GPUs in the cluster"
     widest = max(healthy.values())
     if plan.tp > widest:
         return f"{head}; a TP group of {plan.tp} exceeds the largest {g} node ({widest} GPUs)"
 
-    free = cluster.free_by_node(g)
     quals = [(name, nf.count_at_least(plan.bytes_per_gpu), len(nf.slots)) for name, nf in free.items()]
     total_q = sum(q for _, q, _ in quals)
     total_free = sum(f for _, _, f in quals)
@@ -230,12 +242,20 @@ def explain_job(
     cluster: ClusterView, plans: Sequence[PlanOption], kind: WaitKind = WaitKind.NO_FIT
 ) -> PendingReason:
     """PendingReason for a job none of whose plans fits ``cluster`` now."""
+    return explain_with(lambda p: explain_plan(cluster, p), plans, kind)
+
+
+def explain_with(
+    explain: Callable[[PlanOption], str], plans: Sequence[PlanOption], kind: WaitKind = WaitKind.NO_FIT
+) -> PendingReason:
+    """``explain_job`` with the per-plan line given by ``explain`` (the pass memoises it)."""
     if not plans:
         return PendingReason(
             "no resource plans: the predictor found no layout that fits any GPU type", (), WaitKind.NO_PLANS
         )
-    per_plan = tuple(f"plan {i}: {explain_plan(cluster, p)}" for i, p in enumerate(plans))
-    summary = explain_plan(cluster, plans[0])
+    lines = [explain(p) for p in plans]
+    per_plan = tuple(f"plan {i}: {line}" for i, line in enumerate(lines))
+    summary = lines[0]
     if len(plans) > 1:
         summary += f" (and {len(plans) - 1} fallback plan{'s' if len(plans) > 2 else ''}: none fits now)"
     return PendingReason(summary, per_plan, kind)

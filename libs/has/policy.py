@@ -39,17 +39,19 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from has.cluster import ClusterView
+from has.pass_state import PassFree
 from has.placement import (
     PendingReason,
     Placement,
     PlanOption,
     WaitKind,
-    choose_nodes,
-    explain_job,
+    explain_from,
+    explain_with,
 )
 
 
@@ -238,167 +240,442 @@ def _wait_s(job: QueuedJob, now: float) -> float:
 
 
 _INF = float("inf")
+_LAST = 1 << 62  # a plan index after every real one: "none yet" that loses every tie
+_NO_FIT_NOW = PendingReason("no plan fits the free GPUs now", ())
+# (runtime, plan index, gpu_type, GPUs - 1, tp, bytes_per_gpu, "bytes:gpu_type", plan)
+_Candidate = tuple[float, int, str, int, int, int, str, PlanOption]
 
 
-def _job_size(job: QueuedJob) -> float:
-    """Estimated GPU-seconds of the job's cheapest plan (inf when no plan has an estimate)."""
-    sizes = [p.runtime_s * p.num_gpus for p in job.plans if p.runtime_s is not None]
-    return min(sizes) if sizes else _INF
+class _JobPlans:
+    """What a pass needs of one job's plans, computed once per ``QueuedJob`` (its plans never
+    change) and kept on the object, so a pass over a queue it has seen does no per-plan setup.
+
+    rows: (index, gpu_type, GPUs, tp, bytes) per plan in ranked order; least: per GPU type the
+    fewest GPUs any of its plans needs (a job none of whose types has that many free GPUs is
+    rejected without looking at a plan); size: GPU-seconds of the cheapest timed plan.
+    The cache is keyed by nothing but the object: ``QueuedJob`` and ``PlanOption`` are frozen.
+    """
+
+    __slots__ = ("rows", "least", "fewest", "shapes", "timed", "size", "fifo_key", "short_key", "by_slack")
+
+    def __init__(self, job: QueuedJob) -> None:
+        plans = job.plans
+        rows = []
+        least: dict[str, int] = {}
+        sizes = []
+        for i, p in enumerate(plans):
+            n = p.num_gpus
+            rows.append((i, p.gpu_type, n, p.tp, p.bytes_per_gpu))
+            if n < least.get(p.gpu_type, n + 1):
+                least[p.gpu_type] = n
+            if p.runtime_s is not None:
+                sizes.append(p.runtime_s * n)
+        self.rows = tuple(rows)
+        self.least = tuple(least.items())
+        self.fewest = min(least.values(), default=0)  # GPUs of the job's smallest plan
+        # ((gpu_type, bytes, tp), GPUs) per plan: "could it fit with every job ended?"
+        self.shapes = tuple(((t, b, tp), n) for _, t, n, tp, b in rows)
+        self.timed = bool(plans) and len(sizes) == len(plans)
+        self.size = min(sizes) if sizes else _INF
+        self.fifo_key = (job.seq, job.job_id)  # sort keys of the two queue orders
+        self.short_key = (self.size, job.seq, job.job_id)
+        self.by_slack: dict[float, list[_Candidate]] = {}
+
+    def candidates(self, plans: tuple[PlanOption, ...], width_slack: float) -> list[_Candidate]:
+        """(runtime, index, type, GPUs - 1, tp, bytes, "bytes:type", plan) of the plans within ``width_slack`` of
+        the cheapest GPU-seconds on their GPU type, fastest first (all plans have runtime_s)."""
+        out = self.by_slack.get(width_slack)
+        if out is None:
+            cheapest: dict[str, float] = {}
+            for p in plans:
+                gs = p.runtime_s * p.num_gpus  # type: ignore[operator]
+                cheapest[p.gpu_type] = min(cheapest.get(p.gpu_type, _INF), gs)
+            ranked = sorted(
+                (p.runtime_s or 0.0, i, p)
+                for i, p in enumerate(plans)
+                # more GPUs for little speed-up costs the queue more than it gains
+                if (p.runtime_s or 0.0) * p.num_gpus <= (1.0 + width_slack) * cheapest[p.gpu_type]
+            )
+            # The release-list key is a str: its hash is computed once and cached in the object,
+            # a tuple's would be recomputed on every lookup (this is the pass's innermost loop).
+            out = [
+                (
+                    r,
+                    i,
+                    p.gpu_type,
+                    p.num_gpus - 1,
+                    p.tp,
+                    p.bytes_per_gpu,
+                    f"{p.bytes_per_gpu}:{p.gpu_type}",
+                    p,
+                )
+                for r, i, p in ranked
+            ]
+            self.by_slack[width_slack] = out
+        return out
 
 
-# Memo of _candidates: a queued job's plans do not change between passes (the simulator and
-# the service reuse the same tuple), so the filter and sort run once per job, not per pass.
-# Keyed by id() with the tuple itself kept alive in the value (so the id is not reused).
-_CANDIDATES: dict[tuple[int, float], tuple[tuple[PlanOption, ...], list[tuple[float, int, PlanOption]]]] = {}
+def _plans_of(job: QueuedJob) -> _JobPlans:
+    info = job.__dict__.get("_has_plans")
+    if info is None:
+        info = _JobPlans(job)
+        # Not a dataclass field: equality, hashing and repr of QueuedJob are unchanged.
+        object.__setattr__(job, "_has_plans", info)
+    return info  # type: ignore[no-any-return]
 
 
-def _candidates(plans: tuple[PlanOption, ...], width_slack: float) -> list[tuple[float, int, PlanOption]]:
-    """(runtime, index, plan) of the plans within ``width_slack`` of the cheapest GPU-seconds
-    on their GPU type, fastest first (all plans must have ``runtime_s``)."""
-    key = (id(plans), width_slack)
-    hit = _CANDIDATES.get(key)
-    if hit is not None and hit[0] is plans:
-        return hit[1]
-    cheapest: dict[str, float] = {}
-    for p in plans:
-        gs = p.runtime_s * p.num_gpus  # type: ignore[operator]
-        cheapest[p.gpu_type] = min(cheapest.get(p.gpu_type, _INF), gs)
-    out = sorted(
-        (p.runtime_s or 0.0, i, p)
-        for i, p in enumerate(plans)
-        # more GPUs for little speed-up costs the queue more than it gains
-        if (p.runtime_s or 0.0) * p.num_gpus <= (1.0 + width_slack) * cheapest[p.gpu_type]
-    )
-    if len(_CANDIDATES) > 50_000:
-        _CANDIDATES.clear()
-    _CANDIDATES[key] = (plans, out)
-    return out
-
-
-def _order(jobs: list[QueuedJob], now: float, policy: QueuePolicy) -> list[QueuedJob]:
+def _order(queue: Sequence[QueuedJob], now: float, policy: QueuePolicy) -> list[tuple[QueuedJob, _JobPlans]]:
+    """The queue in the order the pass tries it, each job with its plan summary: by (seq,
+    job id); with ``order="shortest"``, the jobs that waited ``starvation_s`` that way, then
+    the rest by (size, seq, job id)."""
+    rows = [(_plans_of(j), j) for j in queue]
     if policy.order == "fifo":
-        return jobs
+        rows.sort(key=_FIFO_KEY)
+        return [(j, info) for info, j in rows]
     # Aging: starving jobs keep FIFO priority, so shortest-first cannot starve a big job.
-    starving = [j for j in jobs if _wait_s(j, now) >= policy.starvation_s]
-    rest = [j for j in jobs if _wait_s(j, now) < policy.starvation_s]
-    rest.sort(key=lambda j: (_job_size(j), j.seq, j.job_id))
-    return starving + rest
+    # (``_wait_s(j, now) >= s`` written out: a pass calls it once per queued job.)
+    s = policy.starvation_s
+    starving = []
+    rest = []
+    for row in rows:
+        (starving if s <= 0.0 or now - row[1].submitted_at >= s else rest).append(row)
+    starving.sort(key=_FIFO_KEY)
+    rest.sort(key=_SHORT_KEY)
+    return [(j, info) for info, j in starving] + [(j, info) for info, j in rest]
 
 
-class _Releases:
+def _fifo_key(row: tuple[_JobPlans, QueuedJob]) -> tuple[int, str]:
+    return row[0].fifo_key
+
+
+def _short_key(row: tuple[_JobPlans, QueuedJob]) -> tuple[float, int, str]:
+    return row[0].short_key
+
+
+_FIFO_KEY = _fifo_key
+_SHORT_KEY = _short_key
+
+
+class _ReleaseList:
+    """Release times of one (GPU type, memory level), ascending, from ``times[lo]`` on.
+
+    A commit takes the earliest ``n`` (``lo += n``: no shift of the list) and inserts ``n``
+    copies of the new release time where they belong (usually near the end: a job's end
+    is later than most releases), so it costs O(n + what lies after), not O(GPUs).
+    """
+
+    __slots__ = ("times", "lo")
+
+    def __init__(self, times: list[float]) -> None:
+        self.times = times
+        self.lo = 0
+
+
+class _Releases(dict[str, _ReleaseList]):
     """When will ``n`` GPUs of a type be free? A queue-aware estimate for plan choice.
 
-    Per (GPU type, memory level): a min-heap of every qualifying GPU's release time —
-    free = now, busy = its ``free_at``, unknown = never — built once per pass from the
-    snapshot. Every decision of the pass is *committed* to it: a placement makes its GPUs
-    busy until now + runtime; a job that chooses to wait for a plan claims the GPUs that
-    free first until its own estimated end. So a job further down the queue does not count
-    on GPUs an earlier job already counts on (without this, every job would wait for the
-    same soon-free fast GPUs). TP groups are ignored here (an estimate; actual placement is
-    ``choose_nodes``).
+    Per (GPU type, memory level): the sorted release time of every qualifying GPU — free =
+    now, busy = its ``free_at``, unknown = never — from the snapshot
+    (``ClusterView.release_times``). Every decision of the pass is *committed* to it: a
+    placement makes its GPUs busy until now + runtime; a job that chooses to wait for a plan
+    claims the GPUs that free first until its own estimated end. So a job further down the
+    queue does not count on GPUs an earlier job already counts on (without this, every job
+    would wait for the same soon-free fast GPUs). TP groups are ignored here (an estimate;
+    actual placement is ``choose_nodes``).
+
+    A dict from "bytes:gpu_type" to the list a plan with that need draws from (plans whose
+    bytes fall in one memory level share one list), filled on first lookup; a need above
+    every GPU of the type gets an empty list (no release ever: estimate inf, commits no-ops).
     """
 
     def __init__(self, cluster: ClusterView, now: float) -> None:
+        super().__init__()
         self.cluster = cluster
         self.now = now
-        self._times: dict[tuple[str, int], list[float]] = {}
+        self._levels: dict[tuple[str, int], _ReleaseList] = {}
 
-    def _sorted(self, plan: PlanOption) -> list[float] | None:
-        level = self.cluster.memory_level(plan.gpu_type, plan.bytes_per_gpu)
+    def __missing__(self, key: str) -> _ReleaseList:
+        need, gpu_type = key.split(":", 1)
+        level = self.cluster.memory_level(gpu_type, int(need))
         if level is None:
-            return None
-        key = (plan.gpu_type, level)
-        times = self._times.get(key)
-        if times is None:
-            times = sorted(
-                self.now if g.owner is None else (max(self.now, g.free_at) if g.free_at is not None else _INF)
-                for name in self.cluster.healthy_by_node(plan.gpu_type)
-                for g in self.cluster.node(name).gpus
-                if g.gpu_type == plan.gpu_type and g.healthy and g.memory_total >= level
-            )
-            self._times[key] = times
-        return times
+            found = _ReleaseList([])
+        else:
+            found = self._levels.get((gpu_type, level))  # type: ignore[assignment]
+            if found is None:
+                found = _ReleaseList(self.cluster.release_times(gpu_type, level, self.now))
+                self._levels[(gpu_type, level)] = found
+        self[key] = found
+        return found
 
-    def start_at(self, plan: PlanOption) -> float:
-        """O(1) after the first call per (type, level): the n-th earliest release time."""
-        times = self._sorted(plan)
-        if times is None or len(times) < plan.num_gpus:
-            return _INF
-        return times[plan.num_gpus - 1]
-
-    def commit(self, plan: PlanOption, until: float) -> None:
-        """The ``plan.num_gpus`` earliest-free GPUs of its type are taken until ``until``."""
-        times = self._sorted(plan)
+    def commit(self, plan: PlanOption, until: float, found: _ReleaseList | None = None) -> None:
+        """The ``plan.num_gpus`` earliest-free GPUs of its type are taken until ``until``
+        (``found``: the plan's list when the caller already looked it up)."""
+        if found is None:
+            found = self[f"{plan.bytes_per_gpu}:{plan.gpu_type}"]
         n = plan.num_gpus
-        if times is None or len(times) < n:
+        times, lo = found.times, found.lo + n
+        if len(times) < lo:  # fewer than n left: nothing to claim
             return
-        del times[:n]
-        pos = bisect.bisect_left(times, until)
+        found.lo = lo
+        pos = bisect.bisect_left(times, until, lo)
         times[pos:pos] = [until] * n
 
 
-def _fits_now(view: ClusterView, plan: PlanOption) -> tuple[tuple[str, tuple[int, ...]], ...] | None:
-    if view.free_count(plan.gpu_type) < plan.num_gpus:
-        return None  # O(1): not enough free GPUs of the type at all
-    return choose_nodes(view, plan)
+class _Pass:
+    """One scheduling pass (see ``schedule``): the queue walk and the state it changes.
 
-
-def _place_ranked(view: ClusterView, job: QueuedJob, explain: bool) -> Placement | PendingReason:
-    """MARP's order, first plan that fits now (``place_job`` with an O(1) pre-check)."""
-    for i, plan in enumerate(job.plans):
-        nodes = _fits_now(view, plan)
-        if nodes is not None:
-            return Placement(job_id=job.job_id, plan_index=i, plan=plan, nodes=nodes)
-    if explain or not job.plans:
-        return explain_job(view, job.plans)
-    return PendingReason("no plan fits the free GPUs now", ())
-
-
-def _place_completion(
-    view: ClusterView, job: QueuedJob, now: float, policy: QueuePolicy, releases: _Releases
-) -> tuple[Placement | PendingReason, int | None]:
-    """Earliest estimated completion among the plans that are not wasteful (see QueuePolicy).
-
-    Returns the decision and, when the job waits, the index of the plan it waits for
-    (a starving job's reservation drains towards that plan, not a slower one).
+    ``free`` is the GPUs still free in this pass minus the holder's held GPUs; ``unheld``
+    is the same without the hold (it tells "held for X" from "no room"), kept separately only
+    once a hold exists. Both are ``PassFree`` indexes, changed in place as jobs are placed.
     """
-    plans = job.plans
-    if not plans or any(p.runtime_s is None for p in plans):
-        return _place_ranked(view, job, policy.explain), None
-    best_now: tuple[float, int, Placement] | None = None
-    best_any: tuple[float, int] | None = None
-    slack = 1.0 + policy.wait_slack
-    for runtime, i, p in _candidates(plans, policy.width_slack):
-        # Fastest first: no later plan can finish before now + runtime, nor be accepted over
-        # a waiting plan unless within the wait slack, so the walk stops early.
-        if best_any is not None and runtime > (best_any[0] - now) * slack:
-            break
-        nodes = _fits_now(view, p)
-        if nodes is not None:
-            done = now + runtime
-            if best_now is None or (done, i) < best_now[:2]:
-                best_now = (done, i, Placement(job_id=job.job_id, plan_index=i, plan=p, nodes=nodes))
-        else:
-            done = releases.start_at(p) + runtime
-        if best_any is None or (done, i) < best_any:
-            best_any = (done, i)
-    if best_now is not None and best_any is not None:
-        if best_any[1] == best_now[1] or best_now[0] - now <= (best_any[0] - now) * slack:
-            releases.commit(best_now[2].plan, best_now[0])
-            return best_now[2], None
-        better = plans[best_any[1]]
-        releases.commit(better, best_any[0])
+
+    def __init__(self, cluster: ClusterView, now: float, policy: QueuePolicy) -> None:
+        self.cluster = cluster
+        self.now = now
+        self.policy = policy
+        self.free = PassFree(cluster)
+        self.unheld: PassFree | None = None
+        self.releases = _Releases(cluster, now)
+        self.placements: list[Placement] = []
+        self._lines: dict[tuple[str, int, int, int, int, str, int], str] = {}
+        self._view: tuple[ClusterView, int] = (cluster, 0)
+        self._ever: dict[tuple[str, int, int], int] = {}  # (type, bytes, tp) → GPUs in whole groups
+        self.most_free = max(self.free.total.values(), default=0)  # of any one type, in ``free``
+
+    def _take(
+        self, free: PassFree, gpu_type: str, nodes: Sequence[tuple[str, Sequence[int]]], checked: bool
+    ) -> None:
+        free.take(gpu_type, nodes, checked)
+        if free is self.free:
+            self.most_free = max(free.total.values(), default=0)
+
+    def run(self, jobs: list[tuple[QueuedJob, _JobPlans]]) -> ScheduleResult:
+        policy, now = self.policy, self.now
+        completion = policy.plan_choice == "completion"
+        width_slack, slack, explain = policy.width_slack, 1.0 + policy.wait_slack, policy.explain
+        starvation_s = policy.starvation_s
+        free, releases = self.free, self.releases
+        total, fits = free.total, free.fits
+        ever, capacity_groups = self._ever, self.cluster.capacity_groups
+        inf = _INF
+        pending: dict[str, PendingReason] = {}
+        holder: QueuedJob | None = None
+        reservation: Reservation | None = None
+        fifo_head: QueuedJob | None = None
+        behind = _NO_FIT_NOW
+
+        for job, info in jobs:
+            if fifo_head is not None:
+                pending[job.job_id] = behind
+                continue
+
+            preferred: int | None = None
+            if completion and info.timed:
+                # Completion-time-aware plan choice (QueuePolicy): the earliest estimated
+                # completion among the job's non-wasteful plans. Written inline, not as a
+                # method, because this loop is the pass's hot path (~10 plans per queued job).
+                cands = info.by_slack.get(width_slack)
+                if cands is None:
+                    cands = info.candidates(job.plans, width_slack)
+                # O(1): if no GPU type has as many free GPUs as the job's smallest plan needs,
+                # nothing fits now and only release times are looked up.
+                may_fit = info.fewest <= self.most_free
+                now_done, now_i, now_plan = inf, _LAST, None  # best plan that fits now
+                any_done, any_i, any_list, any_n = inf, _LAST, None, 0  # best overall (now or after a wait)
+                limit = inf  # (any_done - now) * slack, recomputed only when any_done changes
+                for runtime, i, t, nm1, tp, b, key, p in cands:
+                    # Fastest first: no later plan can finish before now + runtime, nor be
+                    # accepted over a waiting plan unless within the wait slack: stop early.
+                    if runtime > limit:
+                        break
+                    if may_fit and total.get(t, 0) > nm1 and fits(t, tp, nm1 + 1, b):
+                        done = now + runtime
+                        if done < now_done or (done == now_done and i < now_i):
+                            now_done, now_i, now_plan = done, i, p
+                        found = None
+                    else:  # start when the (nm1+1)-th earliest release of its GPUs comes
+                        found = releases[key]
+                        try:
+                            done = found.times[found.lo + nm1] + runtime
+                        except IndexError:  # fewer such GPUs than it needs (or none with the memory)
+                            done = inf + runtime
+                    if done < any_done or (done == any_done and i < any_i):
+                        any_done, any_i, any_list, any_n = done, i, found, nm1 + 1
+                        limit = (any_done - now) * slack
+                if now_plan is not None:
+                    result, preferred = self._settle(
+                        job, now_done, now_i, now_plan, any_done, any_i, any_list
+                    )
+                else:
+                    if any_done < inf:  # wait for the best plan: claim its GPUs' earliest releases
+                        preferred = any_i
+                        # releases.commit(plan, any_done, any_list), inline; any_list is the
+                        # plan's list (it did not fit now, so its list was looked up)
+                        times, lo = any_list.times, any_list.lo + any_n  # type: ignore[union-attr]
+                        if len(times) >= lo:
+                            any_list.lo = lo  # type: ignore[union-attr]
+                            pos = bisect.bisect_left(times, any_done, lo)
+                            times[pos:pos] = [any_done] * any_n
+                    result = self._explain(job.plans) if explain else _NO_FIT_NOW
+            else:
+                result = self._ranked(job, info)
+            if result.__class__ is Placement:
+                self.placements.append(result)  # type: ignore[arg-type]
+                # checked: chosen on ``free``, a subset of ``unheld``'s free GPUs
+                self._take(self.free, result.plan.gpu_type, result.nodes, True)  # type: ignore[union-attr]
+                if self.unheld is not None:
+                    self._take(self.unheld, result.plan.gpu_type, result.nodes, True)  # type: ignore[union-attr]
+                continue
+            if not job.plans:
+                pending[job.job_id] = result
+                continue
+
+            for shape, n in info.shapes:  # could some plan fit with every job ended?
+                groups = ever.get(shape)
+                if groups is None:
+                    groups = capacity_groups(*shape) * shape[2]
+                    ever[shape] = groups
+                if groups >= n:
+                    break
+            else:
+                pending[job.job_id] = PendingReason(
+                    result.summary + "; cannot fit this cluster even with every job ended",
+                    result.per_plan,
+                    WaitKind.NEVER_FITS,
+                )
+                continue
+
+            if reservation is not None and holder is not None:
+                assert self.unheld is not None
+                alt = _first_fit(self.unheld, info)
+                if alt is not None:
+                    pending[job.job_id] = PendingReason(
+                        f"would fit now ({job.plans[alt].describe()}) but those GPUs are held for starving "
+                        f"job {holder.job_id} (waiting {_wait_s(holder, now):.0f} s)",
+                        result.per_plan,
+                        WaitKind.HELD_FOR_STARVING,
+                    )
+                    continue
+
+            if not policy.backfill:
+                fifo_head = job
+                behind = PendingReason(
+                    f"waiting behind {job.job_id} (strict FIFO, backfill off)", (), WaitKind.BEHIND_HEAD
+                )
+                pending[job.job_id] = result
+                continue
+
+            # (``_wait_s(job, now) >= starvation_s``, written out)
+            if holder is None and (starvation_s <= 0.0 or now - job.submitted_at >= starvation_s):
+                view = self._view_now()
+                if preferred is None:
+                    res = drain_target(view, job.job_id, job.plans)
+                else:  # hold GPUs for the plan the job chose to wait for
+                    res = drain_target(view, job.job_id, (job.plans[preferred],))
+                    if res is not None:
+                        res = dataclasses.replace(res, plan_index=preferred)
+                if res is not None:
+                    holder, reservation = job, res
+                    self.unheld = self.free.copy()
+                    self._take(self.free, res.plan.gpu_type, res.held, False)
+                    nodes = ", ".join(f"{n}×{c}" for n, c in res.target)
+                    pending[job.job_id] = PendingReason(
+                        f"{result.summary}; starving for {_wait_s(job, now):.0f} s: holding {res.held_count} free "
+                        f"{res.plan.gpu_type} for plan {res.plan_index} (target {nodes}), "
+                        f"waiting for {res.missing} more to be released",
+                        result.per_plan,
+                        WaitKind.RESERVING,
+                    )
+                    continue
+
+            pending[job.job_id] = result
+
+        blocked_by = (
+            holder.job_id if holder is not None else (fifo_head.job_id if fifo_head is not None else None)
+        )
+        return ScheduleResult(tuple(self.placements), pending, blocked_by, reservation)
+
+    def _view_now(self) -> ClusterView:
+        """The snapshot minus this pass's placements, as a ``ClusterView`` (for drain_target,
+        which runs at most until a holder exists, i.e. rarely): derived on demand."""
+        view, done = self._view
+        for p in self.placements[done:]:
+            view = view.with_reserved(p)
+        self._view = (view, len(self.placements))
+        return view
+
+    def _explain(self, plans: tuple[PlanOption, ...]) -> PendingReason:
+        """``explain_job`` on the pass's free GPUs; each plan's line is memoised until its GPU
+        type changes (many queued jobs share plan shapes, e.g. the same model)."""
+        free, lines, healthy = self.free, self._lines, self.cluster.healthy_by_node
+        version = free.versions
+
+        def line(p: PlanOption) -> str:
+            key = (p.gpu_type, p.tp, p.pp, p.dp, p.bytes_per_gpu, p.label, version.get(p.gpu_type, 0))
+            text = lines.get(key)
+            if text is None:
+                text = explain_from(free.free_by_node(p.gpu_type), healthy(p.gpu_type), p)
+                lines[key] = text
+            return text
+
+        return explain_with(line, plans)
+
+    def _ranked(self, job: QueuedJob, info: _JobPlans) -> Placement | PendingReason:
+        """MARP's order, first plan that fits now (``place_job`` on the pass's free GPUs)."""
+        i = _first_fit(self.free, info)
+        if i is not None:
+            plan = job.plans[i]
+            nodes = self.free.choose(plan)
+            assert nodes is not None
+            return Placement(job_id=job.job_id, plan_index=i, plan=plan, nodes=nodes)
+        if self.policy.explain or not job.plans:
+            return self._explain(job.plans)
+        return _NO_FIT_NOW
+
+    def _settle(
+        self,
+        job: QueuedJob,
+        now_done: float,
+        now_i: int,
+        now_plan: PlanOption,
+        any_done: float,
+        any_i: int,
+        any_list: _ReleaseList | None,
+    ) -> tuple[Placement | PendingReason, int | None]:
+        """A plan fits now: start it unless waiting for the best plan finishes more than
+        ``wait_slack`` sooner. Returns the decision and the plan index a waiting job waits for
+        (a starving job's reservation drains towards that plan, not a slower one)."""
+        now, slack = self.now, 1.0 + self.policy.wait_slack
+        if any_i == now_i or now_done - now <= (any_done - now) * slack:
+            self.releases.commit(now_plan, now_done)
+            nodes = self.free.choose(now_plan)
+            assert nodes is not None
+            return Placement(job_id=job.job_id, plan_index=now_i, plan=now_plan, nodes=nodes), None
+        better = job.plans[any_i]
+        self.releases.commit(better, any_done, any_list)
         return PendingReason(
-            f"waiting for {better.describe()}: estimated done in {best_any[0] - now:.0f} s vs "
-            f"{best_now[0] - now:.0f} s on {best_now[2].plan.describe()} now",
+            f"waiting for {better.describe()}: estimated done in {any_done - now:.0f} s vs "
+            f"{now_done - now:.0f} s on {now_plan.describe()} now",
             (),
-        ), best_any[1]
-    preferred = best_any[1] if best_any is not None and best_any[0] < _INF else None
-    if preferred is not None:
-        releases.commit(plans[preferred], best_any[0])  # type: ignore[index]
-    if policy.explain:
-        return explain_job(view, plans), preferred
-    return PendingReason("no plan fits the free GPUs now", ()), preferred
+        ), any_i
+
+
+def _first_fit(free: PassFree, info: _JobPlans) -> int | None:
+    """Index of the first plan (ranked order) that fits ``free`` now, or None."""
+    total = free.total
+    for gpu_type, least in info.least:
+        if total.get(gpu_type, 0) >= least:
+            break
+    else:
+        return None  # O(types): no GPU type has enough free GPUs for even its smallest plan
+    fits = free.fits
+    for i, t, n, tp, b in info.rows:
+        if total.get(t, 0) >= n and fits(t, tp, n, b):
+            return i
+    return None
+
+
+_SEQ_ORDER = operator.attrgetter("seq", "job_id")
 
 
 def schedule(
@@ -412,95 +689,13 @@ def schedule(
     See the module docstring for the policy. Every queued job ends up either in
     ``placements`` or in ``pending`` with a reason.
     """
-    jobs = sorted(queue, key=lambda j: (j.seq, j.job_id))
-    seen: set[str] = set()
-    for job in jobs:
-        if job.job_id in seen:
-            raise ValueError(f"job {job.job_id!r} is queued twice")
-        seen.add(job.job_id)
-    jobs = _order(jobs, now, policy)
-    releases = _Releases(cluster, now)
-
-    view = cluster  # free GPUs left in this pass, minus the holder's held GPUs
-    unheld = cluster  # the same without the hold: tells "held for X" from "no room"
-    placements: list[Placement] = []
-    pending: dict[str, PendingReason] = {}
-    holder: QueuedJob | None = None
-    reservation: Reservation | None = None
-    fifo_head: QueuedJob | None = None
-
-    for job in jobs:
-        if fifo_head is not None:
-            pending[job.job_id] = PendingReason(
-                f"waiting behind {fifo_head.job_id} (strict FIFO, backfill off)", (), WaitKind.BEHIND_HEAD
-            )
-            continue
-
-        preferred: int | None = None
-        if policy.plan_choice == "completion":
-            result, preferred = _place_completion(view, job, now, policy, releases)
-        else:
-            result = _place_ranked(view, job, policy.explain)
-        if isinstance(result, Placement):
-            placements.append(result)
-            # Until a hold exists the two views are one; after, each loses the placed GPUs.
-            unheld = view.with_reserved(result) if holder is None else unheld.with_reserved(result)
-            view = view.with_reserved(result) if holder is not None else unheld
-            continue
-        if not job.plans:
-            pending[job.job_id] = result
-            continue
-
-        if all(_never_fits(cluster, p) for p in job.plans):
-            pending[job.job_id] = PendingReason(
-                result.summary + "; cannot fit this cluster even with every job ended",
-                result.per_plan,
-                WaitKind.NEVER_FITS,
-            )
-            continue
-
-        if reservation is not None and holder is not None:
-            alt = _place_ranked(unheld, job, explain=False)
-            if isinstance(alt, Placement):
-                pending[job.job_id] = PendingReason(
-                    f"would fit now ({alt.plan.describe()}) but those GPUs are held for starving job "
-                    f"{holder.job_id} (waiting {_wait_s(holder, now):.0f} s)",
-                    result.per_plan,
-                    WaitKind.HELD_FOR_STARVING,
-                )
-                continue
-
-        if not policy.backfill:
-            fifo_head = job
-            pending[job.job_id] = result
-            continue
-
-        if holder is None and _wait_s(job, now) >= policy.starvation_s:
-            if preferred is None:
-                res = drain_target(view, job.job_id, job.plans)
-            else:  # hold GPUs for the plan the job chose to wait for
-                res = drain_target(view, job.job_id, (job.plans[preferred],))
-                if res is not None:
-                    res = dataclasses.replace(res, plan_index=preferred)
-            if res is not None:
-                holder, reservation = job, res
-                view = view.with_owned(res.gpus(), owner=job.job_id)
-                nodes = ", ".join(f"{n}×{c}" for n, c in res.target)
-                pending[job.job_id] = PendingReason(
-                    f"{result.summary}; starving for {_wait_s(job, now):.0f} s: holding {res.held_count} free "
-                    f"{res.plan.gpu_type} for plan {res.plan_index} (target {nodes}), "
-                    f"waiting for {res.missing} more to be released",
-                    result.per_plan,
-                    WaitKind.RESERVING,
-                )
-                continue
-
-        pending[job.job_id] = result
-
-    blocked_by = (
-        holder.job_id if holder is not None else (fifo_head.job_id if fifo_head is not None else None)
-    )
-    return ScheduleResult(tuple(placements), pending, blocked_by, reservation)
+    if len({j.job_id for j in queue}) != len(queue):
+        seen: set[str] = set()
+        for job in sorted(queue, key=_SEQ_ORDER):
+            if job.job_id in seen:
+                raise ValueError(f"job {job.job_id!r} is queued twice")
+            seen.add(job.job_id)
+    return _Pass(cluster, now, policy).run(_order(queue, now, policy))
 
 
 __all__ = [
