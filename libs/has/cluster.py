@@ -95,7 +95,7 @@ class _Capacity:
     policy's "could this ever fit?" check costs a dict lookup per plan.
     """
 
-    __slots__ = ("mems", "counts", "levels", "_groups")
+    __slots__ = ("mems", "counts", "levels", "_groups", "_sizes")
 
     def __init__(self, raw: dict[str, dict[str, list[int]]]) -> None:
         # gpu_type → node → memory_total of its healthy GPUs, ascending.
@@ -107,6 +107,7 @@ class _Capacity:
         # Distinct memory sizes per type: any byte need between two levels counts the same GPUs.
         self.levels = {t: sorted({x for m in per.values() for x in m}) for t, per in self.mems.items()}
         self._groups: dict[tuple[str, int, int], int] = {}
+        self._sizes: dict[str, dict[int, int]] = {}  # gpu_type → healthy GPUs per node → nodes
 
     def by_node(self, gpu_type: str, need_bytes: int) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -124,7 +125,16 @@ class _Capacity:
         key = (gpu_type, levels[i], tp)
         cached = self._groups.get(key)
         if cached is None:
-            cached = sum(c // tp for c in self.by_node(gpu_type, levels[i]).values())
+            if i == 0:  # every GPU of the type qualifies: count by node size, not node by node
+                sizes = self._sizes.get(gpu_type)
+                if sizes is None:
+                    sizes = {}
+                    for count in self.counts[gpu_type].values():
+                        sizes[count] = sizes.get(count, 0) + 1
+                    self._sizes[gpu_type] = sizes
+                cached = sum(nodes * (c // tp) for c, nodes in sizes.items())
+            else:
+                cached = sum(c // tp for c in self.by_node(gpu_type, levels[i]).values())
             self._groups[key] = cached
         return cached
 
@@ -146,7 +156,7 @@ class ClusterView:
     explanations and for the starvation policy's "what will be free" estimate.
     """
 
-    __slots__ = ("_nodes", "_free", "_capacity", "_free_total", "_cache")
+    __slots__ = ("_nodes", "_free", "_capacity", "_free_total", "_cache", "_busy_at")
 
     def __init__(self, nodes: Iterable[NodeView]) -> None:
         by_name: dict[str, NodeView] = {}
@@ -165,6 +175,9 @@ class ClusterView:
         self._nodes: dict[str, NodeView] = dict(sorted(by_name.items()))
         free: dict[str, dict[str, NodeFree]] = {}
         capacity: dict[str, dict[str, list[int]]] = {}
+        # gpu_type → expected release of each busy healthy GPU on a schedulable node (inf when
+        # unknown; a NaN estimate, which max(now, nan) reads as now, is kept as NaN)
+        busy_at: dict[str, list[float]] = {}
         for node in self._nodes.values():
             if not node.schedulable:
                 continue
@@ -175,6 +188,8 @@ class ClusterView:
                 capacity.setdefault(gpu.gpu_type, {}).setdefault(node.name, []).append(gpu.memory_total)
                 if gpu.owner is None:
                     per_type.setdefault(gpu.gpu_type, []).append(gpu)
+                else:
+                    busy_at.setdefault(gpu.gpu_type, []).append(_INF if gpu.free_at is None else gpu.free_at)
             for gpu_type, slots in per_type.items():
                 free.setdefault(gpu_type, {})[node.name] = NodeFree.of(node.name, slots)
         self._free = free
@@ -184,6 +199,7 @@ class ClusterView:
         # Derived indexes, built on first use (release_times, free_buckets). The view is
         # immutable, so they stay valid for its lifetime and every pass on it shares them.
         self._cache: dict[tuple[str, str, int], object] = {}
+        self._busy_at: dict[str, list[float]] | None = busy_at
 
     @classmethod
     def _derived(
@@ -199,6 +215,7 @@ class ClusterView:
         view._capacity = capacity
         view._free_total = free_total
         view._cache = {}
+        view._busy_at = None  # ownership changed: release_times scans the nodes
         return view
 
     # ----- read access -------------------------------------------------
@@ -273,9 +290,18 @@ class ClusterView:
         """
         key = ("release", gpu_type, level)
         hit = self._cache.get(key)
+        levels = self._capacity.levels.get(gpu_type, [])
+        if hit is None and self._busy_at is not None and levels and level <= levels[0]:
+            # Every GPU of the type qualifies: the busy estimates collected when the view was
+            # built, without a walk over the GPUs.
+            busy = [x for x in self._busy_at.get(gpu_type, ()) if x == x]
+            nan = len(self._busy_at.get(gpu_type, ())) - len(busy)
+            busy.sort()
+            hit = (self._free_total.get(gpu_type, 0) + nan, busy)
+            self._cache[key] = hit
         if hit is None:
             always = 0  # free GPUs, and busy ones whose estimate is NaN (max(now, nan) is now)
-            busy: list[float] = []
+            busy = []
             for name in self.healthy_by_node(gpu_type):
                 for g in self._nodes[name].gpus:
                     if g.gpu_type != gpu_type or not g.healthy or g.memory_total < level:

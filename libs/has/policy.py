@@ -256,25 +256,27 @@ class _JobPlans:
     The cache is keyed by nothing but the object: ``QueuedJob`` and ``PlanOption`` are frozen.
     """
 
-    __slots__ = ("rows", "least", "fewest", "shapes", "timed", "size", "fifo_key", "short_key", "by_slack")
+    __slots__ = ("rows", "runtimes", "least", "fewest", "timed", "size", "fifo_key", "short_key", "by_slack")
 
     def __init__(self, job: QueuedJob) -> None:
         plans = job.plans
         rows = []
+        runtimes = []
         least: dict[str, int] = {}
         sizes = []
         for i, p in enumerate(plans):
-            n = p.num_gpus
-            rows.append((i, p.gpu_type, n, p.tp, p.bytes_per_gpu))
-            if n < least.get(p.gpu_type, n + 1):
-                least[p.gpu_type] = n
-            if p.runtime_s is not None:
-                sizes.append(p.runtime_s * n)
-        self.rows = tuple(rows)
+            t, tp, r = p.gpu_type, p.tp, p.runtime_s
+            n = tp * p.pp * p.dp  # p.num_gpus
+            rows.append((i, t, n, tp, p.bytes_per_gpu))
+            runtimes.append(r)
+            if n < least.get(t, n + 1):
+                least[t] = n
+            if r is not None:
+                sizes.append(r * n)
+        self.rows = rows
+        self.runtimes = runtimes
         self.least = tuple(least.items())
         self.fewest = min(least.values(), default=0)  # GPUs of the job's smallest plan
-        # ((gpu_type, bytes, tp), GPUs) per plan: "could it fit with every job ended?"
-        self.shapes = tuple(((t, b, tp), n) for _, t, n, tp, b in rows)
         self.timed = bool(plans) and len(sizes) == len(plans)
         self.size = min(sizes) if sizes else _INF
         self.fifo_key = (job.seq, job.job_id)  # sort keys of the two queue orders
@@ -282,37 +284,39 @@ class _JobPlans:
         self.by_slack: dict[float, list[_Candidate]] = {}
 
     def candidates(self, plans: tuple[PlanOption, ...], width_slack: float) -> list[_Candidate]:
-        """(runtime, index, type, GPUs - 1, tp, bytes, "bytes:type", plan) of the plans within ``width_slack`` of
-        the cheapest GPU-seconds on their GPU type, fastest first (all plans have runtime_s)."""
+        """(runtime, index, type, GPUs - 1, tp, bytes, "bytes:type", plan) of the plans within
+        ``width_slack`` of the cheapest GPU-seconds on their GPU type, fastest first (all plans
+        have runtime_s)."""
         out = self.by_slack.get(width_slack)
         if out is None:
             cheapest: dict[str, float] = {}
-            for p in plans:
-                gs = p.runtime_s * p.num_gpus  # type: ignore[operator]
-                cheapest[p.gpu_type] = min(cheapest.get(p.gpu_type, _INF), gs)
+            for (_, t, n, _, _), r in zip(self.rows, self.runtimes, strict=True):
+                cheapest[t] = min(cheapest.get(t, _INF), r * n)  # type: ignore[operator]
+            scale = 1.0 + width_slack
             ranked = sorted(
-                (p.runtime_s or 0.0, i, p)
-                for i, p in enumerate(plans)
+                (r or 0.0, row)
+                for row, r in zip(self.rows, self.runtimes, strict=True)
                 # more GPUs for little speed-up costs the queue more than it gains
-                if (p.runtime_s or 0.0) * p.num_gpus <= (1.0 + width_slack) * cheapest[p.gpu_type]
-            )
-            # The release-list key is a str: its hash is computed once and cached in the object,
-            # a tuple's would be recomputed on every lookup (this is the pass's innermost loop).
-            out = [
-                (
-                    r,
-                    i,
-                    p.gpu_type,
-                    p.num_gpus - 1,
-                    p.tp,
-                    p.bytes_per_gpu,
-                    f"{p.bytes_per_gpu}:{p.gpu_type}",
-                    p,
-                )
-                for r, i, p in ranked
-            ]
+                if (r or 0.0) * row[2] <= scale * cheapest[row[1]]
+            )  # (runtime, (index, ...)): indices are unique, so ties sort by plan index
+            out = [(r, i, t, n - 1, tp, b, _key(b, t), plans[i]) for r, (i, t, n, tp, b) in ranked]
             self.by_slack[width_slack] = out
         return out
+
+
+_KEYS: dict[tuple[int, str], str] = {}
+
+
+def _key(need_bytes: int, gpu_type: str) -> str:
+    """The release-list key of a plan, one shared str per (bytes, type). A str because its hash
+    is computed once and cached in the object; a tuple's would be recomputed on every lookup
+    (this is the pass's innermost loop)."""
+    key = _KEYS.get((need_bytes, gpu_type))
+    if key is None:
+        if len(_KEYS) > 100_000:  # bounded: distinct plan shapes seen by a long-lived process
+            _KEYS.clear()
+        key = _KEYS[(need_bytes, gpu_type)] = f"{need_bytes}:{gpu_type}"
+    return key
 
 
 def _plans_of(job: QueuedJob) -> _JobPlans:
@@ -530,11 +534,11 @@ class _Pass:
                 pending[job.job_id] = result
                 continue
 
-            for shape, n in info.shapes:  # could some plan fit with every job ended?
-                groups = ever.get(shape)
+            for _, t, n, tp, b in info.rows:  # could some plan fit with every job ended?
+                groups = ever.get((t, b, tp))
                 if groups is None:
-                    groups = capacity_groups(*shape) * shape[2]
-                    ever[shape] = groups
+                    groups = capacity_groups(t, b, tp) * tp
+                    ever[(t, b, tp)] = groups
                 if groups >= n:
                     break
             else:
