@@ -30,7 +30,7 @@ import heapq
 from collections.abc import Iterable, Mapping, Sequence
 
 from has.cluster import ClusterView, NodeFree
-from has.placement import PlanOption, choose_from
+from has.placement import PlanOption, choose_from, explain_counts, explain_from
 
 Nodes = tuple[tuple[str, tuple[int, ...]], ...]
 
@@ -109,6 +109,18 @@ class PassFree:
                     groups += q - q % tp
             ts.slow[key] = groups
         return groups >= need
+
+    def explain(self, plan: PlanOption, healthy: Mapping[str, int]) -> str:
+        """``explain_plan`` on this pass's state (from the buckets when every GPU qualifies)."""
+        ts = self.types.get(plan.gpu_type)
+        if ts is None or plan.bytes_per_gpu > ts.least:
+            return explain_from(self.free_by_node(plan.gpu_type), healthy, plan)
+        tp = plan.tp
+        buckets = ts.buckets
+        total = self.total.get(plan.gpu_type, 0)
+        usable = sum(len(names) * (c - c % tp) for c, names in enumerate(buckets) if c >= tp)
+        largest = next(((names[0], c) for c in range(len(buckets) - 1, 0, -1) if (names := buckets[c])), None)
+        return explain_counts(plan, healthy, total, total, usable, largest)
 
     def choose(self, plan: PlanOption) -> Nodes | None:
         """Exactly ``choose_nodes(view_now, plan)``, where view_now is this pass's state."""

@@ -207,6 +207,33 @@ def explain_plan(cluster: ClusterView, plan: PlanOption) -> str:
 def explain_from(free: Mapping[str, NodeFree], healthy: Mapping[str, int], plan: PlanOption) -> str:
     """``explain_plan`` from the free GPUs of the plan's type per node and its healthy GPUs
     per schedulable node (what the scheduling pass keeps)."""
+    quals = [(name, nf.count_at_least(plan.bytes_per_gpu), len(nf.slots)) for name, nf in free.items()]
+    total_q = sum(q for _, q, _ in quals)
+    largest = None
+    if total_q:
+        name, q, _ = min(quals, key=lambda x: (-x[1], x[0]))
+        largest = (name, q)
+    return explain_counts(
+        plan,
+        healthy,
+        total_q,
+        sum(f for _, _, f in quals),
+        sum(q - q % plan.tp for _, q, _ in quals),
+        largest,
+    )
+
+
+def explain_counts(
+    plan: PlanOption,
+    healthy: Mapping[str, int],
+    total_q: int,
+    total_free: int,
+    usable: int,
+    largest: tuple[str, int] | None,
+) -> str:
+    """``explain_plan`` from the counts it reports: free GPUs of the type with enough memory
+    (``total_q``), free ones in all (``total_free``), those in whole TP groups per node
+    (``usable``) and the node with the most qualifying (fewest-name tie-break), if any."""
     g = plan.gpu_type
     need = plan.num_gpus
     head = f"needs {plan.describe()}"
@@ -216,13 +243,9 @@ def explain_from(free: Mapping[str, NodeFree], healthy: Mapping[str, int], plan:
     if plan.tp > widest:
         return f"{head}; a TP group of {plan.tp} exceeds the largest {g} node ({widest} GPUs)"
 
-    quals = [(name, nf.count_at_least(plan.bytes_per_gpu), len(nf.slots)) for name, nf in free.items()]
-    total_q = sum(q for _, q, _ in quals)
-    total_free = sum(f for _, _, f in quals)
-    usable = sum(q - q % plan.tp for _, q, _ in quals)
     parts = [head]
-    if total_q:
-        name, q, _ = min(quals, key=lambda x: (-x[1], x[0]))
+    if largest is not None:
+        name, q = largest
         parts.append(f"largest free: {q} × {g} on {name}")
         parts.append(f"{total_q} free in total")
     else:

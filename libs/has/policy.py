@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import itertools
 import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -50,7 +51,6 @@ from has.placement import (
     Placement,
     PlanOption,
     WaitKind,
-    explain_from,
     explain_with,
 )
 
@@ -256,7 +256,9 @@ class _JobPlans:
     The cache is keyed by nothing but the object: ``QueuedJob`` and ``PlanOption`` are frozen.
     """
 
-    __slots__ = ("rows", "runtimes", "least", "fewest", "timed", "size", "fifo_key", "short_key", "by_slack")
+    __slots__ = (
+        "rows", "runtimes", "least", "fewest", "timed", "size", "fifo_key", "short_key", "by_slack", "_shape",
+    )  # fmt: skip
 
     def __init__(self, job: QueuedJob) -> None:
         plans = job.plans
@@ -282,6 +284,20 @@ class _JobPlans:
         self.fifo_key = (job.seq, job.job_id)  # sort keys of the two queue orders
         self.short_key = (self.size, job.seq, job.job_id)
         self.by_slack: dict[float, list[_Candidate]] = {}
+        self._shape: tuple[int, tuple[str, ...]] | None = None
+
+    def shape(self, plans: tuple[PlanOption, ...]) -> tuple[int, tuple[str, ...]]:
+        """(id of what the job's pending reason depends on, its GPU types): jobs with the same
+        plan shapes — the same model and recipe, whatever their length — share one id."""
+        if self._shape is None:
+            key = tuple((p.gpu_type, p.tp, p.pp, p.dp, p.bytes_per_gpu, p.label) for p in plans)
+            if len(_SHAPES) > 100_000:  # bounded, like _KEYS
+                _SHAPES.clear()
+            shape = _SHAPES.get(key)
+            if shape is None:
+                shape = _SHAPES[key] = next(_SHAPE_IDS)  # never reused, even after a clear
+            self._shape = (shape, tuple(sorted({p.gpu_type for p in plans})))
+        return self._shape
 
     def candidates(self, plans: tuple[PlanOption, ...], width_slack: float) -> list[_Candidate]:
         """(runtime, index, type, GPUs - 1, tp, bytes, "bytes:type", plan) of the plans within
@@ -305,6 +321,8 @@ class _JobPlans:
 
 
 _KEYS: dict[tuple[int, str], str] = {}
+_SHAPES: dict[tuple[tuple[str, int, int, int, int, str], ...], int] = {}
+_SHAPE_IDS = itertools.count()
 
 
 def _key(need_bytes: int, gpu_type: str) -> str:
@@ -331,33 +349,32 @@ def _plans_of(job: QueuedJob) -> _JobPlans:
 def _order(queue: Sequence[QueuedJob], now: float, policy: QueuePolicy) -> list[tuple[QueuedJob, _JobPlans]]:
     """The queue in the order the pass tries it, each job with its plan summary: by (seq,
     job id); with ``order="shortest"``, the jobs that waited ``starvation_s`` that way, then
-    the rest by (size, seq, job id)."""
-    rows = [(_plans_of(j), j) for j in queue]
+    the rest by (size, seq, job id). (Sort keys are cached per job; job ids are unique, so
+    two rows never tie on the key.)"""
     if policy.order == "fifo":
-        rows.sort(key=_FIFO_KEY)
-        return [(j, info) for info, j in rows]
+        rows = []
+        for j in queue:
+            info = _plans_of(j)
+            rows.append((info.fifo_key, j, info))
+        rows.sort(key=_KEY)
+        return [(j, info) for _, j, info in rows]
     # Aging: starving jobs keep FIFO priority, so shortest-first cannot starve a big job.
     # (``_wait_s(j, now) >= s`` written out: a pass calls it once per queued job.)
     s = policy.starvation_s
     starving = []
     rest = []
-    for row in rows:
-        (starving if s <= 0.0 or now - row[1].submitted_at >= s else rest).append(row)
-    starving.sort(key=_FIFO_KEY)
-    rest.sort(key=_SHORT_KEY)
-    return [(j, info) for info, j in starving] + [(j, info) for info, j in rest]
+    for j in queue:
+        info = _plans_of(j)
+        if s <= 0.0 or now - j.submitted_at >= s:
+            starving.append((info.fifo_key, j, info))
+        else:
+            rest.append((info.short_key, j, info))
+    starving.sort(key=_KEY)
+    rest.sort(key=_KEY)
+    return [(j, info) for _, j, info in starving] + [(j, info) for _, j, info in rest]
 
 
-def _fifo_key(row: tuple[_JobPlans, QueuedJob]) -> tuple[int, str]:
-    return row[0].fifo_key
-
-
-def _short_key(row: tuple[_JobPlans, QueuedJob]) -> tuple[float, int, str]:
-    return row[0].short_key
-
-
-_FIFO_KEY = _fifo_key
-_SHORT_KEY = _short_key
+_KEY = operator.itemgetter(0)
 
 
 class _ReleaseList:
@@ -442,6 +459,7 @@ class _Pass:
         self.releases = _Releases(cluster, now)
         self.placements: list[Placement] = []
         self._lines: dict[tuple[str, int, int, int, int, str, int], str] = {}
+        self._reasons: dict[tuple[int, tuple[int, ...]], PendingReason] = {}
         self._view: tuple[ClusterView, int] = (cluster, 0)
         self._ever: dict[tuple[str, int, int], int] = {}  # (type, bytes, tp) → GPUs in whole groups
         self.most_free = max(self.free.total.values(), default=0)  # of any one type, in ``free``
@@ -520,7 +538,7 @@ class _Pass:
                             any_list.lo = lo  # type: ignore[union-attr]
                             pos = bisect.bisect_left(times, any_done, lo)
                             times[pos:pos] = [any_done] * any_n
-                    result = self._explain(job.plans) if explain else _NO_FIT_NOW
+                    result = self._explain(job.plans, info) if explain else _NO_FIT_NOW
             else:
                 result = self._ranked(job, info)
             if result.__class__ is Placement:
@@ -608,21 +626,29 @@ class _Pass:
         self._view = (view, len(self.placements))
         return view
 
-    def _explain(self, plans: tuple[PlanOption, ...]) -> PendingReason:
-        """``explain_job`` on the pass's free GPUs; each plan's line is memoised until its GPU
-        type changes (many queued jobs share plan shapes, e.g. the same model)."""
+    def _explain(self, plans: tuple[PlanOption, ...], info: _JobPlans) -> PendingReason:
+        """``explain_job`` on the pass's free GPUs, memoised: a reason depends only on the
+        job's plan shapes and the free GPUs of its types, so jobs of the same model and recipe
+        share it until a placement changes one of those types; each plan's line is memoised
+        the same way (many jobs share plan shapes)."""
         free, lines, healthy = self.free, self._lines, self.cluster.healthy_by_node
         version = free.versions
+        shape, types = info.shape(plans)
+        key = (shape, tuple([version.get(t, 0) for t in types]))
+        reason = self._reasons.get(key)
+        if reason is not None:
+            return reason
 
         def line(p: PlanOption) -> str:
             key = (p.gpu_type, p.tp, p.pp, p.dp, p.bytes_per_gpu, p.label, version.get(p.gpu_type, 0))
             text = lines.get(key)
             if text is None:
-                text = explain_from(free.free_by_node(p.gpu_type), healthy(p.gpu_type), p)
+                text = free.explain(p, healthy(p.gpu_type))
                 lines[key] = text
             return text
 
-        return explain_with(line, plans)
+        reason = self._reasons[key] = explain_with(line, plans)
+        return reason
 
     def _ranked(self, job: QueuedJob, info: _JobPlans) -> Placement | PendingReason:
         """MARP's order, first plan that fits now (``place_job`` on the pass's free GPUs)."""
@@ -633,7 +659,7 @@ class _Pass:
             assert nodes is not None
             return Placement(job_id=job.job_id, plan_index=i, plan=plan, nodes=nodes)
         if self.policy.explain or not job.plans:
-            return self._explain(job.plans)
+            return self._explain(job.plans, info)
         return _NO_FIT_NOW
 
     def _settle(
