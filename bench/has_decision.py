@@ -10,14 +10,20 @@ proportions), filled to about 60 % with running jobs (placed by HAS, with estima
 times), plus 1,000 queued LLM jobs with MARP's ranked plans. Then, on that same state:
 
 * frenzy: one ``has.schedule`` pass over the 1,000 queued jobs with
-  ``QueuePolicy.frenzy()`` — with the per-plan pending reasons the service shows
-  (``explain=True``, the live default) and without (``explain=False``, the simulator);
-* frenzy-paper: the same with ``QueuePolicy()``;
+  ``QueuePolicy.frenzy()`` — without the per-plan pending reasons (``explain=False``: the
+  simulator, and the service's ticks between two explained ones) and with them
+  (``frenzy+reasons``, ``explain=True``: what the service builds at most once a second);
+* frenzy-paper: the same with ``QueuePolicy()`` (and ``frenzy-paper+reasons``);
 * sia: one round of ``SiaPolicy.decide`` (build the ILP over queued + running jobs, solve
   with HiGHS, place).
 
-Reported per size and policy: the mean, min and p99 of a whole decision (ms), and for
-HAS the per-job share (pass / queued jobs). Ratios sia / frenzy are of the same run.
+Timed per HAS row: ``--reps`` passes on the same view and the same ``QueuedJob`` objects
+(as the simulator hands them over between events: it caches a job's QueuedJob until the
+job's remaining work changes), reported as median, mean, min and max (ms) and the per-job
+share; plus ``fresh_view_ms_median``: passes on a ``ClusterView`` built anew from the same
+nodes each time (nothing derived from the snapshot is reused — the service and the
+simulator build one per decision); and, per size, ``view_build_ms_median``: building that
+view (not part of a decision). Ratios sia / HAS use medians of the same run.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ import sys
 import time
 from pathlib import Path
 
-from has import QueuedJob, QueuePolicy, schedule
+from has import ClusterView, QueuedJob, QueuePolicy, schedule
 from has.cluster_spec import parse_cluster
 from has.sim_engine import Simulator, SimView, Start
 from has.sim_policies import FrenzyPolicy, SiaPolicy
@@ -100,9 +106,9 @@ def _time(fn, reps: int) -> list[float]:
 def _row(gpus: int, policy: str, ms: list[float], queued: int, extra: dict | None = None) -> dict:
     ms_sorted = sorted(ms)
     row = {
-        "gpus": gpus, "policy": policy, "reps": len(ms), "pass_ms_mean": statistics.fmean(ms),
-        "pass_ms_min": ms_sorted[0], "pass_ms_p99": ms_sorted[min(len(ms) - 1, int(0.99 * len(ms)))],
-        "queued_jobs": queued, "per_job_ms_mean": statistics.fmean(ms) / queued,
+        "gpus": gpus, "policy": policy, "reps": len(ms), "pass_ms_median": statistics.median(ms),
+        "pass_ms_mean": statistics.fmean(ms), "pass_ms_min": ms_sorted[0], "pass_ms_max": ms_sorted[-1],
+        "queued_jobs": queued, "per_job_ms_median": statistics.median(ms) / queued,
     }  # fmt: skip
     row.update(extra or {})
     return row
@@ -111,7 +117,8 @@ def _row(gpus: int, policy: str, ms: list[float], queued: int, extra: dict | Non
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="100,1000,10000")
-    ap.add_argument("--reps", type=int, default=7, help="timed repetitions of each HAS pass")
+    ap.add_argument("--reps", type=int, default=21, help="timed repetitions of each HAS pass")
+    ap.add_argument("--fresh-reps", type=int, default=7, help="timed HAS passes on a freshly built view")
     ap.add_argument("--sia-reps", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--plot", type=Path, default=None, help="also write decision time vs size (PNG)")
@@ -124,17 +131,25 @@ def main() -> int:
         cluster = view.cluster
         frenzy = FrenzyPolicy("frenzy", QueuePolicy.frenzy(explain=False))
         queue = [frenzy.queued_job(j) for j in view.queue]
+        build = _time(lambda n=cluster.nodes: ClusterView(n), args.fresh_reps)
         state = {"cluster_gpus": sim.total_gpus, "busy_gpus": len(sim.owner), "running_jobs": len(sim.running),
-                 "plans_per_job": statistics.fmean(len(q.plans) for q in queue)}  # fmt: skip
+                 "plans_per_job": statistics.fmean(len(q.plans) for q in queue),
+                 "view_build_ms_median": statistics.median(build)}  # fmt: skip
         for name, qp in (
             ("frenzy", QueuePolicy.frenzy(explain=False)),
             ("frenzy+reasons", QueuePolicy.frenzy()),
             ("frenzy-paper", QueuePolicy(explain=False)),
+            ("frenzy-paper+reasons", QueuePolicy()),
         ):
             schedule(cluster, queue, now, qp)  # warm-up
             ms = _time(lambda c=cluster, q=queue, t=now, qp=qp: schedule(c, q, t, qp), args.reps)
+            fresh = []
+            for _ in range(args.fresh_reps):
+                view_now = ClusterView(cluster.nodes)
+                fresh += _time(lambda c=view_now, q=queue, t=now, qp=qp: schedule(c, q, t, qp), 1)
             placed = len(schedule(cluster, queue, now, qp).placements)
-            rows.append(_row(sim.total_gpus, name, ms, len(queue), {**state, "placed": placed}))
+            extra = {**state, "placed": placed, "fresh_view_ms_median": statistics.median(fresh)}
+            rows.append(_row(sim.total_gpus, name, ms, len(queue), extra))
         sia = SiaPolicy()
         ms = _time(lambda p=sia, s=sim, t=now: p.decide(SimView(s, t)), args.sia_reps)
         rows.append(_row(sim.total_gpus, "sia", ms, len(queue),
@@ -143,18 +158,21 @@ def main() -> int:
 
     ratios = {}
     for gpus in sorted({r["gpus"] for r in rows}):
-        f = next(r for r in rows if r["gpus"] == gpus and r["policy"] == "frenzy")
-        fr = next(r for r in rows if r["gpus"] == gpus and r["policy"] == "frenzy+reasons")
-        s = next(r for r in rows if r["gpus"] == gpus and r["policy"] == "sia")
-        ratios[str(gpus)] = {"sia_over_frenzy": s["pass_ms_mean"] / f["pass_ms_mean"],
-                             "sia_over_frenzy_with_reasons": s["pass_ms_mean"] / fr["pass_ms_mean"]}  # fmt: skip
+        by = {r["policy"]: r for r in rows if r["gpus"] == gpus}
+        s = by["sia"]["pass_ms_median"]
+        ratios[str(gpus)] = {
+            "sia_over_frenzy": s / by["frenzy"]["pass_ms_median"],
+            "sia_over_frenzy_with_reasons": s / by["frenzy+reasons"]["pass_ms_median"],
+            "sia_over_frenzy_fresh_view": s / by["frenzy"]["fresh_view_ms_median"],
+            "sia_over_frenzy_paper": s / by["frenzy-paper"]["pass_ms_median"],
+        }
     out = {"bench": "has_decision", "python": platform.python_version(), "machine": platform.machine(),
            "rows": rows, "ratios": ratios}  # fmt: skip
     if args.plot is not None:
         from has.sim_report import plot_decision_vs_size
 
         plot_decision_vs_size(
-            [r for r in rows if r["policy"] in ("frenzy", "frenzy+reasons", "sia")], args.plot
+            [r for r in rows if r["policy"] in ("frenzy", "frenzy+reasons", "frenzy-paper", "sia")], args.plot
         )
     json.dump(out, sys.stdout, indent=2)
     print()

@@ -553,10 +553,9 @@ class _Pass:
                 continue
 
             for _, t, n, tp, b in info.rows:  # could some plan fit with every job ended?
-                groups = ever.get((t, b, tp))
+                groups = ever.get((b, t, tp))
                 if groups is None:
-                    groups = capacity_groups(t, b, tp) * tp
-                    ever[(t, b, tp)] = groups
+                    groups = ever[(b, t, tp)] = capacity_groups(t, b, tp) * tp
                 if groups >= n:
                     break
             else:
@@ -706,6 +705,7 @@ def _first_fit(free: PassFree, info: _JobPlans) -> int | None:
 
 
 _SEQ_ORDER = operator.attrgetter("seq", "job_id")
+_JOB_ID = operator.attrgetter("job_id")
 
 
 def schedule(
@@ -719,7 +719,7 @@ def schedule(
     See the module docstring for the policy. Every queued job ends up either in
     ``placements`` or in ``pending`` with a reason.
     """
-    if len({j.job_id for j in queue}) != len(queue):
+    if len(set(map(_JOB_ID, queue))) != len(queue):
         seen: set[str] = set()
         for job in sorted(queue, key=_SEQ_ORDER):
             if job.job_id in seen:

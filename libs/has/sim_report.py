@@ -124,7 +124,8 @@ def write_plots(results: Sequence[SimResult], out: Path) -> list[Path]:
 
 
 def plot_decision_vs_size(rows: Sequence[dict[str, float]], path: Path) -> Path:
-    """Decision time vs cluster size from bench/has_decision.py rows (gpus, policy, mean ms)."""
+    """Decision time vs cluster size from bench/has_decision.py rows (gpus, policy, median ms;
+    mean for rows written before the bench reported medians), with the 5 ms target."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -132,8 +133,11 @@ def plot_decision_vs_size(rows: Sequence[dict[str, float]], path: Path) -> Path:
 
     fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
     for policy in sorted({str(r["policy"]) for r in rows}):
-        pts = sorted((r["gpus"], r["pass_ms_mean"]) for r in rows if r["policy"] == policy)
+        pts = sorted(
+            (r["gpus"], r.get("pass_ms_median", r["pass_ms_mean"])) for r in rows if r["policy"] == policy
+        )
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=policy)
+    ax.axhline(5.0, color="grey", linestyle="--", linewidth=1, label="5 ms")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("GPUs in the cluster")
