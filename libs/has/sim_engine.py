@@ -19,7 +19,8 @@ Truth model (docs/simulator.md):
   when it starts again.
 
 Events: arrival, finish, OOM, node failure (optional injection: the node's jobs are
-requeued with their progress, the node is gone for ``down_s``), node recovery, round tick
+requeued with their progress, the node is gone for ``down_s``, inf = for good; ``frenzy
+simulate --fail-node``), node recovery, round tick
 (round-based policies only). After each batch of simultaneous events the policy decides
 (event-driven policies), or at each round boundary (round-based ones, e.g. Sia).
 """
@@ -326,7 +327,8 @@ class Simulator:
             if node not in self.node_gpus:
                 raise SimError(f"node failure: unknown node {node!r}")
             self._push(at, _NODE_DOWN, node)
-            self._push(at + down_s, _NODE_UP, node)
+            if math.isfinite(down_s):  # inf: down for the rest of the run (no recovery event)
+                self._push(at + down_s, _NODE_UP, node)
         self.decisions: list[float] = []
         self.busy: list[tuple[float, int]] = [(0.0, 0)]
         self.ooms = 0

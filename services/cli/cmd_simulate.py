@@ -50,6 +50,14 @@ def simulate(
     save_trace: Annotated[
         Path | None, typer.Option(help="Also write the (mapped) jobs in our trace format.")
     ] = None,
+    fail_node: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Inject a node failure: NAME@SECONDS (down for the rest of the run) or "
+            "NAME@SECONDS:DOWN_SECONDS (back after that long). Repeatable. Its running jobs are "
+            "requeued with their progress (checkpoint) and pay the restart cost."
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Compare scheduling policies on one trace and one cluster (trace-driven, event-driven).
@@ -58,6 +66,8 @@ def simulate(
 
         frenzy simulate --cluster examples/clusters/paper-64.yaml \\
             --trace data/traces/pollux/workloads/workload-1.csv --policies frenzy,frenzy-paper,opportunistic,sia
+
+        frenzy simulate --cluster examples/clusters/paper-64.yaml --synthetic 50 --fail-node a100-1@3600:1800
     """
     import yaml
 
@@ -96,14 +106,16 @@ def simulate(
         fail(f"--trace: {exc}", 2)
     if save_trace is not None:
         write_trace(jobs, save_trace)
+    failures = [_node_failure(f, {name for name, _ in spec.nodes()}) for f in fail_node or []]
 
     results = []
     metrics: dict[str, dict[str, float | int]] = {}
     for name in names:
         try:
             res = run_sim(
-                spec, jobs, make_policy(name), seed=seed, runtime_noise=runtime_noise, profiles=book
-            )
+                spec, jobs, make_policy(name), seed=seed, runtime_noise=runtime_noise, profiles=book,
+                node_failures=failures,
+            )  # fmt: skip
         except SimError as exc:
             fail(f"simulation failed: {exc}", 1)
         results.append(res)
@@ -113,6 +125,11 @@ def simulate(
         "policies": metrics,
         "cluster": {"file": str(cluster), "gpus": spec.total_gpus},
         "trace": {"file": str(trace) if trace else f"synthetic:{synthetic}:seed={seed}", "jobs": len(jobs)},
+        # down_s null: down for the rest of the run
+        "node_failures": [
+            {"node": n, "at_s": at, "down_s": None if down == float("inf") else down}
+            for at, n, down in failures
+        ],
     }
     title = (
         f"{len(jobs)} jobs from {trace or f'synthetic (seed {seed})'} on {cluster} ({spec.total_gpus} GPUs)"
@@ -143,6 +160,29 @@ def simulate(
         con.print(
             f"results in {out}/ (results.json, summary.md, jct_cdf.png, utilization.png, decision_ms.png)"
         )
+
+
+def _node_failure(text: str, nodes: set[str]) -> tuple[float, str, float]:
+    """``NAME@SECONDS[:DOWN_SECONDS]`` → (at_s, node, down_s) for the engine; exit 2 when bad.
+
+    Without a duration the node stays down for the rest of the run (``down_s`` = inf).
+    """
+    import math
+
+    name, sep, when = text.rpartition("@")
+    at_text, _, down_text = when.partition(":")
+    try:
+        at = float(at_text)
+        down = float(down_text) if down_text else math.inf
+    except ValueError:
+        at = down = math.nan
+    if not sep or not name or not (math.isfinite(at) and at >= 0) or not down > 0:
+        fail(f"--fail-node {text!r}: expected NAME@SECONDS or NAME@SECONDS:DOWN_SECONDS "
+             "(SECONDS >= 0, DOWN_SECONDS > 0)", 2)  # fmt: skip
+    if name not in nodes:
+        known = ", ".join(sorted(nodes)[:8]) + (", ..." if len(nodes) > 8 else "")
+        fail(f"--fail-node {text!r}: no node {name!r} in the cluster file (nodes: {known})", 2)
+    return at, name, down
 
 
 def _cell(value: float | int, scale: float) -> str:

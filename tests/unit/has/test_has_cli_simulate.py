@@ -42,6 +42,10 @@ def test_simulate_json_table_and_outputs(tmp_path: Path) -> None:
         (["--trace", "TRACE_BAD"], "field model: unknown model 'not-a-model'"),
         (["--trace", "/no/such/trace.csv"], "cannot read trace"),
         (["--synthetic", "3", "--trace", "TRACE_BAD"], "exactly one of"),
+        (["--synthetic", "3", "--fail-node", "nope@10"], "no node 'nope' in the cluster file"),
+        (["--synthetic", "3", "--fail-node", "a100-0"], "expected NAME@SECONDS"),
+        (["--synthetic", "3", "--fail-node", "a100-0@soon"], "expected NAME@SECONDS"),
+        (["--synthetic", "3", "--fail-node", "a100-0@10:0"], "DOWN_SECONDS > 0"),
     ],
 )
 def test_bad_input_exits_2_naming_the_field(tmp_path: Path, args: list[str], needle: str) -> None:
@@ -60,3 +64,49 @@ def test_bad_cluster_exits_2(tmp_path: Path) -> None:
     c.write_text("nodes:\n  - {gpu: Z80, count: 1}\n")
     res = CliRunner().invoke(app, ["simulate", "--cluster", str(c), "--synthetic", "2"])
     assert res.exit_code == 2 and "unknown GPU type 'Z80'" in " ".join(res.output.split())
+
+
+def test_fail_node_requeues_the_running_job_until_the_node_is_back(tmp_path: Path) -> None:
+    """One job on a one-node cluster: a failure at 600 s for 900 s costs it exactly the
+    downtime plus the restart (progress is kept); repeated failures add up; a node that
+    never comes back leaves the job unfinished and the run still ends."""
+    cluster = tmp_path / "one.yaml"
+    cluster.write_text("nodes:\n  - {gpu: H100-80GB, count: 1, gpus_per_node: 8, name_prefix: h}\n")
+    trace = tmp_path / "one.csv"
+    trace.write_text(
+        "job_id,submit_s,model,seq_len,global_batch,tokens,gpu_type,gpus\n"
+        "j1,0.0,llama-3.2-1b,2048,64,2000000000,,1\n"
+    )
+
+    def run(*fail: str) -> dict:
+        args = [
+            "simulate",
+            "--cluster",
+            str(cluster),
+            "--trace",
+            str(trace),
+            "--policies",
+            "frenzy,sia",
+            "--json",
+        ]
+        for f in fail:
+            args += ["--fail-node", f]
+        res = CliRunner().invoke(app, args)
+        assert res.exit_code == 0, res.output
+        return json.loads(res.stdout)
+
+    base = run()["policies"]
+    once = run("h-0@600:900")
+    assert once["node_failures"] == [{"node": "h-0", "at_s": 600.0, "down_s": 900.0}]
+    for name in ("frenzy", "sia"):
+        assert base[name]["restarts"] == 0 and base[name]["jobs_finished"] == 1
+        m = once["policies"][name]
+        assert m["restarts"] == 1 and m["jobs_finished"] == 1
+        # down 900 s, then the restart cost (120 s) before progress resumes
+        assert m["avg_jct_s"] - base[name]["avg_jct_s"] == pytest.approx(900.0 + 120.0)
+    twice = run("h-0@600:900", "h-0@3000:100")["policies"]["frenzy"]
+    assert twice["restarts"] == 2
+    assert twice["avg_jct_s"] - base["frenzy"]["avg_jct_s"] == pytest.approx(900.0 + 100.0 + 2 * 120.0)
+    gone = run("h-0@600")
+    assert gone["node_failures"][0]["down_s"] is None
+    assert gone["policies"]["frenzy"]["jobs_finished"] == 0 and gone["policies"]["frenzy"]["restarts"] == 1
