@@ -44,7 +44,8 @@ class _TypeFree:
         self.free = free  # name → NodeFree, name order (shared until the first take)
         self.buckets = buckets  # c → name-sorted nodes with c free GPUs (shared until the first take)
         self.least = least  # no free GPU of the type has less free memory than this
-        self.usable: dict[int, int] = {}  # tp → sum of whole TP groups, when every GPU qualifies
+        # tp → GPUs in whole TP groups over all nodes, when every GPU qualifies (kept exact by take)
+        self.usable: dict[int, int] = {}
         self.slow: dict[tuple[int, int], int] = {}  # (tp, bytes) → the same, counted per node
         self.owned = False
 
@@ -144,30 +145,35 @@ class PassFree:
             ts.free = dict(ts.free)
             ts.buckets = [list(names) for names in ts.buckets]
             ts.owned = True
-        free, buckets, total = ts.free, ts.buckets, self.total
+        free, buckets, total, usable = ts.free, ts.buckets, self.total, ts.usable
         for name, indices in nodes:
             nf = free.get(name)
             if nf is None:
                 raise ValueError(f"node {name!r} has no free {gpu_type}")
             slots = nf.slots
-            names = buckets[len(slots)]
-            if checked and len(indices) == len(slots):
+            c = len(slots)
+            names = buckets[c]
+            if checked and len(indices) == c:
                 del names[bisect.bisect_left(names, name)]
                 del free[name]
-                total[gpu_type] -= len(slots)
+                total[gpu_type] -= c
+                for tp, groups in usable.items():  # the node's whole TP groups are gone
+                    usable[tp] = groups - (c - c % tp)
                 continue
             gone = set(indices)
             left = tuple([s for s in slots if s.index not in gone])
             if len(left) != len(slots) - len(gone):
                 raise ValueError(f"GPUs {sorted(gone)} on {name} are not all free {gpu_type}")
             del names[bisect.bisect_left(names, name)]
+            k = len(left)
             if left:
                 free[name] = NodeFree(name, left, tuple(sorted([s.memory_free for s in left])))
-                bisect.insort(buckets[len(left)], name)
+                bisect.insort(buckets[k], name)
             else:
                 del free[name]
             total[gpu_type] -= len(gone)
-        ts.usable.clear()
+            for tp, groups in usable.items():  # the node now has k free: (k - k % tp) in groups
+                usable[tp] = groups - (c - c % tp) + (k - k % tp)
         ts.slow.clear()
         self.versions[gpu_type] = self.versions.get(gpu_type, 0) + 1
 

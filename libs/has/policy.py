@@ -502,7 +502,7 @@ class _Pass:
                 # O(1): if no GPU type has as many free GPUs as the job's smallest plan needs,
                 # nothing fits now and only release times are looked up.
                 may_fit = info.fewest <= self.most_free
-                now_done, now_i, now_plan = inf, _LAST, None  # best plan that fits now
+                now_done, now_i, now_plan, now_key = inf, _LAST, None, ""  # best plan that fits now
                 any_done, any_i, any_list, any_n = inf, _LAST, None, 0  # best overall (now or after a wait)
                 limit = inf  # (any_done - now) * slack, recomputed only when any_done changes
                 for runtime, i, t, nm1, tp, b, key, p in cands:
@@ -513,7 +513,7 @@ class _Pass:
                     if may_fit and total.get(t, 0) > nm1 and fits(t, tp, nm1 + 1, b):
                         done = now + runtime
                         if done < now_done or (done == now_done and i < now_i):
-                            now_done, now_i, now_plan = done, i, p
+                            now_done, now_i, now_plan, now_key = done, i, p, key
                         found = None
                     else:  # start when the (nm1+1)-th earliest release of its GPUs comes
                         found = releases[key]
@@ -526,7 +526,7 @@ class _Pass:
                         limit = (any_done - now) * slack
                 if now_plan is not None:
                     result, preferred = self._settle(
-                        job, now_done, now_i, now_plan, any_done, any_i, any_list
+                        job, now_done, now_i, now_plan, now_key, any_done, any_i, any_list
                     )
                 else:
                     if any_done < inf:  # wait for the best plan: claim its GPUs' earliest releases
@@ -667,6 +667,7 @@ class _Pass:
         now_done: float,
         now_i: int,
         now_plan: PlanOption,
+        now_key: str,
         any_done: float,
         any_i: int,
         any_list: _ReleaseList | None,
@@ -676,7 +677,7 @@ class _Pass:
         (a starving job's reservation drains towards that plan, not a slower one)."""
         now, slack = self.now, 1.0 + self.policy.wait_slack
         if any_i == now_i or now_done - now <= (any_done - now) * slack:
-            self.releases.commit(now_plan, now_done)
+            self.releases.commit(now_plan, now_done, self.releases[now_key])
             nodes = self.free.choose(now_plan)
             assert nodes is not None
             return Placement(job_id=job.job_id, plan_index=now_i, plan=now_plan, nodes=nodes), None
