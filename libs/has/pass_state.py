@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import operator
 from collections.abc import Iterable, Mapping, Sequence
 
 from has.cluster import ClusterView, NodeFree
@@ -180,7 +181,10 @@ class PassFree:
 
 def _first(ts: _TypeFree, name: str, count: int) -> tuple[int, ...]:
     """The ``count`` lowest-index free GPUs of a node (every free GPU qualifies here)."""
-    return tuple([s.index for s in ts.free[name].slots[:count]])
+    return tuple(map(_INDEX, ts.free[name].slots[:count]))
+
+
+_INDEX = operator.attrgetter("index")
 
 
 def _choose_by_count(ts: _TypeFree, need: int, tp: int) -> Nodes:
