@@ -196,6 +196,45 @@ def test_fast_pass_decides_exactly_as_the_reference(block: int) -> None:
     assert placed > 100 and reasons > 100 and holds > 5
 
 
+def tight_state(rng: random.Random) -> tuple[ClusterView, list[QueuedJob], float]:
+    """Few small nodes and plans sized to them: placements and waits use up exactly what a
+    type has, the edge cases of the release estimates (a plan needing every GPU of a type)."""
+    now = 1000.0
+    nodes = []
+    for ti, (t, (total, per_node)) in enumerate(sorted(TYPES.items())[: rng.randint(1, 3)]):
+        for k in range(rng.randint(1, 2)):
+            busy = rng.sample(range(per_node), rng.randint(0, per_node))
+            nodes.append(NodeView(f"n{ti}{k}", tuple(
+                GpuSlot(f"n{ti}{k}", i, t, total, GiB if i in busy else total, "r" if i in busy else None, True,
+                        now + rng.choice([50.0, 100.0, 100.0, 300.0]) if i in busy else None)
+                for i in range(per_node)
+            )))  # fmt: skip
+    view = ClusterView(nodes)
+    types = sorted(view.gpu_types())
+    queue = []
+    for k in range(rng.randint(1, 8)):
+        plans = []
+        for _ in range(rng.randint(1, 3)):
+            t = rng.choice(types)
+            size = sum(view.healthy_by_node(t).values())
+            n = rng.choice([1, 2, size // 2 or 1, size, size])
+            plans.append(PlanOption(t, 1, 1, n, GiB, "", rng.choice([50.0, 100.0, 200.0, 400.0])))
+        queue.append(QueuedJob(f"t{k}", k, now - rng.choice([0.0, 100.0]), tuple(plans)))
+    return view, queue, now
+
+
+def test_fast_pass_on_tight_clusters() -> None:
+    tight = [QueuePolicy.frenzy(), QueuePolicy.frenzy(explain=False, starvation_s=50.0), QueuePolicy()]
+    waits = 0
+    for seed in range(400):
+        view, queue, now = tight_state(random.Random(seed))
+        for policy in tight:
+            want = reference_schedule(view, queue, now, policy)
+            assert fast_schedule(view, queue, now, policy) == want, f"seed {seed}, {policy}"
+            waits += sum("waiting for" in r[1] for r in want[1])
+    assert waits > 50  # jobs that wait for a busy plan: the release estimates decide
+
+
 def test_fast_pass_on_derived_views_and_after_placements() -> None:
     """A view made by with_reserved/with_owned (no fresh index) decides like the reference."""
     for seed in range(150):
