@@ -109,6 +109,19 @@ class _Capacity:
         self._groups: dict[tuple[str, int, int], int] = {}
         self._sizes: dict[str, dict[int, int]] = {}  # gpu_type → healthy GPUs per node → nodes
 
+    @staticmethod
+    def of(raw: dict[str, dict[str, list[int]]]) -> _Capacity:
+        """The capacity of ``raw``, reusing the previous view's when equal (it changes only when
+        a node or GPU goes down or comes back), so its memos — and the queue policy's per-job
+        "could this job ever fit?" answers keyed by it — carry over from tick to tick."""
+        global _LAST_CAPACITY
+        last = _LAST_CAPACITY
+        if last is not None and last[0] == raw:
+            return last[1]
+        capacity = _Capacity(raw)
+        _LAST_CAPACITY = (raw, capacity)
+        return capacity
+
     def by_node(self, gpu_type: str, need_bytes: int) -> dict[str, int]:
         out: dict[str, int] = {}
         for node, mems in self.mems.get(gpu_type, {}).items():
@@ -137,6 +150,9 @@ class _Capacity:
                 cached = sum(c // tp for c in self.by_node(gpu_type, levels[i]).values())
             self._groups[key] = cached
         return cached
+
+
+_LAST_CAPACITY: tuple[dict[str, dict[str, list[int]]], _Capacity] | None = None
 
 
 class _HasGpus(Protocol):
@@ -193,7 +209,7 @@ class ClusterView:
             for gpu_type, slots in per_type.items():
                 free.setdefault(gpu_type, {})[node.name] = NodeFree.of(node.name, slots)
         self._free = free
-        self._capacity = _Capacity(capacity)
+        self._capacity = _Capacity.of(capacity)
         # Free GPUs per type: an O(1) "cannot fit now" test before any node is looked at.
         self._free_total = {t: sum(len(nf.slots) for nf in per.values()) for t, per in free.items()}
         # Derived indexes, built on first use (release_times, free_buckets). The view is

@@ -257,7 +257,7 @@ class _JobPlans:
     """
 
     __slots__ = (
-        "rows", "runtimes", "least", "fewest", "timed", "size", "fifo_key", "short_key", "by_slack", "_shape",
+        "rows", "runtimes", "least", "fewest", "timed", "size", "fifo_key", "short_key", "by_slack", "_shape", "ever",
     )  # fmt: skip
 
     def __init__(self, job: QueuedJob) -> None:
@@ -284,6 +284,7 @@ class _JobPlans:
         self.fifo_key = (job.seq, job.job_id)  # sort keys of the two queue orders
         self.short_key = (self.size, job.seq, job.job_id)
         self.by_slack: dict[float, list[_Candidate]] = {}
+        self.ever: tuple[object, bool] = (None, True)  # (capacity it was answered for, answer)
         self._shape: tuple[int, tuple[str, ...]] | None = None
 
     def shape(self, plans: tuple[PlanOption, ...]) -> tuple[int, tuple[str, ...]]:
@@ -461,7 +462,6 @@ class _Pass:
         self._lines: dict[tuple[str, int, int, int, int, str, int], str] = {}
         self._reasons: dict[tuple[int, tuple[int, ...]], PendingReason] = {}
         self._view: tuple[ClusterView, int] = (cluster, 0)
-        self._ever: dict[tuple[str, int, int], int] = {}  # (type, bytes, tp) → GPUs in whole groups
         self.most_free = max(self.free.total.values(), default=0)  # of any one type, in ``free``
 
     def _take(
@@ -478,7 +478,9 @@ class _Pass:
         starvation_s = policy.starvation_s
         free, releases = self.free, self.releases
         total, fits = free.total, free.fits
-        ever, capacity_groups = self._ever, self.cluster.capacity_groups
+        # "Could this job ever fit?" depends only on the capacity, which views share while no
+        # node or GPU changes health (ClusterView reuses it): answered once per job and kept.
+        capacity, capacity_groups = self.cluster._capacity, self.cluster.capacity_groups
         inf = _INF
         pending: dict[str, PendingReason] = {}
         holder: QueuedJob | None = None
@@ -552,13 +554,12 @@ class _Pass:
                 pending[job.job_id] = result
                 continue
 
-            for _, t, n, tp, b in info.rows:  # could some plan fit with every job ended?
-                groups = ever.get((b, t, tp))
-                if groups is None:
-                    groups = ever[(b, t, tp)] = capacity_groups(t, b, tp) * tp
-                if groups >= n:
-                    break
-            else:
+            if info.ever[0] is not capacity:  # could some plan fit with every job ended?
+                info.ever = (
+                    capacity,
+                    any(capacity_groups(t, b, tp) * tp >= n for _, t, n, tp, b in info.rows),
+                )
+            if not info.ever[1]:
                 pending[job.job_id] = PendingReason(
                     result.summary + "; cannot fit this cluster even with every job ended",
                     result.per_plan,
