@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -73,6 +74,11 @@ class NodeFree:
     def of(node: str, slots: Iterable[GpuSlot]) -> NodeFree:
         ordered = tuple(sorted(slots, key=lambda s: s.index))
         return NodeFree(node, ordered, tuple(sorted(s.memory_free for s in ordered)))
+
+    @functools.cached_property
+    def indices(self) -> tuple[int, ...]:
+        """The GPUs' indices, ascending (computed once per object)."""
+        return tuple([s.index for s in self.slots])
 
     def count_at_least(self, need_bytes: int) -> int:
         """How many of these GPUs have at least ``need_bytes`` free."""

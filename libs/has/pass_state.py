@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import bisect
 import heapq
-import operator
 from collections.abc import Iterable, Mapping, Sequence
 
 from has.cluster import ClusterView, NodeFree
@@ -147,6 +146,7 @@ class PassFree:
             ts.buckets = [list(names) for names in ts.buckets]
             ts.owned = True
         free, buckets, total, usable = ts.free, ts.buckets, self.total, ts.usable
+        emptied: dict[int, int] = {}  # free count → nodes emptied whole (usable updated once)
         for name, indices in nodes:
             nf = free.get(name)
             if nf is None:
@@ -157,9 +157,7 @@ class PassFree:
             if checked and len(indices) == c:
                 del names[bisect.bisect_left(names, name)]
                 del free[name]
-                total[gpu_type] -= c
-                for tp, groups in usable.items():  # the node's whole TP groups are gone
-                    usable[tp] = groups - (c - c % tp)
+                emptied[c] = emptied.get(c, 0) + 1
                 continue
             gone = set(indices)
             left = tuple([s for s in slots if s.index not in gone])
@@ -175,16 +173,18 @@ class PassFree:
             total[gpu_type] -= len(gone)
             for tp, groups in usable.items():  # the node now has k free: (k - k % tp) in groups
                 usable[tp] = groups - (c - c % tp) + (k - k % tp)
+        for c, count in emptied.items():  # whole nodes gone: their GPUs and whole TP groups
+            total[gpu_type] -= c * count
+            for tp, groups in usable.items():
+                usable[tp] = groups - count * (c - c % tp)
         ts.slow.clear()
         self.versions[gpu_type] = self.versions.get(gpu_type, 0) + 1
 
 
 def _first(ts: _TypeFree, name: str, count: int) -> tuple[int, ...]:
     """The ``count`` lowest-index free GPUs of a node (every free GPU qualifies here)."""
-    return tuple(map(_INDEX, ts.free[name].slots[:count]))
-
-
-_INDEX = operator.attrgetter("index")
+    indices = ts.free[name].indices
+    return indices if count == len(indices) else indices[:count]
 
 
 def _choose_by_count(ts: _TypeFree, need: int, tp: int) -> Nodes:
