@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -75,10 +74,15 @@ class NodeFree:
         ordered = tuple(sorted(slots, key=lambda s: s.index))
         return NodeFree(node, ordered, tuple(sorted(s.memory_free for s in ordered)))
 
-    @functools.cached_property
+    @property
     def indices(self) -> tuple[int, ...]:
-        """The GPUs' indices, ascending (computed once per object)."""
-        return tuple([s.index for s in self.slots])
+        """The GPUs' indices, ascending (computed once per object and kept on it; not a field,
+        so equality and repr are unchanged)."""
+        indices = self.__dict__.get("_indices")
+        if indices is None:
+            indices = tuple([s.index for s in self.slots])
+            object.__setattr__(self, "_indices", indices)
+        return indices  # type: ignore[no-any-return]
 
     def count_at_least(self, need_bytes: int) -> int:
         """How many of these GPUs have at least ``need_bytes`` free."""
