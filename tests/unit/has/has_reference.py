@@ -765,7 +765,9 @@ def _job_size(job: QueuedJob) -> float:
 _CANDIDATES: dict[tuple[int, float], tuple[tuple[PlanOption, ...], list[tuple[float, int, PlanOption]]]] = {}
 
 
-def _plan_candidates(plans: tuple[PlanOption, ...], width_slack: float) -> list[tuple[float, int, PlanOption]]:
+def _plan_candidates(
+    plans: tuple[PlanOption, ...], width_slack: float
+) -> list[tuple[float, int, PlanOption]]:
     """(runtime, index, plan) of the plans within ``width_slack`` of the cheapest GPU-seconds
     on their GPU type, fastest first (all plans must have ``runtime_s``)."""
     key = (id(plans), width_slack)
