@@ -78,7 +78,8 @@ class NodeFree:
     def indices(self) -> tuple[int, ...]:
         """The GPUs' indices, ascending (computed once per object and kept on it; not a field,
         so equality and repr are unchanged)."""
-        indices = self.__dict__.get("_indices")
+        # getattr, not self.__dict__: reading __dict__ makes CPython build the instance dict
+        indices = getattr(self, "_indices", None)
         if indices is None:
             indices = tuple([s.index for s in self.slots])
             object.__setattr__(self, "_indices", indices)

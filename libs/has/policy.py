@@ -339,7 +339,7 @@ def _key(need_bytes: int, gpu_type: str) -> str:
 
 
 def _plans_of(job: QueuedJob) -> _JobPlans:
-    info = job.__dict__.get("_has_plans")
+    info = getattr(job, "_has_plans", None)  # (not job.__dict__: that builds the instance dict)
     if info is None:
         info = _JobPlans(job)
         # Not a dataclass field: equality, hashing and repr of QueuedJob are unchanged.
