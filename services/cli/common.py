@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Annotated, NoReturn
 
 import grpc
 import typer
 
 from frenzy.cli import render
+from frenzy.common.client import scheduler_stub
+from frenzy.v1 import scheduler_pb2_grpc
 
 SchedulerOpt = Annotated[str, typer.Option("--scheduler", envvar="FRENZY_SCHEDULER",
                                            help="Scheduler gRPC address.")]
@@ -38,3 +42,14 @@ def echo_json(data: object) -> None:
     typer.echo(json.dumps(data, indent=2, default=str))
 
 
+
+
+@contextmanager
+def scheduler_call(address: str) -> Iterator[scheduler_pb2_grpc.SchedulerStub]:
+    """A scheduler stub whose gRPC errors end the command the one way every command
+    reports them (status name, details, a "To fix" where we know one, exit code)."""
+    try:
+        with scheduler_stub(address) as stub:
+            yield stub
+    except grpc.RpcError as exc:
+        rpc_fail(exc)

@@ -25,7 +25,15 @@ import typer
 
 import marp
 from frenzy.cli import render
-from frenzy.cli.common import EXIT_BY_CODE, JsonOpt, SchedulerOpt, echo_json, fail, rpc_fail  # noqa: F401
+from frenzy.cli.common import (  # noqa: F401
+    EXIT_BY_CODE,
+    JsonOpt,
+    SchedulerOpt,
+    echo_json,
+    fail,
+    rpc_fail,
+    scheduler_call,
+)
 from frenzy.common.client import DEFAULT_PREDICTOR, DEFAULT_SCHEDULER, scheduler_stub
 from frenzy.common.jobspec import JobSpecError, parse_entry
 from frenzy.v1 import scheduler_pb2, types_pb2
@@ -137,24 +145,21 @@ def submit(
         if msg.startswith("command"):
             msg += ". To fix: put the command after `--`, e.g. `frenzy submit ... -- python train.py`"
         fail(msg, 2)
-    try:
-        with scheduler_stub(scheduler) as stub:
-            resp = stub.SubmitJob(scheduler_pb2.SubmitJobRequest(spec=spec), timeout=60)
-            job = resp.job
-            if as_json and not wait:
-                echo_json(render.to_dict(resp))
-                return
-            render.console().print(f"submitted [bold]{job.id}[/]{' (duplicate)' if resp.duplicate else ''}: "
-                                   f"{job.model_name}, {len(job.candidate_plans)} candidate plans; best "
-                                   f"{job.candidate_plans[0].num_gpus} x {job.candidate_plans[0].gpu_type}")
-            if wait:
-                job = _follow(stub, job.id)
-                if as_json:
-                    echo_json(render.to_dict(job))
-                if render.state_name(job.state) != "SUCCEEDED":
-                    raise typer.Exit(1)
-    except grpc.RpcError as exc:
-        rpc_fail(exc)
+    with scheduler_call(scheduler) as stub:
+        resp = stub.SubmitJob(scheduler_pb2.SubmitJobRequest(spec=spec), timeout=60)
+        job = resp.job
+        if as_json and not wait:
+            echo_json(render.to_dict(resp))
+            return
+        render.console().print(f"submitted [bold]{job.id}[/]{' (duplicate)' if resp.duplicate else ''}: "
+                               f"{job.model_name}, {len(job.candidate_plans)} candidate plans; best "
+                               f"{job.candidate_plans[0].num_gpus} x {job.candidate_plans[0].gpu_type}")
+        if wait:
+            job = _follow(stub, job.id)
+            if as_json:
+                echo_json(render.to_dict(job))
+            if render.state_name(job.state) != "SUCCEEDED":
+                raise typer.Exit(1)
 
 
 def _follow(stub, job_id: str, quiet: bool = False) -> types_pb2.Job:  # noqa: ANN001
@@ -184,11 +189,8 @@ def jobs(
             states.append(types_pb2.JobState.Value(f"JOB_STATE_{s.upper()}"))
         except ValueError:
             fail(f"state: unknown state {s!r}; one of PENDING RESERVED LAUNCHING RUNNING SUCCEEDED FAILED CANCELLED", 2)
-    try:
-        with scheduler_stub(scheduler) as stub:
-            resp = stub.ListJobs(scheduler_pb2.ListJobsRequest(states=states, limit=limit), timeout=30)
-    except grpc.RpcError as exc:
-        rpc_fail(exc)
+    with scheduler_call(scheduler) as stub:
+        resp = stub.ListJobs(scheduler_pb2.ListJobsRequest(states=states, limit=limit), timeout=30)
     if as_json:
         echo_json([render.to_dict(j) for j in resp.jobs])
     else:
@@ -202,11 +204,8 @@ def job(
     as_json: JsonOpt = False,
 ) -> None:
     """Show one job: its plan, placement, state history and logs."""
-    try:
-        with scheduler_stub(scheduler) as stub:
-            j = stub.GetJob(scheduler_pb2.GetJobRequest(job_id=job_id), timeout=30)
-    except grpc.RpcError as exc:
-        rpc_fail(exc)
+    with scheduler_call(scheduler) as stub:
+        j = stub.GetJob(scheduler_pb2.GetJobRequest(job_id=job_id), timeout=30)
     if as_json:
         echo_json(render.to_dict(j))
         return
@@ -241,11 +240,8 @@ def show_job(j: types_pb2.Job, plans_limit: int = 8) -> None:
 @app.command()
 def watch(job_id: str, scheduler: SchedulerOpt = DEFAULT_SCHEDULER) -> None:
     """Follow a job's state changes until it ends."""
-    try:
-        with scheduler_stub(scheduler) as stub:
-            j = _follow(stub, job_id)
-    except grpc.RpcError as exc:
-        rpc_fail(exc)
+    with scheduler_call(scheduler) as stub:
+        j = _follow(stub, job_id)
     raise typer.Exit(0 if render.state_name(j.state) == "SUCCEEDED" else 1)
 
 
@@ -257,11 +253,8 @@ def cancel(
     as_json: JsonOpt = False,
 ) -> None:
     """Cancel a job: a pending job leaves the queue, a running one is stopped on every node."""
-    try:
-        with scheduler_stub(scheduler) as stub:
-            resp = stub.CancelJob(scheduler_pb2.CancelJobRequest(job_id=job_id, reason=reason), timeout=30)
-    except grpc.RpcError as exc:
-        rpc_fail(exc)
+    with scheduler_call(scheduler) as stub:
+        resp = stub.CancelJob(scheduler_pb2.CancelJobRequest(job_id=job_id, reason=reason), timeout=30)
     if as_json:
         echo_json(render.to_dict(resp.job))
     else:
@@ -275,11 +268,8 @@ def nodes(
     as_json: JsonOpt = False,
 ) -> None:
     """Show the cluster: each node's GPUs with type, memory and the job holding them."""
-    try:
-        with scheduler_stub(scheduler) as stub:
-            resp = stub.ListNodes(scheduler_pb2.ListNodesRequest(include_dead=include_dead), timeout=30)
-    except grpc.RpcError as exc:
-        rpc_fail(exc)
+    with scheduler_call(scheduler) as stub:
+        resp = stub.ListNodes(scheduler_pb2.ListNodesRequest(include_dead=include_dead), timeout=30)
     if as_json:
         echo_json([render.to_dict(n) for n in resp.nodes])
     else:
