@@ -24,6 +24,7 @@ from frenzy.common.jobspec import parse_entry
 from frenzy.local.stack import LocalStack
 from frenzy.v1 import scheduler_pb2, scheduler_pb2_grpc, types_pb2
 from has.cluster_spec import parse_cluster
+from support.waiting import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -36,17 +37,6 @@ DONE = (types_pb2.JOB_STATE_SUCCEEDED, types_pb2.JOB_STATE_FAILED, types_pb2.JOB
 TWO_L4_NODES = {"nodes": [{"gpu": "L4", "count": 2, "gpus_per_node": 1, "name_prefix": "l4"}]}
 TWO_NODE_MODEL = {"model": "qwen2.5-1.5b", "seq_len": 512, "global_batch": 8, "max_gpus": 2}
 ONE_GPU_MODEL = {"model": "gpt2-124m", "seq_len": 512, "global_batch": 8, "max_gpus": 1}
-
-
-def wait_for(check: Callable[[], object], timeout: float, what: str) -> object:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.05)
 
 
 def launch_processes(prefix: str) -> list[int]:

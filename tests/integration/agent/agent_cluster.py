@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import sys
 import threading
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,22 +25,12 @@ from frenzy.common.messages import (
     decode_event,
     encode,
 )
+from support.waiting import wait_for  # noqa: F401 - re-exported for the tests
 
 NODE = "n1"
 SPEC = "A100-80GB:2,L4:1"
 FAST = dict(heartbeat_s=0.2, ttl_s=2.0, block_s=0.05, cancel_grace_s=3.0)
 SLEEPER = [sys.executable, "-c", "import time; print('sleeping', flush=True); time.sleep(60)"]
-
-
-def wait_for(check: Callable[[], object], timeout: float = 5.0, what: str = "condition") -> object:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.02)
 
 
 @dataclass
