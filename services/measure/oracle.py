@@ -12,7 +12,7 @@ policy, attention kernel, recompute, optimizer, dropout and gradient lifetime.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import marp
@@ -65,7 +65,6 @@ class OracleCase:
     gqa: str = "repeat"
     dropout: float = 0.0
     grad_buffer: str = "transient"
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
