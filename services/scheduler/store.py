@@ -207,8 +207,12 @@ class StateStore:
     def queue(self) -> list[QueuedJob]:
         """The PENDING jobs in FIFO order, as HAS sees them."""
         out: list[QueuedJob] = []
-        for job_id, seq in self.r.zrange(self.k.queue(), 0, -1, withscores=True):
-            raw = self.r.hmget(self.k.job(job_id), "plans", "submitted_at", "state")
+        entries = self.r.zrange(self.k.queue(), 0, -1, withscores=True)
+        # One round trip for every queued job (this runs on every tick), not one each.
+        pipe = self.r.pipeline(transaction=False)
+        for job_id, _ in entries:
+            pipe.hmget(self.k.job(job_id), "plans", "submitted_at", "state")
+        for (job_id, seq), raw in zip(entries, pipe.execute(), strict=True):
             if raw[2] != JobState.PENDING:
                 continue
             plans = [json_format.ParseDict(p, types_pb2.Plan()) for p in json.loads(raw[0] or "[]")]
