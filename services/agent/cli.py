@@ -11,7 +11,6 @@ node's drain flag (``drain``).
 from __future__ import annotations
 
 import logging
-import signal
 import socket
 import threading
 from pathlib import Path
@@ -23,6 +22,7 @@ from frenzy.agent.daemon import Agent
 from frenzy.agent.drain import drain as drain_node
 from frenzy.agent.gpus import FakeBackend, GpuBackend, GpuDiscoveryError, NvmlBackend
 from frenzy.common.keys import Keys
+from frenzy.common.signals import stop_on_signals
 
 
 def agent_command(
@@ -124,13 +124,7 @@ def agent_command(
         raise typer.Exit(2) from None
 
     stop = threading.Event()
-
-    def _on_signal(signum: int, _frame: object) -> None:
-        logging.getLogger(__name__).info("received %s; stopping", signal.Signals(signum).name)
-        stop.set()
-
-    signal.signal(signal.SIGINT, _on_signal)
-    signal.signal(signal.SIGTERM, _on_signal)
+    stop_on_signals(stop, on_signal=lambda sig: logging.getLogger(__name__).info("received %s; stopping", sig.name))
     try:
         agent.run(stop)
     except GpuDiscoveryError as exc:

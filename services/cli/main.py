@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import sys
 import threading
 import time
@@ -36,6 +35,7 @@ from frenzy.cli.common import (  # noqa: F401
 )
 from frenzy.common.client import DEFAULT_PREDICTOR, DEFAULT_SCHEDULER, scheduler_stub
 from frenzy.common.jobspec import JobSpecError, parse_entry
+from frenzy.common.signals import stop_on_signals
 from frenzy.v1 import scheduler_pb2, types_pb2
 
 app = typer.Typer(
@@ -281,10 +281,8 @@ def nodes(
 
 def _wait_for_signal() -> None:
     stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
-    while not stop.is_set():
-        stop.wait(0.5)
+    stop_on_signals(stop)
+    stop.wait()
 
 
 @app.command("predictor")
@@ -407,8 +405,7 @@ def up(
     con = render.console()
     # Handlers first: a Ctrl-C at any moment must stop every child cleanly.
     stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+    stop_on_signals(stop)
     try:
         stack.start(progress=lambda m: con.print(f"  [green]up[/] {m}"))
     except Exception as exc:  # noqa: BLE001 - report any start failure plainly

@@ -157,14 +157,19 @@ def test_up_starts_the_stack_and_stops_on_ctrl_c(tmp_path: Path) -> None:
     out = ""
     deadline = time.monotonic() + 90
     assert proc.stdout is not None
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        out += line
-        if "Ctrl-C" in line or proc.poll() is not None:
-            break
-    assert "Ctrl-C" in out, out
-    proc.send_signal(signal.SIGINT)
-    rest, _ = proc.communicate(timeout=30)
+    try:
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            out += line
+            if "Ctrl-C" in line or proc.poll() is not None:
+                break
+        assert "Ctrl-C" in out, out
+        proc.send_signal(signal.SIGINT)
+        rest, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:  # a hung `up` must not outlive the test with its whole stack
+            proc.kill()
+            proc.communicate()
     assert proc.returncode == 0, out + rest
     assert "stopping" in rest
     # every service process it started is gone
