@@ -166,6 +166,46 @@ class _Capacity:
 _LAST_CAPACITY: tuple[dict[str, dict[str, list[int]]], _Capacity] | None = None
 
 
+def _check_node(node: NodeView) -> None:
+    seen: set[int] = set()
+    for gpu in node.gpus:
+        if gpu.node != node.name:
+            raise ValueError(f"GPU {gpu.node}:{gpu.index} listed under node {node.name!r}")
+        if gpu.index in seen:
+            raise ValueError(f"duplicate GPU index {gpu.index} on node {node.name!r}")
+        seen.add(gpu.index)
+
+
+@dataclass(frozen=True)
+class _Contribution:
+    """What one node adds to a view's indexes, per GPU type (nothing unless schedulable)."""
+
+    node: str
+    free: dict[str, NodeFree]  # its free healthy GPUs
+    capacity: dict[str, list[int]]  # memory_total of its healthy GPUs, in GPU order
+    busy: dict[str, list[float]]  # release estimate of its busy healthy GPUs (inf: unknown)
+
+    @property
+    def types(self) -> set[str]:
+        return set(self.capacity)
+
+
+def _contribution(node: NodeView) -> _Contribution:
+    free: dict[str, list[GpuSlot]] = {}
+    capacity: dict[str, list[int]] = {}
+    busy: dict[str, list[float]] = {}
+    if node.schedulable:
+        for gpu in node.gpus:
+            if not gpu.healthy:
+                continue
+            capacity.setdefault(gpu.gpu_type, []).append(gpu.memory_total)
+            if gpu.owner is None:
+                free.setdefault(gpu.gpu_type, []).append(gpu)
+            else:
+                busy.setdefault(gpu.gpu_type, []).append(_INF if gpu.free_at is None else gpu.free_at)
+    return _Contribution(node.name, {t: NodeFree.of(node.name, s) for t, s in free.items()}, capacity, busy)
+
+
 class _HasGpus(Protocol):
     """What ``with_reserved`` needs of a Placement (a protocol, to avoid an import cycle)."""
 
@@ -190,13 +230,7 @@ class ClusterView:
         for node in nodes:
             if node.name in by_name:
                 raise ValueError(f"duplicate node name {node.name!r}")
-            seen: set[int] = set()
-            for gpu in node.gpus:
-                if gpu.node != node.name:
-                    raise ValueError(f"GPU {gpu.node}:{gpu.index} listed under node {node.name!r}")
-                if gpu.index in seen:
-                    raise ValueError(f"duplicate GPU index {gpu.index} on node {node.name!r}")
-                seen.add(gpu.index)
+            _check_node(node)
             by_name[node.name] = node
         # Sorted by name once, so every later walk is deterministic.
         self._nodes: dict[str, NodeView] = dict(sorted(by_name.items()))
@@ -208,17 +242,13 @@ class ClusterView:
         for node in self._nodes.values():
             if not node.schedulable:
                 continue
-            per_type: dict[str, list[GpuSlot]] = {}
-            for gpu in node.gpus:
-                if not gpu.healthy:
-                    continue
-                capacity.setdefault(gpu.gpu_type, {}).setdefault(node.name, []).append(gpu.memory_total)
-                if gpu.owner is None:
-                    per_type.setdefault(gpu.gpu_type, []).append(gpu)
-                else:
-                    busy_at.setdefault(gpu.gpu_type, []).append(_INF if gpu.free_at is None else gpu.free_at)
-            for gpu_type, slots in per_type.items():
-                free.setdefault(gpu_type, {})[node.name] = NodeFree.of(node.name, slots)
+            c = _contribution(node)
+            for gpu_type, mems in c.capacity.items():
+                capacity.setdefault(gpu_type, {})[node.name] = mems
+            for gpu_type, times in c.busy.items():
+                busy_at.setdefault(gpu_type, []).extend(times)
+            for gpu_type, nf in c.free.items():
+                free.setdefault(gpu_type, {})[node.name] = nf
         self._free = free
         self._capacity = _Capacity.of(capacity)
         # Free GPUs per type: an O(1) "cannot fit now" test before any node is looked at.
@@ -367,6 +397,105 @@ class ClusterView:
         return hit  # type: ignore[return-value]
 
     # ----- derivation --------------------------------------------------
+
+    def updated(self, nodes: Iterable[NodeView]) -> ClusterView:
+        """The view of a cluster made of ``nodes``, built from this one at the cost of what changed.
+
+        A node passed as the very object this view holds (``is``) is taken as unchanged, with
+        everything derived from it; any other node is indexed anew, and nodes not passed are
+        gone. The result answers every query exactly as ``ClusterView(nodes)`` would — the
+        scheduler service keeps its view from tick to tick and hands over the node objects it
+        could reuse, so a tick costs O(changed nodes), not O(GPUs). This view is not changed.
+        """
+        old = self._nodes
+        fresh: dict[str, NodeView] = {}
+        changed: list[str] = []
+        for node in nodes:
+            name = node.name
+            if name in fresh:
+                raise ValueError(f"duplicate node name {name!r}")
+            fresh[name] = node
+            if old.get(name) is not node:
+                changed.append(name)
+        gone = [name for name in old if name not in fresh]
+        if not changed and not gone:
+            return self
+        for name in changed:
+            _check_node(fresh[name])
+
+        # Per GPU type: the free GPUs, capacity and busy release estimates the changed nodes
+        # had here (to take out) and have now (to put in).
+        touched: set[str] = set()
+        before = [_contribution(old[n]) for n in changed if n in old] + [_contribution(old[n]) for n in gone]
+        after = [_contribution(fresh[n]) for n in changed]
+        for c in before + after:
+            touched.update(c.types)
+        names_same = not gone and all(n in old for n in changed)
+        view = ClusterView.__new__(ClusterView)
+        if names_same:  # same names, same (sorted) order: swap the changed values in place
+            view._nodes = dict(old)
+            for name in changed:
+                view._nodes[name] = fresh[name]
+        else:
+            view._nodes = dict(sorted(fresh.items()))
+
+        free = dict(self._free)
+        free_total = dict(self._free_total)
+        for gpu_type in touched:
+            per = dict(free.get(gpu_type, {}))
+            inserted = False
+            for c in before:
+                nf = c.free.get(gpu_type)
+                if nf is not None:
+                    del per[nf.node]
+                    free_total[gpu_type] -= len(nf.slots)
+            for c in after:
+                nf = c.free.get(gpu_type)
+                if nf is not None:
+                    inserted = True
+                    per[nf.node] = nf
+                    free_total[gpu_type] = free_total.get(gpu_type, 0) + len(nf.slots)
+            if inserted:
+                per = dict(sorted(per.items()))  # name order is part of the contract
+            if per:
+                free[gpu_type] = per
+            else:
+                free.pop(gpu_type, None)
+                free_total.pop(gpu_type, None)
+        view._free = free
+        view._free_total = free_total
+
+        capacity = self._capacity
+        if [c.capacity for c in before] != [c.capacity for c in after] or not names_same:
+            raw = {t: {n: list(m) for n, m in per.items()} for t, per in capacity.mems.items()}
+            for c in before:
+                for gpu_type in c.capacity:
+                    del raw[gpu_type][c.node]
+            for c in after:
+                for gpu_type, mems in c.capacity.items():
+                    raw.setdefault(gpu_type, {})[c.node] = list(mems)
+            capacity = _Capacity.of({t: dict(sorted(per.items())) for t, per in sorted(raw.items()) if per})
+        view._capacity = capacity
+
+        busy_at = None
+        if self._busy_at is not None:
+            busy_at = dict(self._busy_at)
+            for gpu_type in touched:
+                times = list(busy_at.get(gpu_type, ()))
+                for c in before:
+                    for x in c.busy.get(gpu_type, ()):
+                        # by identity first (list.remove does): NaN estimates are found too
+                        times.remove(x)
+                for c in after:
+                    times.extend(c.busy.get(gpu_type, ()))
+                if times:
+                    busy_at[gpu_type] = times
+                else:
+                    busy_at.pop(gpu_type, None)
+        view._busy_at = busy_at
+        # Derived indexes of untouched types still hold (same GPUs, same estimates).
+        view._cache = {key: hit for key, hit in self._cache.items() if key[1] not in touched}
+        return view
 
     def with_reserved(self, placement: _HasGpus) -> ClusterView:
         """A new view in which the placement's GPUs are owned by its job.
