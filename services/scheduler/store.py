@@ -127,6 +127,13 @@ class StateStore:
         self._declare_dead = scripts.register(client, "declare_node_dead")
         self._set_draining = scripts.register(client, "set_draining")
         self._release_port = scripts.register(client, "release_port")
+        # What the last tick read, reused while Redis says it has not changed (``queue`` and
+        # ``cluster`` run on every tick; parsing 1,000 jobs' plans or building 10,000 GPU slots
+        # again each time cost more than the decision itself).
+        self._queued: dict[str, tuple[tuple[str, str, int], QueuedJob]] = {}
+        self._nodes: dict[str, tuple[tuple[bool, str, list[list[str | None]]], frozenset[str], NodeView]] = {}
+        self._ends: dict[str, float] = {}
+        self._view: ClusterView | None = None
 
     # ---- jobs -------------------------------------------------------------------------------
 
@@ -205,19 +212,38 @@ class StateStore:
         )
 
     def queue(self) -> list[QueuedJob]:
-        """The PENDING jobs in FIFO order, as HAS sees them."""
-        out: list[QueuedJob] = []
+        """The PENDING jobs in FIFO order, as HAS sees them.
+
+        One round trip for every queued job's state (not one each); plans are parsed only for
+        jobs not seen before, or whose attempt changed (a requeue may bring new plans). The same
+        ``QueuedJob`` object is handed out while a job waits, so HAS's per-job caches hold.
+        """
         entries = self.r.zrange(self.k.queue(), 0, -1, withscores=True)
-        # One round trip for every queued job (this runs on every tick), not one each.
         pipe = self.r.pipeline(transaction=False)
         for job_id, _ in entries:
-            pipe.hmget(self.k.job(job_id), "plans", "submitted_at", "state")
-        for (job_id, seq), raw in zip(entries, pipe.execute(), strict=True):
-            if raw[2] != JobState.PENDING:
-                continue
-            plans = [json_format.ParseDict(p, types_pb2.Plan()) for p in json.loads(raw[0] or "[]")]
-            out.append(QueuedJob(job_id=job_id, seq=int(seq), submitted_at=float(raw[1] or 0),
-                                 plans=tuple(plan_to_option(p) for p in plans)))
+            pipe.hmget(self.k.job(job_id), "attempt", "submitted_at", "state")
+        pending: list[tuple[str, tuple[str, str, int]]] = []
+        for (job_id, seq), (attempt, submitted_at, state) in zip(entries, pipe.execute(), strict=True):
+            if state == JobState.PENDING:
+                pending.append((job_id, (attempt or "", submitted_at or "", int(seq))))
+        cached = self._queued
+        missing = [job_id for job_id, stamp in pending if cached.get(job_id, ((),))[0] != stamp]
+        if missing:
+            pipe = self.r.pipeline(transaction=False)
+            for job_id in missing:
+                pipe.hmget(self.k.job(job_id), "plans", "attempt", "submitted_at")
+            stamps = dict(pending)
+            for job_id, (raw, attempt, submitted_at) in zip(missing, pipe.execute(), strict=True):
+                stamp = stamps[job_id]
+                if (attempt or "", submitted_at or "") != stamp[:2]:
+                    continue  # changed between the two reads: left for the next tick
+                plans = [json_format.ParseDict(p, types_pb2.Plan()) for p in json.loads(raw or "[]")]
+                cached[job_id] = (stamp, QueuedJob(job_id=job_id, seq=stamp[2], submitted_at=float(submitted_at or 0),
+                                                   plans=tuple(plan_to_option(p) for p in plans)))
+        out = [cached[job_id][1] for job_id, stamp in pending if cached.get(job_id, ((),))[0] == stamp]
+        if len(cached) > 2 * len(pending) + 64:  # forget jobs that left the queue, now and then
+            keep = {job_id for job_id, _ in pending}
+            self._queued = {j: v for j, v in cached.items() if j in keep}
         return out
 
     def set_pending_reasons(self, reasons: dict[str, str]) -> None:
@@ -391,23 +417,60 @@ class StateStore:
             pipe.hget(self.k.job(job_id), "est_end")
         return {j: float(v) for j, v in zip(ids, pipe.execute(), strict=True) if v}
 
+    # The GPU fields a ClusterView is built from (not utilization or processes: they change on
+    # every heartbeat and the scheduler never reads them).
+    _GPU_FIELDS = ("index", "type", "memory_total", "memory_free", "owner", "healthy")
+
     def cluster(self) -> ClusterView:
+        """The cluster as HAS sees it, built from the previous tick's view: a node whose GPU
+        fields, liveness, draining flag and jobs' expected ends are as they were keeps its
+        ``NodeView``, and ``ClusterView.updated`` re-indexes only the others. Two pipelined
+        round trips read every node (the reads stay O(GPUs); the building does not)."""
+        names = self.node_names()
+        pipe = self.r.pipeline(transaction=False)
+        for n in names:
+            pipe.hmget(self.k.node(n), "name", "gpu_count", "draining")
+            pipe.exists(self.k.node_alive(n))
+        res = pipe.execute()
+        heads = [(res[2 * i], bool(res[2 * i + 1])) for i in range(len(names))]
+        pipe = self.r.pipeline(transaction=False)
+        for n, ((_, count, _), _) in zip(names, heads, strict=True):
+            for g in range(int(count or 0)):
+                pipe.hmget(self.k.gpu(n, g), *self._GPU_FIELDS)
+        rows = iter(pipe.execute())
+        per_node = []
+        owners: set[str] = set()
+        for member, ((name, count, draining), alive) in zip(names, heads, strict=True):
+            gpus = [row for row in (next(rows) for _ in range(int(count or 0))) if row[0] is not None]
+            if name is None and not gpus:
+                continue  # registered name without a node hash (being removed): nothing to place on
+            owners.update(row[4] for row in gpus if row[4])
+            per_node.append((name or member, alive, draining or "", gpus))
+        ends = self.estimated_ends(owners)
+        moved = {j for j in ends.keys() | self._ends.keys() if ends.get(j) != self._ends.get(j)}
+        self._ends = ends
+        cache = self._nodes
+        fresh: dict[str, tuple[tuple[bool, str, list[list[str | None]]], frozenset[str], NodeView]] = {}
         views = []
-        nodes = self.load_nodes()
-        ends = self.estimated_ends({g["owner"] for _, _, gpus in nodes for g in gpus if g.get("owner")})
-        for info, alive, gpus in nodes:
-            name = info.get("name") or (gpus[0]["node"] if gpus else "")
-            if not name:
+        for name, alive, draining, gpus in per_node:
+            key = (alive, draining, gpus)
+            hit = cache.get(name)
+            if hit is not None and hit[0] == key and hit[1].isdisjoint(moved):
+                fresh[name] = hit
+                views.append(hit[2])
                 continue
             slots = tuple(
-                GpuSlot(node=name, index=int(g["index"]), gpu_type=g.get("type", ""),
-                        memory_total=int(g.get("memory_total", 0)), memory_free=int(g.get("memory_free", 0)),
-                        owner=g.get("owner") or None, healthy=g.get("healthy", "1") == "1",
-                        free_at=ends.get(g.get("owner") or ""))
-                for g in gpus
+                GpuSlot(node=name, index=int(index), gpu_type=gpu_type or "", memory_total=int(total or 0),
+                        memory_free=int(free or 0), owner=owner or None, healthy=(healthy or "1") == "1",
+                        free_at=ends.get(owner or ""))
+                for index, gpu_type, total, free, owner, healthy in gpus
             )
-            views.append(NodeView(name=name, gpus=slots, alive=alive, draining=info.get("draining") == "1"))
-        return ClusterView(views)
+            view = NodeView(name=name, gpus=slots, alive=alive, draining=draining == "1")
+            fresh[name] = (key, frozenset(row[4] for row in gpus if row[4]), view)
+            views.append(view)
+        self._nodes = fresh
+        self._view = ClusterView(views) if self._view is None else self._view.updated(views)
+        return self._view
 
     def node_addr(self, node: str) -> str:
         return self.r.hget(self.k.node(node), "addr") or "127.0.0.1"

@@ -1,0 +1,122 @@
+"""The scheduler's per-tick reads reuse what has not changed, and never serve a stale answer.
+
+``StateStore.queue`` keeps each waiting job's parsed plans (the same ``QueuedJob`` object
+while it waits); ``StateStore.cluster`` keeps each unchanged node's ``NodeView`` and builds
+the next ``ClusterView`` from the last one. After each change a live cluster makes —
+reservations, releases, expected ends, heartbeats, health, draining, death, new and removed
+nodes, requeues with new plans — the result must equal what a store with no history reads.
+"""
+
+from __future__ import annotations
+
+import redis
+
+from frenzy.common.keys import Keys
+from frenzy.scheduler.states import JobState
+from frenzy.scheduler.store import StateStore
+from has import ClusterView, Placement, PlanOption
+from support.state import GiB, add_node, make_plan, make_spec
+
+
+def _fresh(client: redis.Redis, keys: Keys) -> StateStore:
+    return StateStore(client, keys)  # no history: reads everything anew
+
+
+def _same_view(a: ClusterView, b: ClusterView) -> None:
+    assert a.nodes == b.nodes
+    for t in sorted(a.gpu_types() | b.gpu_types()):
+        assert list(a.free_by_node(t).items()) == list(b.free_by_node(t).items())
+        assert list(a.healthy_by_node(t).items()) == list(b.healthy_by_node(t).items())
+        assert a.free_buckets(t) == b.free_buckets(t)
+        assert a.release_times(t, 1, 0.0) == b.release_times(t, 1, 0.0)
+    assert a.free_summary() == b.free_summary()
+
+
+def _placement(job_id: str, node: str, gpus: list[int]) -> Placement:
+    return Placement(job_id=job_id, plan_index=0,
+                     plan=PlanOption(gpu_type="A100-80GB", tp=1, pp=1, dp=len(gpus), bytes_per_gpu=GiB),
+                     nodes=((node, tuple(gpus)),))
+
+
+def test_the_cluster_view_follows_every_change_and_reuses_untouched_nodes(
+    store: StateStore, redis_client: redis.Redis, keys: Keys
+) -> None:
+    r = redis_client
+    for n in ("a0", "a1", "a2"):
+        add_node(r, keys, n, "A100-80GB", 4)
+    add_node(r, keys, "l0", "L4", 2, memory=24 * GiB)
+    first = store.cluster()
+    _same_view(first, _fresh(r, keys).cluster())
+    assert store.cluster() is first  # nothing changed: the very same view
+
+    job, _ = store.submit(make_spec(), [make_plan("A100-80GB", dp=2)], "m", 1)
+    ok, _ = store.reserve(_placement(job, "a1", [0, 1]), make_plan("A100-80GB", dp=2))
+    assert ok
+    second = store.cluster()
+    _same_view(second, _fresh(r, keys).cluster())
+    assert second.free_count("A100-80GB") == 10
+    assert second.node("a0") is first.node("a0") and second.node("l0") is first.node("l0")
+    assert second.node("a1") is not first.node("a1")
+
+    # The expected end arrives in a separate write (after the reservation): it must show.
+    store.set_fields(job, est_end="5000.5")
+    third = store.cluster()
+    _same_view(third, _fresh(r, keys).cluster())
+    assert [g.free_at for g in third.node("a1").gpus if g.owner] == [5000.5, 5000.5]
+    assert third.release_times("A100-80GB", 1, 0.0)[-2:] == [5000.5, 5000.5]
+
+    changes = [
+        lambda: r.hset(keys.gpu("a0", 3), "memory_free", 3 * GiB),  # a foreign process (heartbeat)
+        lambda: r.hset(keys.gpu("a0", 3), "utilization", 77),  # not read by the scheduler: no change
+        lambda: r.hset(keys.gpu("a2", 0), "healthy", "0"),
+        lambda: r.hset(keys.node("a2"), "draining", "1"),
+        lambda: r.delete(keys.node_alive("l0")),  # lease gone: not schedulable
+        lambda: add_node(r, keys, "a05", "A100-80GB", 2),  # sorts between a0 and a1
+        lambda: r.hset(keys.gpu("a1", 0), mapping={"owner": "", "fence": 0}),  # released
+        lambda: r.srem(keys.nodes(), "a2"),  # removed from the cluster
+        lambda: store.set_fields(job, est_end="10.0"),
+        lambda: r.hset(keys.node("a2"), "draining", "0") and r.sadd(keys.nodes(), "a2"),  # back
+        lambda: add_node(r, keys, "h0", "H100-80GB", 8),  # a new GPU type
+    ]
+    before = store.cluster()
+    for change in changes:
+        change()
+        now = store.cluster()
+        _same_view(now, _fresh(r, keys).cluster())
+        untouched = [n.name for n in before.nodes if n.name in {x.name for x in now.nodes} and n == now.node(n.name)]
+        # a node whose state did not change keeps its object (nothing rebuilt for it)
+        assert all(now.node(name) is before.node(name) for name in untouched if name != "a1"), change
+        before = now
+
+
+def test_the_queue_keeps_parsed_jobs_and_picks_up_requeues_with_new_plans(
+    store: StateStore, redis_client: redis.Redis, keys: Keys
+) -> None:
+    a, _ = store.submit(make_spec("a"), [make_plan("A100-80GB", dp=2)], "m", 1)
+    b, _ = store.submit(make_spec("b"), [make_plan("L4")], "m", 1)
+    first = store.queue()
+    assert [j.job_id for j in first] == [a, b]
+    again = store.queue()
+    assert all(x is y for x, y in zip(first, again, strict=True))  # parsed once
+    assert again == _fresh(redis_client, keys).queue()
+
+    add_node(redis_client, keys, "n0", "A100-80GB", 4)
+    ok, _ = store.reserve(_placement(a, "n0", [0, 1]), make_plan("A100-80GB", dp=2))
+    assert ok
+    assert [j.job_id for j in store.queue()] == [b]
+
+    # Node loss: the job is requeued for attempt 2 with plans for what is left.
+    job = store.get(a)
+    assert job is not None
+    done, state = store.requeue(job, ["n0"], "node n0 lost", 3, plans=[make_plan("L4", dp=4)])
+    assert done and state == "PENDING"
+    queue = store.queue()
+    assert queue == _fresh(redis_client, keys).queue()
+    requeued = next(j for j in queue if j.job_id == a)
+    assert [(p.gpu_type, p.num_gpus) for p in requeued.plans] == [("L4", 4)]
+    assert next(j for j in queue if j.job_id == b) is next(j for j in first if j.job_id == b)
+
+    # A cancelled job leaves the queue; the cache does not bring it back.
+    moved, _ = store.transition(store.get(b), JobState.CANCELLED, "cancelled by the user")  # type: ignore[arg-type]
+    assert moved
+    assert [j.job_id for j in store.queue()] == [a]
