@@ -21,14 +21,19 @@ Timed per HAS row: ``--reps`` passes on the same view and the same ``QueuedJob``
 (as the simulator hands them over between events: it caches a job's QueuedJob until the
 job's remaining work changes), reported as median, mean, min and max (ms) and the per-job
 share; plus ``fresh_view_ms_median``: passes on a ``ClusterView`` built anew from the same
-nodes each time (nothing derived from the snapshot is reused — the service and the
-simulator build one per decision); and, per size, ``view_build_ms_median``: building that
-view (not part of a decision). Ratios sia / HAS use medians of the same run.
+nodes each time (nothing derived from the snapshot is reused, as in the simulator);
+``tick_view_ms_median``: passes on the view the scheduler service has on a tick — built by
+``ClusterView.updated`` from the previous tick's view, with 8 nodes changed (one job ended,
+one started) — and, per size, ``view_build_ms_median`` (building a view from scratch) and
+``view_update_ms_median`` (that update): not part of a decision. Ratios sia / HAS use
+medians of the same run. ``cpu_ref_us``: a fixed pure-Python loop timed on the same
+machine, to compare runs across machines (decision times scale with it).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import platform
 import statistics
@@ -94,6 +99,31 @@ def build_state(gpus: int, seed: int) -> tuple[Simulator, float]:
     return sim, 2.0
 
 
+def changed_nodes(nodes: tuple, count: int = 8) -> list:
+    """The nodes after a tick's worth of change: half of ``count`` nodes with busy GPUs free them
+    (a job ended), half with free GPUs have them taken (a job started)."""
+    out = list(nodes)
+    busy = [i for i, n in enumerate(out) if any(g.owner for g in n.gpus)][: count // 2]
+    idle = [i for i, n in enumerate(out) if any(g.is_free for g in n.gpus)][: count - len(busy)]
+    for i in busy + idle:
+        n = out[i]
+        gpus = tuple(dataclasses.replace(g, owner=None, free_at=None) if i in busy else
+                     (dataclasses.replace(g, owner="tick", free_at=None) if g.is_free else g) for g in n.gpus)
+        out[i] = dataclasses.replace(n, gpus=gpus)
+    return out
+
+
+def cpu_ref_us(reps: int = 2000) -> float:
+    """Median µs of ``sum(range(1000))``: how fast this machine runs plain Python."""
+    out = []
+    for _ in range(7):
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            sum(range(1000))
+        out.append((time.perf_counter() - t0) / reps * 1e6)
+    return statistics.median(out)
+
+
 def _time(fn, reps: int) -> list[float]:
     out = []
     for _ in range(reps):
@@ -132,9 +162,13 @@ def main() -> int:
         frenzy = FrenzyPolicy("frenzy", QueuePolicy.frenzy(explain=False))
         queue = [frenzy.queued_job(j) for j in view.queue]
         build = _time(lambda n=cluster.nodes: ClusterView(n), args.fresh_reps)
+        base = ClusterView(cluster.nodes)
+        next_nodes = changed_nodes(base.nodes)
+        update = _time(lambda b=base, n=next_nodes: b.updated(n), args.fresh_reps)
         state = {"cluster_gpus": sim.total_gpus, "busy_gpus": len(sim.owner), "running_jobs": len(sim.running),
                  "plans_per_job": statistics.fmean(len(q.plans) for q in queue),
-                 "view_build_ms_median": statistics.median(build)}  # fmt: skip
+                 "view_build_ms_median": statistics.median(build),
+                 "view_update_ms_median": statistics.median(update)}  # fmt: skip
         for name, qp in (
             ("frenzy", QueuePolicy.frenzy(explain=False)),
             ("frenzy+reasons", QueuePolicy.frenzy()),
@@ -147,8 +181,15 @@ def main() -> int:
             for _ in range(args.fresh_reps):
                 view_now = ClusterView(cluster.nodes)
                 fresh += _time(lambda c=view_now, q=queue, t=now, qp=qp: schedule(c, q, t, qp), 1)
+            tick = []
+            for _ in range(args.fresh_reps):
+                previous = ClusterView(cluster.nodes)
+                schedule(previous, queue, now, qp)  # the last tick's pass warmed its indexes
+                view_now = previous.updated(next_nodes)
+                tick += _time(lambda c=view_now, q=queue, t=now, qp=qp: schedule(c, q, t, qp), 1)
             placed = len(schedule(cluster, queue, now, qp).placements)
-            extra = {**state, "placed": placed, "fresh_view_ms_median": statistics.median(fresh)}
+            extra = {**state, "placed": placed, "fresh_view_ms_median": statistics.median(fresh),
+                     "tick_view_ms_median": statistics.median(tick)}
             rows.append(_row(sim.total_gpus, name, ms, len(queue), extra))
         sia = SiaPolicy()
         ms = _time(lambda p=sia, s=sim, t=now: p.decide(SimView(s, t)), args.sia_reps)
@@ -164,10 +205,11 @@ def main() -> int:
             "sia_over_frenzy": s / by["frenzy"]["pass_ms_median"],
             "sia_over_frenzy_with_reasons": s / by["frenzy+reasons"]["pass_ms_median"],
             "sia_over_frenzy_fresh_view": s / by["frenzy"]["fresh_view_ms_median"],
+            "sia_over_frenzy_tick_view": s / by["frenzy"]["tick_view_ms_median"],
             "sia_over_frenzy_paper": s / by["frenzy-paper"]["pass_ms_median"],
         }
     out = {"bench": "has_decision", "python": platform.python_version(), "machine": platform.machine(),
-           "rows": rows, "ratios": ratios}  # fmt: skip
+           "cpu_ref_us": cpu_ref_us(), "rows": rows, "ratios": ratios}  # fmt: skip
     if args.plot is not None:
         from has.sim_report import plot_decision_vs_size
 
