@@ -396,6 +396,23 @@ class ClusterView:
             self._cache[key] = hit
         return hit  # type: ignore[return-value]
 
+    def drain_inventory(self, gpu_type: str) -> list[tuple[str, NodeFree | None, list[int]]]:
+        """Per schedulable node with healthy ``gpu_type`` GPUs (name order): its free ones (None
+        when none) and the memory_total of its busy ones, ascending — what a starving job's
+        drain target is computed from, for any byte need, by bisects (built once per type for
+        the view's lifetime, not once per plan)."""
+        key = ("drain", gpu_type, 0)
+        hit = self._cache.get(key)
+        if hit is None:
+            free = self._free.get(gpu_type, {})
+            rows = []
+            for name in self._capacity.counts.get(gpu_type, {}):
+                busy = sorted(g.memory_total for g in self._nodes[name].gpus
+                              if g.gpu_type == gpu_type and g.healthy and g.owner is not None)
+                rows.append((name, free.get(name), busy))
+            hit = self._cache[key] = rows
+        return hit  # type: ignore[return-value]
+
     # ----- derivation --------------------------------------------------
 
     def updated(self, nodes: Iterable[NodeView]) -> ClusterView:

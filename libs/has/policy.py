@@ -44,7 +44,7 @@ import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from has.cluster import ClusterView
+from has.cluster import ClusterView, NodeFree
 from has.pass_state import PassFree
 from has.placement import (
     PendingReason,
@@ -192,30 +192,19 @@ def drain_target(cluster: ClusterView, job_id: str, plans: Sequence[PlanOption])
     for plan_index, plan in enumerate(plans):
         tp = plan.tp
         need_groups = plan.num_gpus // tp
-        rows: list[tuple[str, tuple[int, ...], int]] = []  # node, free qualifying indices, cap groups
-        for name in cluster.healthy_by_node(plan.gpu_type):
-            free_idx: list[int] = []
-            busy = 0
-            for gpu in cluster.node(name).gpus:
-                if gpu.gpu_type != plan.gpu_type or not gpu.healthy:
-                    continue
-                if gpu.owner is None:
-                    if gpu.memory_free >= plan.bytes_per_gpu:
-                        free_idx.append(gpu.index)
-                elif gpu.memory_total >= plan.bytes_per_gpu:
-                    busy += 1
-            cap = (len(free_idx) + busy) // tp
+        need_bytes = plan.bytes_per_gpu
+        # node, free qualifying GPUs, cap groups, its free GPUs
+        rows: list[tuple[str, int, int, NodeFree | None]] = []
+        for name, free, busy in cluster.drain_inventory(plan.gpu_type):
+            q = free.count_at_least(need_bytes) if free is not None else 0
+            cap = (q + len(busy) - bisect.bisect_left(busy, need_bytes)) // tp
             if cap:
-                rows.append((name, tuple(sorted(free_idx)), cap))
-        if sum(cap for _, _, cap in rows) < need_groups:
+                rows.append((name, q, cap, free))
+        if sum(cap for _, _, cap, _ in rows) < need_groups:
             continue
-        rows.sort(key=lambda r: (-len(r[1]), -r[2], r[0]))
+        rows.sort(key=lambda r: (-r[1], -r[2], r[0]))
         # Every group as (gain, node order, j); the sort keeps a node's groups in j order.
-        groups = [
-            (-min(tp, max(0, len(free_idx) - j * tp)), order, j)
-            for order, (_, free_idx, cap) in enumerate(rows)
-            for j in range(cap)
-        ]
+        groups = [(-min(tp, max(0, q - j * tp)), order, j) for order, (_, q, cap, _) in enumerate(rows) for j in range(cap)]
         groups.sort()
         per_node: dict[int, int] = {}
         for _, order, _ in groups[:need_groups]:
@@ -223,11 +212,11 @@ def drain_target(cluster: ClusterView, job_id: str, plans: Sequence[PlanOption])
         target = []
         held = []
         for order in sorted(per_node):
-            name, free_idx, _ = rows[order]
+            name, q, _, free = rows[order]
             gpus = per_node[order] * tp
             target.append((name, gpus))
-            if free_idx[: min(gpus, len(free_idx))]:
-                held.append((name, free_idx[: min(gpus, len(free_idx))]))
+            if q and free is not None:
+                held.append((name, tuple([s.index for s in free.slots if s.memory_free >= need_bytes][:gpus])))
         res = Reservation(job_id, plan_index, plan, tuple(target), tuple(held))
         key = (res.missing, len(target), plan_index)
         if best is None or key < best[0]:
