@@ -120,3 +120,14 @@ def test_the_queue_keeps_parsed_jobs_and_picks_up_requeues_with_new_plans(
     moved, _ = store.transition(store.get(b), JobState.CANCELLED, "cancelled by the user")  # type: ignore[arg-type]
     assert moved
     assert [j.job_id for j in store.queue()] == [a]
+
+
+def test_a_job_with_unreadable_plans_is_skipped_not_fatal(
+    store: StateStore, redis_client: redis.Redis, keys: Keys
+) -> None:
+    a, _ = store.submit(make_spec("a"), [make_plan("L4")], "m", 1)
+    b, _ = store.submit(make_spec("b"), [make_plan("L4")], "m", 1)
+    redis_client.hset(keys.job(a), "plans", '[{"gpuType": "L4", "layout": {"tp": "x"}}]')
+    assert [j.job_id for j in store.queue()] == [b]
+    redis_client.hset(keys.job(a), "plans", "not json")
+    assert [j.job_id for j in _fresh(redis_client, keys).queue()] == [b]
