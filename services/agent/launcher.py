@@ -29,6 +29,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -37,7 +38,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from frenzy.agent.shim import SHIM_MARKER
+from frenzy.agent.shim import GUARDED, SHIM_MARKER
 from frenzy.common.messages import LaunchMessage
 
 SHIM = Path(__file__).resolve().with_name("shim.py")
@@ -283,6 +284,9 @@ def start(msg: LaunchMessage, node: str, log_dir: Path, launch_id: str = "",
         exit_path.unlink(missing_ok=True)  # a status left by an earlier run of the same attempt is not ours
         shim_env = dict(env)
         shim_env[SHIM_MARKER] = launch_id or "1"
+        # The child inherits this thread's signal mask across exec: the shim starts with a
+        # cancel's signals blocked and takes them once it can record them (shim.py).
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, GUARDED)
         try:
             proc = subprocess.Popen(
                 [sys.executable, "-I", "-S", str(SHIM), str(exit_path), "--", *argv],
@@ -293,6 +297,8 @@ def start(msg: LaunchMessage, node: str, log_dir: Path, launch_id: str = "",
             text = f"cannot start {argv[0]!r}: {exc}"
             log.write(f"# launch failed: {text}\n".encode())
             raise LaunchError(text) from exc
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     finally:
         log.close()  # the child holds its own descriptor
     return Started(proc, log_path, argv)

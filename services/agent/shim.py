@@ -22,6 +22,8 @@ import sys
 # The agent marks the shim (and only the shim: it is removed for the command)
 # so that a restarted agent can find it in /proc by its launch id.
 SHIM_MARKER = "FRENZY_SHIM"
+# What a cancel sends: blocked from fork to the shim's handler (see main).
+GUARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 def _write_status(path: str, code: int) -> None:
@@ -44,18 +46,31 @@ def main(argv: list[str]) -> int:
 
     # Group signals (cancel) reach the command directly; the shim must outlive
     # it to record the status. Handlers (unlike SIG_IGN) are reset by exec, so
-    # the command still gets the default dispositions.
-    def _note(_signum: int, _frame: object) -> None:
-        pass
+    # the command still gets the default dispositions. The agent starts us with
+    # these signals blocked (launcher.start): a cancel that arrives while this
+    # interpreter starts stays pending instead of killing us before we could
+    # record anything, and is taken here, once the handler is in place.
+    stopped: list[int] = []
 
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    def _note(signum: int, _frame: object) -> None:
+        stopped.append(signum)
+
+    for sig in GUARDED:
         signal.signal(sig, _note)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, GUARDED)
+    if stopped:  # cancelled before the command started: it never runs
+        _write_status(exit_file, -stopped[0])
+        signal.signal(stopped[0], signal.SIG_DFL)
+        os.kill(os.getpid(), stopped[0])
+        return 128 + stopped[0]
     try:
         child = subprocess.Popen(command, env=env)
     except OSError as exc:
         print(f"# frenzy shim: cannot start {command[0]!r}: {exc}", file=sys.stderr, flush=True)
         _write_status(exit_file, 127)
         return 127
+    if stopped:  # a cancel landed while the command was being started: pass it on
+        child.send_signal(stopped[0])
     code = child.wait()  # PEP 475: retried across the noted signals
     _write_status(exit_file, code)
     if code < 0:

@@ -175,6 +175,29 @@ def test_a_signalled_job_is_reported_as_killed_by_that_signal(tmp_path: Path) ->
     assert launcher.read_exit_status(started.log_path) == -signal.SIGTERM
 
 
+def test_a_cancel_the_instant_the_job_starts_is_recorded_and_the_command_never_runs(tmp_path: Path) -> None:
+    # The shim is signalled before its interpreter is up (no wait at all): the signal must stay
+    # pending until the shim can record it, and the command must not start afterwards.
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        marker = tmp_path / f"ran-{sig.name}"
+        msg = make_launch(command=[sys.executable, "-c", f"open({str(marker)!r}, 'w').close()"])
+        started = launcher.start(msg, "n1", tmp_path / sig.name, launch_id=f"p/n1/job-c/{sig.value}")
+        os.killpg(started.proc.pid, sig)
+        assert started.proc.wait(timeout=10) == -sig
+        assert launcher.read_exit_status(started.log_path) == -sig
+        assert not marker.exists()
+
+
+def test_the_agent_thread_gets_its_signal_mask_back_after_a_launch(tmp_path: Path) -> None:
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    started = launcher.start(make_launch(command=[sys.executable, "-c", "pass"]), "n1", tmp_path, launch_id="p/n1/m/1")
+    assert started.proc.wait(timeout=10) == 0
+    assert signal.pthread_sigmask(signal.SIG_BLOCK, []) == before
+    with pytest.raises(launcher.LaunchError):
+        launcher.start(make_launch(command=["/nonexistent/binary"]), "n1", tmp_path, launch_id="p/n1/m/2")
+    assert signal.pthread_sigmask(signal.SIG_BLOCK, []) == before
+
+
 def test_processes_are_found_by_launch_id_even_outside_the_group(tmp_path: Path) -> None:
     # The command starts a grandchild in a session of its own, like torchrun's workers.
     code = ("import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)'],"
