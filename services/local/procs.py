@@ -19,12 +19,22 @@ import sys
 _PR_SET_PDEATHSIG = 1
 
 
+def _load_prctl():  # noqa: ANN202 - a ctypes function or None
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL("libc.so.6", use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+# Resolved here, in the parent, once: a preexec_fn runs in the child between fork and exec,
+# where loading a library (dlopen takes the loader's lock, which another thread of the
+# parent may have held at the fork) can hang the child — and Popen with it — for good.
+_PRCTL = _load_prctl()
+
+
 def die_with_parent() -> None:
     """preexec_fn for subprocess.Popen: SIGTERM this child when the parent dies."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    except OSError:
-        pass
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
