@@ -613,6 +613,7 @@ class QueuePolicy:
     width_slack: float = 0.25
     wait_slack: float = 0.1
     explain: bool = True
+    starving_order: str = "fifo"  # added after the freeze: "ideal" orders starving jobs by ideal completion
 
     def __post_init__(self) -> None:
         if self.starvation_s < 0:
@@ -631,7 +632,7 @@ class QueuePolicy:
         # held-out checks: workloads 6-7 and the Gavel traces.
         base: dict[str, object] = {
             "order": "shortest", "plan_choice": "completion", "starvation_s": 14400.0,
-            "width_slack": 0.15, "wait_slack": 0.2,
+            "width_slack": 0.15, "wait_slack": 0.2, "starving_order": "ideal",
         }  # fmt: skip
         base.update(overrides)
         return cls(**base)  # type: ignore[arg-type]
@@ -790,11 +791,21 @@ def _plan_candidates(
     return out
 
 
+def _cheapest_runtime(job: QueuedJob) -> float:
+    """Runtime of the plan with the fewest GPU-seconds (the first such); 0 unless every plan
+    has a runtime."""
+    if not job.plans or any(p.runtime_s is None for p in job.plans):
+        return 0.0
+    return min(job.plans, key=lambda p: p.runtime_s * p.num_gpus).runtime_s  # type: ignore[operator,return-value]
+
+
 def _order(jobs: list[QueuedJob], now: float, policy: QueuePolicy) -> list[QueuedJob]:
     if policy.order == "fifo":
         return jobs
     # Aging: starving jobs keep FIFO priority, so shortest-first cannot starve a big job.
     starving = [j for j in jobs if _wait_s(j, now) >= policy.starvation_s]
+    if policy.starving_order == "ideal":  # added after the freeze: submit + cheapest plan's runtime
+        starving.sort(key=lambda j: (j.submitted_at + _cheapest_runtime(j), j.seq, j.job_id))
     rest = [j for j in jobs if _wait_s(j, now) < policy.starvation_s]
     rest.sort(key=lambda j: (_job_size(j), j.seq, j.job_id))
     return starving + rest

@@ -47,6 +47,8 @@ POLICIES = [
     QueuePolicy.frenzy(explain=False),
     QueuePolicy.frenzy(starvation_s=0.0),
     QueuePolicy.frenzy(starvation_s=60.0, explain=False),
+    QueuePolicy.frenzy(starvation_s=60.0, starving_order="fifo"),
+    QueuePolicy(order="shortest", starvation_s=50.0, starving_order="ideal", explain=False),
     QueuePolicy.frenzy(order="fifo", starvation_s=120.0),
     QueuePolicy.frenzy(plan_choice="ranked", explain=False),
     QueuePolicy.frenzy(width_slack=0.0, wait_slack=0.0, explain=False),
