@@ -22,9 +22,9 @@ Timed per HAS row: ``--reps`` passes on the same view and the same ``QueuedJob``
 job's remaining work changes), reported as median, mean, min and max (ms) and the per-job
 share; plus ``fresh_view_ms_median``: passes on a ``ClusterView`` built anew from the same
 nodes each time (nothing derived from the snapshot is reused, as in the simulator);
-``tick_view_ms_median``: passes on the view the scheduler service has on a tick — built by
-``ClusterView.updated`` from the previous tick's view, with 8 nodes changed (one job ended,
-one started) — and, per size, ``view_build_ms_median`` (building a view from scratch) and
+``tick_view_ms_median``: passes on the view the scheduler service has on a tick — the same
+state, but reached by ``ClusterView.updated`` from the previous tick's view, which differed
+in 8 nodes (some GPUs released, some taken) and had a pass run on it — and, per size, ``view_build_ms_median`` (building a view from scratch) and
 ``view_update_ms_median`` (that update): not part of a decision. Ratios sia / HAS use
 medians of the same run. ``cpu_ref_us``: a fixed pure-Python loop timed on the same
 machine, to compare runs across machines (decision times scale with it).
@@ -162,9 +162,9 @@ def main() -> int:
         frenzy = FrenzyPolicy("frenzy", QueuePolicy.frenzy(explain=False))
         queue = [frenzy.queued_job(j) for j in view.queue]
         build = _time(lambda n=cluster.nodes: ClusterView(n), args.fresh_reps)
-        base = ClusterView(cluster.nodes)
-        next_nodes = changed_nodes(base.nodes)
-        update = _time(lambda b=base, n=next_nodes: b.updated(n), args.fresh_reps)
+        before = changed_nodes(cluster.nodes)  # the previous tick's nodes
+        base = ClusterView(before)
+        update = _time(lambda b=base, n=cluster.nodes: b.updated(n), args.fresh_reps)
         state = {"cluster_gpus": sim.total_gpus, "busy_gpus": len(sim.owner), "running_jobs": len(sim.running),
                  "plans_per_job": statistics.fmean(len(q.plans) for q in queue),
                  "view_build_ms_median": statistics.median(build),
@@ -183,9 +183,9 @@ def main() -> int:
                 fresh += _time(lambda c=view_now, q=queue, t=now, qp=qp: schedule(c, q, t, qp), 1)
             tick = []
             for _ in range(args.fresh_reps):
-                previous = ClusterView(cluster.nodes)
+                previous = ClusterView(before)
                 schedule(previous, queue, now, qp)  # the last tick's pass warmed its indexes
-                view_now = previous.updated(next_nodes)
+                view_now = previous.updated(cluster.nodes)
                 tick += _time(lambda c=view_now, q=queue, t=now, qp=qp: schedule(c, q, t, qp), 1)
             placed = len(schedule(cluster, queue, now, qp).placements)
             extra = {**state, "placed": placed, "fresh_view_ms_median": statistics.median(fresh),
