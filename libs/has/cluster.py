@@ -1,7 +1,8 @@
 """Immutable snapshot of the cluster's GPUs, indexed for placement.
 
-The scheduler service builds a ``ClusterView`` from Redis on every tick; the
-simulator builds one from its own model of the cluster. Placement code never
+The scheduler service derives each tick's ``ClusterView`` from the previous one
+(``updated``: only changed nodes are re-indexed); the simulator builds one from its
+own model of the cluster. Placement code never
 scans every GPU: the view keeps, per GPU type, the nodes that have free GPUs of
 that type (and those GPUs' free memory, sorted, so "how many qualify for X
 bytes" is a bisect). Views are never mutated: ``with_reserved`` returns a new
