@@ -14,6 +14,8 @@ times), plus 1,000 queued LLM jobs with MARP's ranked plans. Then, on that same 
   simulator, and the service's ticks between two explained ones) and with them
   (``frenzy+reasons``, ``explain=True``: what the service builds at most once a second);
 * frenzy-paper: the same with ``QueuePolicy()`` (and ``frenzy-paper+reasons``);
+* ``frenzy+starving`` / ``frenzy-paper+starving``: the same queue with one wide job waiting
+  10 h, so the pass also computes the GPUs held for it (``drain_target``);
 * sia: one round of ``SiaPolicy.decide`` (build the ILP over queued + running jobs, solve
   with HiGHS, place).
 
@@ -41,8 +43,9 @@ import sys
 import time
 from pathlib import Path
 
-from has import ClusterView, QueuedJob, QueuePolicy, schedule
+from has import ClusterView, PlanOption, QueuedJob, QueuePolicy, schedule
 from has.cluster_spec import parse_cluster
+from has.placement import choose_nodes
 from has.sim_engine import Simulator, SimView, Start
 from has.sim_policies import FrenzyPolicy, SiaPolicy
 from has.traces import synthetic
@@ -111,6 +114,12 @@ def changed_nodes(nodes: tuple, count: int = 8) -> list:
                      (dataclasses.replace(g, owner="tick", free_at=None) if g.is_free else g) for g in n.gpus)
         out[i] = dataclasses.replace(n, gpus=gpus)
     return out
+
+
+def waits_for_release(cluster: ClusterView, plan: PlanOption) -> bool:
+    """``plan`` does not fit the free GPUs now, but fits the cluster once jobs end."""
+    fits_later = cluster.capacity_groups(plan.gpu_type, plan.bytes_per_gpu, plan.tp) * plan.tp >= plan.num_gpus
+    return fits_later and choose_nodes(cluster, plan) is None
 
 
 def cpu_ref_us(reps: int = 2000) -> float:
@@ -191,6 +200,27 @@ def main() -> int:
             extra = {**state, "placed": placed, "fresh_view_ms_median": statistics.median(fresh),
                      "tick_view_ms_median": statistics.median(tick)}
             rows.append(_row(sim.total_gpus, name, ms, len(queue), extra))
+        # A starving job (waiting 10 h) that no free GPUs can take now but the cluster could
+        # once jobs end — one job's plans that are too wide for the free GPUs (every job here
+        # has some narrow plan that fits a 60 %-busy cluster) — so the pass also computes the
+        # GPUs to hold for it (``drain_target``): frenzy for the plan the job waits for, the
+        # paper's HAS for every plan of the job.
+        wide_plans = [tuple(p for p in q.plans if waits_for_release(cluster, p)) for q in queue]
+        wide = max(range(len(queue)), key=lambda i: (len(wide_plans[i]), -i))
+        starving = list(queue)
+        starving[wide] = QueuedJob(queue[wide].job_id, queue[wide].seq, now - 36_000.0, wide_plans[wide])
+        for name, qp in (
+            ("frenzy+starving", QueuePolicy.frenzy(explain=False)),
+            ("frenzy-paper+starving", QueuePolicy(explain=False, starvation_s=14_400.0)),
+        ):
+            schedule(cluster, starving, now, qp)  # warm-up
+            ms = _time(lambda c=cluster, q=starving, t=now, qp=qp: schedule(c, q, t, qp), args.fresh_reps)
+            res = schedule(cluster, starving, now, qp)
+            target = sum(c for _, c in res.reservation.target) if res.reservation is not None else 0
+            held = res.reservation.held_count if res.reservation is not None else 0
+            rows.append(_row(sim.total_gpus, name, ms, len(queue), {**state, "placed": len(res.placements),
+                                                                   "drain_target_gpus": target, "held_gpus": held,
+                                                                   "starving_plans": len(wide_plans[wide])}))
         sia = SiaPolicy()
         ms = _time(lambda p=sia, s=sim, t=now: p.decide(SimView(s, t)), args.sia_reps)
         rows.append(_row(sim.total_gpus, "sia", ms, len(queue),
