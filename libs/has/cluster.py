@@ -397,21 +397,27 @@ class ClusterView:
             self._cache[key] = hit
         return hit  # type: ignore[return-value]
 
-    def drain_inventory(self, gpu_type: str) -> list[tuple[str, NodeFree | None, list[int]]]:
+    def drain_inventory(
+        self, gpu_type: str
+    ) -> tuple[list[tuple[str, NodeFree | None, list[int]]], list[int], list[int]]:
         """Per schedulable node with healthy ``gpu_type`` GPUs (name order): its free ones (None
         when none) and the memory_total of its busy ones, ascending — what a starving job's
-        drain target is computed from, for any byte need, by bisects (built once per type for
-        the view's lifetime, not once per plan)."""
+        drain target is computed from, for any byte need, by bisects; plus the distinct free
+        memories and busy totals, ascending (two byte needs between the same neighbours
+        qualify the same GPUs). Built once per type for the view's lifetime."""
         key = ("drain", gpu_type, 0)
         hit = self._cache.get(key)
         if hit is None:
             free = self._free.get(gpu_type, {})
             rows = []
+            busy_levels: set[int] = set()
             for name in self._capacity.counts.get(gpu_type, {}):
                 busy = sorted(g.memory_total for g in self._nodes[name].gpus
                               if g.gpu_type == gpu_type and g.healthy and g.owner is not None)
+                busy_levels.update(busy)
                 rows.append((name, free.get(name), busy))
-            hit = self._cache[key] = rows
+            free_levels = sorted({m for nf in free.values() for m in nf.mem_sorted})
+            hit = self._cache[key] = (rows, free_levels, sorted(busy_levels))
         return hit  # type: ignore[return-value]
 
     # ----- derivation --------------------------------------------------

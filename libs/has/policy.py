@@ -198,39 +198,76 @@ def drain_target(cluster: ClusterView, job_id: str, plans: Sequence[PlanOption])
     ties to the better-ranked plan. None when no plan fits even then.
     """
     best: tuple[tuple[int, int, int], Reservation] | None = None
+    # Plans of one GPU type, TP width and size whose byte needs qualify the same GPUs get
+    # the same target: computed once (a job has dozens of plans, a few shapes).
+    memo: dict[tuple[str, int, int, int, int], tuple[tuple, tuple] | None] = {}  # type: ignore[type-arg]
     for plan_index, plan in enumerate(plans):
         tp = plan.tp
         need_groups = plan.num_gpus // tp
         need_bytes = plan.bytes_per_gpu
-        # node, free qualifying GPUs, cap groups, its free GPUs
-        rows: list[tuple[str, int, int, NodeFree | None]] = []
-        for name, free, busy in cluster.drain_inventory(plan.gpu_type):
-            q = free.count_at_least(need_bytes) if free is not None else 0
-            cap = (q + len(busy) - bisect.bisect_left(busy, need_bytes)) // tp
-            if cap:
-                rows.append((name, q, cap, free))
-        if sum(cap for _, _, cap, _ in rows) < need_groups:
+        inventory, free_levels, busy_levels = cluster.drain_inventory(plan.gpu_type)
+        shape = (plan.gpu_type, tp, need_groups, bisect.bisect_left(free_levels, need_bytes),
+                 bisect.bisect_left(busy_levels, need_bytes))
+        if shape in memo:
+            found = memo[shape]
+        else:
+            found = memo[shape] = _drain_one(inventory, tp, need_groups, need_bytes)
+        if found is None:
             continue
-        rows.sort(key=lambda r: (-r[1], -r[2], r[0]))
-        # Every group as (gain, node order, j); the sort keeps a node's groups in j order.
-        groups = [(-min(tp, max(0, q - j * tp)), order, j) for order, (_, q, cap, _) in enumerate(rows) for j in range(cap)]
-        groups.sort()
-        per_node: dict[int, int] = {}
-        for _, order, _ in groups[:need_groups]:
-            per_node[order] = per_node.get(order, 0) + 1
-        target = []
-        held = []
-        for order in sorted(per_node):
-            name, q, _, free = rows[order]
-            gpus = per_node[order] * tp
-            target.append((name, gpus))
-            if q and free is not None:
-                held.append((name, tuple([s.index for s in free.slots if s.memory_free >= need_bytes][:gpus])))
-        res = Reservation(job_id, plan_index, plan, tuple(target), tuple(held))
+        target, held = found
+        res = Reservation(job_id, plan_index, plan, target, held)
         key = (res.missing, len(target), plan_index)
         if best is None or key < best[0]:
             best = (key, res)
     return None if best is None else best[1]
+
+
+def _drain_one(
+    inventory: list[tuple[str, NodeFree | None, list[int]]], tp: int, need_groups: int, need_bytes: int
+) -> tuple[tuple[tuple[str, int], ...], tuple[tuple[str, tuple[int, ...]], ...]] | None:
+    """``drain_target`` for one plan: (target nodes and GPU counts, free GPUs held), or None."""
+    rows: list[tuple[str, int, int, NodeFree | None]] = []  # node, free qualifying, cap groups, free GPUs
+    for name, free, busy in inventory:
+        q = free.count_at_least(need_bytes) if free is not None else 0
+        cap = (q + len(busy) - bisect.bisect_left(busy, need_bytes)) // tp
+        if cap:
+            rows.append((name, q, cap, free))
+    if sum(cap for _, _, cap, _ in rows) < need_groups:
+        return None
+    rows.sort(key=lambda r: (-r[1], -r[2], r[0]))
+    # The need_groups groups of largest gain, ties by (node order, j) — counted, not listed:
+    # a node's groups gain tp (whole groups of free GPUs: q // tp of them), then one group
+    # gains q % tp (when the node has room for it), then the rest gain 0.
+    per_node: dict[int, int] = {}
+    left = need_groups
+    for order, (_, q, _, _) in enumerate(rows):  # 1. every group already whole, node by node
+        if left == 0:
+            break
+        take = min(q // tp, left)
+        if take:
+            per_node[order] = take
+            left -= take
+    if left:  # 2. the partial groups, largest first
+        partial = sorted((-(q % tp), order) for order, (_, q, cap, _) in enumerate(rows) if q % tp and cap > q // tp)
+        for _, order in partial[:left]:
+            per_node[order] = per_node.get(order, 0) + 1
+        left -= min(left, len(partial))
+    for order, (_, q, cap, _) in enumerate(rows):  # 3. groups of busy GPUs only, node by node
+        if left == 0:
+            break
+        take = min(cap - -(-q // tp), left)  # cap minus the groups with a free GPU
+        if take > 0:
+            per_node[order] = per_node.get(order, 0) + take
+            left -= take
+    target = []
+    held = []
+    for order in sorted(per_node):
+        name, q, _, free = rows[order]
+        gpus = per_node[order] * tp
+        target.append((name, gpus))
+        if q and free is not None:
+            held.append((name, tuple([s.index for s in free.slots if s.memory_free >= need_bytes][:gpus])))
+    return tuple(target), tuple(held)
 
 
 def _wait_s(job: QueuedJob, now: float) -> float:

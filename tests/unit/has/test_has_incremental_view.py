@@ -40,6 +40,7 @@ def describe(view: ClusterView, now: float = NOW) -> dict:
             "healthy": list(view.healthy_by_node(t).items()),
             "count": view.free_count(t),
             "buckets": view.free_buckets(t),
+            "drain": view.drain_inventory(t),
             "levels": [(b, view.memory_level(t, b), list(view.capacity_by_node(t, b).items()),
                         [view.capacity_groups(t, b, tp) for tp in (1, 2, 4, 8)]) for b in levels],
             "releases": [repr(view.release_times(t, b, at)) for b in levels for at in (now, now + 150.0)],
@@ -52,6 +53,8 @@ def warm(view: ClusterView, rng: random.Random) -> None:
     for t in view.gpu_types():
         if rng.random() < 0.6:
             view.free_buckets(t)
+        if rng.random() < 0.5:
+            view.drain_inventory(t)
         if rng.random() < 0.6:
             level = view.memory_level(t, 1)
             if level is not None:
