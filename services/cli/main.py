@@ -279,10 +279,12 @@ def nodes(
 # ---- servers --------------------------------------------------------------------------------------
 
 
-def _wait_for_signal() -> None:
+def _stop_event() -> threading.Event:
+    """Set on SIGINT/SIGTERM. Installed before a server starts, so a signal during start-up
+    stops it cleanly once it is up instead of killing it half-started."""
     stop = threading.Event()
     stop_on_signals(stop)
-    stop.wait()
+    return stop
 
 
 @app.command("predictor")
@@ -295,9 +297,10 @@ def predictor_cmd(
     from frenzy.predictor.server import serve
 
     _logging(log_level)
+    stop = _stop_event()
     server, port, health = serve(address)
     logging.getLogger("frenzy.predictor").info("predictor listening on %s (port %d)", address, port)
-    _wait_for_signal()
+    stop.wait()
     stop_server(server, health)
 
 
@@ -338,11 +341,12 @@ def scheduler_cmd(
     policies = {"frenzy": QueuePolicy.frenzy(), "paper": QueuePolicy()}
     if policy not in policies:
         fail(f"--policy: unknown policy {policy!r}; one of {', '.join(policies)}", 2)
+    stop = _stop_event()
     server = SchedulerServer(redis_url, predictor, address, prefix=prefix, tick_s=tick_s,
                              dead_after_s=node_dead_after_s, max_attempts=max_attempts,
                              orphan_release_s=orphan_release_s, master_ports=ports, policy=policies[policy])
     logging.getLogger("frenzy.scheduler").info("scheduler listening on %s (port %d)", address, server.port)
-    _wait_for_signal()
+    stop.wait()
     server.stop()
 
 

@@ -185,3 +185,30 @@ def test_up_rejects_a_bad_cluster_file(tmp_path: Path) -> None:
     cluster.write_text("nodes:\n  - {gpu: L4, count: -1}\n")
     res = run("up", "--cluster", str(cluster), "--run-dir", str(tmp_path / "run"))
     assert res.returncode == 2 and "nodes[0].count" in res.stderr, res.stderr
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_servers_stop_cleanly_on_a_signal(sig: signal.Signals, redis_url: str, prefix: str) -> None:
+    """predictor and scheduler: a signal once they listen stops them gracefully (exit 0, quickly)."""
+    commands = {
+        "predictor": [*FRENZY, "predictor", "--address", "127.0.0.1:0"],
+        "scheduler": [*FRENZY, "scheduler", "--address", "127.0.0.1:0", "--predictor", "127.0.0.1:1",
+                      "--redis-url", redis_url, "--prefix", prefix],
+    }
+    for name, cmd in commands.items():
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                stdin=subprocess.DEVNULL)
+        try:
+            assert proc.stderr is not None
+            deadline = time.monotonic() + 60
+            seen = ""
+            while "listening" not in seen and time.monotonic() < deadline and proc.poll() is None:
+                seen = proc.stderr.readline()
+            assert "listening" in seen, f"{name} did not start"
+            proc.send_signal(sig)
+            proc.communicate(timeout=20)
+            assert proc.returncode == 0, f"{name} exited {proc.returncode} on {sig.name}"
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
