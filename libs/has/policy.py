@@ -3,9 +3,9 @@
 Policy — FIFO with backfill and a starvation reservation (docs/has-policy.md):
 
 1. Jobs are tried in submit order (``seq``). Each job takes the first of its
-   ranked plans that fits the GPUs still free in this pass (``place_job``);
-   every placement is subtracted from the view (``with_reserved``), so one
-   pass never hands a GPU out twice.
+   ranked plans that fits the GPUs still free in this pass (``place_job``'s
+   rules); every placement is taken out of the pass's free-GPU index
+   (``PassFree.take``), so one pass never hands a GPU out twice.
 2. Backfill: a job that does not fit is skipped and later jobs may use the
    free GPUs, so a big job at the head never idles the cluster.
 3. Starvation: the first job in seq order that cannot be placed and has waited
