@@ -34,11 +34,14 @@ Timed, ``--reps`` ticks per size, each phase separately and the three in sequenc
 * ``schedule``: ``has.schedule(cluster, queue, now, QueuePolicy.frenzy(explain=False))``
   (the ticks between two explained ones);
 * ``tick``: those three back to back, without the reservations that would follow (no side
-  effects, so every tick sees comparable state).
+  effects, so every tick sees comparable state);
+* ``cluster_full_read`` (after the ticks, not part of them): ``StateStore.cluster()`` when its
+  periodic full read is due (every ``full_read_s``, 30 s): every GPU read, not only the nodes
+  whose ``rev`` moved.
 
 Before each timed tick the state moves a little, as on a live cluster: one running job ends
-(its GPUs' owner cleared, as ``transition_job`` does), a free GPU on another node gets an
-owner (a new running job with an ``est_end``), another running job's ``est_end`` moves, one
+(its GPUs' owner cleared and its nodes' ``rev`` bumped, as ``transition_job`` does), a free
+GPU on another node gets an owner (a new running job with an ``est_end``; ``rev`` bumped), another running job's ``est_end`` moves, one
 queued job leaves the queue (cancelled) and one new job is submitted. After every tick the
 script checks the view and the queue against what it wrote (free count, the GPUs that changed
 hands, the moved ``est_end``, queue length, the job that left and the one that came), so a
@@ -147,6 +150,8 @@ def write_running(client: redis.Redis, keys: Keys, sim: Simulator, sim_now: floa
         ends[job_id] = wall + (info.est_end - sim_now)
         for node, idx in info.gpus:
             pipe.hset(keys.gpu(node, idx), mapping={"owner": job_id, "fence": fence})
+        for node, _ in placement:
+            pipe.hincrby(keys.node(node), "rev", 1)  # as reserve_gpus does
         pipe.hset(keys.ports(master), port, job_id)
         pipe.hset(keys.job(job_id), mapping={
             "id": job_id, "name": job_id, "state": JobState.RUNNING.value, "seq": fence, "attempt": 1,
@@ -260,6 +265,7 @@ class Churn:
         released = self.gpus.pop(done)
         for node, idx in released:
             pipe.hset(self.k.gpu(node, idx), "owner", "")
+            pipe.hincrby(self.k.node(node), "rev", 1)  # as the releasing scripts do
             del self.owner[(node, idx)]
         pipe.hset(self.k.job(done), mapping={"state": JobState.SUCCEEDED.value, "updated_at": repr(time.time())})
         del self.ends[done]
@@ -274,6 +280,7 @@ class Churn:
                                              "fence": self.fence, "attempt": 1, "est_end": repr(end),
                                              "placement": json.dumps([[gpu[0], [gpu[1]]]])})
         pipe.hset(self.k.gpu(*gpu), mapping={"owner": job, "fence": self.fence})
+        pipe.hincrby(self.k.node(gpu[0]), "rev", 1)  # as reserve_gpus does
         self.owner[gpu], self.gpus[job], self.ends[job] = job, [gpu], end
         # Another running job's estimated end moves (what completion-aware plan choice reads).
         moved = self.rng.choice(sorted(self.gpus))
@@ -345,6 +352,15 @@ def run_size(client: redis.Redis, gpus: int, reps: int, seed: int) -> tuple[list
             times[p].append(ms[p])
         placed.append(n)
         print(f"  rep {i + 1}/{reps}: tick {ms['tick']:.0f} ms", file=sys.stderr)
+    # The periodic full read (every ``StateStore.full_read_s``): every GPU read again.
+    store.full_read_s, every = 0.0, store.full_read_s
+    full_ms = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        view = store.cluster()
+        full_ms.append((time.perf_counter() - t0) * 1000.0)
+        check_view(view, churn.owner, churn.ends, sim.total_gpus)
+    store.full_read_s = every
 
     state = {
         "gpus": sim.total_gpus, "nodes": len(view.nodes), "busy_gpus": busy,
@@ -357,6 +373,9 @@ def run_size(client: redis.Redis, gpus: int, reps: int, seed: int) -> tuple[list
     rows = [{"gpus": sim.total_gpus, "phase": p, "reps": reps, "ms_median": statistics.median(times[p]),
              "ms_min": min(times[p]), "ms_max": max(times[p]), "cold_ms": cold[p], **state}
             for p in PHASES]  # fmt: skip
+    rows.append({"gpus": sim.total_gpus, "phase": "cluster_full_read", "reps": reps,
+                 "ms_median": statistics.median(full_ms), "ms_min": min(full_ms), "ms_max": max(full_ms),
+                 "cold_ms": None, "every_s": every, **state})  # fmt: skip
     setup = {"sim_state_s": t_sim, "register_and_running_s": t_nodes, "submit_s": t_submit,
              "cluster_spec": cluster_of(gpus)}  # fmt: skip
     return rows, setup

@@ -6,7 +6,10 @@ key string by hand: it calls one of the functions here, so the layout below is
 the whole truth about what is in Redis.
 
     {p}:node:{node}              hash   node record (addr, gpu count, gpu types, registered_at, heartbeat_at,
-                                        draining, health_reason, dead_at: set when the scheduler declared it dead)
+                                        draining, health_reason, dead_at: set when the scheduler declared it dead,
+                                        rev: bumped by every script that changes what the scheduler reads of the
+                                        node's GPUs — owner, health, a free GPU's memory_free — so it re-reads
+                                        only nodes whose rev moved; a direct HSET on a GPU hash must bump it too)
     {p}:node:{node}:alive        string heartbeat lease, expires after the heartbeat TTL
     {p}:nodes                    set    names of every node that ever registered
     {p}:gpu:{node}:{index}       hash   one GPU: uuid, type, memory_total, memory_free, owner (job id or ""), fence,

@@ -109,6 +109,8 @@ class SchedulerLoop:
         for placement in result.placements:
             ok, why = self._reserve_and_dispatch(placement)
             (placed if ok else conflicts).append(placement.job_id if ok else f"{placement.job_id}: {why}")
+            if not ok:  # the view may be stale on those nodes: read them whole next tick
+                self.store.forget_nodes(node for node, _ in placement.nodes)
         if explain:
             self._last_explained = now
             reasons = {job_id: r.summary for job_id, r in result.pending.items()}

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -98,7 +100,9 @@ class JobRecord:
         return -1
 
     def gpu_keys(self, keys: Keys) -> list[str]:
-        return [keys.gpu(node, i) for node, idxs in self.placement for i in idxs]
+        """Each GPU hash of the placement followed by its node's hash: the scripts that release
+        GPUs bump the node's ``rev`` so the scheduler re-reads that node."""
+        return [key for node, idxs in self.placement for i in idxs for key in (keys.gpu(node, i), keys.node(node))]
 
 
 def plan_to_option(plan: types_pb2.Plan) -> PlanOption:
@@ -131,7 +135,9 @@ def option_from_json(plan: dict[str, Any]) -> PlanOption:
 class StateStore:
     """Typed access to Frenzy's Redis state for the scheduler."""
 
-    def __init__(self, client: redis.Redis, keys: Keys) -> None:
+    def __init__(self, client: redis.Redis, keys: Keys, full_read_s: float = 30.0) -> None:
+        """``full_read_s``: how often ``cluster()`` re-reads every GPU, not only the nodes whose
+        ``rev`` moved (a safety net: a write that bypassed the scripts is seen within that)."""
         if not client.get_connection_kwargs().get("decode_responses"):
             raise ValueError("StateStore needs a Redis client with decode_responses=True")
         self.r = client
@@ -156,6 +162,10 @@ class StateStore:
         self._nodes: dict[str, tuple[tuple[bool, str, list[list[str | None]]], frozenset[str], NodeView]] = {}
         self._ends: dict[str, float] = {}
         self._view: ClusterView | None = None
+        # node -> (rev, gpu_count, GPU rows) as last read; rows are re-read only when rev moved
+        self._gpu_rows: dict[str, tuple[str, str, list[list[str | None]]]] = {}
+        self.full_read_s = full_read_s
+        self._last_full_read = -math.inf
         self._unreadable: set[str] = set()  # jobs whose stored plans did not parse (logged once)
 
     # ---- jobs -------------------------------------------------------------------------------
@@ -360,7 +370,8 @@ class StateStore:
         msg = CancelMessage(job_id=job.id, attempt=job.attempt, reason=why)
         res = self._requeue(
             keys=[self.k.job(job.id), self.k.job_history(job.id), self.k.queue(), self.k.ports(job.master_node or "-"),
-                  *[key for _, key in gpus], *[self.k.launch_stream(n) for n, _ in job.placement]],
+                  *[k for node, key in gpus for k in (key, self.k.node(node))],
+                  *[self.k.launch_stream(n) for n, _ in job.placement]],
             args=[job.id, job.attempt, job.fence, max_attempts, repr(time.time()), len(gpus), ",".join(lost), why,
                   msg.model_dump_json(), STREAM_MAXLEN,
                   json.dumps([json_format.MessageToDict(p) for p in plans]) if plans else "",
@@ -373,7 +384,8 @@ class StateStore:
         count = int(self.r.hget(self.k.node(node), "gpu_count") or 0)
         if count == 0:
             return 0
-        return int(self._release_stale(keys=[self.k.job(job_id), *[self.k.gpu(node, i) for i in range(count)]],
+        return int(self._release_stale(keys=[self.k.job(job_id), self.k.node(node),
+                                             *[self.k.gpu(node, i) for i in range(count)]],
                                        args=[job_id, fence]))
 
     def declare_dead(self, node: str, heartbeat_at: str, now: float) -> bool:
@@ -450,27 +462,56 @@ class StateStore:
     # every heartbeat and the scheduler never reads them).
     _GPU_FIELDS = ("index", "type", "memory_total", "memory_free", "owner", "healthy")
 
+    def forget_nodes(self, nodes: Iterable[str]) -> None:
+        """Re-read these nodes' GPUs on the next ``cluster()`` whatever their ``rev`` says (the
+        loop calls it when a reservation on them lost a race: the view may be stale there)."""
+        for node in nodes:
+            self._gpu_rows.pop(node, None)
+
     def cluster(self) -> ClusterView:
-        """The cluster as HAS sees it, built from the previous tick's view: a node whose GPU
-        fields, liveness, draining flag and jobs' expected ends are as they were keeps its
-        ``NodeView``, and ``ClusterView.updated`` re-indexes only the others. Two
-        read-only scripts read every node (the reads stay O(GPUs); the building does not)."""
+        """The cluster as HAS sees it, built from the previous tick's view.
+
+        Reads: every node's head (name, GPU count, draining, liveness, ``rev``) in one
+        read-only script, then the GPUs of only the nodes whose ``rev`` moved since the last
+        read (every script that changes what the view is built from bumps it; keys.py), in
+        another — O(nodes + changed GPUs) per tick, not O(GPUs). Every ``full_read_s`` all
+        GPUs are read again. Building: a node whose GPU fields, liveness, draining flag and
+        jobs' expected ends are as they were keeps its ``NodeView``, and
+        ``ClusterView.updated`` re-indexes only the others."""
         names = self.node_names()
         # Two read-only scripts, one round trip each: one command per GPU through a pipeline
         # cost ~30 µs a GPU in redis-py, 10,000 GPUs a tick.
-        heads = [((name, count, draining), bool(alive)) for name, count, draining, alive in
+        heads = [((name, count, draining), rev, bool(alive)) for name, count, draining, rev, alive in
                  self._read_nodes(keys=[key for n in names for key in (self.k.node(n), self.k.node_alive(n))])]
-        gpu_keys = [self.k.gpu(n, g) for n, ((_, count, _), _) in zip(names, heads, strict=True)
-                    for g in range(int(count or 0))]
+        now = time.monotonic()
+        full = now - self._last_full_read >= self.full_read_s
+        if full:
+            self._last_full_read = now
+        known = self._gpu_rows
+        # A node is re-read when its rev or GPU count moved, or it has no rev (not written by
+        # the scripts: nothing to compare).
+        stale_set: set[str] = set()
+        gpu_keys = []
+        for n, ((_, count, _), rev, _) in zip(names, heads, strict=True):
+            hit = known.get(n)
+            if full or rev is None or hit is None or hit[0] != rev or hit[1] != count:
+                stale_set.add(n)
+                gpu_keys.extend(self.k.gpu(n, g) for g in range(int(count or 0)))
         rows = iter(self._read_gpus(keys=gpu_keys, args=self._GPU_FIELDS) if gpu_keys else [])
+        fresh_rows: dict[str, tuple[str, str, list[list[str | None]]]] = {}
         per_node = []
         owners: set[str] = set()
-        for member, ((name, count, draining), alive) in zip(names, heads, strict=True):
-            gpus = [row for row in (next(rows) for _ in range(int(count or 0))) if row[0]]
+        for member, ((name, count, draining), rev, alive) in zip(names, heads, strict=True):
+            if member in stale_set:
+                gpus = [row for row in (next(rows) for _ in range(int(count or 0))) if row[0]]
+            else:
+                gpus = known[member][2]
+            fresh_rows[member] = (rev, count, gpus)
             if name is None and not gpus:
                 continue  # registered name without a node hash (being removed): nothing to place on
             owners.update(row[4] for row in gpus if row[4])
             per_node.append((name or member, alive, draining or "", gpus))
+        self._gpu_rows = fresh_rows
         ends = self.estimated_ends(owners)
         moved = {j for j in ends.keys() | self._ends.keys() if ends.get(j) != self._ends.get(j)}
         self._ends = ends

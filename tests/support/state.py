@@ -22,9 +22,20 @@ def add_node(client: redis.Redis, keys: Keys, node: str, gpu_type: str, count: i
         pipe.hset(keys.gpu(node, i), mapping={"node": node, "index": i, "uuid": f"GPU-{node}-{i}", "type": gpu_type,
                                               "nvml_name": gpu_type, "memory_total": memory, "memory_free": memory,
                                               "healthy": "1", "owner": "", "fence": 0})
+    pipe.hincrby(keys.node(node), "rev", 1)  # as register_node does
     pipe.sadd(keys.nodes(), node)
     if alive:
         pipe.set(keys.node_alive(node), "1", ex=60)
+    pipe.execute()
+
+
+def set_gpu(client: redis.Redis, keys: Keys, node: str, index: int, **fields: object) -> None:
+    """Write GPU fields as Frenzy's scripts do: together with a bump of the node's ``rev``, so a
+    scheduler that already read the node sees the change (a bare HSET would wait for its next
+    full read)."""
+    pipe = client.pipeline(transaction=True)
+    pipe.hset(keys.gpu(node, index), mapping=fields)  # type: ignore[arg-type]
+    pipe.hincrby(keys.node(node), "rev", 1)
     pipe.execute()
 
 

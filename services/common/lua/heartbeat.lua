@@ -8,7 +8,9 @@
 --     memory_free / healthy / health_reason / utilization / processes are
 --     written together; `owner`, `fence`, `draining` and everything else the
 --     scheduler owns are never touched. A `dead_at` mark is cleared: a node
---     that heartbeats is not dead (e.g. after a network partition healed).
+--     that heartbeats is not dead (e.g. after a network partition healed);
+--   * the node's `rev` goes up when a GPU's health or a free GPU's memory_free
+--     changed (what the scheduler's view is built from), not on every beat.
 -- heartbeat_at is the Redis server clock (TIME), like registered_at.
 --
 -- KEYS[1] node hash  KEYS[2] alive lease  KEYS[3 ..] one GPU hash per GPU
@@ -35,12 +37,21 @@ end
 
 local t = redis.call("TIME")
 local now = t[1] .. "." .. string.format("%06d", tonumber(t[2]))
+local changed = false
 for g = 1, n do
   local a = head + (g - 1) * per_gpu
+  local old = redis.call("HMGET", KEYS[2 + g], "memory_free", "healthy", "owner")
+  -- The scheduler reads a busy GPU's memory only once it is released (which bumps rev then).
+  if old[2] ~= ARGV[a + 2] or (old[3] == "" and old[1] ~= ARGV[a + 1]) then
+    changed = true
+  end
   redis.call("HSET", KEYS[2 + g], "memory_free", ARGV[a + 1], "healthy", ARGV[a + 2],
     "health_reason", ARGV[a + 3], "utilization", ARGV[a + 4], "processes", ARGV[a + 5])
 end
 redis.call("HSET", KEYS[1], "heartbeat_at", now, "health_reason", ARGV[3])
 redis.call("HDEL", KEYS[1], "dead_at")
+if changed then
+  redis.call("HINCRBY", KEYS[1], "rev", 1)
+end
 redis.call("SET", KEYS[2], ARGV[2], "PX", ttl)
 return 1

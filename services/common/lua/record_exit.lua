@@ -11,7 +11,8 @@
 -- happen together.
 --
 -- KEYS[1] job hash  KEYS[2] job history  KEYS[3] ports hash of the master node
--- KEYS[4 ..] the job's GPU hashes
+-- KEYS[4 ..] the job's GPU hashes, each followed by its node's hash (whose `rev`
+--            goes up when one of its GPUs is released)
 -- ARGV[1] job id  ARGV[2] attempt  ARGV[3] node  ARGV[4] exit code
 -- ARGV[5] number of nodes  ARGV[6] now  ARGV[7] reason text for the history
 -- ARGV[8] node rank of ARGV[3]  ARGV[9] "1" when the node stopped because it was told to (cancel)
@@ -57,9 +58,10 @@ elseif failed > 0 then
 end
 redis.call("HSET", KEYS[1], "state", final, "updated_at", ARGV[6], "finished_at", ARGV[6])
 redis.call("RPUSH", KEYS[2], cjson.encode({state = final, at = tonumber(ARGV[6]), reason = reason}))
-for i = 4, #KEYS do
+for i = 4, #KEYS, 2 do
   if redis.call("HGET", KEYS[i], "owner") == ARGV[1] then
     redis.call("HSET", KEYS[i], "owner", "")
+    redis.call("HINCRBY", KEYS[i + 1], "rev", 1)
   end
 end
 if h[4] and redis.call("HGET", KEYS[3], h[4]) == ARGV[1] then

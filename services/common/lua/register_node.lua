@@ -10,7 +10,8 @@
 --     agent restart; a new node starts "0"); a `dead_at` mark from the scheduler
 --     is cleared: the node is back;
 --   * timestamps come from the Redis server clock (TIME), so heartbeat ages are
---     comparable across hosts whatever their clocks say.
+--     comparable across hosts whatever their clocks say;
+--   * the node's `rev` goes up (the scheduler re-reads the node's GPUs).
 -- Input is checked before anything is written; a malformed call writes nothing.
 --
 -- KEYS[1] node hash  KEYS[2] nodes set  KEYS[3] alive lease
@@ -54,6 +55,7 @@ redis.call("HSET", KEYS[1],
   "name", ARGV[1], "addr", ARGV[2], "gpu_count", n, "gpu_types", ARGV[3],
   "registered_at", now, "heartbeat_at", now, "agent_pid", ARGV[4], "health_reason", ARGV[7])
 redis.call("HSETNX", KEYS[1], "draining", "0")
+redis.call("HINCRBY", KEYS[1], "rev", 1)
 redis.call("HDEL", KEYS[1], "dead_at")
 redis.call("SADD", KEYS[2], ARGV[1])
 local previous = redis.call("GET", KEYS[3])

@@ -9,7 +9,8 @@
 -- is no longer the job's live one (the job moved on to another fence, or
 -- ended). A newer reservation of the same job (a new fence) is never touched.
 --
--- KEYS[1] job hash  KEYS[2 ..] the GPU hashes of the node that reported
+-- KEYS[1] job hash  KEYS[2] that node's hash (its `rev` goes up when a GPU is released)
+-- KEYS[3 ..] the GPU hashes of the node that reported
 -- ARGV[1] job id  ARGV[2] the ended reservation's fence
 -- Returns the number of GPUs released.
 
@@ -19,11 +20,14 @@ if live and tostring(h[2]) == ARGV[2] then
   return 0
 end
 local released = 0
-for i = 2, #KEYS do
+for i = 3, #KEYS do
   local g = redis.call("HMGET", KEYS[i], "owner", "fence")
   if g[1] == ARGV[1] and g[2] == ARGV[2] then
     redis.call("HSET", KEYS[i], "owner", "")
     released = released + 1
   end
+end
+if released > 0 then
+  redis.call("HINCRBY", KEYS[2], "rev", 1)
 end
 return released

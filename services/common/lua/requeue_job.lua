@@ -20,7 +20,9 @@
 --   * one history entry says which.
 --
 -- KEYS[1] job hash  KEYS[2] job history  KEYS[3] queue zset  KEYS[4] ports hash of the master node
--- KEYS[5 .. 4+n]   the job's GPU hashes (n)   KEYS[5+n ..] the launch stream of every node of the job
+-- KEYS[5 .. 4+2n]  the job's n GPU hashes, each followed by its node's hash (whose `rev` goes up
+--                  when one of its GPUs is released)
+-- KEYS[5+2n ..]    the launch stream of every node of the job
 -- ARGV[1] job id  ARGV[2] attempt  ARGV[3] fence  ARGV[4] max attempts  ARGV[5] now
 -- ARGV[6] n  ARGV[7] lost nodes, comma separated  ARGV[8] why (for history and the failure)
 -- ARGV[9] cancel message JSON  ARGV[10] stream MAXLEN  ARGV[11] new plans JSON ("" keeps the old ones)
@@ -40,15 +42,17 @@ local lost = {}
 for node in string.gmatch(ARGV[7], "[^,]+") do
   lost[node] = true
 end
-for i = 5 + n, #KEYS do
+for i = 5 + 2 * n, #KEYS do
   redis.call("XADD", KEYS[i], "MAXLEN", "~", ARGV[10], "*", "data", ARGV[9])
 end
-for i = 5, 4 + n do
-  local node = ARGV[7 + i]
+for g = 1, n do
+  local node = ARGV[11 + g]
+  local key = KEYS[3 + 2 * g]
   if lost[node] or redis.call("HEXISTS", KEYS[1], "exit:" .. node) == 1 then
-    local g = redis.call("HMGET", KEYS[i], "owner", "fence")
-    if g[1] == ARGV[1] and g[2] == ARGV[3] then
-      redis.call("HSET", KEYS[i], "owner", "")
+    local gh = redis.call("HMGET", key, "owner", "fence")
+    if gh[1] == ARGV[1] and gh[2] == ARGV[3] then
+      redis.call("HSET", key, "owner", "")
+      redis.call("HINCRBY", KEYS[4 + 2 * g], "rev", 1)
     end
   end
 end

@@ -12,7 +12,7 @@
 -- Otherwise it takes a new fencing token from the shared counter, writes it
 -- and the owner onto every GPU, takes the port (ports hash: port -> job id),
 -- moves the job to RESERVED with its plan, placement and rendezvous, removes
--- it from the queue and appends the history entry.
+-- it from the queue, appends the history entry and bumps each node's `rev`.
 -- No GPU can ever be held by two jobs: ownership is only taken here, under
 -- the "owner is empty" check, inside one script. The same holds for ports:
 -- two live jobs never share a master port on one node.
@@ -74,6 +74,9 @@ end
 local fence = redis.call("INCR", KEYS[4])
 for i = 6, 5 + n do
   redis.call("HSET", KEYS[i], "owner", ARGV[1], "fence", fence)
+end
+for i = 6 + n + m, 5 + n + 2 * m do
+  redis.call("HINCRBY", KEYS[i], "rev", 1)
 end
 redis.call("HSET", KEYS[5], port, ARGV[1])
 redis.call("HSET", KEYS[1], "state", "RESERVED", "plan", ARGV[5], "placement", ARGV[6],

@@ -9,7 +9,8 @@
 --
 -- KEYS[1] job hash  KEYS[2] job history  KEYS[3] queue zset
 -- KEYS[4] ports hash of the job's master node (any key when it has none)
--- KEYS[5 ..] GPU hashes to release
+-- KEYS[5 ..] GPU hashes to release, each followed by its node's hash (whose `rev`
+--           goes up when one of its GPUs is released)
 -- ARGV[1] job id  ARGV[2] allowed current states, comma separated
 -- ARGV[3] new state  ARGV[4] now  ARGV[5] history entry JSON  ARGV[6] "1": release (GPUs and port)
 -- ARGV[7 ..] extra field, value pairs for the job hash
@@ -38,9 +39,10 @@ else
   redis.call("ZREM", KEYS[3], ARGV[1])
 end
 if ARGV[6] == "1" then
-  for i = 5, #KEYS do
+  for i = 5, #KEYS, 2 do
     if redis.call("HGET", KEYS[i], "owner") == ARGV[1] then
       redis.call("HSET", KEYS[i], "owner", "")
+      redis.call("HINCRBY", KEYS[i + 1], "rev", 1)
     end
   end
   local port = redis.call("HGET", KEYS[1], "master_port")

@@ -19,7 +19,7 @@ from frenzy.common.keys import Keys
 from frenzy.local.redis_server import free_port
 from frenzy.v1 import types_pb2
 from support.servers import Servers, running_servers
-from support.state import add_node
+from support.state import add_node, set_gpu
 
 GiB = 1024**3
 GOOD = {"name": "api-job", "model": "gpt2-124m", "seq_len": 512, "global_batch": 8,
@@ -82,7 +82,7 @@ def test_submit_get_list_cancel(client: TestClient) -> None:
 def test_cancel_pending_then_again_is_a_conflict(client: TestClient, redis_client: redis.Redis, keys: Keys) -> None:
     for node, n in (("a100-0", 4), ("l4-0", 2)):  # every GPU is somebody else's: the job stays pending
         for i in range(n):
-            redis_client.hset(keys.gpu(node, i), "owner", "job-other")
+            set_gpu(redis_client, keys, node, i, owner="job-other")
     job_id = client.post("/api/jobs", json=GOOD).json()["id"]
     first = client.post(f"/api/jobs/{job_id}/cancel")
     assert first.status_code == 200 and first.json()["state"] == "CANCELLED", first.text

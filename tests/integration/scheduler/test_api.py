@@ -18,7 +18,7 @@ from frenzy.common.messages import AgentEvent, EventKind, decode_command, encode
 from frenzy.scheduler.store import StateStore
 from frenzy.v1 import scheduler_pb2, types_pb2
 from support.servers import Servers, running_servers
-from support.state import add_node, make_plan, make_spec
+from support.state import add_node, make_plan, make_spec, set_gpu
 
 DONE = (types_pb2.JOB_STATE_SUCCEEDED, types_pb2.JOB_STATE_FAILED, types_pb2.JOB_STATE_CANCELLED)
 
@@ -99,7 +99,7 @@ def test_bad_input_is_rejected_naming_the_field_and_leaves_no_state(
 def test_idempotent_submission_returns_the_same_job(servers: Servers, redis_client: redis.Redis, keys: Keys) -> None:
     add_node(redis_client, keys, "a-0", "A100-80GB", 0)  # no GPUs: the job stays pending
     add_node(redis_client, keys, "a-1", "A100-80GB", 1)
-    redis_client.hset(keys.gpu("a-1", 0), "owner", "someone-else")
+    set_gpu(redis_client, keys, "a-1", 0, owner="someone-else")
     first = servers.stub.SubmitJob(scheduler_pb2.SubmitJobRequest(spec=_spec(idempotency_key="k1")), timeout=30)
     again = servers.stub.SubmitJob(scheduler_pb2.SubmitJobRequest(spec=_spec(idempotency_key="k1")), timeout=30)
     assert not first.duplicate and again.duplicate and first.job.id == again.job.id
@@ -108,7 +108,7 @@ def test_idempotent_submission_returns_the_same_job(servers: Servers, redis_clie
 
 def test_pending_reason_names_the_numbers(servers: Servers, redis_client: redis.Redis, keys: Keys) -> None:
     add_node(redis_client, keys, "a-0", "A100-80GB", 1)
-    redis_client.hset(keys.gpu("a-0", 0), "owner", "job-other")
+    set_gpu(redis_client, keys, "a-0", 0, owner="job-other")
     job = servers.stub.SubmitJob(scheduler_pb2.SubmitJobRequest(spec=_spec()), timeout=30).job
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
@@ -158,7 +158,7 @@ def test_launch_run_exit_cycle_and_cancel(servers: Servers, redis_client: redis.
 
 def test_cancel_pending_job_and_unknown_job(servers: Servers, redis_client: redis.Redis, keys: Keys) -> None:
     add_node(redis_client, keys, "a-0", "A100-80GB", 1)
-    redis_client.hset(keys.gpu("a-0", 0), "owner", "job-other")
+    set_gpu(redis_client, keys, "a-0", 0, owner="job-other")
     job = servers.stub.SubmitJob(scheduler_pb2.SubmitJobRequest(spec=_spec()), timeout=30).job
     resp = servers.stub.CancelJob(scheduler_pb2.CancelJobRequest(job_id=job.id), timeout=5)
     assert resp.job.state == types_pb2.JOB_STATE_CANCELLED

@@ -11,7 +11,7 @@ from frenzy.common.keys import Keys
 from frenzy.scheduler.loop import SchedulerLoop
 from frenzy.scheduler.states import JobState
 from has import QueuePolicy
-from support.state import add_node, make_plan, make_spec
+from support.state import add_node, make_plan, make_spec, set_gpu
 
 
 def test_reservation_records_expected_end_and_cluster_reports_free_at(
@@ -42,7 +42,7 @@ def test_completion_aware_policy_waits_for_a_fast_gpu_instead_of_a_slow_one(
     the live loop waits for the A100 (the paper's HAS would start on the L4 now)."""
     add_node(redis_client, keys, "a-0", "A100-80GB", 1)
     add_node(redis_client, keys, "l4-0", "L4", 1, memory=23 * 1024**3)
-    redis_client.hset(keys.gpu("a-0", 0), "owner", "job-busy")
+    set_gpu(redis_client, keys, "a-0", 0, owner="job-busy")
     redis_client.hset(keys.job("job-busy"), mapping={"id": "job-busy", "state": "RUNNING",
                                                      "est_end": repr(time.time() + 60)})
     fast, slow = make_plan("A100-80GB"), make_plan("L4", peak=10 * 1024**3)

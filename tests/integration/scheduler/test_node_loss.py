@@ -19,7 +19,7 @@ from frenzy.scheduler.states import JobState
 from frenzy.scheduler.store import JobRecord
 from frenzy.v1 import types_pb2
 from has import Placement, PlanOption
-from support.state import GiB, add_node, make_plan, make_spec
+from support.state import GiB, add_node, make_plan, make_spec, set_gpu
 
 
 def _placement(job_id: str, nodes: list[tuple[str, list[int]]]) -> Placement:
@@ -271,7 +271,7 @@ def test_a_requeued_job_is_replanned_by_the_predictor_for_the_remaining_cluster(
 
     add_node(redis_client, keys, "big", "A100-80GB", 1)
     add_node(redis_client, keys, "small", "L4", 1, memory=23 * GiB)
-    redis_client.hset(keys.gpu("small", 0), "owner", "someone-else")  # keep the first attempt on "big"
+    set_gpu(redis_client, keys, "small", 0, owner="someone-else")  # keep the first attempt on "big"
     with running_servers(redis_url, prefix) as servers:
         spec = make_spec("replan")
         spec.recipe.seq_len, spec.recipe.global_batch = 512, 8
@@ -281,7 +281,7 @@ def test_a_requeued_job_is_replanned_by_the_predictor_for_the_remaining_cluster(
         while servers.stub.GetJob(scheduler_pb2.GetJobRequest(job_id=job.id)).state != types_pb2.JOB_STATE_LAUNCHING:
             assert time.monotonic() < deadline, "first attempt not placed"
             time.sleep(0.05)
-        redis_client.hset(keys.gpu("small", 0), "owner", "")
+        set_gpu(redis_client, keys, "small", 0, owner="")
         _kill(redis_client, keys, "big", seconds_ago=120)
         servers.scheduler.loop.reap()
         while (again := servers.stub.GetJob(scheduler_pb2.GetJobRequest(job_id=job.id))).attempt != 2:

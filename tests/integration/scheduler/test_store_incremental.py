@@ -15,7 +15,7 @@ from frenzy.common.keys import Keys
 from frenzy.scheduler.states import JobState
 from frenzy.scheduler.store import StateStore
 from has import ClusterView, Placement, PlanOption
-from support.state import GiB, add_node, make_plan, make_spec
+from support.state import GiB, add_node, make_plan, make_spec, set_gpu
 
 
 def _fresh(client: redis.Redis, keys: Keys) -> StateStore:
@@ -66,13 +66,13 @@ def test_the_cluster_view_follows_every_change_and_reuses_untouched_nodes(
     assert third.release_times("A100-80GB", 1, 0.0)[-2:] == [5000.5, 5000.5]
 
     changes = [
-        lambda: r.hset(keys.gpu("a0", 3), "memory_free", 3 * GiB),  # a foreign process (heartbeat)
-        lambda: r.hset(keys.gpu("a0", 3), "utilization", 77),  # not read by the scheduler: no change
-        lambda: r.hset(keys.gpu("a2", 0), "healthy", "0"),
+        lambda: set_gpu(r, keys, "a0", 3, memory_free=3 * GiB),  # a foreign process (heartbeat)
+        lambda: set_gpu(r, keys, "a0", 3, utilization=77),  # not read by the scheduler: no change
+        lambda: set_gpu(r, keys, "a2", 0, healthy="0"),
         lambda: r.hset(keys.node("a2"), "draining", "1"),
         lambda: r.delete(keys.node_alive("l0")),  # lease gone: not schedulable
         lambda: add_node(r, keys, "a05", "A100-80GB", 2),  # sorts between a0 and a1
-        lambda: r.hset(keys.gpu("a1", 0), mapping={"owner": "", "fence": 0}),  # released
+        lambda: set_gpu(r, keys, "a1", 0, owner="", fence=0),  # released
         lambda: r.srem(keys.nodes(), "a2"),  # removed from the cluster
         lambda: store.set_fields(job, est_end="10.0"),
         lambda: r.hset(keys.node("a2"), "draining", "0") and r.sadd(keys.nodes(), "a2"),  # back
