@@ -21,7 +21,16 @@ from has.placement import (
     explain_plan,
     place_job,
 )
-from has.policy import QueuedJob, QueuePolicy, Reservation, ScheduleResult, drain_target, schedule
+from has.policy import (
+    Preemption,
+    QueuedJob,
+    QueuePolicy,
+    Reservation,
+    RunningJob,
+    ScheduleResult,
+    drain_target,
+    schedule,
+)
 
 __all__ = [
     "GIB",
@@ -32,9 +41,11 @@ __all__ = [
     "PendingReason",
     "Placement",
     "PlanOption",
+    "Preemption",
     "QueuePolicy",
     "QueuedJob",
     "Reservation",
+    "RunningJob",
     "ScheduleResult",
     "WaitKind",
     "choose_nodes",

@@ -97,6 +97,16 @@ class QueuePolicy:
       ``wait_slack`` later. Plans without ``runtime_s`` fall back to "ranked".
     explain: build per-plan pending reasons (the service shows them; the simulator
       turns them off: decisions are the same, only the reason text differs).
+    preempt_within_s: 0 (default) never preempts. > 0 (needs plan_choice="completion" and the
+      ``running`` argument of ``schedule``): a running job *submitted* at most this many
+      seconds ago (it started at once and has run no longer than that), marked preemptible,
+      may be stopped for the first waiting job in the pass's order that needs its GPUs, when
+      that job is shorter than what the victim has left (switch cost included) and gains more
+      than ``preempt_gain`` x what the victim and the jobs waiting for its GPU type lose:
+      its runtime + ``preempt_restart_s`` + the victim's progress since its start (lost: no
+      checkpoint so soon) for each. Shortest-first applied retroactively to jobs whose arrival
+      order was a matter of seconds. At most one per pass; ``ScheduleResult.preemptions``
+      lists it (``_Pass._preempt`` has the rule in full).
 
     ``QueuePolicy()`` is the first HAS (frenzy-paper in the simulator);
     ``QueuePolicy.frenzy()`` is the improved one (docs/has-policy.md, docs/simulator.md).
@@ -110,6 +120,9 @@ class QueuePolicy:
     wait_slack: float = 0.1
     explain: bool = True
     starving_order: str = "fifo"
+    preempt_within_s: float = 0.0
+    preempt_restart_s: float = 120.0
+    preempt_gain: float = 2.0
 
     def __post_init__(self) -> None:
         if self.starvation_s < 0:
@@ -122,6 +135,8 @@ class QueuePolicy:
             raise ValueError(f"plan_choice must be 'ranked' or 'completion', got {self.plan_choice!r}")
         if self.width_slack < 0 or self.wait_slack < 0:
             raise ValueError("width_slack and wait_slack must be >= 0")
+        if self.preempt_within_s < 0 or self.preempt_restart_s < 0 or self.preempt_gain < 0:
+            raise ValueError("preempt_within_s, preempt_restart_s and preempt_gain must be >= 0")
 
     @classmethod
     def frenzy(cls, **overrides: object) -> QueuePolicy:
@@ -164,10 +179,37 @@ class Reservation:
 
 
 @dataclass(frozen=True)
+class RunningJob:
+    """A running job as preemption sees it (``schedule``'s ``running``); its GPUs and estimated
+    end are the cluster's (``GpuSlot.owner``, ``GpuSlot.free_at``).
+
+    preemptible: False once the job was preempted (each job at most once, so no job is
+    stopped again and again), or whenever the operator says so.
+    """
+
+    job_id: str
+    started_at: float
+    submitted_at: float
+    preemptible: bool = True
+
+
+@dataclass(frozen=True)
+class Preemption:
+    """Stop ``job_id`` (it goes back to the queue, losing ``lost_s`` of progress) so that
+    ``for_job`` — placed in this pass's ``placements`` on its GPUs — starts now."""
+
+    job_id: str
+    for_job: str
+    lost_s: float
+
+
+@dataclass(frozen=True)
 class ScheduleResult:
     """Decisions of one pass.
 
-    placements: in the order they were made (seq order); never overlapping.
+    placements: in the order they were made (seq order); never overlapping. A placement made
+      for a preemption uses GPUs of the stopped job: stop it before starting the placement.
+    preemptions: running jobs to stop (``QueuePolicy.preempt_within_s``); empty unless enabled.
     pending: job id → why it waits, for every queued job not placed.
     blocked_by: the job whose needs currently restrict later jobs — the
       starving reservation holder, or with ``backfill=False`` the blocked head.
@@ -178,6 +220,7 @@ class ScheduleResult:
     pending: dict[str, PendingReason]
     blocked_by: str | None
     reservation: Reservation | None = field(default=None)
+    preemptions: tuple[Preemption, ...] = ()
 
 
 def _never_fits(cluster: ClusterView, plan: PlanOption) -> bool:
@@ -529,10 +572,18 @@ class _Pass:
     once a hold exists. Both are ``PassFree`` indexes, changed in place as jobs are placed.
     """
 
-    def __init__(self, cluster: ClusterView, now: float, policy: QueuePolicy) -> None:
+    def __init__(
+        self, cluster: ClusterView, now: float, policy: QueuePolicy, running: Sequence[RunningJob] = ()
+    ) -> None:
         self.cluster = cluster
         self.now = now
         self.policy = policy
+        self.running = running
+        # job id → estimated completion if it waits (completion plan choice), for preemption
+        self.est_done: dict[str, float] | None = (
+            {} if policy.preempt_within_s > 0 and running and policy.plan_choice == "completion" else None
+        )
+        self.est_type: dict[str, str] = {}  # job id → GPU type of the plan it chose (placed or waits for)
         self.free = PassFree(cluster)
         self.unheld: PassFree | None = None
         self.releases = _Releases(cluster, now)
@@ -618,6 +669,10 @@ class _Pass:
                             pos = bisect.bisect_left(times, any_done, lo)
                             times[pos:pos] = [any_done] * any_n
                     result = self._explain(job.plans, info) if explain else _NO_FIT_NOW
+                if self.est_done is not None:
+                    self.est_done[job.job_id] = any_done
+                    if any_i != _LAST:  # the type of the plan it chose (placed, or waits for)
+                        self.est_type[job.job_id] = job.plans[any_i].gpu_type
             else:
                 result = self._ranked(job, info)
             if result.__class__ is Placement:
@@ -692,7 +747,128 @@ class _Pass:
         blocked_by = (
             holder.job_id if holder is not None else (fifo_head.job_id if fifo_head is not None else None)
         )
-        return ScheduleResult(tuple(self.placements), pending, blocked_by, reservation)
+        preemptions: tuple[Preemption, ...] = ()
+        if self.est_done:
+            preemptions = self._preempt(jobs, pending, holder, reservation)
+        return ScheduleResult(tuple(self.placements), pending, blocked_by, reservation, preemptions)
+
+    def _preempt(
+        self,
+        jobs: list[tuple[QueuedJob, _JobPlans]],
+        pending: dict[str, PendingReason],
+        holder: QueuedJob | None,
+        reservation: Reservation | None,
+    ) -> tuple[Preemption, ...]:
+        """Stop one just-arrived job for a shorter one that arrived right after it
+        (``QueuePolicy.preempt_within_s``): shortest-first applied retroactively to jobs whose
+        arrival order was a matter of seconds.
+
+        Victims, latest start first: running jobs marked preemptible that were *submitted* at
+        most ``preempt_within_s`` ago (so they started at once and have run no longer than
+        that) and were not starving. For a victim V, J is the first waiting job in the pass's
+        order (starving jobs are left to their reservation) whose fastest non-wasteful plan
+        (``width_slack``) fits the pass's free GPUs plus V's but not the free GPUs alone: the
+        job that would take V's GPUs were they free. V is stopped for J when
+
+        * J's runtime there + the switch cost (``preempt_restart_s`` + V's progress since its
+          start, lost: no checkpoint so soon) is below V's estimated remaining runtime
+          (Smith's rule with the switch counted), and
+        * J's gain — its estimated completion if it waits minus now + that runtime — exceeds
+          ``preempt_gain`` x the loss: J's runtime (V waits for it) + the switch cost, paid
+          by V and again by every other waiting job whose chosen plan is of V's GPU type.
+
+        At most one preemption per pass. Costs nothing when no job started that recently.
+        """
+        policy, now, est_done = self.policy, self.now, self.est_done
+        assert est_done is not None
+        within = policy.preempt_within_s
+        victims = sorted(
+            (
+                r for r in self.running
+                if r.preemptible and 0.0 <= now - r.submitted_at <= within
+                and r.started_at - r.submitted_at < policy.starvation_s
+            ),
+            key=lambda r: (-r.started_at, r.job_id),
+        )  # fmt: skip
+        if not victims:
+            return ()
+        wanted = {r.job_id for r in victims}
+        owned: dict[str, list[tuple[str, int]]] = {}  # victim → its GPUs (node, index)
+        ends: dict[str, float] = {}  # victim → its estimated end (unknown: inf, not a victim)
+        for node in self.cluster.nodes:
+            if not node.schedulable:
+                continue
+            for g in node.gpus:
+                if g.owner in wanted and g.healthy:
+                    owned.setdefault(g.owner, []).append((node.name, g.index))
+                    end = _INF if g.free_at is None or g.free_at != g.free_at else g.free_at
+                    ends[g.owner] = max(ends.get(g.owner, end), end)
+        starvation_s = policy.starvation_s
+        for victim in victims:
+            gpus = owned.get(victim.job_id)
+            left = ends.get(victim.job_id, _INF) - now  # the victim's estimated remaining runtime
+            if not gpus or left == _INF:
+                continue
+            free2 = self._free_with(gpus, reservation)
+            chosen: tuple[QueuedJob, int, PlanOption] | None = None
+            for job, info in jobs:  # in the pass's priority order
+                if job.job_id not in pending or job is holder or not info.timed:
+                    continue
+                if starvation_s <= 0.0 or now - job.submitted_at >= starvation_s:
+                    continue
+                for _, i, t, nm1, tp, b, _, p in info.candidates(job.plans, policy.width_slack):
+                    if free2.fits(t, tp, nm1 + 1, b):
+                        if not self.free.fits(t, tp, nm1 + 1, b):  # fits only with the victim gone
+                            chosen = (job, i, p)
+                        break  # the fastest plan that fits with the victim gone decides
+                if chosen is not None:
+                    break
+            if chosen is None:
+                continue
+            job, i, plan = chosen
+            runtime = plan.runtime_s or 0.0
+            lost = now - victim.started_at
+            switch = policy.preempt_restart_s + lost
+            if runtime + switch >= left:
+                continue  # not shorter than what the victim has left: Smith's rule says no
+            done = est_done.get(job.job_id, _INF)
+            behind = sum(
+                1 for other, t in self.est_type.items()
+                if t == plan.gpu_type and other != job.job_id and other in pending
+                and est_done.get(other, _INF) < _INF
+            )  # fmt: skip
+            loss = runtime + switch * (1 + behind)
+            if not done - (now + runtime) > policy.preempt_gain * loss:  # (inf - x > y: True)
+                continue
+            nodes = free2.choose(plan)
+            assert nodes is not None
+            self.placements.append(Placement(job_id=job.job_id, plan_index=i, plan=plan, nodes=nodes))
+            self.free = free2
+            del pending[job.job_id]
+            return (Preemption(victim.job_id, job.job_id, lost),)
+        return ()
+
+    def _free_with(self, gpus: Sequence[tuple[str, int]], reservation: Reservation | None) -> PassFree:
+        """The pass's free GPUs (after its placements and hold) plus ``gpus``, freed."""
+        by_node: dict[str, set[int]] = {}
+        for name, index in gpus:
+            by_node.setdefault(name, set()).add(index)
+        nodes = []
+        for node in self.cluster.nodes:
+            indices = by_node.get(node.name)
+            if indices:
+                node = dataclasses.replace(node, gpus=tuple(
+                    dataclasses.replace(g, owner=None, memory_free=g.memory_total, free_at=None)
+                    if g.index in indices else g
+                    for g in node.gpus
+                ))  # fmt: skip
+            nodes.append(node)
+        free = PassFree(self.cluster.updated(nodes))
+        for p in self.placements:
+            free.take(p.plan.gpu_type, p.nodes)
+        if reservation is not None:
+            free.take(reservation.plan.gpu_type, reservation.held)
+        return free
 
     def _explain(self, plans: tuple[PlanOption, ...], info: _JobPlans) -> PendingReason:
         """``explain_job`` on the pass's free GPUs, memoised: a reason depends only on the
@@ -783,11 +959,13 @@ def schedule(
     queue: Sequence[QueuedJob],
     now: float,
     policy: QueuePolicy = QueuePolicy(),
+    running: Sequence[RunningJob] = (),
 ) -> ScheduleResult:
     """One scheduling pass over ``queue`` (FIFO by seq) against ``cluster`` at time ``now``.
 
     See the module docstring for the policy. Every queued job ends up either in
-    ``placements`` or in ``pending`` with a reason.
+    ``placements`` or in ``pending`` with a reason. ``running``: the running jobs preemption
+    may stop (only read with ``QueuePolicy.preempt_within_s`` > 0).
     """
     if len(set(map(_JOB_ID, queue))) != len(queue):
         seen: set[str] = set()
@@ -795,13 +973,15 @@ def schedule(
             if job.job_id in seen:
                 raise ValueError(f"job {job.job_id!r} is queued twice")
             seen.add(job.job_id)
-    return _Pass(cluster, now, policy).run(_order(queue, now, policy))
+    return _Pass(cluster, now, policy, running).run(_order(queue, now, policy))
 
 
 __all__ = [
+    "Preemption",
     "QueuePolicy",
     "QueuedJob",
     "Reservation",
+    "RunningJob",
     "ScheduleResult",
     "drain_target",
     "schedule",

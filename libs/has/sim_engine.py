@@ -15,8 +15,9 @@ Truth model (docs/simulator.md):
   OOM ``oom_delay_s`` after the start (process start, model build, first step), the GPUs
   are released and the job goes back to the queue; the policy is told which
   configuration failed.
-* A preempted job keeps its progress (checkpoint) and pays ``restart_s`` of no progress
-  when it starts again.
+* A preempted job keeps its progress (checkpoint) — or, stopped with ``lose_progress``,
+  loses what it did since its last start — and pays ``restart_s`` of no progress when it
+  starts again.
 
 Events: arrival, finish, OOM, node failure (optional injection: the node's jobs are
 requeued with their progress, the node is gone for ``down_s``, inf = for good; ``frenzy
@@ -142,9 +143,12 @@ class Start:
 
 @dataclass(frozen=True)
 class Stop:
-    """Preempt a running job (it keeps its progress and pays the restart cost later)."""
+    """Preempt a running job (it pays the restart cost later). It keeps its progress
+    (checkpoint), or with ``lose_progress`` loses what it did since its last start (a job
+    stopped minutes after it started has no checkpoint yet)."""
 
     job_id: str
+    lose_progress: bool = False
 
 
 class SimView:
@@ -424,10 +428,11 @@ class Simulator:
         self._attempt[job_id] = self._attempt.get(job_id, 0) + 1
         self._mark_busy(now)
 
-    def _preempt(self, now: float, job_id: str) -> None:
+    def _preempt(self, now: float, job_id: str, lose_progress: bool = False) -> None:
         info = self.info[job_id]
-        done = max(0.0, (now - self._progress_from[job_id]) / self._true_step[job_id])
-        info.steps_left = max(0.0, info.steps_left - done)
+        if not lose_progress:
+            done = max(0.0, (now - self._progress_from[job_id]) / self._true_step[job_id])
+            info.steps_left = max(0.0, info.steps_left - done)
         self._release(now, job_id)
         info.restarts += 1
         self.records[job_id].restarts += 1
@@ -465,7 +470,7 @@ class Simulator:
             if isinstance(a, Stop):
                 if a.job_id not in self.running:
                     raise SimError(f"{self.policy.name}: Stop for {a.job_id!r}, which is not running")
-                self._preempt(now, a.job_id)
+                self._preempt(now, a.job_id, a.lose_progress)
                 self._changed = True
         started = 0
         for a in actions:

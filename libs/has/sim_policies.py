@@ -24,7 +24,7 @@ import numpy as np
 
 import marp
 from has.placement import Placement, PlanOption
-from has.policy import QueuedJob, QueuePolicy, schedule
+from has.policy import QueuedJob, QueuePolicy, RunningJob, schedule
 from has.sim_engine import JobInfo, JobProfile, SimView, Start, Stop
 
 
@@ -43,17 +43,18 @@ class FrenzyPolicy:
     queue_policy: QueuePolicy
     round_s: float | None = None
     restart_s: float = 120.0
-    _cache: dict[str, tuple[float, QueuedJob]] = field(default_factory=dict, repr=False)
+    _cache: dict[str, tuple[tuple[float, int], QueuedJob]] = field(default_factory=dict, repr=False)
+    _preempted: set[str] = field(default_factory=set, repr=False)
 
     def queued_job(self, job: JobInfo) -> QueuedJob:
         """The job as the scheduler service would queue it, with runtime estimates per plan."""
         hit = self._cache.get(job.job_id)
-        if hit is not None and hit[0] == job.steps_left:
+        if hit is not None and hit[0] == (job.steps_left, job.restarts):
             return hit[1]
         extra = self.restart_s if job.restarts else 0.0
         plans = tuple(self.option(p, job, extra) for p in job.profile.plans)
         q = QueuedJob(job.job_id, job.seq, job.submitted_at, plans)
-        self._cache[job.job_id] = (job.steps_left, q)
+        self._cache[job.job_id] = ((job.steps_left, job.restarts), q)
         return q
 
     @staticmethod
@@ -66,8 +67,23 @@ class FrenzyPolicy:
         queue = [self.queued_job(j) for j in view.queue]
         if not queue:
             return []
-        result = schedule(view.cluster, queue, view.now, self.queue_policy)
-        return [self.start_of(p) for p in result.placements]
+        running: list[RunningJob] = []
+        within = self.queue_policy.preempt_within_s
+        if within > 0:
+            # What the live scheduler knows of a running job: when it was submitted, when it
+            # started (this attempt), and whether HAS already preempted it once. Only jobs
+            # submitted within the window can be stopped: the others are left out.
+            running = [
+                RunningJob(j.job_id, j.started_at, j.submitted_at, j.job_id not in self._preempted)
+                for j in view.running
+                if j.started_at is not None and view.now - j.submitted_at <= within
+            ]
+        result = schedule(view.cluster, queue, view.now, self.queue_policy, running)
+        stops: list[Start | Stop] = []
+        for pre in result.preemptions:
+            self._preempted.add(pre.job_id)
+            stops.append(Stop(pre.job_id, lose_progress=True))
+        return stops + [self.start_of(p) for p in result.placements]
 
     @staticmethod
     def start_of(p: Placement) -> Start:
@@ -344,13 +360,15 @@ POLICY_NAMES = (
     "frenzy-fifo",
     "frenzy-ranked",
     "sia-memaware",
+    "frenzy-preempt",
 )
 
 
 def make_policy(name: str, restart_s: float = 120.0) -> FrenzyPolicy | OpportunisticPolicy | SiaPolicy:
     """A fresh policy by name (ablations: frenzy-fifo = frenzy without shortest-first,
     frenzy-ranked = frenzy without completion-time-aware plan choice; sia-memaware = Sia told
-    which configurations fit, a baseline stronger than the paper's)."""
+    which configurations fit, a baseline stronger than the paper's; frenzy-preempt = frenzy that
+    may stop a just-arrived job for a much shorter one, losing its progress)."""
     if name == "frenzy":
         return FrenzyPolicy(name, QueuePolicy.frenzy(explain=False), restart_s=restart_s)
     if name == "frenzy-paper":
@@ -361,6 +379,13 @@ def make_policy(name: str, restart_s: float = 120.0) -> FrenzyPolicy | Opportuni
         return FrenzyPolicy(
             name, QueuePolicy.frenzy(plan_choice="ranked", explain=False), restart_s=restart_s
         )
+    if name == "frenzy-preempt":
+        # frenzy + stopping a job submitted <= 60 s ago for a much shorter one that arrived
+        # right after it (QueuePolicy.preempt_within_s; docs/simulator.md)
+        return FrenzyPolicy(
+            name, QueuePolicy.frenzy(preempt_within_s=60.0, preempt_restart_s=restart_s, explain=False),
+            restart_s=restart_s,
+        )  # fmt: skip
     if name == "opportunistic":
         return OpportunisticPolicy()
     if name == "sia":

@@ -144,7 +144,10 @@ def to_ref_queue(queue: Sequence[QueuedJob]) -> list[ref.QueuedJob]:
 
 
 def to_ref_policy(policy: QueuePolicy) -> ref.QueuePolicy:
-    return ref.QueuePolicy(**dataclasses.asdict(policy))
+    # The reference pass predates preemption (off here: no ``running`` is ever passed).
+    assert policy.preempt_within_s == 0.0
+    knobs = {k: v for k, v in dataclasses.asdict(policy).items() if not k.startswith("preempt_")}
+    return ref.QueuePolicy(**knobs)
 
 
 def plain(res: has.ScheduleResult | ref.ScheduleResult) -> tuple:

@@ -137,9 +137,10 @@ def test_frenzy_policy_calls_has_schedule(monkeypatch: pytest.MonkeyPatch, jobs:
                                           book: ProfileBook) -> None:  # fmt: skip
     calls: list[QueuePolicy] = []
 
-    def spy(cluster, queue, now, policy=QueuePolicy()):  # noqa: ANN001, B008
+    def spy(cluster, queue, now, policy=QueuePolicy(), running=()):  # noqa: ANN001, B008
         calls.append(policy)
-        return schedule(cluster, queue, now, policy)
+        assert running == []  # preemption off: no running jobs handed over
+        return schedule(cluster, queue, now, policy, running)
 
     monkeypatch.setattr(sim_policies, "schedule", spy)
     simulate(SMALL, jobs[:5], make_policy("frenzy"), profiles=book)
