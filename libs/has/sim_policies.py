@@ -360,17 +360,18 @@ POLICY_NAMES = (
     "frenzy-fifo",
     "frenzy-ranked",
     "sia-memaware",
-    "frenzy-preempt",
+    "frenzy-nopreempt",
 )
 
 
 def make_policy(name: str, restart_s: float = 120.0) -> FrenzyPolicy | OpportunisticPolicy | SiaPolicy:
     """A fresh policy by name (ablations: frenzy-fifo = frenzy without shortest-first,
     frenzy-ranked = frenzy without completion-time-aware plan choice; sia-memaware = Sia told
-    which configurations fit, a baseline stronger than the paper's; frenzy-preempt = frenzy that
-    may stop a just-arrived job for a much shorter one, losing its progress)."""
+    which configurations fit, a baseline stronger than the paper's; frenzy-nopreempt = frenzy
+    that never stops a just-arrived job for a much shorter one)."""
     if name == "frenzy":
-        return FrenzyPolicy(name, QueuePolicy.frenzy(explain=False), restart_s=restart_s)
+        # preemption's switch cost is the simulator's restart cost
+        return FrenzyPolicy(name, QueuePolicy.frenzy(preempt_restart_s=restart_s, explain=False), restart_s=restart_s)
     if name == "frenzy-paper":
         return FrenzyPolicy(name, QueuePolicy(explain=False), restart_s=restart_s)
     if name == "frenzy-fifo":
@@ -379,13 +380,8 @@ def make_policy(name: str, restart_s: float = 120.0) -> FrenzyPolicy | Opportuni
         return FrenzyPolicy(
             name, QueuePolicy.frenzy(plan_choice="ranked", explain=False), restart_s=restart_s
         )
-    if name == "frenzy-preempt":
-        # frenzy + stopping a job submitted <= 60 s ago for a much shorter one that arrived
-        # right after it (QueuePolicy.preempt_within_s; docs/simulator.md)
-        return FrenzyPolicy(
-            name, QueuePolicy.frenzy(preempt_within_s=60.0, preempt_restart_s=restart_s, explain=False),
-            restart_s=restart_s,
-        )  # fmt: skip
+    if name == "frenzy-nopreempt":
+        return FrenzyPolicy(name, QueuePolicy.frenzy(preempt_within_s=0.0, explain=False), restart_s=restart_s)
     if name == "opportunistic":
         return OpportunisticPolicy()
     if name == "sia":

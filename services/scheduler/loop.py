@@ -27,7 +27,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import redis
 
@@ -51,6 +51,7 @@ class TickReport:
     placed: list[str]
     conflicts: list[str]
     pending: int
+    preempted: list[str] = field(default_factory=list)  # "victim for job" of this tick
 
 
 @dataclass
@@ -91,6 +92,7 @@ class SchedulerLoop:
         self._pending_checked = False
         self._orphans: dict[tuple[str, str, str, str], float] = {}  # (kind, where, job, fence) -> first seen
         self._last_reap = 0.0
+        self._stopping: set[str] = set()  # preempted jobs whose GPUs are not back yet
 
     # ---- placement ---------------------------------------------------------------------------
 
@@ -104,9 +106,27 @@ class SchedulerLoop:
         # people read them at human speed: build them at most once a second.
         explain = now - self._last_explained >= self.explain_every_s
         policy = self.policy if explain == self.policy.explain else replace(self.policy, explain=explain)
-        result = schedule(cluster, queue, now, policy)
-        placed, conflicts = [], []
+        # Preemption (QueuePolicy.preempt_within_s) weighs the jobs that started moments ago.
+        within = policy.preempt_within_s
+        # One preemption at a time: until the last victim's GPUs are back (its agents report
+        # the exit) no other job is stopped — the simulator's stop and start are one instant,
+        # and a second victim for the same waiting job would be lost work.
+        self._stopping &= self.store.gpu_owners()
+        running = self.store.running_jobs(now, within) if within > 0 and not self._stopping else []
+        result = schedule(cluster, queue, now, policy, running)
+        placed, conflicts, preempted = [], [], []
+        # A preemption stops its victim now; the GPUs come back when the victim's agents report
+        # the exit (release_stale), so the job it was stopped for is placed on a later tick
+        # (shortest-first puts it ahead of the requeued victim), not onto GPUs still in use.
+        later = set()
+        for p in result.preemptions:
+            if self.preempt(p.job_id, p.for_job):
+                preempted.append(f"{p.job_id} for {p.for_job}")
+                self._stopping.add(p.job_id)
+            later.add(p.for_job)
         for placement in result.placements:
+            if placement.job_id in later:
+                continue
             ok, why = self._reserve_and_dispatch(placement)
             (placed if ok else conflicts).append(placement.job_id if ok else f"{placement.job_id}: {why}")
             if not ok:  # the view may be stale on those nodes: read them whole next tick
@@ -119,7 +139,7 @@ class SchedulerLoop:
             self.store.set_pending_reasons(reasons)
         for c in conflicts:
             log.info("reservation lost a race, retrying next tick: %s", c)
-        return TickReport(placed, conflicts, len(result.pending))
+        return TickReport(placed, conflicts, len(result.pending) + len(later), preempted)
 
     def _reserve_and_dispatch(self, placement: Placement) -> tuple[bool, str]:
         job = self.store.get(placement.job_id)
@@ -257,11 +277,28 @@ class SchedulerLoop:
                 del self._orphans[key]  # resolved by itself (the exit came in)
         return report
 
+    def preempt(self, job_id: str, for_job: str) -> bool:
+        """Stop ``job_id`` (HAS preempted it for the shorter ``for_job``) and queue it again: a
+        new attempt that starts from scratch (it ran seconds, before any checkpoint), not
+        counted against its attempt limit. -> done (False when it had moved on meanwhile)."""
+        job = self.store.get(job_id)
+        if job is None or job.state not in (JobState.RESERVED, JobState.LAUNCHING, JobState.RUNNING):
+            return False
+        limit = (job.max_attempts or self.max_attempts) + job.preemptions + 1
+        why = f"preempted for {for_job}, a shorter job submitted right after it"
+        done, state = self.store.requeue(job, [], why, limit, None, preempted=True)
+        if done:
+            log.info("job %s preempted for %s (it ran %.0f s; requeued for attempt %d)", job_id, for_job,
+                     max(0.0, time.time() - job.reserved_at), job.attempt + 1)
+            self.wake.set()
+        return done
+
     def requeue(self, job: JobRecord, lost: list[str], why: str) -> str:
         """Take ``job`` off its nodes and queue its next attempt (re-planned), or fail it at the limit.
 
         -> the job's new state ("PENDING", "FAILED") or "" when it had moved on."""
-        limit = job.max_attempts or self.max_attempts
+        # Preemptions are HAS's doing, not the job's or the host's: they do not use up attempts.
+        limit = (job.max_attempts or self.max_attempts) + job.preemptions
         plans = None
         if job.attempt < limit and self.replan is not None:
             try:

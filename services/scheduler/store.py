@@ -25,7 +25,7 @@ from frenzy.common.keys import Keys
 from frenzy.common.messages import CancelMessage, LaunchMessage
 from frenzy.scheduler.states import JobState, sources_of
 from frenzy.v1 import types_pb2
-from has import ClusterView, GpuSlot, NodeView, Placement, PlanOption, QueuedJob
+from has import ClusterView, GpuSlot, NodeView, Placement, PlanOption, QueuedJob, RunningJob
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +69,8 @@ class JobRecord:
     failed_exit_code: int = 0
     max_attempts: int = 0  # 0: the scheduler's default
     stop_requested: bool = False
+    preemptions: int = 0  # times HAS stopped it for a shorter job (not counted against attempts)
+    reserved_at: float = 0.0  # when its current (or last) reservation was made
 
     def to_proto(self) -> types_pb2.Job:
         job = types_pb2.Job(
@@ -164,6 +166,8 @@ class StateStore:
         self._view: ClusterView | None = None
         # node -> (rev, gpu_count, GPU rows) as last read; rows are re-read only when rev moved
         self._gpu_rows: dict[str, tuple[str, str, list[list[str | None]]]] = {}
+        self._owners: dict[str, tuple[float, float, int]] = {}  # GPU owner -> (submitted, reserved, preempted)
+        self._owner_ids: set[str] = set()
         self.full_read_s = full_read_s
         self._last_full_read = -math.inf
         self._unreadable: set[str] = set()  # jobs whose stored plans did not parse (logged once)
@@ -242,6 +246,7 @@ class StateStore:
             failed_rank=int(raw["failed_rank"]) if raw.get("failed_rank", "") != "" else -1,
             failed_exit_code=int(raw.get("failed_exit_code", 0) or 0),
             max_attempts=int(raw.get("max_attempts", 0) or 0), stop_requested=raw.get("stop_requested") == "1",
+            preemptions=int(raw.get("preemptions", 0) or 0), reserved_at=float(raw.get("reserved_at", 0) or 0),
         )
 
     def queue(self) -> list[QueuedJob]:
@@ -362,8 +367,11 @@ class StateStore:
         return str(res[0]), str(res[1])
 
     def requeue(self, job: JobRecord, lost: list[str], why: str, max_attempts: int,
-                plans: list[types_pb2.Plan] | None = None) -> tuple[bool, str]:
+                plans: list[types_pb2.Plan] | None = None, preempted: bool = False) -> tuple[bool, str]:
         """Stop the job's attempt everywhere and queue the next one (or fail it at the limit).
+
+        ``preempted``: HAS stopped it for a shorter job; its ``preemptions`` count goes up in
+        the same step.
 
         -> (done, new state: PENDING or FAILED; or the current state when nothing was done)."""
         gpus = [(node, self.k.gpu(node, i)) for node, idxs in job.placement for i in idxs]
@@ -375,7 +383,7 @@ class StateStore:
             args=[job.id, job.attempt, job.fence, max_attempts, repr(time.time()), len(gpus), ",".join(lost), why,
                   msg.model_dump_json(), STREAM_MAXLEN,
                   json.dumps([json_format.MessageToDict(p) for p in plans]) if plans else "",
-                  *[node for node, _ in gpus]],
+                  *[node for node, _ in gpus], "1" if preempted else "0"],
         )
         return int(res[0]) == 1, str(res[1])
 
@@ -450,13 +458,35 @@ class StateStore:
             nodes.append((info, alive, gpus))
         return nodes
 
-    def estimated_ends(self, job_ids: set[str]) -> dict[str, float]:
-        """job id -> when MARP expects it to finish (set at reservation), for jobs that have one."""
+    def _read_owners(self, job_ids: set[str]) -> dict[str, float]:
+        """For the jobs holding GPUs, one round trip: job id -> when MARP expects it to finish
+        (set at reservation; jobs without one are left out), and into ``self._owners`` what
+        preemption needs to know of each: (submitted_at, reserved_at, preemptions)."""
         ids = sorted(job_ids)
         pipe = self.r.pipeline(transaction=False)
         for job_id in ids:
-            pipe.hget(self.k.job(job_id), "est_end")
-        return {j: float(v) for j, v in zip(ids, pipe.execute(), strict=True) if v}
+            pipe.hmget(self.k.job(job_id), "est_end", "submitted_at", "reserved_at", "preemptions")
+        ends: dict[str, float] = {}
+        owners: dict[str, tuple[float, float, int]] = {}
+        for job_id, (end, submitted, reserved, preempted) in zip(ids, pipe.execute(), strict=True):
+            if end:
+                ends[job_id] = float(end)
+            if submitted and reserved:
+                owners[job_id] = (float(submitted), float(reserved), int(preempted or 0))
+        self._owners = owners
+        return ends
+
+    def gpu_owners(self) -> set[str]:
+        """The jobs holding GPUs in the last ``cluster()`` read."""
+        return set(self._owner_ids)
+
+    def running_jobs(self, now: float, within_s: float) -> list[RunningJob]:
+        """The jobs holding GPUs in the last ``cluster()`` read that were submitted at most
+        ``within_s`` ago, as preemption sees them (``QueuePolicy.preempt_within_s``): a job
+        HAS already preempted once is not preemptible again."""
+        return [RunningJob(job_id, reserved, submitted, preemptible=preempted == 0)
+                for job_id, (submitted, reserved, preempted) in sorted(self._owners.items())
+                if 0.0 <= now - submitted <= within_s]
 
     # The GPU fields a ClusterView is built from (not utilization or processes: they change on
     # every heartbeat and the scheduler never reads them).
@@ -512,7 +542,8 @@ class StateStore:
             owners.update(row[4] for row in gpus if row[4])
             per_node.append((name or member, alive, draining or "", gpus))
         self._gpu_rows = fresh_rows
-        ends = self.estimated_ends(owners)
+        self._owner_ids = owners
+        ends = self._read_owners(owners)
         moved = {j for j in ends.keys() | self._ends.keys() if ends.get(j) != self._ends.get(j)}
         self._ends = ends
         cache = self._nodes

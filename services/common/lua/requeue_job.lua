@@ -27,6 +27,8 @@
 -- ARGV[6] n  ARGV[7] lost nodes, comma separated  ARGV[8] why (for history and the failure)
 -- ARGV[9] cancel message JSON  ARGV[10] stream MAXLEN  ARGV[11] new plans JSON ("" keeps the old ones)
 -- ARGV[12 .. 11+n] the node of each GPU key, same order
+-- ARGV[12+n] (optional) "1": HAS preempted the job — its `preemptions` count goes up with the
+--            requeue (the caller does not count preemptions against the attempt limit)
 -- Returns {1, new state, attempt} or {0, current state}
 
 local h = redis.call("HMGET", KEYS[1], "state", "attempt", "fence", "master_port", "seq")
@@ -80,6 +82,9 @@ for _, f in ipairs(redis.call("HKEYS", KEYS[1])) do
   end
 end
 redis.call("HDEL", KEYS[1], unpack(drop))
+if ARGV[12 + n] == "1" then
+  redis.call("HINCRBY", KEYS[1], "preemptions", 1)
+end
 redis.call("HSET", KEYS[1], "state", "PENDING", "attempt", attempt + 1, "updated_at", ARGV[5],
   "pending_reason", "requeued: " .. ARGV[8])
 if ARGV[11] ~= "" then

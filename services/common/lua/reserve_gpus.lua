@@ -80,7 +80,7 @@ for i = 6 + n + m, 5 + n + 2 * m do
 end
 redis.call("HSET", KEYS[5], port, ARGV[1])
 redis.call("HSET", KEYS[1], "state", "RESERVED", "plan", ARGV[5], "placement", ARGV[6],
-  "fence", fence, "pending_reason", "", "updated_at", ARGV[4],
+  "fence", fence, "pending_reason", "", "updated_at", ARGV[4], "reserved_at", ARGV[4],
   "master_node", ARGV[11], "master_addr", ARGV[12], "master_port", port)
 redis.call("ZREM", KEYS[3], ARGV[1])
 redis.call("RPUSH", KEYS[2], ARGV[7])

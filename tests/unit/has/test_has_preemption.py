@@ -55,12 +55,13 @@ def burst(
     return c, q, running
 
 
-def test_off_by_default() -> None:
+def test_off_in_the_papers_has_and_when_switched_off() -> None:
     assert QueuePolicy().preempt_within_s == 0.0
-    assert QueuePolicy.frenzy().preempt_within_s == 0.0
+    assert QueuePolicy.frenzy().preempt_within_s == 60.0  # ours preempts (docs/simulator.md)
     c, q, running = burst()
-    res = schedule(c, q, NOW, QueuePolicy.frenzy(explain=False), running)
+    res = schedule(c, q, NOW, QueuePolicy.frenzy(preempt_within_s=0.0, explain=False), running)
     assert res.preemptions == () and res.placements == ()
+    assert schedule(c, q, NOW, QueuePolicy.frenzy(explain=False), running).preemptions != ()
     # enabled but without the running jobs (what the live service passes today): nothing
     assert schedule(c, q, NOW, policy()).preemptions == ()
 
@@ -161,9 +162,9 @@ def _spec() -> ClusterSpec:
 
 
 def test_simulator_stops_the_victim_which_loses_its_progress_and_restarts_once() -> None:
-    assert "frenzy-preempt" in POLICY_NAMES
-    base = Simulator(_spec(), _trace(), make_policy("frenzy"), runtime_noise=0.0).run()
-    pre = Simulator(_spec(), _trace(), make_policy("frenzy-preempt"), runtime_noise=0.0).run()
+    assert "frenzy-nopreempt" in POLICY_NAMES
+    base = Simulator(_spec(), _trace(), make_policy("frenzy-nopreempt"), runtime_noise=0.0).run()
+    pre = Simulator(_spec(), _trace(), make_policy("frenzy"), runtime_noise=0.0).run()
     by = {r.job_id: r for r in base.jobs}
     got = {r.job_id: r for r in pre.jobs}
     assert base.restarts == 0 and pre.restarts == 1 and pre.oom_failures == 0

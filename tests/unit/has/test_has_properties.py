@@ -180,6 +180,12 @@ def test_live_scheduler_runs_the_same_policy_code() -> None:
         def set_pending_reasons(self, reasons: dict[str, str]) -> None:
             self.reasons = reasons
 
+        def running_jobs(self, now: float, within_s: float) -> list[has.RunningJob]:
+            return []  # nothing runs yet
+
+        def gpu_owners(self) -> set[str]:
+            return set()
+
     reserved: list[tuple[str, tuple[tuple[str, int], ...]]] = []
 
     class Loop(SchedulerLoop):
@@ -191,5 +197,66 @@ def test_live_scheduler_runs_the_same_policy_code() -> None:
     service.store = FakeStore()  # type: ignore[assignment]
     service.policy = QueuePolicy.frenzy()
     service.explain_every_s, service._last_explained = 1.0, float("-inf")
+    service._stopping = set()
     service.tick(now=0.0)
     assert reserved and reserved == [(s.job_id, s.gpus) for s in starts if isinstance(s, Start)]
+
+
+def test_live_scheduler_preempts_as_the_simulator_does() -> None:
+    """A long job started seconds before a much shorter one arrived: the simulator stops it and
+    starts the short one; the service's tick, given the same cluster, queue and running job,
+    stops the same job for the same one (and places the short one once the GPUs are back)."""
+    import has
+    from frenzy.scheduler.loop import SchedulerLoop
+
+    spec = parse_cluster({"nodes": [{"gpu": "H100-80GB", "count": 2, "gpus_per_node": 8, "name_prefix": "h100"}]})
+    trace = [TraceJob("long", 0.0, "qwen2.5-32b", 2048, 64, 400_000_000, 8),
+             TraceJob("short", 20.0, "qwen2.5-32b", 2048, 64, 2_000_000, 8)]  # fmt: skip
+    policy = FrenzyPolicy("frenzy", QueuePolicy.frenzy())
+    sim = Simulator(spec, trace, policy, runtime_noise=0.0)
+    sim._handle(0.0, 0, "long", 0)
+    sim._decide(0.0)
+    assert "long" in sim.running
+    sim._handle(20.0, 0, "short", 0)
+    view = SimView(sim, 20.0)
+    actions = policy.decide(view)
+    assert [type(a).__name__ for a in actions] == ["Stop", "Start"] and actions[0].job_id == "long"
+    queue = [policy.queued_job(j) for j in view.queue]
+    running = [has.RunningJob(j.job_id, j.started_at, j.submitted_at) for j in view.running]
+
+    class FakeStore:
+        def queue(self) -> list[QueuedJob]:
+            return queue
+
+        def cluster(self) -> ClusterView:
+            return view.cluster
+
+        def set_pending_reasons(self, reasons: dict[str, str]) -> None:
+            self.reasons = reasons
+
+        def running_jobs(self, now: float, within_s: float) -> list[has.RunningJob]:
+            return [r for r in running if now - r.submitted_at <= within_s]
+
+        def gpu_owners(self) -> set[str]:
+            return {r.job_id for r in running}
+
+    stopped: list[tuple[str, str]] = []
+    reserved: list[str] = []
+
+    class Loop(SchedulerLoop):
+        def preempt(self, job_id: str, for_job: str) -> bool:
+            stopped.append((job_id, for_job))
+            return True
+
+        def _reserve_and_dispatch(self, placement: has.Placement) -> tuple[bool, str]:
+            reserved.append(placement.job_id)
+            return True, ""
+
+    service = Loop.__new__(Loop)  # no Redis: only tick()'s pure path is exercised
+    service.store = FakeStore()  # type: ignore[assignment]
+    service.policy = QueuePolicy.frenzy()
+    service.explain_every_s, service._last_explained = 1.0, float("-inf")
+    service._stopping = set()
+    report = service.tick(now=20.0)
+    assert stopped == [("long", "short")] and report.preempted == ["long for short"]
+    assert reserved == []  # its GPUs are still the victim's until the agents report the exit

@@ -139,7 +139,8 @@ def test_frenzy_policy_calls_has_schedule(monkeypatch: pytest.MonkeyPatch, jobs:
 
     def spy(cluster, queue, now, policy=QueuePolicy(), running=()):  # noqa: ANN001, B008
         calls.append(policy)
-        assert running == []  # preemption off: no running jobs handed over
+        # only jobs submitted within the preemption window are handed over
+        assert all(now - r.submitted_at <= policy.preempt_within_s for r in running)
         return schedule(cluster, queue, now, policy, running)
 
     monkeypatch.setattr(sim_policies, "schedule", spy)

@@ -1,0 +1,121 @@
+"""The live scheduler acts on HAS's preemptions against a real Redis: a long job that started
+seconds before a much shorter one arrived is stopped (cancel on its node's launch stream) and
+requeued — not counted against its attempts, marked so it is never preempted again — and the
+short job is placed once the long one's agent reports the exit, never onto GPUs still in use.
+
+Agents are played by writing their events, as in test_node_loss.py."""
+
+from __future__ import annotations
+
+import redis
+
+from frenzy.common.keys import Keys
+from frenzy.common.messages import AgentEvent, EventKind, decode_command
+from frenzy.scheduler.loop import SchedulerLoop
+from frenzy.scheduler.states import JobState
+from frenzy.v1 import types_pb2
+from support.state import add_node, make_plan, make_spec
+
+HOUR = 3600.0
+
+
+def _plan(runtime_s: float) -> types_pb2.Plan:
+    plan = make_plan("A100-80GB", dp=8)
+    plan.completion_s = runtime_s
+    return plan
+
+
+def _owners(client: redis.Redis, keys: Keys) -> set[str]:
+    return {client.hget(keys.gpu("a-0", i), "owner") or "" for i in range(8)}
+
+
+def test_a_just_started_long_job_is_stopped_for_a_much_shorter_one(redis_client: redis.Redis, keys: Keys) -> None:
+    add_node(redis_client, keys, "a-0", "A100-80GB", 8)
+    loop = SchedulerLoop(redis_client, keys, max_attempts=1)  # no retries: preemption must not use one up
+    store = loop.store
+    long_id, _ = store.submit(make_spec("long"), [_plan(5 * HOUR)], "gpt2-124m", 1)
+    assert loop.tick().placed == [long_id]
+    first = store.get(long_id)
+    assert first is not None and first.state == JobState.LAUNCHING and first.reserved_at > 0
+    store.cluster()  # running_jobs answers for the GPU owners of the last cluster read
+    assert [(r.job_id, r.preemptible) for r in store.running_jobs(first.reserved_at + 1, 60.0)] == [(long_id, True)]
+    assert store.running_jobs(first.submitted_at + 61, 60.0) == []  # out of the window
+
+    short_id, _ = store.submit(make_spec("short"), [_plan(0.1 * HOUR)], "gpt2-124m", 1)
+    report = loop.tick()
+    assert report.preempted == [f"{long_id} for {short_id}"] and report.placed == []
+    stopped = store.get(long_id)
+    assert stopped is not None
+    assert (stopped.state, stopped.attempt, stopped.preemptions) == (JobState.PENDING, 2, 1)
+    assert "preempted for " + short_id in stopped.pending_reason
+    # its agent is told to stop; its GPUs stay held under the old fence until it has
+    stream = redis_client.xrange(keys.launch_stream("a-0"))
+    cancel = decode_command(stream[-1][1])
+    assert (cancel.job_id, cancel.attempt) == (long_id, 1)
+    assert _owners(redis_client, keys) == {long_id}
+    again = loop.tick()
+    assert again.placed == [] and again.preempted == []  # nothing placed on busy GPUs, no second victim
+
+    # The agent reports the old attempt's exit: the GPUs come back, the short job goes first.
+    loop.handle_event(AgentEvent(kind=EventKind.EXITED, job_id=long_id, attempt=1, node="a-0", fence=first.fence,
+                                 exit_code=-15, cancelled=True))
+    assert _owners(redis_client, keys) == {""}
+    assert loop.tick().placed == [short_id]
+    assert store.get(long_id).state == JobState.PENDING  # type: ignore[union-attr]
+
+    # The short job ends; the long one runs again and can no longer be preempted.
+    short = store.get(short_id)
+    assert short is not None
+    assert store.record_exit(short, short.attempt, "a-0", 0, "done")[0] == "finished"
+    assert loop.tick().placed == [long_id]
+    rerun = store.get(long_id)
+    assert rerun is not None and rerun.attempt == 2
+    store.cluster()
+    assert [(r.job_id, r.preemptible) for r in store.running_jobs(rerun.reserved_at + 1, 60.0)] == [(long_id, False)]
+    third, _ = store.submit(make_spec("short2"), [_plan(0.1 * HOUR)], "gpt2-124m", 1)
+    report = loop.tick()
+    assert report.preempted == [] and store.get(long_id).state == JobState.LAUNCHING  # type: ignore[union-attr]
+    assert third not in report.placed
+
+
+def test_a_node_loss_after_a_preemption_still_gets_its_retries(redis_client: redis.Redis, keys: Keys) -> None:
+    """Preemptions are not the job's failures: a preempted job keeps its whole attempt budget."""
+    add_node(redis_client, keys, "a-0", "A100-80GB", 8)
+    loop = SchedulerLoop(redis_client, keys, max_attempts=2)
+    store = loop.store
+    long_id, _ = store.submit(make_spec("long"), [_plan(5 * HOUR)], "gpt2-124m", 1)
+    loop.tick()
+    assert loop.preempt(long_id, "someone-shorter")
+    job = store.get(long_id)
+    assert job is not None and (job.attempt, job.preemptions) == (2, 1)
+    first_fence = int(redis_client.hget(keys.gpu("a-0", 0), "fence"))
+    loop.handle_event(AgentEvent(kind=EventKind.EXITED, job_id=long_id, attempt=1, node="a-0", fence=first_fence,
+                                 exit_code=-15, cancelled=True))
+    assert loop.tick().placed == [long_id]
+    # attempt 2 of a budget of 2 + 1 preemption: a lost node requeues it once more
+    assert loop.requeue(store.get(long_id), ["a-0"], "node lost") == JobState.PENDING.value  # type: ignore[arg-type]
+    # and a preemption of a job that is no longer running does nothing
+    assert not loop.preempt(long_id, "someone-shorter")
+
+
+def test_one_preemption_at_a_time_until_the_victims_gpus_are_back(redis_client: redis.Redis, keys: Keys) -> None:
+    add_node(redis_client, keys, "a-0", "A100-80GB", 8)
+    add_node(redis_client, keys, "a-1", "A100-80GB", 8)
+    loop = SchedulerLoop(redis_client, keys)
+    store = loop.store
+    longs = [store.submit(make_spec(f"long{i}"), [_plan(5 * HOUR)], "gpt2-124m", 1)[0] for i in range(2)]
+    assert sorted(loop.tick().placed) == sorted(longs)
+    for i in range(2):
+        store.submit(make_spec(f"short{i}"), [_plan(0.1 * HOUR)], "gpt2-124m", 1)
+    assert len(loop.tick().preempted) == 1
+    assert loop.tick().preempted == []  # the first victim still holds its GPUs: no second one
+    victim = next(j for j in longs if store.get(j).state == JobState.PENDING)  # type: ignore[union-attr]
+    held = [n for n in ("a-0", "a-1") if redis_client.hget(keys.gpu(n, 0), "owner") == victim][0]
+    fence = int(redis_client.hget(keys.gpu(held, 0), "fence"))
+    loop.handle_event(AgentEvent(kind=EventKind.EXITED, job_id=victim, attempt=1, node=held, fence=fence,
+                                 exit_code=-15, cancelled=True))
+    report = loop.tick()  # GPUs back: the first short job starts, and preemption is possible again
+    assert len(report.placed) == 1 and loop._stopping == set()
+    # (the other short job now waits 0.1 h for the first one instead: stopping the second long
+    # job would cost more than that wait saves, so HAS leaves it running)
+    assert report.preempted == []
