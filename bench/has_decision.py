@@ -14,6 +14,8 @@ times), plus 1,000 queued LLM jobs with MARP's ranked plans. Then, on that same 
   simulator, and the service's ticks between two explained ones) and with them
   (``frenzy+reasons``, ``explain=True``: what the service builds at most once a second);
 * frenzy-paper: the same with ``QueuePolicy()`` (and ``frenzy-paper+reasons``);
+* ``frenzy+recent-starts``: the frenzy pass when every running job started 10 s ago, so it
+  also weighs preemption (``QueuePolicy.preempt_within_s``) for the most recent few;
 * ``frenzy+starving`` / ``frenzy-paper+starving``: the same queue with one wide job waiting
   10 h, so the pass also computes the GPUs held for it (``drain_target``);
 * sia: one round of ``SiaPolicy.decide`` (build the ILP over queued + running jobs, solve
@@ -43,7 +45,7 @@ import sys
 import time
 from pathlib import Path
 
-from has import ClusterView, PlanOption, QueuedJob, QueuePolicy, schedule
+from has import ClusterView, PlanOption, QueuedJob, QueuePolicy, RunningJob, schedule
 from has.cluster_spec import parse_cluster
 from has.placement import choose_nodes
 from has.sim_engine import Simulator, SimView, Start
@@ -221,6 +223,15 @@ def main() -> int:
             rows.append(_row(sim.total_gpus, name, ms, len(queue), {**state, "placed": len(res.placements),
                                                                    "drain_target_gpus": target, "held_gpus": held,
                                                                    "starving_plans": len(wide_plans[wide])}))
+        # Every running job started 10 s ago (as after a burst of arrivals): the pass also
+        # weighs preemption (QueuePolicy.preempt_within_s, on in frenzy) for the most recent few.
+        recent = [RunningJob(j, now - 10.0, now - 10.0) for j in sorted(sim.running)]
+        qp = QueuePolicy.frenzy(explain=False)
+        schedule(cluster, queue, now, qp, recent)  # warm-up
+        ms = _time(lambda c=cluster, q=queue, t=now, qp=qp, r=recent: schedule(c, q, t, qp, r), args.reps)
+        res = schedule(cluster, queue, now, qp, recent)
+        rows.append(_row(sim.total_gpus, "frenzy+recent-starts", ms, len(queue),
+                         {**state, "placed": len(res.placements), "preemptions": len(res.preemptions)}))  # fmt: skip
         sia = SiaPolicy()
         ms = _time(lambda p=sia, s=sim, t=now: p.decide(SimView(s, t)), args.sia_reps)
         rows.append(_row(sim.total_gpus, "sia", ms, len(queue),

@@ -529,6 +529,21 @@ class ClusterView:
         """
         return self.with_owned(placement.gpus(), placement.job_id)
 
+    def gpus_by_owner(self) -> dict[str, list[GpuSlot]]:
+        """Busy healthy GPUs on schedulable nodes, by the job holding them (preemption reads
+        the GPUs of a few running jobs; built once per view)."""
+        key = ("owners", "", 0)
+        hit = self._cache.get(key)
+        if hit is None:
+            out: dict[str, list[GpuSlot]] = {}
+            for node in self._nodes.values():
+                if node.schedulable:
+                    for g in node.gpus:
+                        if g.owner is not None and g.healthy:
+                            out.setdefault(g.owner, []).append(g)
+            hit = self._cache[key] = out
+        return hit  # type: ignore[return-value]
+
     def with_owned(self, gpus: Iterable[tuple[str, int]], owner: str) -> ClusterView:
         """A new view with ``gpus`` (node, index) marked as owned by ``owner``."""
         by_node: dict[str, set[int]] = {}

@@ -17,6 +17,10 @@ Policy — FIFO with backfill and a starvation reservation (docs/has-policy.md):
    other GPU types, other nodes, and GPUs beyond what the holder needs.
    ``ScheduleResult.blocked_by`` names the holder.
 
+4. Preemption (``QueuePolicy.preempt_within_s``, on in ``QueuePolicy.frenzy()``): given
+   the running jobs, a job submitted seconds ago may be stopped for a much shorter waiting
+   one, at most one per pass (``_Pass._preempt``; docs/has-policy.md).
+
 Why the holder cannot starve: held GPUs stay free (nothing else may take them)
 and the running jobs on its target keep ending, so the best achievable number
 of held GPUs never decreases between passes and grows whenever a GPU of the
@@ -356,6 +360,7 @@ def _wait_s(job: QueuedJob, now: float) -> float:
 
 
 _INF = float("inf")
+_MAX_VICTIMS = 4  # running jobs a pass weighs for preemption (the most recently started)
 _LAST = 1 << 62  # a plan index after every real one: "none yet" that loses every tie
 _NO_FIT_NOW = PendingReason("no plan fits the free GPUs now", ())
 # (runtime, plan index, gpu_type, GPUs - 1, tp, bytes_per_gpu, "bytes:gpu_type", plan)
@@ -767,7 +772,8 @@ class _Pass:
         (``QueuePolicy.preempt_within_s``): shortest-first applied retroactively to jobs whose
         arrival order was a matter of seconds.
 
-        Victims, latest start first: running jobs marked preemptible that were *submitted* at
+        Victims, latest start first (the ``_MAX_VICTIMS`` most recent only, so a pass stays
+        cheap on a big cluster): running jobs marked preemptible that were *submitted* at
         most ``preempt_within_s`` ago (so they started at once and have run no longer than
         that) and were not starving. For a victim V, J is the first waiting job in the pass's
         order (starving jobs are left to their reservation) whose fastest non-wasteful plan
@@ -796,24 +802,23 @@ class _Pass:
         )  # fmt: skip
         if not victims:
             return ()
-        wanted = {r.job_id for r in victims}
-        owned: dict[str, list[tuple[str, int]]] = {}  # victim → its GPUs (node, index)
-        ends: dict[str, float] = {}  # victim → its estimated end (unknown: inf, not a victim)
-        for node in self.cluster.nodes:
-            if not node.schedulable:
-                continue
-            for g in node.gpus:
-                if g.owner in wanted and g.healthy:
-                    owned.setdefault(g.owner, []).append((node.name, g.index))
-                    end = _INF if g.free_at is None or g.free_at != g.free_at else g.free_at
-                    ends[g.owner] = max(ends.get(g.owner, end), end)
+        # The most recently started few only: a pass must stay cheap on a big busy cluster,
+        # where many jobs may have started within the window.
+        victims = victims[:_MAX_VICTIMS]
+        by_owner = self.cluster.gpus_by_owner()
         starvation_s = policy.starvation_s
+        total = self.free.total
         for victim in victims:
-            gpus = owned.get(victim.job_id)
-            left = ends.get(victim.job_id, _INF) - now  # the victim's estimated remaining runtime
-            if not gpus or left == _INF:
+            slots = by_owner.get(victim.job_id)
+            if not slots:
                 continue
-            free2 = self._free_with(gpus, reservation)
+            # the victim's estimated remaining runtime (an unknown end: not a victim)
+            left = max(_INF if g.free_at is None or g.free_at != g.free_at else g.free_at for g in slots) - now
+            if left == _INF:
+                continue
+            gpus = [(g.node, g.index) for g in slots]
+            vtype, vcount = slots[0].gpu_type, len(slots)  # a job's GPUs are of one type
+            free2: PassFree | None = None  # built only when a plan could use the victim's GPUs
             chosen: tuple[QueuedJob, int, PlanOption] | None = None
             for job, info in jobs:  # in the pass's priority order
                 if job.job_id not in pending or job is holder or not info.timed:
@@ -821,6 +826,10 @@ class _Pass:
                 if starvation_s <= 0.0 or now - job.submitted_at >= starvation_s:
                     continue
                 for _, i, t, nm1, tp, b, _, p in info.candidates(job.plans, policy.width_slack):
+                    if total.get(t, 0) + (vcount if t == vtype else 0) <= nm1:
+                        continue  # too few GPUs of its type even with the victim's: cannot fit
+                    if free2 is None:
+                        free2 = self._free_with(gpus, reservation)
                     if free2.fits(t, tp, nm1 + 1, b):
                         if not self.free.fits(t, tp, nm1 + 1, b):  # fits only with the victim gone
                             chosen = (job, i, p)
@@ -844,6 +853,7 @@ class _Pass:
             loss = runtime + switch * (1 + behind)
             if not done - (now + runtime) > policy.preempt_gain * loss:  # (inf - x > y: True)
                 continue
+            assert free2 is not None
             nodes = free2.choose(plan)
             assert nodes is not None
             self.placements.append(Placement(job_id=job.job_id, plan_index=i, plan=plan, nodes=nodes))

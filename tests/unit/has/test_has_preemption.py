@@ -193,3 +193,21 @@ def test_stop_keeps_progress_unless_told_to_lose_it() -> None:
     sim._preempt(1000.0, "long")  # restarted at 100 s, progress from 220 s (restart cost) on
     assert info.steps_left < steps and info.restarts == 2
     assert Stop("x").lose_progress is False
+
+
+def test_only_the_few_most_recently_started_jobs_are_weighed() -> None:
+    """A pass weighs at most _MAX_VICTIMS recent jobs (the most recently started), so its cost
+    stays bounded on a big cluster where many jobs started within the window."""
+    from has.policy import _MAX_VICTIMS
+
+    n = _MAX_VICTIMS + 1
+    # "long" (the only worthwhile victim: its node is the one "short" fits) started first;
+    # n - 1 jobs started after it, each on a 1-GPU node "short" cannot use.
+    nodes = [owned_node("a", "long", NOW + 5 * HOUR)]
+    nodes += [owned_node(f"b{k}", f"tiny{k}", NOW + 5 * HOUR, n=1) for k in range(n - 1)]
+    c = cluster(*nodes)
+    q = [job("short", 2, timed(0.5 * HOUR), at=NOW - 5.0)]
+    running = [RunningJob("long", started_at=NOW - 30.0, submitted_at=NOW - 30.0)]
+    running += [RunningJob(f"tiny{k}", started_at=NOW - 20.0 + k, submitted_at=NOW - 20.0 + k) for k in range(n - 1)]
+    assert schedule(c, q, NOW, policy(), running).preemptions == ()  # "long" is the oldest: not weighed
+    assert schedule(c, q, NOW, policy(), running[: _MAX_VICTIMS]).preemptions == (Preemption("long", "short", 30.0),)
