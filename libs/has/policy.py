@@ -380,7 +380,7 @@ class _JobPlans:
 
     __slots__ = (
         "rows", "runtimes", "least", "fewest", "timed", "size", "fifo_key", "short_key", "ideal_key", "by_slack",
-        "_shape", "ever",
+        "_shape", "ever", "sigs",
     )  # fmt: skip
 
     def __init__(self, job: QueuedJob) -> None:
@@ -412,6 +412,7 @@ class _JobPlans:
         # unknown runtime: 0, so jobs without estimates keep submit (FIFO) order
         self.ideal_key = (job.submitted_at + (cheapest_run if self.timed else 0.0), job.seq, job.job_id)
         self.by_slack: dict[float, list[_Candidate]] = {}
+        self.sigs: dict[float, tuple[int, tuple[int, ...]]] = {}
         self.ever: tuple[object, bool] = (None, True)  # (capacity it was answered for, answer)
         self._shape: tuple[int, tuple[str, ...]] | None = None
 
@@ -427,6 +428,16 @@ class _JobPlans:
                 shape = _SHAPES[key] = next(_SHAPE_IDS)  # never reused, even after a clear
             self._shape = (shape, tuple(sorted({p.gpu_type for p in plans})))
         return self._shape
+
+    def candidate_signature(self, plans: tuple[PlanOption, ...], width_slack: float) -> tuple[int, tuple[int, ...]]:
+        """(plan shapes id, candidate plan indices in order): two jobs with the same signature
+        have the same candidates as far as placement goes (types, widths, bytes, order)."""
+        sig = self.sigs.get(width_slack)
+        if sig is None:
+            sig = self.sigs[width_slack] = (
+                self.shape(plans)[0], tuple([c[1] for c in self.candidates(plans, width_slack)])
+            )
+        return sig
 
     def candidates(self, plans: tuple[PlanOption, ...], width_slack: float) -> list[_Candidate]:
         """(runtime, index, type, GPUs - 1, tp, bytes, "bytes:type", plan) of the plans within
@@ -819,26 +830,38 @@ class _Pass:
             gpus = [(g.node, g.index) for g in slots]
             vtype, vcount = slots[0].gpu_type, len(slots)  # a job's GPUs are of one type
             free2: PassFree | None = None  # built only when a plan could use the victim's GPUs
-            chosen: tuple[QueuedJob, int, PlanOption] | None = None
+            chosen: tuple[QueuedJob, int] | None = None
+            # The scan below depends only on a job's candidate plans (their shapes, in order):
+            # jobs of one model and recipe share the answer — the index of the plan that would
+            # take the victim's GPUs, or -1.
+            answers: dict[tuple[int, tuple[int, ...]], int] = {}
             for job, info in jobs:  # in the pass's priority order
                 if job.job_id not in pending or job is holder or not info.timed:
                     continue
                 if starvation_s <= 0.0 or now - job.submitted_at >= starvation_s:
                     continue
-                for _, i, t, nm1, tp, b, _, p in info.candidates(job.plans, policy.width_slack):
-                    if total.get(t, 0) + (vcount if t == vtype else 0) <= nm1:
-                        continue  # too few GPUs of its type even with the victim's: cannot fit
-                    if free2 is None:
-                        free2 = self._free_with(gpus, reservation)
-                    if free2.fits(t, tp, nm1 + 1, b):
-                        if not self.free.fits(t, tp, nm1 + 1, b):  # fits only with the victim gone
-                            chosen = (job, i, p)
-                        break  # the fastest plan that fits with the victim gone decides
-                if chosen is not None:
+                cands = info.candidates(job.plans, policy.width_slack)
+                sig = info.candidate_signature(job.plans, policy.width_slack)
+                found = answers.get(sig)
+                if found is None:
+                    found = -1
+                    for _, i, t, nm1, tp, b, _, _ in cands:
+                        if total.get(t, 0) + (vcount if t == vtype else 0) <= nm1:
+                            continue  # too few GPUs of its type even with the victim's: cannot fit
+                        if free2 is None:
+                            free2 = self._free_with(gpus, reservation)
+                        if free2.fits(t, tp, nm1 + 1, b):
+                            if not self.free.fits(t, tp, nm1 + 1, b):  # fits only with the victim gone
+                                found = i
+                            break  # the fastest plan that fits with the victim gone decides
+                    answers[sig] = found
+                if found >= 0:
+                    chosen = (job, found)
                     break
             if chosen is None:
                 continue
-            job, i, plan = chosen
+            job, i = chosen
+            plan = job.plans[i]
             runtime = plan.runtime_s or 0.0
             lost = now - victim.started_at
             switch = policy.preempt_restart_s + lost
@@ -879,7 +902,9 @@ class _Pass:
             nodes.append(node)
         free = PassFree(self.cluster.updated(nodes))
         for p in self.placements:
-            free.take(p.plan.gpu_type, p.nodes)
+            # checked: each placement was chosen on the pass's free GPUs, and a node here has
+            # those plus possibly the victim's (take verifies GPU by GPU where the counts differ)
+            free.take(p.plan.gpu_type, p.nodes, True)
         if reservation is not None:
             free.take(reservation.plan.gpu_type, reservation.held)
         return free
