@@ -252,3 +252,25 @@ def test_agent_restart_neither_loses_nor_doubles_a_launch(make_stack: Callable[.
         assert log.count("\ndone\n") == 1
         assert s.text(job_id).splitlines().count("done") == 1  # shipped exactly once
     assert s.held_gpus() == []
+
+
+def test_a_long_job_is_preempted_for_a_much_shorter_one_and_runs_again_after_it(
+    make_stack: Callable[..., Stack],
+) -> None:
+    """One GPU; a long job starts, a much shorter one arrives seconds later: HAS stops the long one
+    (its agent kills the process), runs the short one, then runs the long one again (attempt 2)."""
+    s = make_stack({"nodes": [{"gpu": "L4", "count": 1, "gpus_per_node": 1, "name_prefix": "l4"}]})
+    sleeper = [sys.executable, "-c", "import time; time.sleep(600)"]
+    long_id = s.submit(sleeper, **ONE_GPU_MODEL, train_steps=10_000_000)  # days, by MARP's estimate
+    s.wait_state(long_id, (types_pb2.JOB_STATE_RUNNING,), timeout=30)
+    first_pid = dict(s.job(long_id).pids)["l4-0"]
+    short_id = s.submit([sys.executable, "-c", "print('short job done')"], **ONE_GPU_MODEL, train_steps=100)
+    short = s.wait_state(short_id, DONE, timeout=60)
+    assert short.state == types_pb2.JOB_STATE_SUCCEEDED, short
+    again = s.wait_state(long_id, (types_pb2.JOB_STATE_RUNNING,), timeout=60)
+    assert again.attempt == 2
+    assert any("preempted for " + short_id in (h.reason or "") for h in again.history), again.history
+    assert not launcher.group_exists(first_pid)  # the first attempt's process was stopped
+    s.stub.CancelJob(scheduler_pb2.CancelJobRequest(job_id=long_id, reason="e2e done"), timeout=5)
+    assert s.wait_state(long_id, DONE, timeout=20).state == types_pb2.JOB_STATE_CANCELLED
+    wait_for(lambda: s.held_gpus() == [], 10, "every GPU released")
