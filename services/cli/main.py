@@ -324,8 +324,10 @@ def scheduler_cmd(
     = "29500-32767",
     policy: Annotated[str, typer.Option(
         envvar="FRENZY_POLICY",
-        help="Queue policy: 'frenzy' (shortest-first with aging, completion-time-aware plan choice) or "
-             "'paper' (FIFO with backfill, first satisfiable plan; the Frenzy paper's HAS).")] = "frenzy",
+        help="Queue policy: 'frenzy' (shortest-first with aging, completion-time-aware plan choice, and "
+             "stopping a job submitted under a minute ago for a much shorter one), 'frenzy-nopreempt' (the "
+             "same, never stopping a running job) or 'paper' (FIFO with backfill, first satisfiable plan; "
+             "the Frenzy paper's HAS).")] = "frenzy",
     log_level: Annotated[str, typer.Option()] = "INFO",
 ) -> None:
     """Run the Scheduler: gRPC API, placement loop (HAS), agent-event consumer and node reaper."""
@@ -338,7 +340,8 @@ def scheduler_cmd(
         fail(str(exc), 2)
     from has import QueuePolicy
 
-    policies = {"frenzy": QueuePolicy.frenzy(), "paper": QueuePolicy()}
+    policies = {"frenzy": QueuePolicy.frenzy(), "frenzy-nopreempt": QueuePolicy.frenzy(preempt_within_s=0.0),
+                "paper": QueuePolicy()}
     if policy not in policies:
         fail(f"--policy: unknown policy {policy!r}; one of {', '.join(policies)}", 2)
     stop = _stop_event()
