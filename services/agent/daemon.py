@@ -68,6 +68,8 @@ class RunningJob:
     reported: bool = False  # RUNNING event sent
     cancelled: bool = False  # a CancelMessage asked it to stop
     killed_on_exit: bool = False  # --kill-on-exit stopped it
+    gpu_indices: tuple[int, ...] = ()  # this node's GPUs it runs on (unknown for an adopted job)
+    peak_bytes_per_gpu: int = 0  # MARP's prediction, shown as used memory on fake GPUs
     watching: bool = False
     exited: threading.Event = field(default_factory=threading.Event)
 
@@ -228,6 +230,12 @@ class Agent:
                  ",".join(types) or "(none in catalog)", self.ttl_s)
 
     def _heartbeat_once(self) -> None:
+        show = getattr(self.backend, "show_usage", None)
+        if show is not None:  # fake GPUs: the running jobs' predicted memory, as NVML would show it
+            with self._lock:
+                usage = {i: j.peak_bytes_per_gpu for j in self._jobs.values() if not j.exited.is_set()
+                         for i in j.gpu_indices}
+            show(usage)
         try:
             self._gpus = self.backend.refresh(self._gpus)
         except Exception:  # a flaky driver must not stop the lease; report the last known state
@@ -364,7 +372,8 @@ class Agent:
         job = RunningJob(msg.job_id, msg.attempt, started.proc.pid, str(started.log_path),
                          launcher.process_start_ticks(started.proc.pid), fence=msg.fence,
                          launch_id=self.launch_id(msg.job_id, msg.attempt), node_rank=msg.node_rank,
-                         proc=started.proc)
+                         proc=started.proc, gpu_indices=tuple(msg.gpu_indices),
+                         peak_bytes_per_gpu=msg.layout.peak_bytes_per_gpu)
         with self._lock:
             self._jobs[job.key] = job
         self._ledger.put(job.ledger_entry())

@@ -469,7 +469,8 @@ def load_fake_file(path: str | os.PathLike[str]) -> list[tuple[str, int]]:
 
 
 class FakeBackend:
-    """A configured list of catalog GPUs, all healthy and entirely free.
+    """A configured list of catalog GPUs, all healthy; free except for what the agent's running
+    jobs are predicted to use (``show_usage``).
 
     UUIDs are ``GPU-fake-<node>-<i>`` so a restarted fake agent re-registers
     the same GPUs rather than new ones.
@@ -479,6 +480,7 @@ class FakeBackend:
         self.entries = parse_fake_spec(spec) if isinstance(spec, str) else [_checked(f"{t}:{c}", t, c)
                                                                              for t, c in spec]
         self.node = node
+        self._usage: dict[int, int] = {}  # GPU index -> bytes the jobs running on it use
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str], node: str) -> FakeBackend:
@@ -495,8 +497,19 @@ class FakeBackend:
                 gpus.append(GpuInfo(i, f"GPU-fake-{self.node}-{i}", name, gpu_type, total, total, True))
         return gpus
 
+    def show_usage(self, used_bytes: dict[int, int]) -> None:
+        """What the agent's running jobs use per GPU index (their predicted peak): ``refresh``
+        reports it as used memory and 100 % utilization, as a real GPU would show them."""
+        self._usage = dict(used_bytes)
+
     def refresh(self, gpus: list[GpuInfo]) -> list[GpuInfo]:
-        return list(gpus)
+        out = []
+        for g in gpus:
+            used = min(g.memory_total, self._usage.get(g.index, 0))
+            busy = g.index in self._usage
+            # (idle fake GPUs keep reporting utilization as unknown, as at discovery)
+            out.append(replace(g, memory_free=g.memory_total - used, utilization=100 if busy else -1))
+        return out
 
     def close(self) -> None:
         pass

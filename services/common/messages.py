@@ -36,6 +36,9 @@ class LayoutEnv(_Msg):
     micro_batch: int = Field(ge=1)
     grad_accum: int = Field(ge=1)
     recompute: str = "none"
+    # MARP's predicted peak bytes per GPU (0: unknown). Fake GPUs report it as used memory
+    # while the job runs there, as a real GPU would show the job's allocations.
+    peak_bytes_per_gpu: int = Field(default=0, ge=0)
 
 
 class LaunchMessage(_Msg):

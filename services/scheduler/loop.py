@@ -169,7 +169,8 @@ class SchedulerLoop:
         assert job.plan is not None
         lay = job.plan.layout
         layout = LayoutEnv(gpu_type=job.plan.gpu_type, tp=lay.tp, pp=lay.pp, dp=lay.dp, zero_stage=lay.zero_stage,
-                           micro_batch=lay.micro_batch, grad_accum=lay.grad_accum, recompute=lay.recompute or "none")
+                           micro_batch=lay.micro_batch, grad_accum=lay.grad_accum, recompute=lay.recompute or "none",
+                           peak_bytes_per_gpu=max(0, int(job.plan.peak_bytes_per_gpu)))
         # The reservation allocated the port on the first node and recorded its address.
         master_addr = job.master_addr or self.store.node_addr(job.placement[0][0])
         master_port = job.master_port or self.master_ports[0]

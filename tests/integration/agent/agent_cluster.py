@@ -84,8 +84,8 @@ class Cluster:
             gpu_indices=indices, gpu_uuids=fields.pop("gpu_uuids", [f"GPU-fake-{NODE}-{i}" for i in indices]),
             master_addr="127.0.0.1", master_port=fields.pop("master_port", 29500),
             rdzv_id=f"{job_id}-1", command=command,
-            layout=LayoutEnv(gpu_type="A100-80GB", tp=2, pp=1, dp=1, zero_stage=0, micro_batch=1,
-                             grad_accum=1),
+            layout=fields.pop("layout", None) or LayoutEnv(gpu_type="A100-80GB", tp=2, pp=1, dp=1, zero_stage=0,
+                                                           micro_batch=1, grad_accum=1),
             **fields,
         )
         if reserve:

@@ -362,3 +362,16 @@ def test_real_pynvml_either_discovers_or_explains() -> None:
         assert gpus and all(g.uuid for g in gpus if g.healthy)
     finally:
         backend.close()
+
+
+def test_fake_gpus_show_what_the_running_jobs_are_predicted_to_use() -> None:
+    backend = FakeBackend("A100-80GB:2,L4:1", node="n1")
+    gpus = backend.discover()
+    assert backend.refresh(gpus) == gpus  # nothing runs: as discovered
+    backend.show_usage({0: 30 * 1024**3, 2: 10**15})  # more than the GPU has: capped
+    now = backend.refresh(gpus)
+    assert now[0].memory_free == gpus[0].memory_total - 30 * 1024**3 and now[0].utilization == 100
+    assert now[1] == gpus[1]
+    assert now[2].memory_free == 0 and now[2].utilization == 100
+    backend.show_usage({})  # the jobs ended
+    assert backend.refresh(now) == gpus
