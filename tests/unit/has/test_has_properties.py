@@ -4,11 +4,12 @@ and the proof that the live scheduler runs the simulator's frenzy code."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from has import ClusterView, GpuSlot, NodeView, PlanOption, QueuedJob, QueuePolicy, schedule
+from has import ClusterView, GpuSlot, NodeView, PlanOption, QueuedJob, QueuePolicy, RunningJob, schedule
 from has.cluster_spec import parse_cluster
 from has.sim_engine import Simulator, SimView, Start
 from has.sim_policies import FrenzyPolicy, make_policy
@@ -151,6 +152,39 @@ def test_every_policy_invariants_in_the_simulator(trace: list[TraceJob], name: s
         assert t >= sim.trace[job_id].submit_s
 
 
+class _FakeStore:
+    """What ``SchedulerLoop.tick`` reads from its store, handed over as the simulator sees it."""
+
+    def __init__(self, queue: list[QueuedJob], cluster: ClusterView, running: Sequence[RunningJob] = ()) -> None:
+        self._queue, self._cluster, self._running = queue, cluster, list(running)
+        self.reasons: dict[str, str] = {}
+
+    def queue(self) -> list[QueuedJob]:
+        return self._queue
+
+    def cluster(self) -> ClusterView:
+        return self._cluster
+
+    def set_pending_reasons(self, reasons: dict[str, str]) -> None:
+        self.reasons = reasons
+
+    def running_jobs(self, now: float, within_s: float) -> list[RunningJob]:
+        return [r for r in self._running if now - r.submitted_at <= within_s]
+
+    def gpu_owners(self) -> set[str]:
+        return {r.job_id for r in self._running}
+
+
+def _service(loop_class: type, store: _FakeStore) -> Any:
+    """A scheduler loop without Redis: only ``tick()``'s pure path is exercised."""
+    service = loop_class.__new__(loop_class)
+    service.store = store
+    service.policy = QueuePolicy.frenzy()
+    service.explain_every_s, service._last_explained = 1.0, float("-inf")
+    service._stopping = set()
+    return service
+
+
 def test_live_scheduler_runs_the_same_policy_code() -> None:
     """Same cluster + queue: the scheduler service's tick reserves exactly the simulator's starts."""
     import frenzy.scheduler.loop as loop_mod
@@ -170,22 +204,6 @@ def test_live_scheduler_runs_the_same_policy_code() -> None:
     starts = policy.decide(view)
     queue = [policy.queued_job(j) for j in view.queue]
 
-    class FakeStore:
-        def queue(self) -> list[QueuedJob]:
-            return queue
-
-        def cluster(self) -> ClusterView:
-            return view.cluster
-
-        def set_pending_reasons(self, reasons: dict[str, str]) -> None:
-            self.reasons = reasons
-
-        def running_jobs(self, now: float, within_s: float) -> list[has.RunningJob]:
-            return []  # nothing runs yet
-
-        def gpu_owners(self) -> set[str]:
-            return set()
-
     reserved: list[tuple[str, tuple[tuple[str, int], ...]]] = []
 
     class Loop(SchedulerLoop):
@@ -193,11 +211,7 @@ def test_live_scheduler_runs_the_same_policy_code() -> None:
             reserved.append((placement.job_id, tuple(placement.gpus())))
             return True, ""
 
-    service = Loop.__new__(Loop)  # no Redis: only tick()'s pure path is exercised
-    service.store = FakeStore()  # type: ignore[assignment]
-    service.policy = QueuePolicy.frenzy()
-    service.explain_every_s, service._last_explained = 1.0, float("-inf")
-    service._stopping = set()
+    service = _service(Loop, _FakeStore(queue, view.cluster))
     service.tick(now=0.0)
     assert reserved and reserved == [(s.job_id, s.gpus) for s in starts if isinstance(s, Start)]
 
@@ -222,23 +236,7 @@ def test_live_scheduler_preempts_as_the_simulator_does() -> None:
     actions = policy.decide(view)
     assert [type(a).__name__ for a in actions] == ["Stop", "Start"] and actions[0].job_id == "long"
     queue = [policy.queued_job(j) for j in view.queue]
-    running = [has.RunningJob(j.job_id, j.started_at, j.submitted_at) for j in view.running]
-
-    class FakeStore:
-        def queue(self) -> list[QueuedJob]:
-            return queue
-
-        def cluster(self) -> ClusterView:
-            return view.cluster
-
-        def set_pending_reasons(self, reasons: dict[str, str]) -> None:
-            self.reasons = reasons
-
-        def running_jobs(self, now: float, within_s: float) -> list[has.RunningJob]:
-            return [r for r in running if now - r.submitted_at <= within_s]
-
-        def gpu_owners(self) -> set[str]:
-            return {r.job_id for r in running}
+    running = [RunningJob(j.job_id, j.started_at, j.submitted_at) for j in view.running]
 
     stopped: list[tuple[str, str]] = []
     reserved: list[str] = []
@@ -252,11 +250,7 @@ def test_live_scheduler_preempts_as_the_simulator_does() -> None:
             reserved.append(placement.job_id)
             return True, ""
 
-    service = Loop.__new__(Loop)  # no Redis: only tick()'s pure path is exercised
-    service.store = FakeStore()  # type: ignore[assignment]
-    service.policy = QueuePolicy.frenzy()
-    service.explain_every_s, service._last_explained = 1.0, float("-inf")
-    service._stopping = set()
+    service = _service(Loop, _FakeStore(queue, view.cluster, running))
     report = service.tick(now=20.0)
     assert stopped == [("long", "short")] and report.preempted == ["long for short"]
     assert reserved == []  # its GPUs are still the victim's until the agents report the exit
