@@ -201,6 +201,21 @@ def create_app(scheduler_address: str) -> FastAPI:
             scheduler_pb2.CancelJobRequest(job_id=job_id, reason=reason), timeout=READ_TIMEOUT_S))
         return job_detail(resp.job)
 
+    @app.get("/api/jobs/{job_id}/logs", tags=["jobs"])
+    def job_logs(
+        job_id: str,
+        node: str = Query(default="", description="one node's output (empty: every node)"),
+        attempt: int = Query(default=0, ge=0, description="one attempt (0: every attempt)"),
+        tail_lines: int = Query(default=200, ge=0, le=100_000, description="last lines per node (0: all kept)"),
+    ) -> dict[str, Any]:
+        """The job's output as the agents shipped it (stdout and stderr together), per node and
+        attempt, oldest first — what `frenzy logs` prints, without following."""
+        chunks = call(lambda st: list(st.StreamLogs(scheduler_pb2.StreamLogsRequest(
+            job_id=job_id, node=node, attempt=attempt, tail_lines=tail_lines), timeout=READ_TIMEOUT_S)))
+        return {"job_id": job_id, "chunks": [
+            {"node": c.node, "attempt": c.attempt, "offset": c.offset, "text": c.text, "at": c.at} for c in chunks
+        ]}
+
     @app.get("/api/nodes", tags=["nodes"])
     def list_nodes(include_dead: bool = False) -> dict[str, Any]:
         """Nodes and their GPUs; `owner` is the job id holding a GPU ("" when free)."""

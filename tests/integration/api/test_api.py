@@ -15,7 +15,9 @@ with warnings.catch_warnings():  # starlette's "use httpx2" notice; httpx is wha
     from fastapi.testclient import TestClient
 
 from frenzy.api.app import create_app, to_json
+from frenzy.common import scripts
 from frenzy.common.keys import Keys
+from frenzy.common.messages import LogChunk
 from frenzy.local.redis_server import free_port
 from frenzy.v1 import types_pb2
 from support.servers import Servers, running_servers
@@ -122,11 +124,31 @@ def test_bad_json_and_unknown_job(client: TestClient) -> None:
     assert r.status_code == 200 and r.json()["id"], r.text
 
 
+def test_job_logs_per_node_and_attempt_with_a_tail(client: TestClient, redis_client: redis.Redis,
+                                                  keys: Keys) -> None:
+    job_id = client.post("/api/jobs", json=GOOD).json()["id"]
+    assert client.get(f"/api/jobs/{job_id}/logs").json() == {"job_id": job_id, "chunks": []}
+    append = scripts.register(redis_client, "append_log")  # as an agent ships its output
+    for node, attempt, text in (("a100-0", 1, "one\ntwo\nthree\n"), ("l4-0", 2, "hello\n")):
+        chunk = LogChunk(node=node, attempt=attempt, offset=0, text=text)
+        append(keys=[keys.job_logs(job_id), keys.job_log_offsets(job_id)],
+               args=[f"{node}/{attempt}", 0, len(text), 1000, chunk.model_dump_json(), 60_000])
+    every = client.get(f"/api/jobs/{job_id}/logs").json()["chunks"]
+    assert [(c["node"], c["attempt"], c["text"]) for c in every] == [
+        ("a100-0", 1, "one\ntwo\nthree\n"), ("l4-0", 2, "hello\n")]
+    tail = client.get(f"/api/jobs/{job_id}/logs", params={"node": "a100-0", "tail_lines": 1}).json()["chunks"]
+    assert "".join(c["text"] for c in tail) == "three\n"
+    assert client.get(f"/api/jobs/{job_id}/logs", params={"attempt": 2}).json()["chunks"][0]["node"] == "l4-0"
+    assert client.get("/api/jobs/job-does-not-exist/logs").status_code == 404
+    assert client.get(f"/api/jobs/{job_id}/logs", params={"tail_lines": -1}).status_code == 422
+
+
 def test_dashboard_and_openapi(client: TestClient) -> None:
     r = client.get("/")
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
     html = r.text
     assert "/api/nodes" in html and "/api/jobs" in html and "setTimeout" in html
+    assert "/logs?tail_lines=" in html  # the logs panel reads the endpoint above
     assert "http://" not in html and "https://" not in html  # self-contained: no CDN
     schema = client.get("/openapi.json").json()
     body = schema["paths"]["/api/jobs"]["post"]["requestBody"]["content"]["application/json"]["schema"]
