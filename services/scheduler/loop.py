@@ -123,6 +123,8 @@ class SchedulerLoop:
             if self.preempt(p.job_id, p.for_job):
                 preempted.append(f"{p.job_id} for {p.for_job}")
                 self._stopping.add(p.job_id)
+                self.store.set_pending_reasons({p.for_job: f"starting once {p.job_id} has stopped (it was "
+                                                           f"preempted for this shorter job)"})
             later.add(p.for_job)
         for placement in result.placements:
             if placement.job_id in later:

@@ -48,6 +48,7 @@ def test_a_just_started_long_job_is_stopped_for_a_much_shorter_one(redis_client:
     assert stopped is not None
     assert (stopped.state, stopped.attempt, stopped.preemptions) == (JobState.PENDING, 2, 1)
     assert "preempted for " + short_id in stopped.pending_reason
+    assert store.get(short_id).pending_reason.startswith(f"starting once {long_id} has stopped")  # type: ignore[union-attr]
     # its agent is told to stop; its GPUs stay held under the old fence until it has
     stream = redis_client.xrange(keys.launch_stream("a-0"))
     cancel = decode_command(stream[-1][1])
