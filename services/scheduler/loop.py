@@ -92,7 +92,6 @@ class SchedulerLoop:
         self._pending_checked = False
         self._orphans: dict[tuple[str, str, str, str], float] = {}  # (kind, where, job, fence) -> first seen
         self._last_reap = 0.0
-        self._stopping: set[str] = set()  # preempted jobs whose GPUs are not back yet
 
     # ---- placement ---------------------------------------------------------------------------
 
@@ -111,8 +110,8 @@ class SchedulerLoop:
         # One preemption at a time: until the last victim's GPUs are back (its agents report
         # the exit) no other job is stopped — the simulator's stop and start are one instant,
         # and a second victim for the same waiting job would be lost work.
-        self._stopping &= self.store.gpu_owners()
-        running = self.store.running_jobs(now, within) if within > 0 and not self._stopping else []
+        busy = within > 0 and bool(self.store.stopping_victims())
+        running = self.store.running_jobs(now, within) if within > 0 and not busy else []
         result = schedule(cluster, queue, now, policy, running)
         placed, conflicts, preempted = [], [], []
         # A preemption stops its victim now; the GPUs come back when the victim's agents report
@@ -122,7 +121,6 @@ class SchedulerLoop:
         for p in result.preemptions:
             if self.preempt(p.job_id, p.for_job):
                 preempted.append(f"{p.job_id} for {p.for_job}")
-                self._stopping.add(p.job_id)
                 self.store.set_pending_reasons({p.for_job: f"starting once {p.job_id} has stopped (it was "
                                                            f"preempted for this shorter job)"})
             later.add(p.for_job)

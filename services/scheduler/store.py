@@ -134,6 +134,10 @@ def option_from_json(plan: dict[str, Any]) -> PlanOption:
     )
 
 
+# The states in which a job holds GPUs for a live attempt.
+_LIVE = frozenset({JobState.RESERVED.value, JobState.LAUNCHING.value, JobState.RUNNING.value})
+
+
 class StateStore:
     """Typed access to Frenzy's Redis state for the scheduler."""
 
@@ -167,7 +171,7 @@ class StateStore:
         # node -> (rev, gpu_count, GPU rows) as last read; rows are re-read only when rev moved
         self._gpu_rows: dict[str, tuple[str, str, list[list[str | None]]]] = {}
         self._owners: dict[str, tuple[float, float, int]] = {}  # GPU owner -> (submitted, reserved, preempted)
-        self._owner_ids: set[str] = set()
+        self._stopping: set[str] = set()
         self.full_read_s = full_read_s
         self._last_full_read = -math.inf
         self._unreadable: set[str] = set()  # jobs whose stored plans did not parse (logged once)
@@ -460,25 +464,30 @@ class StateStore:
 
     def _read_owners(self, job_ids: set[str]) -> dict[str, float]:
         """For the jobs holding GPUs, one round trip: job id -> when MARP expects it to finish
-        (set at reservation; jobs without one are left out), and into ``self._owners`` what
-        preemption needs to know of each: (submitted_at, reserved_at, preemptions)."""
+        (set at reservation; jobs without one are left out). Also what preemption needs: into
+        ``self._owners`` (submitted_at, reserved_at, preemptions) of each live one, into
+        ``self._stopping`` the preempted jobs whose GPUs are not back yet."""
         ids = sorted(job_ids)
         pipe = self.r.pipeline(transaction=False)
         for job_id in ids:
-            pipe.hmget(self.k.job(job_id), "est_end", "submitted_at", "reserved_at", "preemptions")
+            pipe.hmget(self.k.job(job_id), "est_end", "submitted_at", "reserved_at", "preemptions", "state")
         ends: dict[str, float] = {}
         owners: dict[str, tuple[float, float, int]] = {}
-        for job_id, (end, submitted, reserved, preempted) in zip(ids, pipe.execute(), strict=True):
+        stopping: set[str] = set()
+        for job_id, (end, submitted, reserved, preempted, state) in zip(ids, pipe.execute(), strict=True):
             if end:
                 ends[job_id] = float(end)
-            if submitted and reserved:
+            if state in _LIVE and submitted and reserved:
                 owners[job_id] = (float(submitted), float(reserved), int(preempted or 0))
-        self._owners = owners
+            elif state == JobState.PENDING.value and int(preempted or 0) > 0:
+                stopping.add(job_id)  # requeued by a preemption, its processes still stopping
+        self._owners, self._stopping = owners, stopping
         return ends
 
-    def gpu_owners(self) -> set[str]:
-        """The jobs holding GPUs in the last ``cluster()`` read."""
-        return set(self._owner_ids)
+    def stopping_victims(self) -> set[str]:
+        """Preempted jobs still holding GPUs in the last ``cluster()`` read (their agents have not
+        reported the exit yet). Read from Redis, so it survives a scheduler restart."""
+        return set(self._stopping)
 
     def running_jobs(self, now: float, within_s: float) -> list[RunningJob]:
         """The jobs holding GPUs in the last ``cluster()`` read that were submitted at most
@@ -542,7 +551,6 @@ class StateStore:
             owners.update(row[4] for row in gpus if row[4])
             per_node.append((name or member, alive, draining or "", gpus))
         self._gpu_rows = fresh_rows
-        self._owner_ids = owners
         ends = self._read_owners(owners)
         moved = {j for j in ends.keys() | self._ends.keys() if ends.get(j) != self._ends.get(j)}
         self._ends = ends

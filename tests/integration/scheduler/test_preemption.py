@@ -110,13 +110,15 @@ def test_one_preemption_at_a_time_until_the_victims_gpus_are_back(redis_client: 
         store.submit(make_spec(f"short{i}"), [_plan(0.1 * HOUR)], "gpt2-124m", 1)
     assert len(loop.tick().preempted) == 1
     assert loop.tick().preempted == []  # the first victim still holds its GPUs: no second one
+    # a restarted scheduler knows it too (it is read from Redis, not kept in memory)
+    assert store.stopping_victims() and SchedulerLoop(redis_client, keys).tick().preempted == []
     victim = next(j for j in longs if store.get(j).state == JobState.PENDING)  # type: ignore[union-attr]
     held = [n for n in ("a-0", "a-1") if redis_client.hget(keys.gpu(n, 0), "owner") == victim][0]
     fence = int(redis_client.hget(keys.gpu(held, 0), "fence"))
     loop.handle_event(AgentEvent(kind=EventKind.EXITED, job_id=victim, attempt=1, node=held, fence=fence,
                                  exit_code=-15, cancelled=True))
     report = loop.tick()  # GPUs back: the first short job starts, and preemption is possible again
-    assert len(report.placed) == 1 and loop._stopping == set()
+    assert len(report.placed) == 1 and store.stopping_victims() == set()
     # (the other short job now waits 0.1 h for the first one instead: stopping the second long
     # job would cost more than that wait saves, so HAS leaves it running)
     assert report.preempted == []

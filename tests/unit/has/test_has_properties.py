@@ -171,8 +171,8 @@ class _FakeStore:
     def running_jobs(self, now: float, within_s: float) -> list[RunningJob]:
         return [r for r in self._running if now - r.submitted_at <= within_s]
 
-    def gpu_owners(self) -> set[str]:
-        return {r.job_id for r in self._running}
+    def stopping_victims(self) -> set[str]:
+        return set()
 
 
 def _service(loop_class: type, store: _FakeStore) -> Any:
@@ -181,7 +181,6 @@ def _service(loop_class: type, store: _FakeStore) -> Any:
     service.store = store
     service.policy = QueuePolicy.frenzy()
     service.explain_every_s, service._last_explained = 1.0, float("-inf")
-    service._stopping = set()
     return service
 
 
