@@ -5,7 +5,9 @@ placements, then for each one run the atomic reservation (GPUs + a rendezvous
 port) and the atomic dispatch. A reservation that loses a race (the view was
 stale) simply fails and the job is retried on the next tick with fresh state
 — never a double booking, because ownership is only taken inside the
-reservation script.
+reservation script. When HAS preempts (a job submitted seconds before a much
+shorter one), the victim is requeued with a cancel to its agents and the
+shorter job is placed on a later tick, once the victim's GPUs are back.
 
 ``reap`` (every few ticks) finds nodes whose heartbeat lease has been gone for
 longer than ``dead_after_s`` (measured on the Redis clock, which is what the
