@@ -365,8 +365,8 @@ _LAST = 1 << 62  # a plan index after every real one: "none yet" that loses ever
 _NO_FIT_NOW = PendingReason("no plan fits the free GPUs now", ())
 # (runtime, plan index, gpu_type, GPUs - 1, tp, bytes_per_gpu, plan)
 _Candidate = tuple[float, int, str, int, int, int, PlanOption]
-# The same with the number of its release list (``_Releases.lid``) after bytes_per_gpu
-_Resolved = tuple[float, int, str, int, int, int, int, PlanOption]
+# (runtime, plan index, GPUs - 1, number of its release list (``_Releases.lid``), the candidate)
+_Resolved = tuple[float, int, int, int, _Candidate]
 
 
 class _JobPlans:
@@ -548,13 +548,14 @@ class _Releases:
     innermost loop indexes a list instead of hashing a key.
     """
 
-    __slots__ = ("cluster", "now", "ids", "lists")
+    __slots__ = ("cluster", "now", "ids", "lists", "types")
 
     def __init__(self, cluster: ClusterView, now: float) -> None:
         self.cluster = cluster
         self.now = now
         self.ids = cluster._capacity.release_ids
         self.lists: list[_ReleaseList] = []
+        self.types: list[str] = []  # the GPU type of each list
 
     def load(self) -> list[_ReleaseList]:
         """Every list numbered so far, built now (a few per GPU type: one per memory level
@@ -567,6 +568,7 @@ class _Releases:
         for gpu_type, level in keys[len(self.lists):]:
             times = [] if level is None else self.cluster.release_times(gpu_type, level, self.now)
             self.lists.append(_ReleaseList(times))
+            self.types.append(gpu_type)
 
     def lid(self, need_bytes: int, gpu_type: str) -> int:
         """The number of the list a plan needing ``need_bytes`` of ``gpu_type`` draws from."""
@@ -619,6 +621,8 @@ class _Pass:
         self._lines: dict[tuple[str, int, int, int, int, str, int], str] = {}
         self._reasons: dict[tuple[int, tuple[int, ...]], PendingReason] = {}
         self.most_free = max(self.free.total.values(), default=0)  # of any one type, in ``free``
+        # free GPUs in ``free`` of each release list's GPU type (``total``, indexed by list number)
+        self.free_n: list[int] = []
 
     def _take(
         self, free: PassFree, gpu_type: str, nodes: Sequence[tuple[str, Sequence[int]]], checked: bool
@@ -626,26 +630,35 @@ class _Pass:
         free.take(gpu_type, nodes, checked)
         if free is self.free:
             self.most_free = max(free.total.values(), default=0)
+            self._count_free()
+
+    def _count_free(self) -> None:
+        total = self.free.total
+        self.free_n[:] = [total.get(t, 0) for t in self.releases.types]  # (in place: run holds it)
 
     def _lean(self, job: QueuedJob, info: _JobPlans) -> None:
-        """Fill the job's completion candidates with their release-list numbers (``full``) and
-        the short form the release-only loop reads (``lean``: runtime, index, GPUs - 1, number).
+        """Fill the job's completion candidates with their release-list numbers (``full``:
+        runtime, index, GPUs - 1, number, candidate) and the short form the release-only loop
+        reads (``lean``: the same without the candidate).
         Kept on the job while the capacity is the same (the numbers depend on its memory
         levels), like ``info.ever``."""
         width_slack, lid = self.policy.width_slack, self.releases.lid
         cands = info.candidates(job.plans, width_slack)
-        info.full = [(r, i, t, nm1, tp, b, lid(b, t), p) for r, i, t, nm1, tp, b, p in cands]
-        info.lean = [(r, i, nm1, number) for r, i, _, nm1, _, _, number, _ in info.full]
+        info.full = [(c[0], c[1], c[3], lid(c[5], c[2]), c) for c in cands]
+        info.lean = [(r, i, nm1, number) for r, i, nm1, number, _ in info.full]
         info.lean_for = (self.cluster._capacity, width_slack)
+        if len(self.free_n) < len(self.releases.types):  # new lists numbered
+            self._count_free()
 
     def run(self, jobs: list[tuple[QueuedJob, _JobPlans]]) -> ScheduleResult:
         policy, now = self.policy, self.now
         completion = policy.plan_choice == "completion"
         width_slack, slack, explain = policy.width_slack, 1.0 + policy.wait_slack, policy.explain
         starvation_s = policy.starvation_s
-        free, releases = self.free, self.releases
-        total, fits = free.total, free.fits
+        releases, fits = self.releases, self.free.fits
         lists = releases.load() if completion else []  # release lists by number (_Releases)
+        free_n = self.free_n
+        self._count_free()
         # "Could this job ever fit?" depends only on the capacity, which views share while no
         # node or GPU changes health (ClusterView reuses it): answered once per job and kept.
         capacity, capacity_groups = self.cluster._capacity, self.cluster.capacity_groups
@@ -687,15 +700,16 @@ class _Pass:
                             any_done, any_i, any_list, any_n = done, i, found, nm1 + 1
                             limit = (any_done - now) * slack
                 else:
-                    for runtime, i, t, nm1, tp, b, lid, p in info.full:
+                    for runtime, i, nm1, lid, c in info.full:
                         # Fastest first: no later plan can finish before now + runtime, nor be
                         # accepted over a waiting plan unless within the wait slack: stop early.
                         if runtime > limit:
                             break
-                        if total.get(t, 0) > nm1 and fits(t, tp, nm1 + 1, b):
+                        # (free_n[lid]: total free GPUs of the plan's type, c[2])
+                        if free_n[lid] > nm1 and fits(c[2], c[4], nm1 + 1, c[5]):
                             done = now + runtime
                             if done < now_done or (done == now_done and i < now_i):
-                                now_done, now_i, now_plan, now_lid = done, i, p, lid
+                                now_done, now_i, now_plan, now_lid = done, i, c[6], lid
                             found = None
                         else:  # start when the (nm1+1)-th earliest release of its GPUs comes
                             found = lists[lid]
