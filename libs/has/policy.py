@@ -500,7 +500,7 @@ def _order(queue: Sequence[QueuedJob], now: float, policy: QueuePolicy) -> list[
     starving = []
     rest = []
     for j in queue:
-        info = _plans_of(j)
+        info = getattr(j, "_has_plans", None) or _plans_of(j)  # (_plans_of inline: once per job)
         if s <= 0.0 or now - j.submitted_at >= s:
             starving.append((info.ideal_key if ideal else info.fifo_key, j, info))
         else:
@@ -662,7 +662,9 @@ class _Pass:
         # "Could this job ever fit?" depends only on the capacity, which views share while no
         # node or GPU changes health (ClusterView reuses it): answered once per job and kept.
         capacity, capacity_groups = self.cluster._capacity, self.cluster.capacity_groups
-        inf = _INF
+        inf, last, bisect_left = _INF, _LAST, bisect.bisect_left
+        est_done, est_type, backfill = self.est_done, self.est_type, policy.backfill
+        lean_key = (capacity, width_slack)  # what a job's full / lean depend on (_lean)
         pending: dict[str, PendingReason] = {}
         holder: QueuedJob | None = None
         reservation: Reservation | None = None
@@ -679,10 +681,10 @@ class _Pass:
                 # Completion-time-aware plan choice (QueuePolicy): the earliest estimated
                 # completion among the job's non-wasteful plans. Written inline, not as a
                 # method, because this loop is the pass's hot path (~10 plans per queued job).
-                if info.lean_for[0] is not capacity or info.lean_for[1] != width_slack:
+                if info.lean_for != lean_key:
                     self._lean(job, info)
-                now_done, now_i, now_plan, now_lid = inf, _LAST, None, 0  # best plan that fits now
-                any_done, any_i, any_list, any_n = inf, _LAST, None, 0  # best overall (now or after a wait)
+                now_done, now_i, now_plan, now_lid = inf, last, None, 0  # best plan that fits now
+                any_done, any_i, any_list, any_n = inf, last, None, 0  # best overall (now or after a wait)
                 limit = inf  # (any_done - now) * slack, recomputed only when any_done changes
                 # O(1): if no GPU type has as many free GPUs as the job's smallest plan needs,
                 # nothing fits now and only release times are looked up: the loop over the
@@ -696,7 +698,9 @@ class _Pass:
                             done = found.times[found.lo + nm1] + runtime
                         except IndexError:
                             done = inf + runtime
-                        if done < any_done or (done == any_done and i < any_i):
+                        # (done < any_done or (done == any_done and i < any_i)), one test when
+                        # it loses, which most plans do
+                        if done <= any_done and (done < any_done or i < any_i):
                             any_done, any_i, any_list, any_n = done, i, found, nm1 + 1
                             limit = (any_done - now) * slack
                 else:
@@ -717,7 +721,7 @@ class _Pass:
                                 done = found.times[found.lo + nm1] + runtime
                             except IndexError:  # fewer such GPUs than it needs (or none with the memory)
                                 done = inf + runtime
-                        if done < any_done or (done == any_done and i < any_i):
+                        if done <= any_done and (done < any_done or i < any_i):  # (as above)
                             any_done, any_i, any_list, any_n = done, i, found, nm1 + 1
                             limit = (any_done - now) * slack
                 if now_plan is not None:
@@ -732,13 +736,13 @@ class _Pass:
                         times, lo = any_list.times, any_list.lo + any_n  # type: ignore[union-attr]
                         if len(times) >= lo:
                             any_list.lo = lo  # type: ignore[union-attr]
-                            pos = bisect.bisect_left(times, any_done, lo)
+                            pos = bisect_left(times, any_done, lo)
                             times[pos:pos] = [any_done] * any_n
                     result = self._explain(job.plans, info) if explain else _NO_FIT_NOW
-                if self.est_done is not None:
-                    self.est_done[job.job_id] = any_done
-                    if any_i != _LAST:  # the type of the plan it chose (placed, or waits for)
-                        self.est_type[job.job_id] = job.plans[any_i].gpu_type
+                if est_done is not None:
+                    est_done[job.job_id] = any_done
+                    if any_i != last:  # the type of the plan it chose (placed, or waits for)
+                        est_type[job.job_id] = job.plans[any_i].gpu_type
             else:
                 result = self._ranked(job, info)
             if result.__class__ is Placement:
@@ -777,7 +781,7 @@ class _Pass:
                     )
                     continue
 
-            if not policy.backfill:
+            if not backfill:
                 fifo_head = job
                 behind = PendingReason(
                     f"waiting behind {job.job_id} (strict FIFO, backfill off)", (), WaitKind.BEHIND_HEAD
