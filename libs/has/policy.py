@@ -365,8 +365,8 @@ _LAST = 1 << 62  # a plan index after every real one: "none yet" that loses ever
 _NO_FIT_NOW = PendingReason("no plan fits the free GPUs now", ())
 # (runtime, plan index, gpu_type, GPUs - 1, tp, bytes_per_gpu, plan)
 _Candidate = tuple[float, int, str, int, int, int, PlanOption]
-# (runtime, plan index, GPUs - 1, number of its release list (``_Releases.lid``), the candidate)
-_Resolved = tuple[float, int, int, int, _Candidate]
+# (runtime, plan index, GPUs - 1, number of its release list (``_Releases.lid``))
+_Lean = tuple[float, int, int, int]
 
 
 class _JobPlans:
@@ -377,14 +377,14 @@ class _JobPlans:
     fewest GPUs any of its plans needs (a job none of whose types has that many free GPUs is
     rejected without looking at a plan); size: GPU-seconds of the cheapest timed plan;
     ideal_key: (submit time + that plan's runtime, seq, job id), the starving order "ideal";
-    full / lean: the candidates with their release-list numbers, valid for ``lean_for``
-    (``_Pass._lean``). The cache is keyed by nothing but the object (``QueuedJob`` and
+    lean: the candidates as the pass walks them, with their release-list numbers, valid for
+    ``lean_for`` (``_Pass._lean``). The cache is keyed by nothing but the object (``QueuedJob`` and
     ``PlanOption`` are frozen), except what depends on the capacity (``ever``, ``lean_for``).
     """
 
     __slots__ = (
         "rows", "runtimes", "least", "fewest", "timed", "size", "fifo_key", "short_key", "ideal_key", "by_slack",
-        "_shape", "ever", "sigs", "lean_for", "full", "lean",
+        "_shape", "ever", "sigs", "lean_for", "lean",
     )  # fmt: skip
 
     def __init__(self, job: QueuedJob) -> None:
@@ -419,9 +419,8 @@ class _JobPlans:
         self.sigs: dict[float, tuple[int, tuple[int, ...]]] = {}
         self.ever: tuple[object, bool] = (None, True)  # (capacity it was answered for, answer)
         self._shape: tuple[int, tuple[str, ...]] | None = None
-        self.lean_for: tuple[object, float] = (None, 0.0)  # (capacity, width_slack) of full / lean
-        self.full: list[_Resolved] = []
-        self.lean: list[tuple[float, int, int, int]] = []
+        self.lean_for: tuple[object, float] = (None, 0.0)  # (capacity, width_slack) of lean
+        self.lean: list[_Lean] = []
 
     def shape(self, plans: tuple[PlanOption, ...]) -> tuple[int, tuple[str, ...]]:
         """(id of what the job's pending reason depends on, its GPU types): jobs with the same
@@ -637,15 +636,13 @@ class _Pass:
         self.free_n[:] = [total.get(t, 0) for t in self.releases.types]  # (in place: run holds it)
 
     def _lean(self, job: QueuedJob, info: _JobPlans) -> None:
-        """Fill the job's completion candidates with their release-list numbers (``full``:
-        runtime, index, GPUs - 1, number, candidate) and the short form the release-only loop
-        reads (``lean``: the same without the candidate).
-        Kept on the job while the capacity is the same (the numbers depend on its memory
-        levels), like ``info.ever``."""
+        """The job's completion candidates as the pass walks them (``lean``: runtime, index,
+        GPUs - 1, release-list number; a plan that may fit now is read from ``info.rows``),
+        kept on the job while the capacity is the same (the numbers depend on its memory
+        levels), like ``info.ever``: short tuples, because unpacking them is per plan."""
         width_slack, lid = self.policy.width_slack, self.releases.lid
         cands = info.candidates(job.plans, width_slack)
-        info.full = [(c[0], c[1], c[3], lid(c[5], c[2]), c) for c in cands]
-        info.lean = [(r, i, nm1, number) for r, i, nm1, number, _ in info.full]
+        info.lean = [(r, i, nm1, lid(b, t)) for r, i, t, nm1, _, b, _ in cands]
         info.lean_for = (self.cluster._capacity, width_slack)
         if len(self.free_n) < len(self.releases.types):  # new lists numbered
             self._count_free()
@@ -664,7 +661,7 @@ class _Pass:
         capacity, capacity_groups = self.cluster._capacity, self.cluster.capacity_groups
         inf, last, bisect_left = _INF, _LAST, bisect.bisect_left
         est_done, est_type, backfill = self.est_done, self.est_type, policy.backfill
-        lean_key = (capacity, width_slack)  # what a job's full / lean depend on (_lean)
+        lean_key = (capacity, width_slack)  # what a job's lean depends on (_lean)
         pending: dict[str, PendingReason] = {}
         holder: QueuedJob | None = None
         reservation: Reservation | None = None
@@ -687,8 +684,8 @@ class _Pass:
                 any_done, any_i, any_list, any_n = inf, last, None, 0  # best overall (now or after a wait)
                 limit = inf  # (any_done - now) * slack, recomputed only when any_done changes
                 # O(1): if no GPU type has as many free GPUs as the job's smallest plan needs,
-                # nothing fits now and only release times are looked up: the loop over the
-                # short tuples below (once the cluster is full, almost every job of a pass).
+                # nothing fits now and only release times are looked up (the first loop; once
+                # the cluster is full, most jobs of a pass).
                 if info.fewest > self.most_free:
                     for runtime, i, nm1, lid in info.lean:
                         if runtime > limit:  # (as below)
@@ -704,16 +701,17 @@ class _Pass:
                             any_done, any_i, any_list, any_n = done, i, found, nm1 + 1
                             limit = (any_done - now) * slack
                 else:
-                    for runtime, i, nm1, lid, c in info.full:
+                    rows = info.rows
+                    for runtime, i, nm1, lid in info.lean:
                         # Fastest first: no later plan can finish before now + runtime, nor be
                         # accepted over a waiting plan unless within the wait slack: stop early.
                         if runtime > limit:
                             break
-                        # (free_n[lid]: total free GPUs of the plan's type, c[2])
-                        if free_n[lid] > nm1 and fits(c[2], c[4], nm1 + 1, c[5]):
+                        # free_n[lid]: free GPUs of the plan's type; row: (i, type, GPUs, tp, bytes)
+                        if free_n[lid] > nm1 and fits((row := rows[i])[1], row[3], row[2], row[4]):
                             done = now + runtime
                             if done < now_done or (done == now_done and i < now_i):
-                                now_done, now_i, now_plan, now_lid = done, i, c[6], lid
+                                now_done, now_i, now_plan, now_lid = done, i, job.plans[i], lid
                             found = None
                         else:  # start when the (nm1+1)-th earliest release of its GPUs comes
                             found = lists[lid]
