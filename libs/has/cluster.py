@@ -107,7 +107,7 @@ class _Capacity:
     policy's "could this ever fit?" check costs a dict lookup per plan.
     """
 
-    __slots__ = ("mems", "counts", "levels", "_groups", "_sizes")
+    __slots__ = ("mems", "counts", "levels", "_groups", "_sizes", "release_ids")
 
     def __init__(self, raw: dict[str, dict[str, list[int]]]) -> None:
         # gpu_type → node → memory_total of its healthy GPUs, ascending.
@@ -120,6 +120,11 @@ class _Capacity:
         self.levels = {t: sorted({x for m in per.values() for x in m}) for t, per in self.mems.items()}
         self._groups: dict[tuple[str, int, int], int] = {}
         self._sizes: dict[str, dict[int, int]] = {}  # gpu_type → healthy GPUs per node → nodes
+        # The queue policy's numbering of release lists (has.policy._Releases): (gpu_type, memory
+        # level or None) → small int, in first-use order. Kept here because which level a byte
+        # need falls in depends on this capacity only, so jobs' cached numbers stay valid while
+        # it does (a few entries: GPU types × memory sizes).
+        self.release_ids: dict[tuple[str, int | None], int] = {}
 
     @staticmethod
     def of(raw: dict[str, dict[str, list[int]]]) -> _Capacity:

@@ -363,8 +363,10 @@ _INF = float("inf")
 _MAX_VICTIMS = 4  # running jobs a pass weighs for preemption (the most recently started)
 _LAST = 1 << 62  # a plan index after every real one: "none yet" that loses every tie
 _NO_FIT_NOW = PendingReason("no plan fits the free GPUs now", ())
-# (runtime, plan index, gpu_type, GPUs - 1, tp, bytes_per_gpu, "bytes:gpu_type", plan)
-_Candidate = tuple[float, int, str, int, int, int, str, PlanOption]
+# (runtime, plan index, gpu_type, GPUs - 1, tp, bytes_per_gpu, plan)
+_Candidate = tuple[float, int, str, int, int, int, PlanOption]
+# (runtime, plan index, GPUs - 1, number of its release list (``_Releases.lid``))
+_Lean = tuple[float, int, int, int]
 
 
 class _JobPlans:
@@ -374,13 +376,15 @@ class _JobPlans:
     rows: (index, gpu_type, GPUs, tp, bytes) per plan in ranked order; least: per GPU type the
     fewest GPUs any of its plans needs (a job none of whose types has that many free GPUs is
     rejected without looking at a plan); size: GPU-seconds of the cheapest timed plan;
-    ideal_key: (submit time + that plan's runtime, seq, job id), the starving order "ideal".
-    The cache is keyed by nothing but the object: ``QueuedJob`` and ``PlanOption`` are frozen.
+    ideal_key: (submit time + that plan's runtime, seq, job id), the starving order "ideal";
+    lean: the candidates as the pass walks them, with their release-list numbers, valid for
+    ``lean_for`` (``_Pass._lean``). The cache is keyed by nothing but the object (``QueuedJob`` and
+    ``PlanOption`` are frozen), except what depends on the capacity (``ever``, ``lean_for``).
     """
 
     __slots__ = (
         "rows", "runtimes", "least", "fewest", "timed", "size", "fifo_key", "short_key", "ideal_key", "by_slack",
-        "_shape", "ever", "sigs",
+        "_shape", "ever", "sigs", "lean_for", "lean",
     )  # fmt: skip
 
     def __init__(self, job: QueuedJob) -> None:
@@ -415,13 +419,15 @@ class _JobPlans:
         self.sigs: dict[float, tuple[int, tuple[int, ...]]] = {}
         self.ever: tuple[object, bool] = (None, True)  # (capacity it was answered for, answer)
         self._shape: tuple[int, tuple[str, ...]] | None = None
+        self.lean_for: tuple[object, float] = (None, 0.0)  # (capacity, width_slack) of lean
+        self.lean: list[_Lean] = []
 
     def shape(self, plans: tuple[PlanOption, ...]) -> tuple[int, tuple[str, ...]]:
         """(id of what the job's pending reason depends on, its GPU types): jobs with the same
         plan shapes — the same model and recipe, whatever their length — share one id."""
         if self._shape is None:
             key = tuple((p.gpu_type, p.tp, p.pp, p.dp, p.bytes_per_gpu, p.label) for p in plans)
-            if len(_SHAPES) > 100_000:  # bounded, like _KEYS
+            if len(_SHAPES) > 100_000:  # bounded: distinct plan shapes seen by a long-lived process
                 _SHAPES.clear()
             shape = _SHAPES.get(key)
             if shape is None:
@@ -440,7 +446,7 @@ class _JobPlans:
         return sig
 
     def candidates(self, plans: tuple[PlanOption, ...], width_slack: float) -> list[_Candidate]:
-        """(runtime, index, type, GPUs - 1, tp, bytes, "bytes:type", plan) of the plans within
+        """(runtime, index, type, GPUs - 1, tp, bytes, plan) of the plans within
         ``width_slack`` of the cheapest GPU-seconds on their GPU type, fastest first (all plans
         have runtime_s)."""
         out = self.by_slack.get(width_slack)
@@ -455,26 +461,13 @@ class _JobPlans:
                 # more GPUs for little speed-up costs the queue more than it gains
                 if (r or 0.0) * row[2] <= scale * cheapest[row[1]]
             )  # (runtime, (index, ...)): indices are unique, so ties sort by plan index
-            out = [(r, i, t, n - 1, tp, b, _key(b, t), plans[i]) for r, (i, t, n, tp, b) in ranked]
+            out = [(r, i, t, n - 1, tp, b, plans[i]) for r, (i, t, n, tp, b) in ranked]
             self.by_slack[width_slack] = out
         return out
 
 
-_KEYS: dict[tuple[int, str], str] = {}
 _SHAPES: dict[tuple[tuple[str, int, int, int, int, str], ...], int] = {}
 _SHAPE_IDS = itertools.count()
-
-
-def _key(need_bytes: int, gpu_type: str) -> str:
-    """The release-list key of a plan, one shared str per (bytes, type). A str because its hash
-    is computed once and cached in the object; a tuple's would be recomputed on every lookup
-    (this is the pass's innermost loop)."""
-    key = _KEYS.get((need_bytes, gpu_type))
-    if key is None:
-        if len(_KEYS) > 100_000:  # bounded: distinct plan shapes seen by a long-lived process
-            _KEYS.clear()
-        key = _KEYS[(need_bytes, gpu_type)] = f"{need_bytes}:{gpu_type}"
-    return key
 
 
 def _plans_of(job: QueuedJob) -> _JobPlans:
@@ -506,7 +499,7 @@ def _order(queue: Sequence[QueuedJob], now: float, policy: QueuePolicy) -> list[
     starving = []
     rest = []
     for j in queue:
-        info = _plans_of(j)
+        info = getattr(j, "_has_plans", None) or _plans_of(j)  # (_plans_of inline: once per job)
         if s <= 0.0 or now - j.submitted_at >= s:
             starving.append((info.ideal_key if ideal else info.fifo_key, j, info))
         else:
@@ -534,7 +527,7 @@ class _ReleaseList:
         self.lo = 0
 
 
-class _Releases(dict[str, _ReleaseList]):
+class _Releases:
     """When will ``n`` GPUs of a type be free? A queue-aware estimate for plan choice.
 
     Per (GPU type, memory level): the sorted release time of every qualifying GPU — free =
@@ -546,35 +539,51 @@ class _Releases(dict[str, _ReleaseList]):
     would wait for the same soon-free fast GPUs). TP groups are ignored here (an estimate;
     actual placement is ``choose_nodes``).
 
-    A dict from "bytes:gpu_type" to the list a plan with that need draws from (plans whose
-    bytes fall in one memory level share one list), filled on first lookup; a need above
-    every GPU of the type gets an empty list (no release ever: estimate inf, commits no-ops).
+    ``lists[lid]`` is the list a plan draws from, ``lid`` the number ``lid(bytes, type)``
+    gives its (type, memory level) — plans whose bytes fall in one level share one list; a
+    need above every GPU of the type gets an empty list (no release ever: estimate inf,
+    commits no-ops). The numbers are the capacity's (``_Capacity.release_ids``), so a job
+    keeps its candidates' numbers from pass to pass (``_Pass._lean``) and the pass's
+    innermost loop indexes a list instead of hashing a key.
     """
 
+    __slots__ = ("cluster", "now", "ids", "lists", "types")
+
     def __init__(self, cluster: ClusterView, now: float) -> None:
-        super().__init__()
         self.cluster = cluster
         self.now = now
-        self._levels: dict[tuple[str, int], _ReleaseList] = {}
+        self.ids = cluster._capacity.release_ids
+        self.lists: list[_ReleaseList] = []
+        self.types: list[str] = []  # the GPU type of each list
 
-    def __missing__(self, key: str) -> _ReleaseList:
-        need, gpu_type = key.split(":", 1)
-        level = self.cluster.memory_level(gpu_type, int(need))
-        if level is None:
-            found = _ReleaseList([])
-        else:
-            found = self._levels.get((gpu_type, level))  # type: ignore[assignment]
-            if found is None:
-                found = _ReleaseList(self.cluster.release_times(gpu_type, level, self.now))
-                self._levels[(gpu_type, level)] = found
-        self[key] = found
-        return found
+    def load(self) -> list[_ReleaseList]:
+        """Every list numbered so far, built now (a few per GPU type: one per memory level
+        some job needed), so that a job whose numbers are cached finds its lists built."""
+        self._extend()
+        return self.lists
+
+    def _extend(self) -> None:
+        keys = list(self.ids)  # (dicts keep insertion order: position = number)
+        for gpu_type, level in keys[len(self.lists):]:
+            times = [] if level is None else self.cluster.release_times(gpu_type, level, self.now)
+            self.lists.append(_ReleaseList(times))
+            self.types.append(gpu_type)
+
+    def lid(self, need_bytes: int, gpu_type: str) -> int:
+        """The number of the list a plan needing ``need_bytes`` of ``gpu_type`` draws from."""
+        key = (gpu_type, self.cluster.memory_level(gpu_type, need_bytes))
+        lid = self.ids.get(key)
+        if lid is None:
+            lid = self.ids[key] = len(self.ids)
+        if lid >= len(self.lists):
+            self._extend()
+        return lid
 
     def commit(self, plan: PlanOption, until: float, found: _ReleaseList | None = None) -> None:
         """The ``plan.num_gpus`` earliest-free GPUs of its type are taken until ``until``
         (``found``: the plan's list when the caller already looked it up)."""
         if found is None:
-            found = self[f"{plan.bytes_per_gpu}:{plan.gpu_type}"]
+            found = self.lists[self.lid(plan.bytes_per_gpu, plan.gpu_type)]
         n = plan.num_gpus
         times, lo = found.times, found.lo + n
         if len(times) < lo:  # fewer than n left: nothing to claim
@@ -611,6 +620,8 @@ class _Pass:
         self._lines: dict[tuple[str, int, int, int, int, str, int], str] = {}
         self._reasons: dict[tuple[int, tuple[int, ...]], PendingReason] = {}
         self.most_free = max(self.free.total.values(), default=0)  # of any one type, in ``free``
+        # free GPUs in ``free`` of each release list's GPU type (``total``, indexed by list number)
+        self.free_n: list[int] = []
 
     def _take(
         self, free: PassFree, gpu_type: str, nodes: Sequence[tuple[str, Sequence[int]]], checked: bool
@@ -618,18 +629,39 @@ class _Pass:
         free.take(gpu_type, nodes, checked)
         if free is self.free:
             self.most_free = max(free.total.values(), default=0)
+            self._count_free()
+
+    def _count_free(self) -> None:
+        total = self.free.total
+        self.free_n[:] = [total.get(t, 0) for t in self.releases.types]  # (in place: run holds it)
+
+    def _lean(self, job: QueuedJob, info: _JobPlans) -> None:
+        """The job's completion candidates as the pass walks them (``lean``: runtime, index,
+        GPUs - 1, release-list number; a plan that may fit now is read from ``info.rows``),
+        kept on the job while the capacity is the same (the numbers depend on its memory
+        levels), like ``info.ever``: short tuples, because unpacking them is per plan."""
+        width_slack, lid = self.policy.width_slack, self.releases.lid
+        cands = info.candidates(job.plans, width_slack)
+        info.lean = [(r, i, nm1, lid(b, t)) for r, i, t, nm1, _, b, _ in cands]
+        info.lean_for = (self.cluster._capacity, width_slack)
+        if len(self.free_n) < len(self.releases.types):  # new lists numbered
+            self._count_free()
 
     def run(self, jobs: list[tuple[QueuedJob, _JobPlans]]) -> ScheduleResult:
         policy, now = self.policy, self.now
         completion = policy.plan_choice == "completion"
         width_slack, slack, explain = policy.width_slack, 1.0 + policy.wait_slack, policy.explain
         starvation_s = policy.starvation_s
-        free, releases = self.free, self.releases
-        total, fits = free.total, free.fits
+        releases, fits = self.releases, self.free.fits
+        lists = releases.load() if completion else []  # release lists by number (_Releases)
+        free_n = self.free_n
+        self._count_free()
         # "Could this job ever fit?" depends only on the capacity, which views share while no
         # node or GPU changes health (ClusterView reuses it): answered once per job and kept.
         capacity, capacity_groups = self.cluster._capacity, self.cluster.capacity_groups
-        inf = _INF
+        inf, last, bisect_left = _INF, _LAST, bisect.bisect_left
+        est_done, est_type, backfill = self.est_done, self.est_type, policy.backfill
+        lean_key = (capacity, width_slack)  # what a job's lean depends on (_lean)
         pending: dict[str, PendingReason] = {}
         holder: QueuedJob | None = None
         reservation: Reservation | None = None
@@ -646,37 +678,53 @@ class _Pass:
                 # Completion-time-aware plan choice (QueuePolicy): the earliest estimated
                 # completion among the job's non-wasteful plans. Written inline, not as a
                 # method, because this loop is the pass's hot path (~10 plans per queued job).
-                cands = info.by_slack.get(width_slack)
-                if cands is None:
-                    cands = info.candidates(job.plans, width_slack)
-                # O(1): if no GPU type has as many free GPUs as the job's smallest plan needs,
-                # nothing fits now and only release times are looked up.
-                may_fit = info.fewest <= self.most_free
-                now_done, now_i, now_plan, now_key = inf, _LAST, None, ""  # best plan that fits now
-                any_done, any_i, any_list, any_n = inf, _LAST, None, 0  # best overall (now or after a wait)
+                if info.lean_for != lean_key:
+                    self._lean(job, info)
+                now_done, now_i, now_plan, now_lid = inf, last, None, 0  # best plan that fits now
+                any_done, any_i, any_list, any_n = inf, last, None, 0  # best overall (now or after a wait)
                 limit = inf  # (any_done - now) * slack, recomputed only when any_done changes
-                for runtime, i, t, nm1, tp, b, key, p in cands:
-                    # Fastest first: no later plan can finish before now + runtime, nor be
-                    # accepted over a waiting plan unless within the wait slack: stop early.
-                    if runtime > limit:
-                        break
-                    if may_fit and total.get(t, 0) > nm1 and fits(t, tp, nm1 + 1, b):
-                        done = now + runtime
-                        if done < now_done or (done == now_done and i < now_i):
-                            now_done, now_i, now_plan, now_key = done, i, p, key
-                        found = None
-                    else:  # start when the (nm1+1)-th earliest release of its GPUs comes
-                        found = releases[key]
+                # O(1): if no GPU type has as many free GPUs as the job's smallest plan needs,
+                # nothing fits now and only release times are looked up (the first loop; once
+                # the cluster is full, most jobs of a pass).
+                if info.fewest > self.most_free:
+                    for runtime, i, nm1, lid in info.lean:
+                        if runtime > limit:  # (as below)
+                            break
+                        found = lists[lid]
                         try:
                             done = found.times[found.lo + nm1] + runtime
-                        except IndexError:  # fewer such GPUs than it needs (or none with the memory)
+                        except IndexError:
                             done = inf + runtime
-                    if done < any_done or (done == any_done and i < any_i):
-                        any_done, any_i, any_list, any_n = done, i, found, nm1 + 1
-                        limit = (any_done - now) * slack
+                        # (done < any_done or (done == any_done and i < any_i)), one test when
+                        # it loses, which most plans do
+                        if done <= any_done and (done < any_done or i < any_i):
+                            any_done, any_i, any_list, any_n = done, i, found, nm1 + 1
+                            limit = (any_done - now) * slack
+                else:
+                    rows = info.rows
+                    for runtime, i, nm1, lid in info.lean:
+                        # Fastest first: no later plan can finish before now + runtime, nor be
+                        # accepted over a waiting plan unless within the wait slack: stop early.
+                        if runtime > limit:
+                            break
+                        # free_n[lid]: free GPUs of the plan's type; row: (i, type, GPUs, tp, bytes)
+                        if free_n[lid] > nm1 and fits((row := rows[i])[1], row[3], row[2], row[4]):
+                            done = now + runtime
+                            if done < now_done or (done == now_done and i < now_i):
+                                now_done, now_i, now_plan, now_lid = done, i, job.plans[i], lid
+                            found = None
+                        else:  # start when the (nm1+1)-th earliest release of its GPUs comes
+                            found = lists[lid]
+                            try:
+                                done = found.times[found.lo + nm1] + runtime
+                            except IndexError:  # fewer such GPUs than it needs (or none with the memory)
+                                done = inf + runtime
+                        if done <= any_done and (done < any_done or i < any_i):  # (as above)
+                            any_done, any_i, any_list, any_n = done, i, found, nm1 + 1
+                            limit = (any_done - now) * slack
                 if now_plan is not None:
                     result, preferred = self._settle(
-                        job, now_done, now_i, now_plan, now_key, any_done, any_i, any_list
+                        job, now_done, now_i, now_plan, lists[now_lid], any_done, any_i, any_list
                     )
                 else:
                     if any_done < inf:  # wait for the best plan: claim its GPUs' earliest releases
@@ -686,13 +734,13 @@ class _Pass:
                         times, lo = any_list.times, any_list.lo + any_n  # type: ignore[union-attr]
                         if len(times) >= lo:
                             any_list.lo = lo  # type: ignore[union-attr]
-                            pos = bisect.bisect_left(times, any_done, lo)
+                            pos = bisect_left(times, any_done, lo)
                             times[pos:pos] = [any_done] * any_n
                     result = self._explain(job.plans, info) if explain else _NO_FIT_NOW
-                if self.est_done is not None:
-                    self.est_done[job.job_id] = any_done
-                    if any_i != _LAST:  # the type of the plan it chose (placed, or waits for)
-                        self.est_type[job.job_id] = job.plans[any_i].gpu_type
+                if est_done is not None:
+                    est_done[job.job_id] = any_done
+                    if any_i != last:  # the type of the plan it chose (placed, or waits for)
+                        est_type[job.job_id] = job.plans[any_i].gpu_type
             else:
                 result = self._ranked(job, info)
             if result.__class__ is Placement:
@@ -731,7 +779,7 @@ class _Pass:
                     )
                     continue
 
-            if not policy.backfill:
+            if not backfill:
                 fifo_head = job
                 behind = PendingReason(
                     f"waiting behind {job.job_id} (strict FIFO, backfill off)", (), WaitKind.BEHIND_HEAD
@@ -845,7 +893,7 @@ class _Pass:
                 found = answers.get(sig)
                 if found is None:
                     found = -1
-                    for _, i, t, nm1, tp, b, _, _ in cands:
+                    for _, i, t, nm1, tp, b, _ in cands:
                         if total.get(t, 0) + (vcount if t == vtype else 0) <= nm1:
                             continue  # too few GPUs of its type even with the victim's: cannot fit
                         if free2 is None:
@@ -951,7 +999,7 @@ class _Pass:
         now_done: float,
         now_i: int,
         now_plan: PlanOption,
-        now_key: str,
+        now_list: _ReleaseList,
         any_done: float,
         any_i: int,
         any_list: _ReleaseList | None,
@@ -961,7 +1009,7 @@ class _Pass:
         (a starving job's reservation drains towards that plan, not a slower one)."""
         now, slack = self.now, 1.0 + self.policy.wait_slack
         if any_i == now_i or now_done - now <= (any_done - now) * slack:
-            self.releases.commit(now_plan, now_done, self.releases[now_key])
+            self.releases.commit(now_plan, now_done, now_list)
             nodes = self.free.choose(now_plan)
             assert nodes is not None
             return Placement(job_id=job.job_id, plan_index=now_i, plan=now_plan, nodes=nodes), None
