@@ -49,7 +49,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from has.cluster import ClusterView, NodeFree
+from has.cluster import ClusterView, GpuSlot, NodeFree
 from has.pass_state import PassFree
 from has.placement import (
     PendingReason,
@@ -817,7 +817,7 @@ class _Pass:
         )
         preemptions: tuple[Preemption, ...] = ()
         if self.est_done:
-            preemptions = self._preempt(jobs, pending, holder, reservation)
+            preemptions = self._preempt(jobs, pending, holder)
         return ScheduleResult(tuple(self.placements), pending, blocked_by, reservation, preemptions)
 
     def _preempt(
@@ -825,7 +825,6 @@ class _Pass:
         jobs: list[tuple[QueuedJob, _JobPlans]],
         pending: dict[str, PendingReason],
         holder: QueuedJob | None,
-        reservation: Reservation | None,
     ) -> tuple[Preemption, ...]:
         """Stop one just-arrived job for a shorter one that arrived right after it
         (``QueuePolicy.preempt_within_s``): shortest-first applied retroactively to jobs whose
@@ -875,7 +874,6 @@ class _Pass:
             left = max(_INF if g.free_at is None or g.free_at != g.free_at else g.free_at for g in slots) - now
             if left == _INF:
                 continue
-            gpus = [(g.node, g.index) for g in slots]
             vtype, vcount = slots[0].gpu_type, len(slots)  # a job's GPUs are of one type
             free2: PassFree | None = None  # built only when a plan could use the victim's GPUs
             chosen: tuple[QueuedJob, int] | None = None
@@ -897,7 +895,7 @@ class _Pass:
                         if total.get(t, 0) + (vcount if t == vtype else 0) <= nm1:
                             continue  # too few GPUs of its type even with the victim's: cannot fit
                         if free2 is None:
-                            free2 = self._free_with(gpus, reservation)
+                            free2 = self._free_with(slots)
                         if free2.fits(t, tp, nm1 + 1, b):
                             if not self.free.fits(t, tp, nm1 + 1, b):  # fits only with the victim gone
                                 found = i
@@ -933,28 +931,14 @@ class _Pass:
             return (Preemption(victim.job_id, job.job_id, lost),)
         return ()
 
-    def _free_with(self, gpus: Sequence[tuple[str, int]], reservation: Reservation | None) -> PassFree:
-        """The pass's free GPUs (after its placements and hold) plus ``gpus``, freed."""
-        by_node: dict[str, set[int]] = {}
-        for name, index in gpus:
-            by_node.setdefault(name, set()).add(index)
-        nodes = []
-        for node in self.cluster.nodes:
-            indices = by_node.get(node.name)
-            if indices:
-                node = dataclasses.replace(node, gpus=tuple(
-                    dataclasses.replace(g, owner=None, memory_free=g.memory_total, free_at=None)
-                    if g.index in indices else g
-                    for g in node.gpus
-                ))  # fmt: skip
-            nodes.append(node)
-        free = PassFree(self.cluster.updated(nodes))
-        for p in self.placements:
-            # checked: each placement was chosen on the pass's free GPUs, and a node here has
-            # those plus possibly the victim's (take verifies GPU by GPU where the counts differ)
-            free.take(p.plan.gpu_type, p.nodes, True)
-        if reservation is not None:
-            free.take(reservation.plan.gpu_type, reservation.held)
+    def _free_with(self, slots: Sequence[GpuSlot]) -> PassFree:
+        """The pass's free GPUs (after its placements and hold) plus ``slots`` (one running job's
+        GPUs), freed: a copy of the pass's index given those GPUs back (``PassFree.give``),
+        not a view rebuilt with the placements replayed (that copied every node of a type)."""
+        free = self.free.copy()
+        free.give(slots[0].gpu_type, [
+            dataclasses.replace(g, owner=None, memory_free=g.memory_total, free_at=None) for g in slots
+        ])  # fmt: skip
         return free
 
     def _explain(self, plans: tuple[PlanOption, ...], info: _JobPlans) -> PendingReason:
