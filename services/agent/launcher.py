@@ -385,7 +385,19 @@ def find_processes(launch_id: str, shim_only: bool = False) -> list[int]:
         pid = int(entry)
         if _environ_has(pid, needle) and process_running(pid, None):
             found.append(pid)
+    if shim_only and len(found) > 1:
+        # Between fork and exec, the shim's child still carries the shim's environment: a
+        # process whose parent is a match is that child, not a second shim.
+        found = [pid for pid in found if _parent(pid) not in found]
     return sorted(found)
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat[stat.rindex(")") + 2:].split()[1])  # field 4 overall: ppid
 
 
 def kill_launch(launch_id: str, sig: int) -> list[int]:

@@ -276,3 +276,21 @@ def test_ledger_round_trip_and_corrupt_file(tmp_path: Path) -> None:
     path.write_text('{"jobs": [{"job_id": "j", "attempt": 1, "pid": 5, "start_ticks": null, "log_path": "l",'
                     ' "reported": true, "from_the_future": 1}]}')
     assert Ledger(path).load() == [LedgerEntry("j", 1, 5, None, "l", True)]
+
+
+def test_a_shims_child_between_fork_and_exec_is_not_a_second_shim() -> None:
+    """A forked child carries its parent's environment until it execs: for that moment it looks
+    like the shim too. Adoption after an agent crash must still find exactly one shim."""
+    lid = f"t/{os.getpid()}/fork-window"
+    env = {**os.environ, launcher.SHIM_MARKER: lid, launcher.LAUNCH_ID_VAR: lid}
+    code = "import os, time\nos.fork()\ntime.sleep(30)\n"  # parent and child both stay, un-exec'd
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 10
+        while len(launcher.find_processes(lid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert len(launcher.find_processes(lid)) == 2  # both carry the launch id
+        assert launcher.find_processes(lid, shim_only=True) == [proc.pid]
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
