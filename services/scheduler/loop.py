@@ -35,14 +35,12 @@ import redis
 
 from frenzy.common.keys import SCHEDULER_GROUP, Keys
 from frenzy.common.messages import AgentEvent, BadMessage, EventKind, LaunchMessage, LayoutEnv, decode_event
-from frenzy.scheduler.states import JobState
+from frenzy.scheduler.states import ACTIVE, JobState
 from frenzy.scheduler.store import DEFAULT_MASTER_PORTS, JobRecord, StateStore
 from frenzy.v1 import types_pb2
 from has import Placement, QueuePolicy, schedule
 
 log = logging.getLogger(__name__)
-
-ACTIVE = (JobState.RESERVED, JobState.LAUNCHING, JobState.RUNNING)
 
 # Re-plan a job for the cluster as it is now: new ranked plans, or None to keep the old ones.
 Replanner = Callable[[JobRecord], "list[types_pb2.Plan] | None"]
@@ -285,7 +283,7 @@ class SchedulerLoop:
         new attempt that starts from scratch (it ran seconds, before any checkpoint), not
         counted against its attempt limit. -> done (False when it had moved on meanwhile)."""
         job = self.store.get(job_id)
-        if job is None or job.state not in (JobState.RESERVED, JobState.LAUNCHING, JobState.RUNNING):
+        if job is None or job.state not in ACTIVE:
             return False
         limit = (job.max_attempts or self.max_attempts) + job.preemptions + 1
         why = f"preempted for {for_job}, a shorter job submitted right after it"

@@ -44,6 +44,8 @@ class JobState(StrEnum):
 
 
 TERMINAL = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
+# The states in which a job holds GPUs for a live attempt.
+ACTIVE = frozenset({JobState.RESERVED, JobState.LAUNCHING, JobState.RUNNING})
 
 ALLOWED: dict[JobState, frozenset[JobState]] = {
     JobState.PENDING: frozenset({JobState.RESERVED, JobState.CANCELLED, JobState.FAILED}),

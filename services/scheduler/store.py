@@ -23,7 +23,7 @@ from google.protobuf import json_format
 from frenzy.common import scripts
 from frenzy.common.keys import Keys
 from frenzy.common.messages import CancelMessage, LaunchMessage
-from frenzy.scheduler.states import JobState, sources_of
+from frenzy.scheduler.states import ACTIVE, JobState, sources_of
 from frenzy.v1 import types_pb2
 from has import ClusterView, GpuSlot, NodeView, Placement, PlanOption, QueuedJob, RunningJob
 
@@ -132,10 +132,6 @@ def option_from_json(plan: dict[str, Any]) -> PlanOption:
         dp=int(lay.get("dp", 0)), bytes_per_gpu=int(plan.get("peakBytesPerGpu", plan.get("peak_bytes_per_gpu", 0))),
         runtime_s=completion if completion > 0 else None,
     )
-
-
-# The states in which a job holds GPUs for a live attempt.
-_LIVE = frozenset({JobState.RESERVED.value, JobState.LAUNCHING.value, JobState.RUNNING.value})
 
 
 class StateStore:
@@ -378,16 +374,15 @@ class StateStore:
         the same step.
 
         -> (done, new state: PENDING or FAILED; or the current state when nothing was done)."""
-        gpus = [(node, self.k.gpu(node, i)) for node, idxs in job.placement for i in idxs]
         msg = CancelMessage(job_id=job.id, attempt=job.attempt, reason=why)
         res = self._requeue(
             keys=[self.k.job(job.id), self.k.job_history(job.id), self.k.queue(), self.k.ports(job.master_node or "-"),
-                  *[k for node, key in gpus for k in (key, self.k.node(node))],
-                  *[self.k.launch_stream(n) for n, _ in job.placement]],
-            args=[job.id, job.attempt, job.fence, max_attempts, repr(time.time()), len(gpus), ",".join(lost), why,
+                  *job.gpu_keys(self.k), *[self.k.launch_stream(n) for n, _ in job.placement]],
+            args=[job.id, job.attempt, job.fence, max_attempts, repr(time.time()),
+                  sum(len(idxs) for _, idxs in job.placement), ",".join(lost), why,
                   msg.model_dump_json(), STREAM_MAXLEN,
                   json.dumps([json_format.MessageToDict(p) for p in plans]) if plans else "",
-                  *[node for node, _ in gpus], "1" if preempted else "0"],
+                  *[node for node, idxs in job.placement for _ in idxs], "1" if preempted else "0"],
         )
         return int(res[0]) == 1, str(res[1])
 
@@ -477,7 +472,7 @@ class StateStore:
         for job_id, (end, submitted, reserved, preempted, state) in zip(ids, pipe.execute(), strict=True):
             if end:
                 ends[job_id] = float(end)
-            if state in _LIVE and submitted and reserved:
+            if state in ACTIVE and submitted and reserved:
                 owners[job_id] = (float(submitted), float(reserved), int(preempted or 0))
             elif state == JobState.PENDING.value and int(preempted or 0) > 0:
                 stopping.add(job_id)  # requeued by a preemption, its processes still stopping
