@@ -49,6 +49,13 @@ class _TypeFree:
         self.slow: dict[tuple[int, int], int] = {}  # (tp, bytes) → the same, counted per node
         self.owned = False
 
+    def own(self) -> None:
+        """Copy the containers shared with the view (or a clone) before the first write."""
+        if not self.owned:
+            self.free = dict(self.free)
+            self.buckets = [list(names) for names in self.buckets]
+            self.owned = True
+
     def clone(self) -> _TypeFree:
         other = _TypeFree(self.free, self.buckets, self.least)
         other.usable = dict(self.usable)
@@ -134,9 +141,40 @@ class PassFree:
         return _choose_by_count(ts, need, tp)
 
     def give(self, gpu_type: str, slots: Sequence[GpuSlot]) -> None:
-        """Add these GPUs as free (a what-if: a running job's GPUs released; preemption asks it
-        of a copy). Raises ``ValueError`` when one is free here already."""
-        _give(self, gpu_type, slots)
+        """Add these GPUs (healthy, of ``gpu_type``, on schedulable nodes) as free — a what-if: a
+        running job's GPUs released; preemption asks it of a copy. Every index ends exactly as
+        in a ``PassFree`` built from a view in which they were free, with the same takes
+        applied. Raises ``ValueError`` when one is free here already."""
+        ts = self._type(gpu_type)
+        ts.own()
+        had_free = bool(ts.free)
+        by_node: dict[str, list[GpuSlot]] = {}
+        for g in slots:
+            by_node.setdefault(g.node, []).append(g)
+        new_nodes = False
+        for name, added in by_node.items():
+            nf = ts.free.get(name)
+            old = nf.slots if nf is not None else ()
+            if {g.index for g in added} & {g.index for g in old} or len({g.index for g in added}) != len(added):
+                raise ValueError(f"GPUs {sorted(g.index for g in added)} on {name}: some are free already")
+            c, k = len(old), len(old) + len(added)
+            if nf is not None:
+                del ts.buckets[c][bisect.bisect_left(ts.buckets[c], name)]
+            else:
+                new_nodes = True
+            while len(ts.buckets) <= k:  # (trailing empty buckets change no answer)
+                ts.buckets.append([])
+            ts.free[name] = NodeFree.of(name, (*old, *added))
+            bisect.insort(ts.buckets[k], name)
+            self.total[gpu_type] = self.total.get(gpu_type, 0) + len(added)
+            for tp, groups in ts.usable.items():
+                ts.usable[tp] = groups - (c - c % tp) + (k - k % tp)
+        if new_nodes:  # keep ``free`` in name order, as the view's
+            ts.free = dict(sorted(ts.free.items()))
+        given = min((g.memory_free for g in slots), default=ts.least)
+        ts.least = min(ts.least, given) if had_free else given
+        ts.slow.clear()
+        self.versions[gpu_type] = self.versions.get(gpu_type, 0) + 1
 
     def take(self, gpu_type: str, nodes: Iterable[tuple[str, Sequence[int]]], checked: bool = False) -> None:
         """Remove these GPUs (all free, of ``gpu_type``) from the index.
@@ -146,10 +184,7 @@ class PassFree:
         free GPU is taken needs no per-GPU check (most placements take whole nodes).
         """
         ts = self._type(gpu_type)
-        if not ts.owned:
-            ts.free = dict(ts.free)
-            ts.buckets = [list(names) for names in ts.buckets]
-            ts.owned = True
+        ts.own()
         free, buckets, total, usable = ts.free, ts.buckets, self.total, ts.usable
         emptied: dict[int, int] = {}  # free count → nodes emptied whole (usable updated once)
         for name, indices in nodes:
@@ -184,45 +219,6 @@ class PassFree:
                 usable[tp] = groups - count * (c - c % tp)
         ts.slow.clear()
         self.versions[gpu_type] = self.versions.get(gpu_type, 0) + 1
-
-
-def _give(free: PassFree, gpu_type: str, slots: Sequence[GpuSlot]) -> None:
-    """``PassFree.give``: add ``slots`` (healthy GPUs of ``gpu_type`` on schedulable nodes, none
-    of them free here yet) as free GPUs, keeping every index exactly as a ``PassFree`` built
-    from a view in which they were free would have it (then the same takes applied)."""
-    ts = free._type(gpu_type)
-    if not ts.owned:
-        ts.free = dict(ts.free)
-        ts.buckets = [list(names) for names in ts.buckets]
-        ts.owned = True
-    had_free = bool(ts.free)
-    by_node: dict[str, list[GpuSlot]] = {}
-    for g in slots:
-        by_node.setdefault(g.node, []).append(g)
-    new_nodes = False
-    for name, added in by_node.items():
-        nf = ts.free.get(name)
-        old = nf.slots if nf is not None else ()
-        if {g.index for g in added} & {g.index for g in old} or len({g.index for g in added}) != len(added):
-            raise ValueError(f"GPUs {sorted(g.index for g in added)} on {name}: some are free already")
-        c, k = len(old), len(old) + len(added)
-        if nf is not None:
-            del ts.buckets[c][bisect.bisect_left(ts.buckets[c], name)]
-        else:
-            new_nodes = True
-        while len(ts.buckets) <= k:  # (trailing empty buckets change no answer)
-            ts.buckets.append([])
-        ts.free[name] = NodeFree.of(name, (*old, *added))
-        bisect.insort(ts.buckets[k], name)
-        free.total[gpu_type] = free.total.get(gpu_type, 0) + len(added)
-        for tp, groups in ts.usable.items():
-            ts.usable[tp] = groups - (c - c % tp) + (k - k % tp)
-    if new_nodes:  # keep ``free`` in name order, as the view's
-        ts.free = dict(sorted(ts.free.items()))
-    given = min((g.memory_free for g in slots), default=ts.least)
-    ts.least = min(ts.least, given) if had_free else given
-    ts.slow.clear()
-    free.versions[gpu_type] = free.versions.get(gpu_type, 0) + 1
 
 
 def _first(ts: _TypeFree, name: str, count: int) -> tuple[int, ...]:
