@@ -886,12 +886,11 @@ class _Pass:
                     continue
                 if starvation_s <= 0.0 or now - job.submitted_at >= starvation_s:
                     continue
-                cands = info.candidates(job.plans, policy.width_slack)
                 sig = info.candidate_signature(job.plans, policy.width_slack)
                 found = answers.get(sig)
                 if found is None:
                     found = -1
-                    for _, i, t, nm1, tp, b, _ in cands:
+                    for _, i, t, nm1, tp, b, _ in info.candidates(job.plans, policy.width_slack):
                         if total.get(t, 0) + (vcount if t == vtype else 0) <= nm1:
                             continue  # too few GPUs of its type even with the victim's: cannot fit
                         if free2 is None:
