@@ -28,6 +28,7 @@ from __future__ import annotations
 import bisect
 import heapq
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from has.cluster import ClusterView, GpuSlot, NodeFree
 from has.placement import PlanOption, choose_from, explain_counts, explain_from
@@ -40,9 +41,11 @@ class _TypeFree:
 
     __slots__ = ("free", "buckets", "least", "usable", "slow", "owned")
 
-    def __init__(self, free: dict[str, NodeFree], buckets: list, least: int) -> None:
-        self.free = free  # name → NodeFree, name order (shared until the first take)
-        self.buckets = buckets  # c → name-sorted nodes with c free GPUs (shared until the first take)
+    def __init__(self, free: Mapping[str, NodeFree], buckets: Sequence[Sequence[str]], least: int) -> None:
+        # Both are the view's read-only containers (a mapping, tuples) until ``own`` copies them
+        # into a dict and lists, hence Any: a compiled build checks declared types on assignment.
+        self.free: Any = free  # name → NodeFree, name order
+        self.buckets: Any = buckets  # c → name-sorted nodes with c free GPUs
         self.least = least  # no free GPU of the type has less free memory than this
         # tp → GPUs in whole TP groups over all nodes, when every GPU qualifies (kept exact by take)
         self.usable: dict[int, int] = {}
@@ -69,19 +72,20 @@ class PassFree:
 
     __slots__ = ("view", "total", "types", "versions")
 
-    def __init__(self, view: ClusterView) -> None:
+    def __init__(self, view: ClusterView, of: PassFree | None = None) -> None:
+        """The view's free GPUs; with ``of``, a copy of that index instead (``copy``)."""
         self.view = view
-        self.total: dict[str, int] = {t: view.free_count(t) for t in view.gpu_types()}
         self.types: dict[str, _TypeFree] = {}
-        self.versions: dict[str, int] = {}  # per type, bumped on every take (memo keys)
+        if of is None:
+            self.total: dict[str, int] = {t: view.free_count(t) for t in view.gpu_types()}
+            self.versions: dict[str, int] = {}  # per type, bumped on every take (memo keys)
+        else:
+            self.total = dict(of.total)
+            self.types = {t: ts.clone() for t, ts in of.types.items()}
+            self.versions = dict(of.versions)
 
     def copy(self) -> PassFree:
-        other = PassFree.__new__(PassFree)
-        other.view = self.view
-        other.total = dict(self.total)
-        other.types = {t: ts.clone() for t, ts in self.types.items()}
-        other.versions = dict(self.versions)
-        return other
+        return PassFree(self.view, self)
 
     def _type(self, gpu_type: str) -> _TypeFree:
         ts = self.types.get(gpu_type)

@@ -68,11 +68,16 @@ class QueuedJob:
     seq: int
     submitted_at: float
     plans: tuple[PlanOption, ...]
+    # What ``schedule`` derives from the plans, computed on first use and kept with the job
+    # (``_plans_of``). Not part of equality, hashing or repr; ``dataclasses.replace`` gives
+    # the new job an empty cache (its plans may differ).
+    _has_plans: _JobPlans | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         # Accept any sequence from callers but keep the dataclass hashable and immutable.
         if not isinstance(self.plans, tuple):
             object.__setattr__(self, "plans", tuple(self.plans))
+        object.__setattr__(self, "_has_plans", None)  # (a compiled build does not apply the default)
 
 
 @dataclass(frozen=True)
@@ -471,12 +476,11 @@ _SHAPE_IDS = itertools.count()
 
 
 def _plans_of(job: QueuedJob) -> _JobPlans:
-    info = getattr(job, "_has_plans", None)  # (not job.__dict__: that builds the instance dict)
+    info = job._has_plans
     if info is None:
         info = _JobPlans(job)
-        # Not a dataclass field: equality, hashing and repr of QueuedJob are unchanged.
-        object.__setattr__(job, "_has_plans", info)
-    return info  # type: ignore[no-any-return]
+        object.__setattr__(job, "_has_plans", info)  # (a frozen dataclass: its cache field only)
+    return info
 
 
 def _order(queue: Sequence[QueuedJob], now: float, policy: QueuePolicy) -> list[tuple[QueuedJob, _JobPlans]]:
@@ -486,30 +490,44 @@ def _order(queue: Sequence[QueuedJob], now: float, policy: QueuePolicy) -> list[
     (submit time + runtime of the cheapest plan, seq, job id). (Sort keys are cached per job;
     job ids are unique, so two rows never tie on the key.)"""
     if policy.order == "fifo":
-        rows = []
+        rows: list[_Row] = []
         for j in queue:
             info = _plans_of(j)
-            rows.append((info.fifo_key, j, info))
-        rows.sort(key=_KEY)
-        return [(j, info) for _, j, info in rows]
+            rows.append((info.fifo_key[0], info.fifo_key, j, info))
+        return _sorted(rows)
     # Aging: starving jobs keep FIFO priority, so shortest-first cannot starve a big job.
     # (``_wait_s(j, now) >= s`` written out: a pass calls it once per queued job.)
     s = policy.starvation_s
     ideal = policy.starving_order == "ideal"
-    starving = []
-    rest = []
+    starving: list[_Row] = []
+    rest: list[_Row] = []
     for j in queue:
-        info = getattr(j, "_has_plans", None) or _plans_of(j)  # (_plans_of inline: once per job)
+        info = j._has_plans or _plans_of(j)  # (_plans_of inline: once per job)
         if s <= 0.0 or now - j.submitted_at >= s:
-            starving.append((info.ideal_key if ideal else info.fifo_key, j, info))
+            if ideal:
+                starving.append((info.ideal_key[0], info.ideal_key, j, info))
+            else:
+                starving.append((info.fifo_key[0], info.fifo_key, j, info))
         else:
-            rest.append((info.short_key, j, info))
-    starving.sort(key=_KEY)
-    rest.sort(key=_KEY)
-    return [(j, info) for _, j, info in starving] + [(j, info) for _, j, info in rest]
+            rest.append((info.short_key[0], info.short_key, j, info))
+    return _sorted(starving) + _sorted(rest)
 
 
+# (first element of the sort key, the whole key, job, its plans)
+_Row = tuple[float, tuple[object, ...], QueuedJob, "_JobPlans"]
 _KEY = operator.itemgetter(0)
+_FULL_KEY = operator.itemgetter(1)
+
+
+def _sorted(rows: list[_Row]) -> list[tuple[QueuedJob, _JobPlans]]:
+    """``rows`` by their whole key. When no two first elements are equal (or NaN) — nearly
+    always: sizes and times are floats — by the first element alone, the same order: CPython
+    sorts a list whose keys are all floats (or all small ints) with a direct comparison, several
+    times faster than comparing tuples item by item (~0.4 ms of a 1,000-job pass)."""
+    firsts = [r[0] for r in rows]
+    total = sum(firsts)  # NaN when a first element is NaN (or both infinities are there): slow path
+    rows.sort(key=_KEY if len(set(firsts)) == len(firsts) and total == total else _FULL_KEY)
+    return [(r[2], r[3]) for r in rows]
 
 
 class _ReleaseList:
@@ -743,7 +761,7 @@ class _Pass:
                         est_type[job.job_id] = job.plans[any_i].gpu_type
             else:
                 result = self._ranked(job, info)
-            if result.__class__ is Placement:
+            if isinstance(result, Placement):
                 self.placements.append(result)  # type: ignore[arg-type]
                 # checked: chosen on ``free``, a subset of ``unheld``'s free GPUs
                 self._take(self.free, result.plan.gpu_type, result.nodes, True)  # type: ignore[union-attr]
