@@ -47,7 +47,7 @@ import itertools
 import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, cast
 
 from has.cluster import ClusterView, GpuSlot, NodeFree
 from has.pass_state import PassFree
@@ -389,6 +389,7 @@ class _JobPlans:
 
     __slots__ = (
         "rows", "runtimes", "least", "fewest", "timed", "size", "fifo_key", "short_key", "ideal_key", "by_slack",
+        "fifo_first", "short_first", "ideal_first", "seq",
         "_shape", "ever", "sigs", "lean_for", "lean",
     )  # fmt: skip
 
@@ -416,10 +417,18 @@ class _JobPlans:
         self.fewest = min(least.values(), default=0)  # GPUs of the job's smallest plan
         self.timed = bool(plans) and len(sizes) == len(plans)
         self.size = min(sizes) if sizes else _INF
-        self.fifo_key = (job.seq, job.job_id)  # sort keys of the two queue orders
-        self.short_key = (self.size, job.seq, job.job_id)
+        # Sort keys of the queue orders, typed as tuples of objects so a compiled build keeps
+        # each as one Python tuple rather than rebuilding it from its parts on every read.
+        self.fifo_key: tuple[object, ...] = (job.seq, job.job_id)
+        self.short_key: tuple[object, ...] = (self.size, job.seq, job.job_id)
         # unknown runtime: 0, so jobs without estimates keep submit (FIFO) order
-        self.ideal_key = (job.submitted_at + (cheapest_run if self.timed else 0.0), job.seq, job.job_id)
+        ideal = job.submitted_at + (cheapest_run if self.timed else 0.0)
+        self.ideal_key: tuple[object, ...] = (ideal, job.seq, job.job_id)
+        # Their first elements, typed ``object`` for the same reason (``_sorted`` sorts by them).
+        self.fifo_first: object = job.seq
+        self.short_first: object = self.size
+        self.ideal_first: object = ideal
+        self.seq: object = job.seq
         self.by_slack: dict[float, list[_Candidate]] = {}
         self.sigs: dict[float, tuple[int, tuple[int, ...]]] = {}
         self.ever: tuple[object, bool] = (None, True)  # (capacity it was answered for, answer)
@@ -483,17 +492,18 @@ def _plans_of(job: QueuedJob) -> _JobPlans:
     return info
 
 
-def _order(queue: Sequence[QueuedJob], now: float, policy: QueuePolicy) -> list[tuple[QueuedJob, _JobPlans]]:
-    """The queue in the order the pass tries it, each job with its plan summary: by (seq,
-    job id); with ``order="shortest"``, the jobs that waited ``starvation_s`` that way, then
-    the rest by (size, seq, job id); with ``starving_order="ideal"`` the starving jobs by
-    (submit time + runtime of the cheapest plan, seq, job id). (Sort keys are cached per job;
-    job ids are unique, so two rows never tie on the key.)"""
+def _order(queue: Sequence[QueuedJob], now: float, policy: QueuePolicy) -> list[_Row]:
+    """The queue in the order the pass tries it, each job as a row (sort key's first element,
+    sort key, job, its plan summary): by (seq, job id); with ``order="shortest"``, the jobs
+    that waited ``starvation_s`` that way, then the rest by (size, seq, job id); with
+    ``starving_order="ideal"`` the starving jobs by (submit time + runtime of the cheapest
+    plan, seq, job id). (Sort keys are cached per job; job ids are unique, so two rows never
+    tie on the key.)"""
     if policy.order == "fifo":
         rows: list[_Row] = []
         for j in queue:
             info = _plans_of(j)
-            rows.append((info.fifo_key[0], info.fifo_key, j, info))
+            rows.append((info.fifo_first, info.seq, info.fifo_key, j, info))
         return _sorted(rows)
     # Aging: starving jobs keep FIFO priority, so shortest-first cannot starve a big job.
     # (``_wait_s(j, now) >= s`` written out: a pass calls it once per queued job.)
@@ -505,29 +515,43 @@ def _order(queue: Sequence[QueuedJob], now: float, policy: QueuePolicy) -> list[
         info = j._has_plans or _plans_of(j)  # (_plans_of inline: once per job)
         if s <= 0.0 or now - j.submitted_at >= s:
             if ideal:
-                starving.append((info.ideal_key[0], info.ideal_key, j, info))
+                starving.append((info.ideal_first, info.seq, info.ideal_key, j, info))
             else:
-                starving.append((info.fifo_key[0], info.fifo_key, j, info))
+                starving.append((info.fifo_first, info.seq, info.fifo_key, j, info))
         else:
-            rest.append((info.short_key[0], info.short_key, j, info))
+            rest.append((info.short_first, info.seq, info.short_key, j, info))
     return _sorted(starving) + _sorted(rest)
 
 
-# (first element of the sort key, the whole key, job, its plans)
-_Row = tuple[float, tuple[object, ...], QueuedJob, "_JobPlans"]
+# (first element of the sort key, the job's seq, the whole key, job, its plans)
+_Row = tuple[object, object, tuple[object, ...], QueuedJob, "_JobPlans"]
 _KEY = operator.itemgetter(0)
-_FULL_KEY = operator.itemgetter(1)
+_SEQ = operator.itemgetter(1)
+_FULL_KEY = operator.itemgetter(2)
 
 
-def _sorted(rows: list[_Row]) -> list[tuple[QueuedJob, _JobPlans]]:
-    """``rows`` by their whole key. When no two first elements are equal (or NaN) — nearly
-    always: sizes and times are floats — by the first element alone, the same order: CPython
-    sorts a list whose keys are all floats (or all small ints) with a direct comparison, several
-    times faster than comparing tuples item by item (~0.4 ms of a 1,000-job pass)."""
+def _sorted(rows: list[_Row]) -> list[_Row]:
+    """``rows`` sorted by their whole key (first element, seq, job id), in place.
+
+    CPython sorts a list whose keys are all floats (or all small ints) with a direct
+    comparison, several times faster than comparing tuples item by item (~0.4 ms of a
+    1,000-job pass). So: by the first element alone when no two are equal; else by seq and
+    then, stably, by the first element when no two seqs are equal — both the same order as
+    the whole key. Only when seqs repeat too (or a first element is NaN) are tuples compared.
+    """
     firsts = [r[0] for r in rows]
-    total = sum(firsts)  # NaN when a first element is NaN (or both infinities are there): slow path
-    rows.sort(key=_KEY if len(set(firsts)) == len(firsts) and total == total else _FULL_KEY)
-    return [(r[2], r[3]) for r in rows]
+    n = len(firsts)
+    total = sum(cast("list[float]", firsts))  # NaN when one is NaN (or both infinities are there)
+    if total == total:
+        if len(set(firsts)) == n:
+            rows.sort(key=_KEY)
+            return rows
+        if len({r[1] for r in rows}) == n:
+            rows.sort(key=_SEQ)
+            rows.sort(key=_KEY)  # stable: rows with equal first elements stay in seq order
+            return rows
+    rows.sort(key=_FULL_KEY)
+    return rows
 
 
 class _ReleaseList:
@@ -665,7 +689,7 @@ class _Pass:
         if len(self.free_n) < len(self.releases.types):  # new lists numbered
             self._count_free()
 
-    def run(self, jobs: list[tuple[QueuedJob, _JobPlans]]) -> ScheduleResult:
+    def run(self, jobs: list[_Row]) -> ScheduleResult:
         policy, now = self.policy, self.now
         completion = policy.plan_choice == "completion"
         width_slack, slack, explain = policy.width_slack, 1.0 + policy.wait_slack, policy.explain
@@ -686,7 +710,7 @@ class _Pass:
         fifo_head: QueuedJob | None = None
         behind = _NO_FIT_NOW
 
-        for job, info in jobs:
+        for _, _, _, job, info in jobs:
             if fifo_head is not None:
                 pending[job.job_id] = behind
                 continue
@@ -840,7 +864,7 @@ class _Pass:
 
     def _preempt(
         self,
-        jobs: list[tuple[QueuedJob, _JobPlans]],
+        jobs: list[_Row],
         pending: dict[str, PendingReason],
         holder: QueuedJob | None,
     ) -> tuple[Preemption, ...]:
@@ -899,7 +923,7 @@ class _Pass:
             # jobs of one model and recipe share the answer — the index of the plan that would
             # take the victim's GPUs, or -1.
             answers: dict[tuple[int, tuple[int, ...]], int] = {}
-            for job, info in jobs:  # in the pass's priority order
+            for _, _, _, job, info in jobs:  # in the pass's priority order
                 if job.job_id not in pending or job is holder or not info.timed:
                     continue
                 if starvation_s <= 0.0 or now - job.submitted_at >= starvation_s:
