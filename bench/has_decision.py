@@ -18,6 +18,10 @@ times), plus 1,000 queued LLM jobs with MARP's ranked plans. Then, on that same 
   also weighs preemption (``QueuePolicy.preempt_within_s``) for the most recent few;
 * ``frenzy+starving`` / ``frenzy-paper+starving``: the same queue with one wide job waiting
   10 h, so the pass also computes the GPUs held for it (``drain_target``);
+* ``frenzy-source``: the frenzy pass run by the plain source of the modules mypyc compiles
+  at install (``has._native.load_sources``), alternating pass by pass with the installed
+  build (``has_native`` in the output says whether that is the compiled one);
+  ``source_over_installed`` is their ratio of medians;
 * sia: one round of ``SiaPolicy.decide`` (build the ILP over queued + running jobs, solve
   with HiGHS, place).
 
@@ -45,7 +49,9 @@ import sys
 import time
 from pathlib import Path
 
+import has
 from has import ClusterView, PlanOption, QueuedJob, QueuePolicy, RunningJob, schedule
+from has._native import load_sources
 from has.cluster_spec import parse_cluster
 from has.placement import choose_nodes
 from has.sim_engine import Simulator, SimView, Start
@@ -223,6 +229,25 @@ def main() -> int:
             rows.append(_row(sim.total_gpus, name, ms, len(queue), {**state, "placed": len(res.placements),
                                                                    "drain_target_gpus": target, "held_gpus": held,
                                                                    "starving_plans": len(wide_plans[wide])}))
+        # The same frenzy pass run by the plain source (has._native.load_sources), alternating
+        # pass by pass with the installed build so both see the same machine: what the mypyc
+        # build buys (both builds ran in the "frenzy" row's place before; only the ratio is new).
+        src = load_sources("has_bench_source")
+        src_queue = [src["policy"].QueuedJob(q.job_id, q.seq, q.submitted_at, tuple(
+            src["placement"].PlanOption(p.gpu_type, p.tp, p.pp, p.dp, p.bytes_per_gpu, p.label, p.runtime_s)
+            for p in q.plans)) for q in queue]  # fmt: skip
+        src_qp = src["policy"].QueuePolicy.frenzy(explain=False)
+        src_schedule = src["policy"].schedule
+        qp = QueuePolicy.frenzy(explain=False)
+        src["policy"].schedule(cluster, src_queue, now, src_qp)  # warm-up
+        built, plain = [], []
+        for _ in range(args.reps):
+            built += _time(lambda c=cluster, q=queue, t=now, qp=qp: schedule(c, q, t, qp), 1)
+            plain += _time(lambda c=cluster, q=src_queue, t=now, qp=src_qp, f=src_schedule: f(c, q, t, qp), 1)
+        rows.append(_row(sim.total_gpus, "frenzy-source", plain, len(queue), {
+            **state, "interleaved_with_installed_ms_median": statistics.median(built),
+            "source_over_installed": statistics.median(plain) / statistics.median(built),
+        }))  # fmt: skip
         # Every running job started 10 s ago (as after a burst of arrivals): the pass also
         # weighs preemption (QueuePolicy.preempt_within_s, on in frenzy) for the most recent few.
         recent = [RunningJob(j, now - 10.0, now - 10.0) for j in sorted(sim.running)]
@@ -250,7 +275,7 @@ def main() -> int:
             "sia_over_frenzy_paper": s / by["frenzy-paper"]["pass_ms_median"],
         }
     out = {"bench": "has_decision", "python": platform.python_version(), "machine": platform.machine(),
-           "cpu_ref_us": cpu_ref_us(), "rows": rows, "ratios": ratios}  # fmt: skip
+           "cpu_ref_us": cpu_ref_us(), "has_native": has.NATIVE, "rows": rows, "ratios": ratios}  # fmt: skip
     if args.plot is not None:
         from has.sim_report import plot_decision_vs_size
 
