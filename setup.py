@@ -37,30 +37,38 @@ def _sha256(path: Path) -> str:
 
 
 class _BuildExt(build_ext):
-    """Build the extensions if possible (each is optional) and record which sources they
-    were built from, next to them, only when every one of them was built."""
+    """Build the extensions if possible and record which sources they were built from, next
+    to them. One failure drops them all (the modules of a mypyc group need each other), so
+    the install goes on without any, rather than failing or shipping half a group."""
 
     def run(self) -> None:
+        self._failed: list[str] = []
         super().run()
         if not self.extensions:
             return
-        built = [Path(self.get_ext_fullpath(ext.name)) for ext in self.extensions]
         out = Path(self.get_ext_fullpath("has.policy")).parent
         record = out / RECORD
-        if all(p.exists() for p in built):
+        if not self._failed:
             sources = {f"has.{Path(s).stem}": _sha256(ROOT / s) for s in COMPILED}
             record.write_text(json.dumps({"sources": sources}, indent=1, sort_keys=True) + "\n")
             print(f"frenzy: compiled {', '.join(sorted(sources))} with mypyc", file=sys.stderr)
-        else:
-            record.unlink(missing_ok=True)
-            print("frenzy: mypyc build failed, HAS runs as pure Python (slower, same decisions)",
-                  file=sys.stderr)  # fmt: skip
+            return
+        for ext in self.extensions:  # nothing of the group is installed
+            Path(self.get_ext_fullpath(ext.name)).unlink(missing_ok=True)
+        self.extensions = []
+        record.unlink(missing_ok=True)
+        print("frenzy: mypyc build failed, HAS runs as pure Python (slower, same decisions)", file=sys.stderr)
+
+    def copy_extensions_to_source(self) -> None:  # an editable install copies them into libs/
+        if not self._failed:
+            super().copy_extensions_to_source()
 
     def build_extension(self, ext) -> None:  # type: ignore[no-untyped-def]
         try:
             super().build_extension(ext)
         except Exception as err:  # no compiler, missing headers: pure Python instead
-            print(f"frenzy: could not build {ext.name}: {err}", file=sys.stderr)
+            self._failed.append(ext.name)
+            print(f"frenzy: could not build {ext.name}: {str(err)[:200]}", file=sys.stderr)
 
 
 def _extensions() -> list:
