@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 
 # setup.py compiles these with mypyc at install (pure Python where it cannot): an edit
 # re-installs, so the tests run the compiled build of the current source.
-COMPILED := libs/has/placement.py libs/has/pass_state.py libs/has/policy.py
+COMPILED := libs/has/cluster.py libs/has/placement.py libs/has/pass_state.py libs/has/policy.py
 
 $(STAMP): pyproject.toml setup.py $(COMPILED)
 	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "Frenzy needs Python 3.11 (set PYTHON=python3.11)"'

@@ -1,11 +1,11 @@
 """Build hook: compile HAS's scheduling pass with mypyc, falling back to pure Python.
 
 Everything else about the package is in pyproject.toml. This file exists for one reason:
-``has.policy`` and ``has.pass_state`` (the queue walk and its free-GPU index) run every
-scheduler tick and every simulator event, and a pass over 1,000 queued jobs costs
-~5 µs per job in CPython. mypyc (part of mypy, pinned in ``[build-system]``) compiles the
-*same* annotated Python source to a C extension, about 2x faster (docs/has-policy.md,
-"Cost"). There is no second implementation: the source files are the policy, and
+``has.policy``, ``has.pass_state``, ``has.placement`` and ``has.cluster`` (the queue walk,
+its free-GPU index, plan matching and the cluster snapshot) run every scheduler tick and every
+simulator event, and a pass over 1,000 queued jobs costs ~5 µs per job in CPython. mypyc (part
+of mypy, pinned in ``[build-system]``) compiles the *same* annotated Python source to a C
+extension, about 2x faster (docs/has-policy.md, "The compiled build"). There is no second implementation: the source files are the policy, and
 ``has/__init__.py`` loads them as plain Python when
 
 * the build could not compile them (no C compiler, e.g. a slim container image): the
@@ -28,7 +28,7 @@ from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).resolve().parent
 # Modules compiled together (one mypyc group); has/__init__.py lists the same in _NATIVE.
-COMPILED = ("libs/has/placement.py", "libs/has/pass_state.py", "libs/has/policy.py")
+COMPILED = ("libs/has/cluster.py", "libs/has/placement.py", "libs/has/pass_state.py", "libs/has/policy.py")
 RECORD = "_native.json"
 
 

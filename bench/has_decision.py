@@ -239,11 +239,12 @@ def main() -> int:
         src_qp = src["policy"].QueuePolicy.frenzy(explain=False)
         src_schedule = src["policy"].schedule
         qp = QueuePolicy.frenzy(explain=False)
-        src["policy"].schedule(cluster, src_queue, now, src_qp)  # warm-up
+        src_cluster = src["cluster"].ClusterView(cluster.nodes)  # the source's own view
+        src_schedule(src_cluster, src_queue, now, src_qp)  # warm-up
         built, plain = [], []
         for _ in range(args.reps):
             built += _time(lambda c=cluster, q=queue, t=now, qp=qp: schedule(c, q, t, qp), 1)
-            plain += _time(lambda c=cluster, q=src_queue, t=now, qp=src_qp, f=src_schedule: f(c, q, t, qp), 1)
+            plain += _time(lambda c=src_cluster, q=src_queue, t=now, qp=src_qp, f=src_schedule: f(c, q, t, qp), 1)
         rows.append(_row(sim.total_gpus, "frenzy-source", plain, len(queue), {
             **state, "interleaved_with_installed_ms_median": statistics.median(built),
             "source_over_installed": statistics.median(plain) / statistics.median(built),

@@ -8,10 +8,10 @@ Three layers, each a pure function of its inputs:
 - ``policy``: ``schedule`` runs one FIFO + backfill + starvation-reservation pass
   over the queue. The live scheduler and the simulator call the same code.
 
-``policy`` and ``pass_state`` may be compiled by mypyc at install time (setup.py): the same
-source, about twice as fast. ``NATIVE`` says whether the compiled build is in use; when it
-is missing, disabled (``FRENZY_PURE_PYTHON=1``) or older than its sources, the sources are
-loaded as plain Python here, before anything imports them.
+``cluster``, ``placement``, ``pass_state`` and ``policy`` may be compiled by mypyc at install
+(setup.py): the same source, about twice as fast. ``NATIVE`` says whether the compiled build
+is in use; when it is missing, disabled (``FRENZY_PURE_PYTHON=1``) or older than its sources,
+the sources are loaded as plain Python here, before anything imports them.
 """
 
 from has._native import load as _load_native

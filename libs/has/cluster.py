@@ -15,7 +15,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Protocol
 
@@ -69,6 +69,11 @@ class NodeFree:
     node: str
     slots: tuple[GpuSlot, ...]
     mem_sorted: tuple[int, ...]
+    # ``indices``, computed on first use (outside equality, hash and repr)
+    _indices: tuple[int, ...] | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_indices", None)  # (a compiled build does not apply the default)
 
     @staticmethod
     def of(node: str, slots: Iterable[GpuSlot]) -> NodeFree:
@@ -77,14 +82,12 @@ class NodeFree:
 
     @property
     def indices(self) -> tuple[int, ...]:
-        """The GPUs' indices, ascending (computed once per object and kept on it; not a field,
-        so equality and repr are unchanged)."""
-        # getattr, not self.__dict__: reading __dict__ makes CPython build the instance dict
-        indices = getattr(self, "_indices", None)
+        """The GPUs' indices, ascending (computed once per object and kept on it)."""
+        indices = self._indices
         if indices is None:
             indices = tuple([s.index for s in self.slots])
             object.__setattr__(self, "_indices", indices)
-        return indices  # type: ignore[no-any-return]
+        return indices
 
     def count_at_least(self, need_bytes: int) -> int:
         """How many of these GPUs have at least ``need_bytes`` free."""
@@ -170,6 +173,7 @@ class _Capacity:
 
 
 _LAST_CAPACITY: tuple[dict[str, dict[str, list[int]]], _Capacity] | None = None
+_NO_CAPACITY = _Capacity({})  # a blank view's, until ``_derived`` or ``updated`` sets the real one
 
 
 def _check_node(node: NodeView) -> None:
@@ -231,7 +235,22 @@ class ClusterView:
 
     __slots__ = ("_nodes", "_free", "_capacity", "_free_total", "_cache", "_busy_at")
 
-    def __init__(self, nodes: Iterable[NodeView]) -> None:
+    _nodes: dict[str, NodeView]
+    _free: dict[str, dict[str, NodeFree]]
+    _capacity: _Capacity
+    _free_total: dict[str, int]
+    _cache: dict[tuple[str, str, int], object]
+    _busy_at: dict[str, list[float]] | None
+
+    def __init__(self, nodes: Iterable[NodeView], *, _blank: bool = False) -> None:
+        if _blank:  # for ``_derived`` and ``updated``, which fill every field themselves
+            self._nodes = {}
+            self._free = {}
+            self._capacity = _NO_CAPACITY
+            self._free_total = {}
+            self._cache = {}
+            self._busy_at = None
+            return
         by_name: dict[str, NodeView] = {}
         for node in nodes:
             if node.name in by_name:
@@ -239,7 +258,7 @@ class ClusterView:
             _check_node(node)
             by_name[node.name] = node
         # Sorted by name once, so every later walk is deterministic.
-        self._nodes: dict[str, NodeView] = dict(sorted(by_name.items()))
+        self._nodes = dict(sorted(by_name.items()))
         free: dict[str, dict[str, NodeFree]] = {}
         capacity: dict[str, dict[str, list[int]]] = {}
         # gpu_type → expected release of each busy healthy GPU on a schedulable node (inf when
@@ -261,8 +280,8 @@ class ClusterView:
         self._free_total = {t: sum(len(nf.slots) for nf in per.values()) for t, per in free.items()}
         # Derived indexes, built on first use (release_times, free_buckets). The view is
         # immutable, so they stay valid for its lifetime and every pass on it shares them.
-        self._cache: dict[tuple[str, str, int], object] = {}
-        self._busy_at: dict[str, list[float]] | None = busy_at
+        self._cache = {}
+        self._busy_at = busy_at
 
     @classmethod
     def _derived(
@@ -272,7 +291,7 @@ class ClusterView:
         capacity: _Capacity,
         free_total: dict[str, int],
     ) -> ClusterView:
-        view = cls.__new__(cls)
+        view = cls((), _blank=True)
         view._nodes = nodes
         view._free = free
         view._capacity = capacity
@@ -460,7 +479,7 @@ class ClusterView:
         for c in before + after:
             touched.update(c.types)
         names_same = not gone and all(n in old for n in changed)
-        view = ClusterView.__new__(ClusterView)
+        view = ClusterView((), _blank=True)
         if names_same:  # same names, same (sorted) order: swap the changed values in place
             view._nodes = dict(old)
             for name in changed:
@@ -513,8 +532,11 @@ class ClusterView:
                 times = list(busy_at.get(gpu_type, ()))
                 for c in before:
                     for x in c.busy.get(gpu_type, ()):
-                        # by identity first (list.remove does): NaN estimates are found too
-                        times.remove(x)
+                        if x == x:
+                            times.remove(x)
+                        else:  # a NaN estimate: any NaN will do (a compiled build does not
+                            # keep the float object, so list.remove's identity test can miss)
+                            del times[next(i for i, y in enumerate(times) if y != y)]
                 for c in after:
                     times.extend(c.busy.get(gpu_type, ()))
                 if times:

@@ -72,8 +72,9 @@ def test_installed_and_source_builds_decide_the_same(block: int) -> None:
         src_running = [SRC["policy"].RunningJob(r.job_id, r.started_at, r.submitted_at) for r in running]
         for policy in rng.sample(POLICIES, 3):
             src_queue, src_policy = _source_inputs(queue, policy)
+            src_cluster = SRC["cluster"].ClusterView(cluster.nodes)  # the source's own view
             try:
-                want = _plain(SRC["policy"].schedule(cluster, src_queue, now, src_policy, src_running))
+                want = _plain(SRC["policy"].schedule(src_cluster, src_queue, now, src_policy, src_running))
             except ValueError as exc:
                 want = ("error", str(exc))
             try:
@@ -117,9 +118,9 @@ def test_the_guard_accepts_only_a_build_of_the_sources_here(tmp_path: Path) -> N
 
 def _import_in_subprocess(env_extra: dict[str, str]) -> dict:
     code = (
-        "import json, has, has.policy, has.pass_state, has.placement\n"
+        "import json, has, has.policy, has.pass_state, has.placement, has.cluster\n"
         "print(json.dumps({'native': has.NATIVE, 'files': [has.policy.__file__, has.pass_state.__file__,"
-        " has.placement.__file__]}))\n"
+        " has.placement.__file__, has.cluster.__file__]}))\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "FRENZY_PURE_PYTHON"} | env_extra
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60, check=True)
