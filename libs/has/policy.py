@@ -493,8 +493,8 @@ def _plans_of(job: QueuedJob) -> _JobPlans:
 
 
 def _order(queue: Sequence[QueuedJob], now: float, policy: QueuePolicy) -> list[_Row]:
-    """The queue in the order the pass tries it, each job as a row (sort key's first element,
-    sort key, job, its plan summary): by (seq, job id); with ``order="shortest"``, the jobs
+    """The queue in the order the pass tries it, each job as a row (``_Row``: sort key's first
+    element, seq, sort key, job, its plan summary): by (seq, job id); with ``order="shortest"``, the jobs
     that waited ``starvation_s`` that way, then the rest by (size, seq, job id); with
     ``starving_order="ideal"`` the starving jobs by (submit time + runtime of the cheapest
     plan, seq, job id). (Sort keys are cached per job; job ids are unique, so two rows never
@@ -531,7 +531,8 @@ _FULL_KEY = operator.itemgetter(2)
 
 
 def _sorted(rows: list[_Row]) -> list[_Row]:
-    """``rows`` sorted by their whole key (first element, seq, job id), in place.
+    """``rows`` sorted by their whole key ((first element, seq, job id), or (seq, job id) in
+    FIFO order), in place.
 
     CPython sorts a list whose keys are all floats (or all small ints) with a direct
     comparison, several times faster than comparing tuples item by item (~0.4 ms of a
