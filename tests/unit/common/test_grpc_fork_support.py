@@ -1,0 +1,27 @@
+"""Importing Frenzy turns gRPC's fork handlers off (services/__init__.py says why), before grpc
+is imported, and leaves a user's own setting alone."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+
+def _probe(env_extra: dict[str, str]) -> str:
+    code = (
+        "import frenzy.common.keys\n"
+        "import os, grpc\n"
+        "print(os.environ.get('GRPC_ENABLE_FORK_SUPPORT'))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "GRPC_ENABLE_FORK_SUPPORT"} | env_extra
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60, check=True)
+    return out.stdout.strip()
+
+
+def test_importing_frenzy_disables_grpc_fork_handlers() -> None:
+    assert _probe({}) == "false"
+
+
+def test_a_users_setting_wins() -> None:
+    assert _probe({"GRPC_ENABLE_FORK_SUPPORT": "1"}) == "1"
