@@ -39,4 +39,4 @@ up: $(STAMP)
 	$(BIN)/frenzy up
 
 clean:
-	rm -rf $(VENV) var .pytest_cache
+	rm -rf $(VENV) var .pytest_cache build libs/has/*.so libs/has/_native.json *__mypyc*.so
