@@ -559,9 +559,8 @@ class _ReleaseList:
     """Release times of one (GPU type, memory level), ascending, from ``times[lo]`` on.
 
     A commit takes the earliest ``n`` (``lo += n``: no shift of the list) and inserts ``n``
-    copies of the new release time where they belong — usually at the end (a job's end is
-    later than every release so far: appended, no search), else near it — so it costs
-    O(n + what lies after), not O(GPUs).
+    copies of the new release time where they belong (usually near the end: a job's end
+    is later than most releases), so it costs O(n + what lies after), not O(GPUs).
     """
 
     __slots__ = ("times", "lo")
@@ -633,11 +632,8 @@ class _Releases:
         if len(times) < lo:  # fewer than n left: nothing to claim
             return
         found.lo = lo
-        if until >= times[-1]:  # the usual case (equal values: where they go does not matter)
-            times.extend([until] * n)
-        else:
-            pos = bisect.bisect_left(times, until, lo)
-            times[pos:pos] = [until] * n
+        pos = bisect.bisect_left(times, until, lo)
+        times[pos:pos] = [until] * n
 
 
 class _Pass:
@@ -781,11 +777,8 @@ class _Pass:
                         times, lo = any_list.times, any_list.lo + any_n  # type: ignore[union-attr]
                         if len(times) >= lo:
                             any_list.lo = lo  # type: ignore[union-attr]
-                            if any_done >= times[-1]:  # the usual case: the latest release yet
-                                times.extend([any_done] * any_n)
-                            else:
-                                pos = bisect_left(times, any_done, lo)
-                                times[pos:pos] = [any_done] * any_n
+                            pos = bisect_left(times, any_done, lo)
+                            times[pos:pos] = [any_done] * any_n
                     result = self._explain(job.plans, info) if explain else _NO_FIT_NOW
                 if est_done is not None:
                     est_done[job.job_id] = any_done
