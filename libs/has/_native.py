@@ -1,8 +1,7 @@
 """Which build of HAS's scheduling pass runs: the mypyc-compiled modules or their sources.
 
 setup.py may compile ``NATIVE_MODULES`` (cluster, placement, pass_state, policy: one mypyc
-group) and records the
-SHA-256 of each source it compiled in ``_native.json`` beside them. Python's import system
+group) and records the SHA-256 of each source it compiled in ``_native.json`` beside them. Python's import system
 prefers an extension module to a ``.py`` of the same name, so a compiled module built from
 an older source would silently shadow an edit; ``load`` prevents that: unless every
 compiled module exists and was built from the source that is here now (and
@@ -50,8 +49,8 @@ def compiled_is_current(package_dir: Path) -> bool:
 
 
 def load(package_dir: Path | None = None) -> bool:
-    """Make ``has.pass_state`` and ``has.policy`` the compiled build when it is current and
-    allowed, else their sources; returns True for the compiled build."""
+    """Make the ``NATIVE_MODULES`` the compiled build when it is current and allowed, else
+    their sources; returns True for the compiled build."""
     here = package_dir or Path(__file__).resolve().parent
     if os.environ.get("FRENZY_PURE_PYTHON") != "1" and compiled_is_current(here):
         return True

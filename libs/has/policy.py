@@ -389,7 +389,7 @@ class _JobPlans:
 
     __slots__ = (
         "rows", "runtimes", "least", "fewest", "timed", "size", "fifo_key", "short_key", "ideal_key", "by_slack",
-        "fifo_first", "short_first", "ideal_first", "seq",
+        "short_first", "ideal_first", "seq",
         "_shape", "ever", "sigs", "lean_for", "lean",
     )  # fmt: skip
 
@@ -424,8 +424,8 @@ class _JobPlans:
         # unknown runtime: 0, so jobs without estimates keep submit (FIFO) order
         ideal = job.submitted_at + (cheapest_run if self.timed else 0.0)
         self.ideal_key: tuple[object, ...] = (ideal, job.seq, job.job_id)
-        # Their first elements, typed ``object`` for the same reason (``_sorted`` sorts by them).
-        self.fifo_first: object = job.seq
+        # Their first elements (FIFO's is ``seq``), typed ``object`` for the same reason
+        # (``_sorted`` sorts by them).
         self.short_first: object = self.size
         self.ideal_first: object = ideal
         self.seq: object = job.seq
@@ -494,16 +494,16 @@ def _plans_of(job: QueuedJob) -> _JobPlans:
 
 def _order(queue: Sequence[QueuedJob], now: float, policy: QueuePolicy) -> list[_Row]:
     """The queue in the order the pass tries it, each job as a row (``_Row``: sort key's first
-    element, seq, sort key, job, its plan summary): by (seq, job id); with ``order="shortest"``, the jobs
-    that waited ``starvation_s`` that way, then the rest by (size, seq, job id); with
-    ``starving_order="ideal"`` the starving jobs by (submit time + runtime of the cheapest
-    plan, seq, job id). (Sort keys are cached per job; job ids are unique, so two rows never
+    element, seq, sort key, job, its plan summary): by (seq, job id); with
+    ``order="shortest"``, the jobs that waited ``starvation_s`` that way, then the rest by
+    (size, seq, job id); with ``starving_order="ideal"`` the starving jobs by (submit time +
+    runtime of the cheapest plan, seq, job id). (Sort keys are cached per job; job ids are unique, so two rows never
     tie on the key.)"""
     if policy.order == "fifo":
         rows: list[_Row] = []
         for j in queue:
             info = _plans_of(j)
-            rows.append((info.fifo_first, info.seq, info.fifo_key, j, info))
+            rows.append((info.seq, info.seq, info.fifo_key, j, info))
         return _sorted(rows)
     # Aging: starving jobs keep FIFO priority, so shortest-first cannot starve a big job.
     # (``_wait_s(j, now) >= s`` written out: a pass calls it once per queued job.)
@@ -517,7 +517,7 @@ def _order(queue: Sequence[QueuedJob], now: float, policy: QueuePolicy) -> list[
             if ideal:
                 starving.append((info.ideal_first, info.seq, info.ideal_key, j, info))
             else:
-                starving.append((info.fifo_first, info.seq, info.fifo_key, j, info))
+                starving.append((info.seq, info.seq, info.fifo_key, j, info))
         else:
             rest.append((info.short_first, info.seq, info.short_key, j, info))
     return _sorted(starving) + _sorted(rest)
