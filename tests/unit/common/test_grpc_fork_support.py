@@ -3,9 +3,7 @@ is imported, and leaves a user's own setting alone."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
+from support.python_proc import run_python
 
 
 def _probe(env_extra: dict[str, str]) -> str:
@@ -14,9 +12,7 @@ def _probe(env_extra: dict[str, str]) -> str:
         "import os, grpc\n"
         "print(os.environ.get('GRPC_ENABLE_FORK_SUPPORT'))\n"
     )
-    env = {k: v for k, v in os.environ.items() if k != "GRPC_ENABLE_FORK_SUPPORT"} | env_extra
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60, check=True)
-    return out.stdout.strip()
+    return run_python(code, env_extra, unset="GRPC_ENABLE_FORK_SUPPORT").strip()
 
 
 def test_importing_frenzy_disables_grpc_fork_handlers() -> None:

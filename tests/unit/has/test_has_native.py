@@ -12,10 +12,7 @@ from __future__ import annotations
 import hashlib
 import importlib.machinery
 import json
-import os
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -24,6 +21,7 @@ from unit.has.test_has_equivalence import POLICIES, plain, random_cluster, rando
 import has
 from has import QueuedJob, QueuePolicy, RunningJob, schedule
 from has._native import NATIVE_MODULES, RECORD, compiled_is_current, load_sources
+from support.python_proc import run_python
 
 PACKAGE = Path(has.__file__).resolve().parent
 SRC = load_sources("has_source_build")
@@ -122,9 +120,7 @@ def _import_in_subprocess(env_extra: dict[str, str]) -> dict:
         "print(json.dumps({'native': has.NATIVE, 'files': [has.policy.__file__, has.pass_state.__file__,"
         " has.placement.__file__, has.cluster.__file__]}))\n"
     )
-    env = {k: v for k, v in os.environ.items() if k != "FRENZY_PURE_PYTHON"} | env_extra
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60, check=True)
-    return json.loads(out.stdout)
+    return json.loads(run_python(code, env_extra, unset="FRENZY_PURE_PYTHON"))
 
 
 def test_pure_python_switch_runs_the_sources() -> None:
