@@ -370,8 +370,21 @@ _LAST = 1 << 62  # a plan index after every real one: "none yet" that loses ever
 _NO_FIT_NOW = PendingReason("no plan fits the free GPUs now", ())
 # (runtime, plan index, gpu_type, GPUs - 1, tp, bytes_per_gpu, plan)
 _Candidate = tuple[float, int, str, int, int, int, PlanOption]
-# (runtime, plan index, GPUs - 1, number of its release list (``_Releases.lid``))
-_Lean = tuple[float, int, int, int]
+
+
+class _Lean:
+    """One completion candidate as the pass walks it: runtime, plan index, GPUs - 1, number of
+    its release list (``_Releases.lid``). A class, not a tuple: a compiled build keeps the
+    fields unboxed in the object, so reading a candidate touches one object, not a tuple and
+    a float elsewhere in memory (the pass is bound by those memory reads)."""
+
+    __slots__ = ("runtime", "index", "nm1", "lid")
+
+    def __init__(self, runtime: float, index: int, nm1: int, lid: int) -> None:
+        self.runtime = runtime
+        self.index = index
+        self.nm1 = nm1
+        self.lid = lid
 
 
 class _JobPlans:
@@ -389,7 +402,7 @@ class _JobPlans:
 
     __slots__ = (
         "rows", "runtimes", "least", "fewest", "timed", "size", "fifo_key", "short_key", "ideal_key", "by_slack",
-        "short_first", "ideal_first", "seq",
+        "short_first", "ideal_first", "seq", "job_id", "submitted_at", "has_plans",
         "_shape", "ever", "sigs", "lean_for", "lean",
     )  # fmt: skip
 
@@ -429,6 +442,11 @@ class _JobPlans:
         self.short_first: object = self.size
         self.ideal_first: object = ideal
         self.seq: object = job.seq
+        # The job's fields the pass reads for every job, kept here so that a waiting job's turn
+        # reads this object and not the QueuedJob too (the pass is bound by memory reads).
+        self.job_id = job.job_id
+        self.submitted_at = job.submitted_at
+        self.has_plans = bool(plans)
         self.by_slack: dict[float, list[_Candidate]] = {}
         self.sigs: dict[float, tuple[int, tuple[int, ...]]] = {}
         self.ever: tuple[object, bool] = (None, True)  # (capacity it was answered for, answer)
@@ -523,8 +541,10 @@ def _order(queue: Sequence[QueuedJob], now: float, policy: QueuePolicy) -> list[
     return _sorted(starving) + _sorted(rest)
 
 
-# (first element of the sort key, the job's seq, the whole key, job, its plans)
-_Row = tuple[object, object, tuple[object, ...], QueuedJob, "_JobPlans"]
+# (first element of the sort key, the job's seq, the whole key, job, its plans). Typed
+# ``object`` but for the plans: a compiled build then does not read the key and the job (to
+# check their types) when the pass unpacks a row; ``_job`` gives the job where it is needed.
+_Row = tuple[object, object, object, object, "_JobPlans"]
 _KEY = operator.itemgetter(0)
 _SEQ = operator.itemgetter(1)
 _FULL_KEY = operator.itemgetter(2)
@@ -556,18 +576,68 @@ def _sorted(rows: list[_Row]) -> list[_Row]:
 
 
 class _ReleaseList:
-    """Release times of one (GPU type, memory level), ascending, from ``times[lo]`` on.
+    """The release times of one (GPU type, memory level) — one per GPU — as runs: time
+    ``times[j]`` (ascending, distinct) for ``counts[j]`` GPUs, live from run ``lo`` on;
+    ``size`` GPUs in all (a commit takes as many as it gives back, so it never changes).
 
-    A commit takes the earliest ``n`` (``lo += n``: no shift of the list) and inserts ``n``
-    copies of the new release time where they belong (usually near the end: a job's end
-    is later than most releases), so it costs O(n + what lies after), not O(GPUs).
+    Runs, not one entry per GPU: the GPUs of a running job share one release time, and so do
+    the GPUs a decision claims, so a list of ~3,000 GPUs holds a few hundred runs. A commit
+    then searches and shifts runs, not GPUs, and never builds ``n`` copies of its time; a
+    lookup walks the few runs before the ``k``-th GPU (usually one or two).
     """
 
-    __slots__ = ("times", "lo")
+    __slots__ = ("times", "counts", "lo", "size")
 
-    def __init__(self, times: list[float]) -> None:
+    def __init__(self, flat: list[float]) -> None:
+        """From every GPU's release time, ascending."""
+        times: list[float] = []
+        counts: list[int] = []
+        last = -_INF
+        for t in flat:
+            if t == last:
+                counts[-1] += 1
+            else:
+                times.append(t)
+                counts.append(1)
+                last = t
         self.times = times
+        self.counts = counts
         self.lo = 0
+        self.size = len(flat)
+
+    def at(self, k: int) -> float:
+        """The (k + 1)-th earliest release time; inf when there are not that many GPUs."""
+        if k >= self.size:
+            return _INF
+        counts = self.counts
+        j = self.lo
+        c = counts[j]
+        while k >= c:
+            k -= c
+            j += 1
+            c = counts[j]
+        return self.times[j]
+
+    def commit(self, n: int, until: float) -> None:
+        """The ``n`` earliest-free GPUs are busy until ``until`` (nothing when fewer than n)."""
+        if self.size < n:
+            return
+        counts, lo, left = self.counts, self.lo, n
+        while left:  # take the n earliest from the front runs
+            c = counts[lo]
+            if c > left:
+                counts[lo] = c - left
+                break
+            left -= c
+            lo += 1
+        self.lo = lo
+        times = self.times
+        pos = bisect.bisect_left(times, until, lo)  # give them back as one run at ``until``
+        if pos < len(times) and times[pos] == until:
+            counts[pos] += n
+        else:
+            times.insert(pos, until)
+            counts.insert(pos, n)
 
 
 class _Releases:
@@ -627,13 +697,7 @@ class _Releases:
         (``found``: the plan's list when the caller already looked it up)."""
         if found is None:
             found = self.lists[self.lid(plan.bytes_per_gpu, plan.gpu_type)]
-        n = plan.num_gpus
-        times, lo = found.times, found.lo + n
-        if len(times) < lo:  # fewer than n left: nothing to claim
-            return
-        found.lo = lo
-        pos = bisect.bisect_left(times, until, lo)
-        times[pos:pos] = [until] * n
+        found.commit(plan.num_gpus, until)
 
 
 class _Pass:
@@ -685,7 +749,7 @@ class _Pass:
         levels), like ``info.ever``: short tuples, because unpacking them is per plan."""
         width_slack, lid = self.policy.width_slack, self.releases.lid
         cands = info.candidates(job.plans, width_slack)
-        info.lean = [(r, i, nm1, lid(b, t)) for r, i, t, nm1, _, b, _ in cands]
+        info.lean = [_Lean(r, i, nm1, lid(b, t)) for r, i, t, nm1, _, b, _ in cands]
         info.lean_for = (self.cluster._capacity, width_slack)
         if len(self.free_n) < len(self.releases.types):  # new lists numbered
             self._count_free()
@@ -702,7 +766,7 @@ class _Pass:
         # "Could this job ever fit?" depends only on the capacity, which views share while no
         # node or GPU changes health (ClusterView reuses it): answered once per job and kept.
         capacity, capacity_groups = self.cluster._capacity, self.cluster.capacity_groups
-        inf, last, bisect_left = _INF, _LAST, bisect.bisect_left
+        inf, last = _INF, _LAST
         est_done, est_type, backfill = self.est_done, self.est_type, policy.backfill
         lean_key = (capacity, width_slack)  # what a job's lean depends on (_lean)
         pending: dict[str, PendingReason] = {}
@@ -711,9 +775,10 @@ class _Pass:
         fifo_head: QueuedJob | None = None
         behind = _NO_FIT_NOW
 
-        for _, _, _, job, info in jobs:
+        for _, _, _, queued, info in jobs:
+            job_id = info.job_id
             if fifo_head is not None:
-                pending[job.job_id] = behind
+                pending[job_id] = behind
                 continue
 
             preferred: int | None = None
@@ -722,7 +787,7 @@ class _Pass:
                 # completion among the job's non-wasteful plans. Written inline, not as a
                 # method, because this loop is the pass's hot path (~10 plans per queued job).
                 if info.lean_for != lean_key:
-                    self._lean(job, info)
+                    self._lean(_job(queued), info)
                 now_done, now_i, now_plan, now_lid = inf, last, None, 0  # best plan that fits now
                 any_done, any_i, any_list, any_n = inf, last, None, 0  # best overall (now or after a wait)
                 limit = inf  # (any_done - now) * slack, recomputed only when any_done changes
@@ -730,14 +795,13 @@ class _Pass:
                 # nothing fits now and only release times are looked up (the first loop; once
                 # the cluster is full, most jobs of a pass).
                 if info.fewest > self.most_free:
-                    for runtime, i, nm1, lid in info.lean:
+                    for c in info.lean:
+                        runtime = c.runtime
                         if runtime > limit:  # (as below)
                             break
+                        i, nm1, lid = c.index, c.nm1, c.lid
                         found = lists[lid]
-                        try:
-                            done = found.times[found.lo + nm1] + runtime
-                        except IndexError:
-                            done = inf + runtime
+                        done = found.at(nm1) + runtime
                         # (done < any_done or (done == any_done and i < any_i)), one test when
                         # it loses, which most plans do
                         if done <= any_done and (done < any_done or i < any_i):
@@ -745,47 +809,41 @@ class _Pass:
                             limit = (any_done - now) * slack
                 else:
                     rows = info.rows
-                    for runtime, i, nm1, lid in info.lean:
+                    for c in info.lean:
+                        runtime = c.runtime
                         # Fastest first: no later plan can finish before now + runtime, nor be
                         # accepted over a waiting plan unless within the wait slack: stop early.
                         if runtime > limit:
                             break
+                        i, nm1, lid = c.index, c.nm1, c.lid
                         # free_n[lid]: free GPUs of the plan's type; row: (i, type, GPUs, tp, bytes)
                         if free_n[lid] > nm1 and fits((row := rows[i])[1], row[3], row[2], row[4]):
                             done = now + runtime
                             if done < now_done or (done == now_done and i < now_i):
-                                now_done, now_i, now_plan, now_lid = done, i, job.plans[i], lid
+                                now_done, now_i, now_plan, now_lid = done, i, _job(queued).plans[i], lid
                             found = None
                         else:  # start when the (nm1+1)-th earliest release of its GPUs comes
-                            found = lists[lid]
-                            try:
-                                done = found.times[found.lo + nm1] + runtime
-                            except IndexError:  # fewer such GPUs than it needs (or none with the memory)
-                                done = inf + runtime
+                            found = lists[lid]  # (inf: fewer such GPUs than it needs, or none with the memory)
+                            done = found.at(nm1) + runtime
                         if done <= any_done and (done < any_done or i < any_i):  # (as above)
                             any_done, any_i, any_list, any_n = done, i, found, nm1 + 1
                             limit = (any_done - now) * slack
                 if now_plan is not None:
                     result, preferred = self._settle(
-                        job, now_done, now_i, now_plan, lists[now_lid], any_done, any_i, any_list
+                        _job(queued), now_done, now_i, now_plan, lists[now_lid], any_done, any_i, any_list
                     )
                 else:
                     if any_done < inf:  # wait for the best plan: claim its GPUs' earliest releases
                         preferred = any_i
-                        # releases.commit(plan, any_done, any_list), inline; any_list is the
-                        # plan's list (it did not fit now, so its list was looked up)
-                        times, lo = any_list.times, any_list.lo + any_n  # type: ignore[union-attr]
-                        if len(times) >= lo:
-                            any_list.lo = lo  # type: ignore[union-attr]
-                            pos = bisect_left(times, any_done, lo)
-                            times[pos:pos] = [any_done] * any_n
-                    result = self._explain(job.plans, info) if explain else _NO_FIT_NOW
+                        # any_list is the plan's list (it did not fit now, so it was looked up)
+                        any_list.commit(any_n, any_done)  # type: ignore[union-attr]
+                    result = self._explain(_job(queued).plans, info) if explain else _NO_FIT_NOW
                 if est_done is not None:
-                    est_done[job.job_id] = any_done
+                    est_done[job_id] = any_done
                     if any_i != last:  # the type of the plan it chose (placed, or waits for)
-                        est_type[job.job_id] = job.plans[any_i].gpu_type
+                        est_type[job_id] = _job(queued).plans[any_i].gpu_type
             else:
-                result = self._ranked(job, info)
+                result = self._ranked(_job(queued), info)
             if isinstance(result, Placement):
                 self.placements.append(result)  # type: ignore[arg-type]
                 # checked: chosen on ``free``, a subset of ``unheld``'s free GPUs
@@ -793,8 +851,8 @@ class _Pass:
                 if self.unheld is not None:
                     self._take(self.unheld, result.plan.gpu_type, result.nodes, True)  # type: ignore[union-attr]
                 continue
-            if not job.plans:
-                pending[job.job_id] = result
+            if not info.has_plans:
+                pending[job_id] = result
                 continue
 
             if info.ever[0] is not capacity:  # could some plan fit with every job ended?
@@ -803,7 +861,7 @@ class _Pass:
                     any(capacity_groups(t, b, tp) * tp >= n for _, t, n, tp, b in info.rows),
                 )
             if not info.ever[1]:
-                pending[job.job_id] = PendingReason(
+                pending[job_id] = PendingReason(
                     result.summary + "; cannot fit this cluster even with every job ended",
                     result.per_plan,
                     WaitKind.NEVER_FITS,
@@ -814,8 +872,8 @@ class _Pass:
                 assert self.unheld is not None
                 alt = _first_fit(self.unheld, info)
                 if alt is not None:
-                    pending[job.job_id] = PendingReason(
-                        f"would fit now ({job.plans[alt].describe()}) but those GPUs are held for starving "
+                    pending[job_id] = PendingReason(
+                        f"would fit now ({_job(queued).plans[alt].describe()}) but those GPUs are held for starving "
                         f"job {holder.job_id} (waiting {_wait_s(holder, now):.0f} s)",
                         result.per_plan,
                         WaitKind.HELD_FOR_STARVING,
@@ -823,29 +881,29 @@ class _Pass:
                     continue
 
             if not backfill:
-                fifo_head = job
+                fifo_head = _job(queued)
                 behind = PendingReason(
-                    f"waiting behind {job.job_id} (strict FIFO, backfill off)", (), WaitKind.BEHIND_HEAD
+                    f"waiting behind {job_id} (strict FIFO, backfill off)", (), WaitKind.BEHIND_HEAD
                 )
-                pending[job.job_id] = result
+                pending[job_id] = result
                 continue
 
             # (``_wait_s(job, now) >= starvation_s``, written out)
-            if holder is None and (starvation_s <= 0.0 or now - job.submitted_at >= starvation_s):
+            if holder is None and (starvation_s <= 0.0 or now - info.submitted_at >= starvation_s):
                 view = _PassInventory(self.cluster, self.free, self.placements)
                 if preferred is None:
-                    res = drain_target(view, job.job_id, job.plans)
+                    res = drain_target(view, job_id, _job(queued).plans)
                 else:  # hold GPUs for the plan the job chose to wait for
-                    res = drain_target(view, job.job_id, (job.plans[preferred],))
+                    res = drain_target(view, job_id, (_job(queued).plans[preferred],))
                     if res is not None:
                         res = dataclasses.replace(res, plan_index=preferred)
                 if res is not None:
-                    holder, reservation = job, res
+                    holder, reservation = _job(queued), res
                     self.unheld = self.free.copy()
                     self._take(self.free, res.plan.gpu_type, res.held, False)
                     nodes = ", ".join(f"{n}×{c}" for n, c in res.target)
-                    pending[job.job_id] = PendingReason(
-                        f"{result.summary}; starving for {_wait_s(job, now):.0f} s: holding {res.held_count} free "
+                    pending[job_id] = PendingReason(
+                        f"{result.summary}; starving for {_wait_s(_job(queued), now):.0f} s: holding {res.held_count} free "
                         f"{res.plan.gpu_type} for plan {res.plan_index} (target {nodes}), "
                         f"waiting for {res.missing} more to be released",
                         result.per_plan,
@@ -853,7 +911,7 @@ class _Pass:
                     )
                     continue
 
-            pending[job.job_id] = result
+            pending[job_id] = result
 
         blocked_by = (
             holder.job_id if holder is not None else (fifo_head.job_id if fifo_head is not None else None)
@@ -925,11 +983,12 @@ class _Pass:
             # jobs of one model and recipe share the answer — the index of the plan that would
             # take the victim's GPUs, or -1.
             answers: dict[tuple[int, tuple[int, ...]], int] = {}
-            for _, _, _, job, info in jobs:  # in the pass's priority order
-                if job.job_id not in pending or job is holder or not info.timed:
+            for _, _, _, queued, info in jobs:  # in the pass's priority order
+                if info.job_id not in pending or queued is holder or not info.timed:
                     continue
-                if starvation_s <= 0.0 or now - job.submitted_at >= starvation_s:
+                if starvation_s <= 0.0 or now - info.submitted_at >= starvation_s:
                     continue
+                job = _job(queued)
                 sig = info.candidate_signature(job.plans, policy.width_slack)
                 found = answers.get(sig)
                 if found is None:
@@ -1066,6 +1125,11 @@ def _first_fit(free: PassFree, info: _JobPlans) -> int | None:
         if total.get(t, 0) >= n and fits(t, tp, n, b):
             return i
     return None
+
+
+def _job(queued: object) -> QueuedJob:
+    """A row's job (``_Row`` holds it as ``object``)."""
+    return cast(QueuedJob, queued)
 
 
 _SEQ_ORDER = operator.attrgetter("seq", "job_id")
