@@ -370,6 +370,41 @@ class ClusterView:
         The GPUs are scanned once per (type, level) for the view's lifetime; each call then
         costs two C-level list builds, not a walk over the GPUs.
         """
+        always, busy = self._release_base(gpu_type, level)
+        k = bisect.bisect_right(busy, now)  # estimates already past count as free now
+        return [now] * (always + k) + busy[k:]
+
+    def release_runs(self, gpu_type: str, level: int, now: float) -> tuple[list[float], list[int]]:
+        """``release_times`` as runs: its distinct times ascending and how many GPUs each.
+        New lists per call (callers edit them), built from a per-view cache of the busy runs
+        with two slices: O(runs after ``now``), not O(GPUs)."""
+        key = ("runs", gpu_type, level)
+        runs = self._cache.get(key)
+        if runs is None:
+            _, busy = self._release_base(gpu_type, level)
+            times: list[float] = []
+            counts: list[int] = []
+            upto: list[int] = [0]  # GPUs in the runs before each
+            for t in busy:  # (ascending)
+                if times and times[-1] == t:
+                    counts[-1] += 1
+                else:
+                    times.append(t)
+                    counts.append(1)
+                    upto.append(upto[-1])
+                upto[-1] += 1
+            runs = self._cache[key] = (times, counts, upto)
+        times, counts, upto = runs  # type: ignore[misc]
+        always = self._release_base(gpu_type, level)[0]
+        k = bisect.bisect_right(times, now)  # estimates already past count as free now
+        first = always + upto[k]
+        if first:
+            return [now, *times[k:]], [first, *counts[k:]]
+        return times[k:], counts[k:]
+
+    def _release_base(self, gpu_type: str, level: int) -> tuple[int, list[float]]:
+        """(GPUs of ``gpu_type`` with memory_total ≥ ``level`` free or with a NaN estimate,
+        the busy ones' estimates ascending, ``inf`` when unknown); cached per view."""
         key = ("release", gpu_type, level)
         hit = self._cache.get(key)
         levels = self._capacity.levels.get(gpu_type, [])
@@ -399,9 +434,7 @@ class ClusterView:
             busy.sort()
             hit = (always, busy)
             self._cache[key] = hit
-        always, busy = hit  # type: ignore[misc]
-        k = bisect.bisect_right(busy, now)  # estimates already past count as free now
-        return [now] * (always + k) + busy[k:]
+        return hit  # type: ignore[return-value]
 
     def free_buckets(self, gpu_type: str) -> tuple[tuple[tuple[str, ...], ...], int]:
         """Nodes with free ``gpu_type`` GPUs grouped by how many they have: ``buckets[c]`` is

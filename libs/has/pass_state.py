@@ -190,19 +190,22 @@ class PassFree:
         ts = self._type(gpu_type)
         ts.own()
         free, buckets, total, usable = ts.free, ts.buckets, self.total, ts.usable
-        emptied: dict[int, int] = {}  # free count → nodes emptied whole (usable updated once)
+        emptied: dict[int, list[str]] = {}  # free count → nodes emptied whole, in the order given
         for name, indices in nodes:
             nf = free.get(name)
             if nf is None:
                 raise ValueError(f"node {name!r} has no free {gpu_type}")
             slots = nf.slots
             c = len(slots)
-            names = buckets[c]
             if checked and len(indices) == c:
-                del names[bisect.bisect_left(names, name)]
                 del free[name]
-                emptied[c] = emptied.get(c, 0) + 1
+                whole = emptied.get(c)
+                if whole is None:
+                    emptied[c] = [name]
+                else:
+                    whole.append(name)
                 continue
+            names = buckets[c]
             gone = set(indices)
             left = tuple([s for s in slots if s.index not in gone])
             if len(left) != len(slots) - len(gone):
@@ -217,7 +220,14 @@ class PassFree:
             total[gpu_type] -= len(gone)
             for tp, groups in usable.items():  # the node now has k free: (k - k % tp) in groups
                 usable[tp] = groups - (c - c % tp) + (k - k % tp)
-        for c, count in emptied.items():  # whole nodes gone: their GPUs and whole TP groups
+        for c, whole in emptied.items():  # whole nodes gone: their GPUs and whole TP groups
+            names = buckets[c]
+            count = len(whole)
+            if names[:count] == whole:  # ``choose`` takes a bucket's first nodes, in name order
+                del names[:count]
+            else:
+                for name in whole:
+                    del names[bisect.bisect_left(names, name)]
             total[gpu_type] -= c * count
             for tp, groups in usable.items():
                 usable[tp] = groups - count * (c - c % tp)

@@ -556,23 +556,32 @@ def _sorted(rows: list[_Row]) -> list[_Row]:
 
     CPython sorts a list whose keys are all floats (or all small ints) with a direct
     comparison, several times faster than comparing tuples item by item (~0.4 ms of a
-    1,000-job pass). So: by the first element alone when no two are equal; else by seq and
-    then, stably, by the first element when no two seqs are equal — both the same order as
-    the whole key. Only when seqs repeat too (or a first element is NaN) are tuples compared.
+    1,000-job pass). So, when no first element is NaN: rows in strictly increasing seq order
+    (a queue usually comes that way; if not, a sort by seq makes it so when no two seqs are
+    equal) are stably sorted by the first element alone, which leaves equal first elements
+    in seq order: the same order as the whole key. Only when seqs repeat (or a first element
+    is NaN) are tuples compared.
     """
-    firsts = [r[0] for r in rows]
-    n = len(firsts)
-    total = sum(cast("list[float]", firsts))  # NaN when one is NaN (or both infinities are there)
+    total = sum(cast("list[float]", [r[0] for r in rows]))  # NaN when one is NaN (or both infinities are there)
     if total == total:
-        if len(set(firsts)) == n:
-            rows.sort(key=_KEY)
-            return rows
-        if len({r[1] for r in rows}) == n:
+        if not _seq_increasing(rows):
             rows.sort(key=_SEQ)
+        if _seq_increasing(rows):
             rows.sort(key=_KEY)  # stable: rows with equal first elements stay in seq order
             return rows
     rows.sort(key=_FULL_KEY)
     return rows
+
+
+def _seq_increasing(rows: list[_Row]) -> bool:
+    """Are the rows' seqs strictly increasing (so also distinct)?"""
+    prev: int | None = None
+    for r in rows:
+        seq = cast(int, r[1])
+        if prev is not None and seq <= prev:
+            return False
+        prev = seq
+    return True
 
 
 class _ReleaseList:
@@ -588,22 +597,12 @@ class _ReleaseList:
 
     __slots__ = ("times", "counts", "lo", "size")
 
-    def __init__(self, flat: list[float]) -> None:
-        """From every GPU's release time, ascending."""
-        times: list[float] = []
-        counts: list[int] = []
-        last = -_INF
-        for t in flat:
-            if t == last:
-                counts[-1] += 1
-            else:
-                times.append(t)
-                counts.append(1)
-                last = t
+    def __init__(self, times: list[float], counts: list[int]) -> None:
+        """From ``ClusterView.release_runs`` (lists this object then owns and edits)."""
         self.times = times
         self.counts = counts
         self.lo = 0
-        self.size = len(flat)
+        self.size = sum(counts)
 
     def at(self, k: int) -> float:
         """The (k + 1)-th earliest release time; inf when there are not that many GPUs."""
@@ -645,7 +644,7 @@ class _Releases:
 
     Per (GPU type, memory level): the sorted release time of every qualifying GPU — free =
     now, busy = its ``free_at``, unknown = never — from the snapshot
-    (``ClusterView.release_times``). Every decision of the pass is *committed* to it: a
+    (``ClusterView.release_runs``). Every decision of the pass is *committed* to it: a
     placement makes its GPUs busy until now + runtime; a job that chooses to wait for a plan
     claims the GPUs that free first until its own estimated end. So a job further down the
     queue does not count on GPUs an earlier job already counts on (without this, every job
@@ -678,8 +677,8 @@ class _Releases:
     def _extend(self) -> None:
         keys = list(self.ids)  # (dicts keep insertion order: position = number)
         for gpu_type, level in keys[len(self.lists):]:
-            times = [] if level is None else self.cluster.release_times(gpu_type, level, self.now)
-            self.lists.append(_ReleaseList(times))
+            times, counts = ([], []) if level is None else self.cluster.release_runs(gpu_type, level, self.now)
+            self.lists.append(_ReleaseList(times, counts))
             self.types.append(gpu_type)
 
     def lid(self, need_bytes: int, gpu_type: str) -> int:

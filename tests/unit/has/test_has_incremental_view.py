@@ -44,6 +44,7 @@ def describe(view: ClusterView, now: float = NOW) -> dict:
             "levels": [(b, view.memory_level(t, b), list(view.capacity_by_node(t, b).items()),
                         [view.capacity_groups(t, b, tp) for tp in (1, 2, 4, 8)]) for b in levels],
             "releases": [repr(view.release_times(t, b, at)) for b in levels for at in (now, now + 150.0)],
+            "runs": [repr(view.release_runs(t, b, at)) for b in levels for at in (now, now + 150.0)],
         }
     return out
 
@@ -59,6 +60,8 @@ def warm(view: ClusterView, rng: random.Random) -> None:
             level = view.memory_level(t, 1)
             if level is not None:
                 view.release_times(t, level, NOW)
+                if rng.random() < 0.5:
+                    view.release_runs(t, level, NOW)
 
 
 def mutate(rng: random.Random, view: ClusterView) -> list[NodeView]:
