@@ -5,7 +5,7 @@ Everything else about the package is in pyproject.toml. This file exists for one
 its free-GPU index, plan matching and the cluster snapshot) run every scheduler tick and every
 simulator event, and a pass over 1,000 queued jobs costs ~5 µs per job in CPython. mypyc (part
 of mypy, pinned in ``[build-system]``) compiles the *same* annotated Python source to a C
-extension, about 2x faster (docs/has-policy.md, "The compiled build"). There is no second implementation: the source files are the policy, and
+extension, 2.5–3.5x faster (docs/has-policy.md, "The compiled build"). There is no second implementation: the source files are the policy, and
 ``has/__init__.py`` loads them as plain Python when
 
 * the build could not compile them (no C compiler, e.g. a slim container image): the

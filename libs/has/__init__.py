@@ -9,7 +9,7 @@ Three layers, each a pure function of its inputs:
   over the queue. The live scheduler and the simulator call the same code.
 
 ``cluster``, ``placement``, ``pass_state`` and ``policy`` may be compiled by mypyc at install
-(setup.py): the same source, about twice as fast. ``NATIVE`` says whether the compiled build
+(setup.py): the same source, 2.5–3.5x as fast. ``NATIVE`` says whether the compiled build
 is in use; when it is missing, disabled (``FRENZY_PURE_PYTHON=1``) or older than its sources,
 the sources are loaded as plain Python here, before anything imports them.
 """
