@@ -378,10 +378,10 @@ class ClusterView:
         """``release_times`` as runs: its distinct times ascending and how many GPUs each.
         New lists per call (callers edit them), built from a per-view cache of the busy runs
         with two slices: O(runs after ``now``), not O(GPUs)."""
+        always, busy = self._release_base(gpu_type, level)
         key = ("runs", gpu_type, level)
         runs = self._cache.get(key)
         if runs is None:
-            _, busy = self._release_base(gpu_type, level)
             times: list[float] = []
             counts: list[int] = []
             upto: list[int] = [0]  # GPUs in the runs before each
@@ -395,7 +395,6 @@ class ClusterView:
                 upto[-1] += 1
             runs = self._cache[key] = (times, counts, upto)
         times, counts, upto = runs  # type: ignore[misc]
-        always = self._release_base(gpu_type, level)[0]
         k = bisect.bisect_right(times, now)  # estimates already past count as free now
         first = always + upto[k]
         if first:

@@ -74,9 +74,8 @@ def test_release_list_matches_one_entry_per_gpu(
             assert runs.at(k) == want
         if len(flat) - lo >= n:  # a commit: the n earliest are busy until ``until``
             lo += n
-            flat.insert(bisect.bisect_left(flat, until, lo), until)
-            for _ in range(n - 1):
-                flat.insert(bisect.bisect_left(flat, until, lo), until)
+            pos = bisect.bisect_left(flat, until, lo)
+            flat[pos:pos] = [until] * n
         runs.commit(n, until)
         assert runs.size == len(flat) - lo
         live = expand(runs.times[runs.lo :], runs.counts[runs.lo :])
