@@ -17,7 +17,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 _INF = float("inf")
 
@@ -101,6 +101,14 @@ class NodeFree:
         return tuple(picked)
 
 
+class HealthySpan(NamedTuple):
+    """Of one GPU type's healthy GPUs on schedulable nodes, free or not: the most on one node
+    and the total (0 and 0: the cluster has none). What a pending reason reports of them."""
+
+    widest: int
+    total: int
+
+
 class _Capacity:
     """Healthy GPUs per type and node, free or not, on schedulable nodes.
 
@@ -110,7 +118,7 @@ class _Capacity:
     policy's "could this ever fit?" check costs a dict lookup per plan.
     """
 
-    __slots__ = ("mems", "counts", "levels", "_groups", "_sizes", "release_ids")
+    __slots__ = ("mems", "counts", "levels", "_groups", "_sizes", "_spans", "release_ids")
 
     def __init__(self, raw: dict[str, dict[str, list[int]]]) -> None:
         # gpu_type → node → memory_total of its healthy GPUs, ascending.
@@ -123,6 +131,7 @@ class _Capacity:
         self.levels = {t: sorted({x for m in per.values() for x in m}) for t, per in self.mems.items()}
         self._groups: dict[tuple[str, int, int], int] = {}
         self._sizes: dict[str, dict[int, int]] = {}  # gpu_type → healthy GPUs per node → nodes
+        self._spans: dict[str, HealthySpan] = {}  # gpu_type → its widest node and total (span)
         # The queue policy's numbering of release lists (has.policy._Releases): (gpu_type, memory
         # level or None) → small int, in first-use order. Kept here because which level a byte
         # need falls in depends on this capacity only, so jobs' cached numbers stay valid while
@@ -148,6 +157,13 @@ class _Capacity:
             n = len(mems) - bisect.bisect_left(mems, need_bytes)
             if n:
                 out[node] = n
+        return out
+
+    def span(self, gpu_type: str) -> HealthySpan:
+        out = self._spans.get(gpu_type)
+        if out is None:
+            per: Mapping[str, int] = self.counts.get(gpu_type, {})
+            out = self._spans[gpu_type] = HealthySpan(max(per.values(), default=0), sum(per.values()))
         return out
 
     def groups(self, gpu_type: str, need_bytes: int, tp: int) -> int:
@@ -321,6 +337,11 @@ class ClusterView:
     def healthy_by_node(self, gpu_type: str) -> Mapping[str, int]:
         """Healthy GPUs of ``gpu_type`` per schedulable node, free or not (name-sorted)."""
         return self._capacity.counts.get(gpu_type, {})
+
+    def healthy_span(self, gpu_type: str) -> HealthySpan:
+        """``healthy_by_node(gpu_type)``'s largest value and sum, memoised with the capacity (a
+        pass explains hundreds of plans per type; each used to scan every node of it twice)."""
+        return self._capacity.span(gpu_type)
 
     def capacity_by_node(self, gpu_type: str, need_bytes: int) -> dict[str, int]:
         """Per schedulable node: healthy GPUs of ``gpu_type`` with memory_total ≥ ``need_bytes``.

@@ -30,7 +30,7 @@ import heapq
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from has.cluster import ClusterView, GpuSlot, NodeFree
+from has.cluster import ClusterView, GpuSlot, HealthySpan, NodeFree
 from has.placement import PlanOption, choose_from, explain_counts, explain_from
 
 Nodes = tuple[tuple[str, tuple[int, ...]], ...]
@@ -122,7 +122,7 @@ class PassFree:
             ts.slow[key] = groups
         return groups >= need
 
-    def explain(self, plan: PlanOption, healthy: Mapping[str, int]) -> str:
+    def explain(self, plan: PlanOption, healthy: HealthySpan) -> str:
         """``explain_plan`` on this pass's state (from the buckets when every GPU qualifies)."""
         ts = self.types.get(plan.gpu_type)
         if ts is None or plan.bytes_per_gpu > ts.least:
@@ -130,7 +130,9 @@ class PassFree:
         tp = plan.tp
         buckets = ts.buckets
         total = self.total.get(plan.gpu_type, 0)
-        usable = sum(len(names) * (c - c % tp) for c, names in enumerate(buckets) if c >= tp)
+        usable = ts.usable.get(tp)  # (as in ``fits``, which keeps it)
+        if usable is None:
+            usable = ts.usable[tp] = sum(len(names) * (c - c % tp) for c, names in enumerate(buckets) if c >= tp)
         largest = next(((names[0], c) for c in range(len(buckets) - 1, 0, -1) if (names := buckets[c])), None)
         return explain_counts(plan, healthy, total, total, usable, largest)
 

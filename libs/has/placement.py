@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
-from has.cluster import ClusterView, NodeFree
+from has.cluster import ClusterView, HealthySpan, NodeFree
 
 GIB = 1 << 30
 
@@ -201,12 +201,12 @@ def choose_from(
 
 def explain_plan(cluster: ClusterView, plan: PlanOption) -> str:
     """One line on why ``plan`` does not fit now, with the numbers that matter."""
-    return explain_from(cluster.free_by_node(plan.gpu_type), cluster.healthy_by_node(plan.gpu_type), plan)
+    return explain_from(cluster.free_by_node(plan.gpu_type), cluster.healthy_span(plan.gpu_type), plan)
 
 
-def explain_from(free: Mapping[str, NodeFree], healthy: Mapping[str, int], plan: PlanOption) -> str:
+def explain_from(free: Mapping[str, NodeFree], healthy: HealthySpan, plan: PlanOption) -> str:
     """``explain_plan`` from the free GPUs of the plan's type per node and its healthy GPUs
-    per schedulable node (what the scheduling pass keeps)."""
+    (``ClusterView.healthy_span``: what the scheduling pass keeps)."""
     quals = [(name, nf.count_at_least(plan.bytes_per_gpu), len(nf.slots)) for name, nf in free.items()]
     total_q = sum(q for _, q, _ in quals)
     largest = None
@@ -225,7 +225,7 @@ def explain_from(free: Mapping[str, NodeFree], healthy: Mapping[str, int], plan:
 
 def explain_counts(
     plan: PlanOption,
-    healthy: Mapping[str, int],
+    healthy: HealthySpan,
     total_q: int,
     total_free: int,
     usable: int,
@@ -237,11 +237,10 @@ def explain_counts(
     g = plan.gpu_type
     need = plan.num_gpus
     head = f"needs {plan.describe()}"
-    if not healthy:
+    if not healthy.total:
         return f"{head}; no schedulable {g} GPUs in the cluster"
-    widest = max(healthy.values())
-    if plan.tp > widest:
-        return f"{head}; a TP group of {plan.tp} exceeds the largest {g} node ({widest} GPUs)"
+    if plan.tp > healthy.widest:
+        return f"{head}; a TP group of {plan.tp} exceeds the largest {g} node ({healthy.widest} GPUs)"
 
     parts = [head]
     if largest is not None:
@@ -255,9 +254,8 @@ def explain_counts(
     low_mem = total_free - total_q
     if low_mem:
         parts.append(f"{low_mem} more free {g} skipped: < {fmt_gib(plan.bytes_per_gpu)} GiB free memory")
-    total_healthy = sum(healthy.values())
-    if total_healthy < need:
-        parts.append(f"the cluster has only {total_healthy} schedulable healthy {g}")
+    if healthy.total < need:
+        parts.append(f"the cluster has only {healthy.total} schedulable healthy {g}")
     return "; ".join(parts)
 
 

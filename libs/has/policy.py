@@ -1051,7 +1051,7 @@ class _Pass:
         job's plan shapes and the free GPUs of its types, so jobs of the same model and recipe
         share it until a placement changes one of those types; each plan's line is memoised
         the same way (many jobs share plan shapes)."""
-        free, lines, healthy = self.free, self._lines, self.cluster.healthy_by_node
+        free, lines, healthy = self.free, self._lines, self.cluster.healthy_span
         version = free.versions
         shape, types = info.shape(plans)
         key = (shape, tuple([version.get(t, 0) for t in types]))

@@ -137,3 +137,17 @@ def test_a_current_compiled_build_is_used() -> None:
     got = _import_in_subprocess({})
     assert got["native"] is True
     assert not any(f.endswith(".py") for f in got["files"]), got["files"]
+
+
+def test_the_compiled_modules_pass_the_type_check_mypyc_runs() -> None:
+    """mypyc type-checks the modules before compiling them, and setup.py falls back to pure
+    Python when that fails (so an install never breaks). The price: a type error would make
+    every install silently ~3x slower, and ``test_a_current_compiled_build_is_used`` would
+    only skip. Running the same checker (mypy, pinned like the build's) catches it here."""
+    mypy_api = pytest.importorskip("mypy.api")
+    files = [str(PACKAGE / f"{name}.py") for name in NATIVE_MODULES]
+    out, err, status = mypy_api.run(["--no-incremental", *files])
+    assert status == 0, (
+        f"mypy (the check mypyc runs at install) fails, so the install runs pure Python:\n{out}{err}"
+        "To fix: correct the errors above, then `make .venv/.installed` compiles the modules again."
+    )
