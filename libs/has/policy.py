@@ -287,77 +287,113 @@ def drain_target(cluster: _DrainSource, job_id: str, plans: Sequence[PlanOption]
     target on few nodes. Across plans the one missing the fewest GPUs wins,
     ties to the better-ranked plan. None when no plan fits even then.
     """
-    best: tuple[tuple[int, int, int], Reservation] | None = None
-    # Plans of one GPU type, TP width and size whose byte needs qualify the same GPUs get
-    # the same target: computed once (a job has dozens of plans, a few shapes).
-    memo: dict[tuple[str, int, int, int, int], tuple[tuple, tuple] | None] = {}  # type: ignore[type-arg]
+    best: tuple[tuple[int, int, int], _DrainNodes, dict[int, int]] | None = None
+    # A job has dozens of plans but few node orders: plans of one GPU type and TP width whose
+    # byte needs qualify the same GPUs rank the nodes alike (sorted once), and only their
+    # sizes differ (the greedy walk, cheap). Only the winner's GPUs are listed.
+    inventories: dict[str, tuple[list[tuple[str, NodeFree | None, list[int]]], list[int], list[int]]] = {}
+    orders: dict[tuple[str, int, int, int], _DrainNodes] = {}
     for plan_index, plan in enumerate(plans):
         tp = plan.tp
         need_groups = plan.num_gpus // tp
         need_bytes = plan.bytes_per_gpu
-        inventory, free_levels, busy_levels = cluster.drain_inventory(plan.gpu_type)
-        shape = (plan.gpu_type, tp, need_groups, bisect.bisect_left(free_levels, need_bytes),
-                 bisect.bisect_left(busy_levels, need_bytes))
-        if shape in memo:
-            found = memo[shape]
-        else:
-            found = memo[shape] = _drain_one(inventory, tp, need_groups, need_bytes)
-        if found is None:
+        inv = inventories.get(plan.gpu_type)
+        if inv is None:
+            inv = inventories[plan.gpu_type] = cluster.drain_inventory(plan.gpu_type)
+        inventory, free_levels, busy_levels = inv
+        key = (plan.gpu_type, tp, bisect.bisect_left(free_levels, need_bytes),
+               bisect.bisect_left(busy_levels, need_bytes))  # fmt: skip
+        nodes = orders.get(key)
+        if nodes is None:
+            nodes = orders[key] = _DrainNodes(inventory, tp, need_bytes)
+        if nodes.cap < need_groups:
             continue
-        target, held = found
-        res = Reservation(job_id, plan_index, plan, target, held)
-        key = (res.missing, len(target), plan_index)
-        if best is None or key < best[0]:
-            best = (key, res)
-    return None if best is None else best[1]
-
-
-def _drain_one(
-    inventory: list[tuple[str, NodeFree | None, list[int]]], tp: int, need_groups: int, need_bytes: int
-) -> tuple[tuple[tuple[str, int], ...], tuple[tuple[str, tuple[int, ...]], ...]] | None:
-    """``drain_target`` for one plan: (target nodes and GPU counts, free GPUs held), or None."""
-    rows: list[tuple[str, int, int, NodeFree | None]] = []  # node, free qualifying, cap groups, free GPUs
-    for name, free, busy in inventory:
-        q = free.count_at_least(need_bytes) if free is not None else 0
-        cap = (q + len(busy) - bisect.bisect_left(busy, need_bytes)) // tp
-        if cap:
-            rows.append((name, q, cap, free))
-    if sum(cap for _, _, cap, _ in rows) < need_groups:
+        groups, held = nodes.pick(need_groups)
+        rank = (plan.num_gpus - held, len(groups), plan_index)  # (missing, target nodes, plan)
+        if best is None or rank < best[0]:
+            best = (rank, nodes, groups)
+    if best is None:
         return None
-    rows.sort(key=lambda r: (-r[1], -r[2], r[0]))
-    # The need_groups groups of largest gain, ties by (node order, j) — counted, not listed:
-    # a node's groups gain tp (whole groups of free GPUs: q // tp of them), then one group
-    # gains q % tp (when the node has room for it), then the rest gain 0.
-    per_node: dict[int, int] = {}
-    left = need_groups
-    for order, (_, q, _, _) in enumerate(rows):  # 1. every group already whole, node by node
-        if left == 0:
-            break
-        take = min(q // tp, left)
-        if take:
-            per_node[order] = take
-            left -= take
-    if left:  # 2. the partial groups, largest first
-        partial = sorted((-(q % tp), order) for order, (_, q, cap, _) in enumerate(rows) if q % tp and cap > q // tp)
-        for _, order in partial[:left]:
-            per_node[order] = per_node.get(order, 0) + 1
-        left -= min(left, len(partial))
-    for order, (_, q, cap, _) in enumerate(rows):  # 3. groups of busy GPUs only, node by node
-        if left == 0:
-            break
-        take = min(cap - -(-q // tp), left)  # cap minus the groups with a free GPU
-        if take > 0:
-            per_node[order] = per_node.get(order, 0) + take
-            left -= take
-    target = []
-    held = []
-    for order in sorted(per_node):
-        name, q, _, free = rows[order]
-        gpus = per_node[order] * tp
-        target.append((name, gpus))
-        if q and free is not None:
-            held.append((name, tuple([s.index for s in free.slots if s.memory_free >= need_bytes][:gpus])))
-    return tuple(target), tuple(held)
+    (_, _, plan_index), nodes, groups = best
+    target, held_gpus = nodes.listed(groups)
+    return Reservation(job_id, plan_index, plans[plan_index], target, held_gpus)
+
+
+class _DrainNodes:
+    """One (GPU type, TP width, qualifying GPUs) of ``drain_target``: the nodes that can give
+    the plan whole TP groups, best first — (name, free qualifying, cap groups, free GPUs) by
+    (most free qualifying, most cap, name) — and their total ``cap``."""
+
+    __slots__ = ("rows", "cap", "tp", "need_bytes", "_partial", "_picks")
+
+    def __init__(self, inventory: list[tuple[str, NodeFree | None, list[int]]], tp: int, need_bytes: int) -> None:
+        rows: list[tuple[str, int, int, NodeFree | None]] = []
+        for name, free, busy in inventory:
+            q = free.count_at_least(need_bytes) if free is not None else 0
+            cap = (q + len(busy) - bisect.bisect_left(busy, need_bytes)) // tp
+            if cap:
+                rows.append((name, q, cap, free))
+        rows.sort(key=lambda r: (-r[1], -r[2], r[0]))
+        self.rows = rows
+        self.cap = sum(cap for _, _, cap, _ in rows)
+        self.tp = tp
+        self.need_bytes = need_bytes
+        self._partial: list[tuple[int, int]] | None = None
+        self._picks: dict[int, tuple[dict[int, int], int]] = {}  # (plans of one size share a pick)
+
+    def pick(self, need_groups: int) -> tuple[dict[int, int], int]:
+        """The ``need_groups`` groups of largest gain, ties by (node order, j) — counted, not
+        listed: a node's groups gain tp (whole groups of free GPUs: q // tp of them), then one
+        group gains q % tp (when the node has room for it), then the rest gain 0. Returns
+        (row → groups taken there, free GPUs they hold)."""
+        hit = self._picks.get(need_groups)
+        if hit is not None:
+            return hit
+        rows, tp = self.rows, self.tp
+        per_node: dict[int, int] = {}
+        left = need_groups
+        for order, (_, q, _, _) in enumerate(rows):  # 1. every group already whole, node by node
+            if left == 0:
+                break
+            take = min(q // tp, left)
+            if take:
+                per_node[order] = take
+                left -= take
+        if left:  # 2. the partial groups, largest first
+            partial = self._partial
+            if partial is None:
+                partial = self._partial = sorted(
+                    (-(q % tp), order) for order, (_, q, cap, _) in enumerate(rows) if q % tp and cap > q // tp
+                )
+            for _, order in partial[:left]:
+                per_node[order] = per_node.get(order, 0) + 1
+            left -= min(left, len(partial))
+        for order, (_, q, cap, _) in enumerate(rows):  # 3. groups of busy GPUs only, node by node
+            if left == 0:
+                break
+            take = min(cap - -(-q // tp), left)  # cap minus the groups with a free GPU
+            if take > 0:
+                per_node[order] = per_node.get(order, 0) + take
+                left -= take
+        held = 0
+        for order, groups in per_node.items():  # the first groups*tp of a node's q free ones
+            held += min(rows[order][1], groups * tp)
+        self._picks[need_groups] = (per_node, held)
+        return per_node, held
+
+    def listed(
+        self, per_node: dict[int, int]
+    ) -> tuple[tuple[tuple[str, int], ...], tuple[tuple[str, tuple[int, ...]], ...]]:
+        """``pick``'s groups as (target nodes and GPU counts, free GPUs held), in node order."""
+        target = []
+        held = []
+        for order in sorted(per_node):
+            name, q, _, free = self.rows[order]
+            gpus = per_node[order] * self.tp
+            target.append((name, gpus))
+            if q and free is not None:
+                held.append((name, tuple([s.index for s in free.slots if s.memory_free >= self.need_bytes][:gpus])))
+        return tuple(target), tuple(held)
 
 
 def _wait_s(job: QueuedJob, now: float) -> float:
@@ -867,10 +903,13 @@ class _Pass:
                 )
                 continue
 
-            if reservation is not None and holder is not None:
+            # "Held for the starving job" only when the hold is what keeps the job out: some
+            # plan fits the GPUs without the hold, none fits those left (a job that chose to
+            # wait for a faster plan, or skipped a wasteful one that fits, keeps its reason).
+            if reservation is not None and holder is not None and reservation.held:
                 assert self.unheld is not None
                 alt = _first_fit(self.unheld, info)
-                if alt is not None:
+                if alt is not None and _first_fit(self.free, info) is None:
                     pending[job_id] = PendingReason(
                         f"would fit now ({_job(queued).plans[alt].describe()}) but those GPUs are held for starving "
                         f"job {holder.job_id} (waiting {_wait_s(holder, now):.0f} s)",

