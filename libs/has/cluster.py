@@ -209,7 +209,9 @@ class _Contribution:
     node: str
     free: dict[str, NodeFree]  # its free healthy GPUs
     capacity: dict[str, list[int]]  # memory_total of its healthy GPUs, in GPU order
-    busy: dict[str, list[float]]  # release estimate of its busy healthy GPUs (inf: unknown)
+    # release estimate → how many of its busy healthy GPUs have it: inf when unknown, -inf
+    # for a NaN estimate (both read max(now, estimate) as now; -inf can be a dict key)
+    busy: dict[str, dict[float, int]]
 
     @property
     def types(self) -> set[str]:
@@ -219,7 +221,7 @@ class _Contribution:
 def _contribution(node: NodeView) -> _Contribution:
     free: dict[str, list[GpuSlot]] = {}
     capacity: dict[str, list[int]] = {}
-    busy: dict[str, list[float]] = {}
+    busy: dict[str, dict[float, int]] = {}
     if node.schedulable:
         for gpu in node.gpus:
             if not gpu.healthy:
@@ -228,7 +230,11 @@ def _contribution(node: NodeView) -> _Contribution:
             if gpu.owner is None:
                 free.setdefault(gpu.gpu_type, []).append(gpu)
             else:
-                busy.setdefault(gpu.gpu_type, []).append(_INF if gpu.free_at is None else gpu.free_at)
+                at = _INF if gpu.free_at is None else (gpu.free_at if gpu.free_at == gpu.free_at else -_INF)
+                counted = busy.get(gpu.gpu_type)
+                if counted is None:
+                    counted = busy[gpu.gpu_type] = {}
+                counted[at] = counted.get(at, 0) + 1
     return _Contribution(node.name, {t: NodeFree.of(node.name, s) for t, s in free.items()}, capacity, busy)
 
 
@@ -256,7 +262,7 @@ class ClusterView:
     _capacity: _Capacity
     _free_total: dict[str, int]
     _cache: dict[tuple[str, str, int], object]
-    _busy_at: dict[str, list[float]] | None
+    _busy_at: dict[str, dict[float, int]] | None
 
     def __init__(self, nodes: Iterable[NodeView], *, _blank: bool = False) -> None:
         if _blank:  # for ``_derived`` and ``updated``, which fill every field themselves
@@ -277,9 +283,10 @@ class ClusterView:
         self._nodes = dict(sorted(by_name.items()))
         free: dict[str, dict[str, NodeFree]] = {}
         capacity: dict[str, dict[str, list[int]]] = {}
-        # gpu_type → expected release of each busy healthy GPU on a schedulable node (inf when
-        # unknown; a NaN estimate, which max(now, nan) reads as now, is kept as NaN)
-        busy_at: dict[str, list[float]] = {}
+        # gpu_type → expected release → how many busy healthy GPUs on schedulable nodes have it
+        # (_Contribution.busy): counted, because a running job's GPUs share one estimate, so a
+        # few hundred runs stand for thousands of GPUs (``release_runs`` sorts those).
+        busy_at: dict[str, dict[float, int]] = {}
         for node in self._nodes.values():
             if not node.schedulable:
                 continue
@@ -287,14 +294,18 @@ class ClusterView:
             for gpu_type, mems in c.capacity.items():
                 capacity.setdefault(gpu_type, {})[node.name] = mems
             for gpu_type, times in c.busy.items():
-                busy_at.setdefault(gpu_type, []).extend(times)
+                counted = busy_at.get(gpu_type)
+                if counted is None:
+                    counted = busy_at[gpu_type] = {}
+                for x, n in times.items():  # (a node's busy GPUs share one or two estimates)
+                    counted[x] = counted.get(x, 0) + n
             for gpu_type, nf in c.free.items():
                 free.setdefault(gpu_type, {})[node.name] = nf
         self._free = free
         self._capacity = _Capacity.of(capacity)
         # Free GPUs per type: an O(1) "cannot fit now" test before any node is looked at.
         self._free_total = {t: sum(len(nf.slots) for nf in per.values()) for t, per in free.items()}
-        # Derived indexes, built on first use (release_times, free_buckets). The view is
+        # Derived indexes, built on first use (release_runs, free_buckets). The view is
         # immutable, so they stay valid for its lifetime and every pass on it shares them.
         self._cache = {}
         self._busy_at = busy_at
@@ -313,7 +324,7 @@ class ClusterView:
         view._capacity = capacity
         view._free_total = free_total
         view._cache = {}
-        view._busy_at = None  # ownership changed: release_times scans the nodes
+        view._busy_at = None  # ownership changed: release_runs walks the GPUs
         return view
 
     # ----- read access -------------------------------------------------
@@ -386,75 +397,65 @@ class ClusterView:
     def release_times(self, gpu_type: str, level: int, now: float) -> list[float]:
         """When each healthy ``gpu_type`` GPU with memory_total ≥ ``level`` on a schedulable
         node is free, ascending: ``now`` for a free GPU, max(now, ``free_at``) for a busy one,
-        ``inf`` when a busy GPU's release is unknown. A new list per call (callers edit it).
+        ``inf`` when a busy GPU's release is unknown (a NaN ``free_at`` reads as ``now``).
 
-        The GPUs are scanned once per (type, level) for the view's lifetime; each call then
-        costs two C-level list builds, not a walk over the GPUs.
+        One entry per GPU from a walk over the GPUs, uncached: the plain statement of what
+        ``release_runs`` (which the scheduling pass reads) returns grouped.
         """
-        always, busy = self._release_base(gpu_type, level)
+        free_now = 0
+        busy = []
+        for name in self.healthy_by_node(gpu_type):
+            for g in self._nodes[name].gpus:
+                if g.gpu_type != gpu_type or not g.healthy or g.memory_total < level:
+                    continue
+                if g.owner is None or (g.free_at is not None and g.free_at != g.free_at):
+                    free_now += 1
+                else:
+                    busy.append(_INF if g.free_at is None else g.free_at)
+        busy.sort()
         k = bisect.bisect_right(busy, now)  # estimates already past count as free now
-        return [now] * (always + k) + busy[k:]
+        return [now] * (free_now + k) + busy[k:]
 
     def release_runs(self, gpu_type: str, level: int, now: float) -> tuple[list[float], list[int]]:
         """``release_times`` as runs: its distinct times ascending and how many GPUs each.
         New lists per call (callers edit them), built from a per-view cache of the busy runs
         with two slices: O(runs after ``now``), not O(GPUs)."""
-        always, busy = self._release_base(gpu_type, level)
         key = ("runs", gpu_type, level)
         runs = self._cache.get(key)
         if runs is None:
-            times: list[float] = []
-            counts: list[int] = []
-            upto: list[int] = [0]  # GPUs in the runs before each
-            for t in busy:  # (ascending)
-                if times and times[-1] == t:
-                    counts[-1] += 1
-                else:
-                    times.append(t)
-                    counts.append(1)
-                    upto.append(upto[-1])
-                upto[-1] += 1
-            runs = self._cache[key] = (times, counts, upto)
-        times, counts, upto = runs  # type: ignore[misc]
+            free_now, counted = self._release_counts(gpu_type, level)
+            times = sorted(counted)
+            counts = [counted[t] for t in times]
+            upto = [0]  # GPUs in the runs before each
+            for c in counts:
+                upto.append(upto[-1] + c)
+            runs = self._cache[key] = (free_now, times, counts, upto)
+        free_now, times, counts, upto = runs  # type: ignore[misc]
         k = bisect.bisect_right(times, now)  # estimates already past count as free now
-        first = always + upto[k]
+        first = free_now + upto[k]
         if first:
             return [now, *times[k:]], [first, *counts[k:]]
         return times[k:], counts[k:]
 
-    def _release_base(self, gpu_type: str, level: int) -> tuple[int, list[float]]:
-        """(GPUs of ``gpu_type`` with memory_total ≥ ``level`` free or with a NaN estimate,
-        the busy ones' estimates ascending, ``inf`` when unknown); cached per view."""
-        key = ("release", gpu_type, level)
-        hit = self._cache.get(key)
+    def _release_counts(self, gpu_type: str, level: int) -> tuple[int, dict[float, int]]:
+        """(free GPUs of ``gpu_type`` with memory_total ≥ ``level``, release estimate → busy
+        such GPUs with it: inf when unknown, -inf for NaN)."""
         levels = self._capacity.levels.get(gpu_type, [])
-        if hit is None and self._busy_at is not None and levels and level <= levels[0]:
-            # Every GPU of the type qualifies: the busy estimates collected when the view was
-            # built, without a walk over the GPUs.
-            busy = [x for x in self._busy_at.get(gpu_type, ()) if x == x]
-            nan = len(self._busy_at.get(gpu_type, ())) - len(busy)
-            busy.sort()
-            hit = (self._free_total.get(gpu_type, 0) + nan, busy)
-            self._cache[key] = hit
-        if hit is None:
-            always = 0  # free GPUs, and busy ones whose estimate is NaN (max(now, nan) is now)
-            busy = []
-            for name in self.healthy_by_node(gpu_type):
-                for g in self._nodes[name].gpus:
-                    if g.gpu_type != gpu_type or not g.healthy or g.memory_total < level:
-                        continue
-                    if g.owner is None:
-                        always += 1
-                    elif g.free_at is None:
-                        busy.append(_INF)
-                    elif g.free_at == g.free_at:
-                        busy.append(g.free_at)
-                    else:
-                        always += 1
-            busy.sort()
-            hit = (always, busy)
-            self._cache[key] = hit
-        return hit  # type: ignore[return-value]
+        if self._busy_at is not None and levels and level <= levels[0]:
+            # Every GPU of the type qualifies: the counts kept with the view, no walk.
+            return self._free_total.get(gpu_type, 0), self._busy_at.get(gpu_type, {})
+        free_now = 0
+        counted: dict[float, int] = {}
+        for name in self.healthy_by_node(gpu_type):
+            for g in self._nodes[name].gpus:
+                if g.gpu_type != gpu_type or not g.healthy or g.memory_total < level:
+                    continue
+                if g.owner is None:
+                    free_now += 1
+                    continue
+                at = _INF if g.free_at is None else (g.free_at if g.free_at == g.free_at else -_INF)
+                counted[at] = counted.get(at, 0) + 1
+        return free_now, counted
 
     def free_buckets(self, gpu_type: str) -> tuple[tuple[tuple[str, ...], ...], int]:
         """Nodes with free ``gpu_type`` GPUs grouped by how many they have: ``buckets[c]`` is
@@ -582,18 +583,19 @@ class ClusterView:
         if self._busy_at is not None:
             busy_at = dict(self._busy_at)
             for gpu_type in touched:
-                times = list(busy_at.get(gpu_type, ()))
+                counted = dict(busy_at.get(gpu_type, {}))
                 for c in before:
-                    for x in c.busy.get(gpu_type, ()):
-                        if x == x:
-                            times.remove(x)
-                        else:  # a NaN estimate: any NaN will do (a compiled build does not
-                            # keep the float object, so list.remove's identity test can miss)
-                            del times[next(i for i, y in enumerate(times) if y != y)]
+                    for x, n in c.busy.get(gpu_type, {}).items():
+                        left = counted[x] - n
+                        if left:
+                            counted[x] = left
+                        else:
+                            del counted[x]
                 for c in after:
-                    times.extend(c.busy.get(gpu_type, ()))
-                if times:
-                    busy_at[gpu_type] = times
+                    for x, n in c.busy.get(gpu_type, {}).items():
+                        counted[x] = counted.get(x, 0) + n
+                if counted:
+                    busy_at[gpu_type] = counted
                 else:
                     busy_at.pop(gpu_type, None)
         view._busy_at = busy_at
