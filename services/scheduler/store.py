@@ -156,7 +156,7 @@ class StateStore:
         self._set_draining = scripts.register(client, "set_draining")
         self._release_port = scripts.register(client, "release_port")
         self._read_nodes = scripts.register(client, "read_nodes")
-        self._read_gpus = scripts.register(client, "read_gpus")
+        self._read_hashes = scripts.register(client, "read_hashes")
         # What the last tick read, reused while Redis says it has not changed (``queue`` and
         # ``cluster`` run on every tick; parsing 1,000 jobs' plans or building 10,000 GPU slots
         # again each time cost more than the decision itself).
@@ -164,8 +164,9 @@ class StateStore:
         self._nodes: dict[str, tuple[tuple[bool, str, list[list[str | None]]], frozenset[str], NodeView]] = {}
         self._ends: dict[str, float] = {}
         self._view: ClusterView | None = None
-        # node -> (rev, gpu_count, GPU rows) as last read; rows are re-read only when rev moved
-        self._gpu_rows: dict[str, tuple[str, str, list[list[str | None]]]] = {}
+        # node → (rev, GPU count, its GPU rows, the jobs owning them) as last read; the rows are
+        # re-read only when rev moved
+        self._gpu_rows: dict[str, tuple[str, str, list[list[str | None]], frozenset[str]]] = {}
         self._owners: dict[str, tuple[float, float, int]] = {}  # GPU owner -> (submitted, reserved, preempted)
         self._stopping: set[str] = set()
         self.full_read_s = full_read_s
@@ -252,16 +253,15 @@ class StateStore:
     def queue(self) -> list[QueuedJob]:
         """The PENDING jobs in FIFO order, as HAS sees them.
 
-        One round trip for every queued job's state (not one each); plans are parsed only for
+        One round trip (``read_hashes.lua``) for every queued job's state; plans are parsed only for
         jobs not seen before, or whose attempt changed (a requeue may bring new plans). The same
         ``QueuedJob`` object is handed out while a job waits, so HAS's per-job caches hold.
         """
         entries = self.r.zrange(self.k.queue(), 0, -1, withscores=True)
-        pipe = self.r.pipeline(transaction=False)
-        for job_id, _ in entries:
-            pipe.hmget(self.k.job(job_id), "attempt", "submitted_at", "state")
+        heads = self._read_hashes(keys=[self.k.job(job_id) for job_id, _ in entries],
+                                  args=("attempt", "submitted_at", "state")) if entries else []
         pending: list[tuple[str, tuple[str, str, int]]] = []
-        for (job_id, seq), (attempt, submitted_at, state) in zip(entries, pipe.execute(), strict=True):
+        for (job_id, seq), (attempt, submitted_at, state) in zip(entries, heads, strict=True):
             if state == JobState.PENDING:
                 pending.append((job_id, (attempt or "", submitted_at or "", int(seq))))
         cached = self._queued
@@ -458,18 +458,17 @@ class StateStore:
         return nodes
 
     def _read_owners(self, job_ids: set[str]) -> dict[str, float]:
-        """For the jobs holding GPUs, one round trip: job id -> when MARP expects it to finish
+        """For the jobs holding GPUs, one round trip (``read_hashes.lua``): job id -> when MARP expects it to finish
         (set at reservation; jobs without one are left out). Also what preemption needs: into
         ``self._owners`` (submitted_at, reserved_at, preemptions) of each live one, into
         ``self._stopping`` the preempted jobs whose GPUs are not back yet."""
         ids = sorted(job_ids)
-        pipe = self.r.pipeline(transaction=False)
-        for job_id in ids:
-            pipe.hmget(self.k.job(job_id), "est_end", "submitted_at", "reserved_at", "preemptions", "state")
+        rows = self._read_hashes(keys=[self.k.job(j) for j in ids],
+                                 args=("est_end", "submitted_at", "reserved_at", "preemptions", "state")) if ids else []
         ends: dict[str, float] = {}
         owners: dict[str, tuple[float, float, int]] = {}
         stopping: set[str] = set()
-        for job_id, (end, submitted, reserved, preempted, state) in zip(ids, pipe.execute(), strict=True):
+        for job_id, (end, submitted, reserved, preempted, state) in zip(ids, rows, strict=True):
             if end:
                 ends[job_id] = float(end)
             if state in ACTIVE and submitted and reserved:
@@ -531,20 +530,21 @@ class StateStore:
             if full or rev is None or hit is None or hit[0] != rev or hit[1] != count:
                 stale_set.add(n)
                 gpu_keys.extend(self.k.gpu(n, g) for g in range(int(count or 0)))
-        rows = iter(self._read_gpus(keys=gpu_keys, args=self._GPU_FIELDS) if gpu_keys else [])
-        fresh_rows: dict[str, tuple[str, str, list[list[str | None]]]] = {}
+        rows = iter(self._read_hashes(keys=gpu_keys, args=self._GPU_FIELDS) if gpu_keys else [])
+        fresh_rows: dict[str, tuple[str, str, list[list[str | None]], frozenset[str]]] = {}
         per_node = []
         owners: set[str] = set()
         for member, ((name, count, draining), rev, alive) in zip(names, heads, strict=True):
             if member in stale_set:
                 gpus = [row for row in (next(rows) for _ in range(int(count or 0))) if row[0]]
-            else:
-                gpus = known[member][2]
-            fresh_rows[member] = (rev, count, gpus)
+                jobs = frozenset(row[4] for row in gpus if row[4])
+            else:  # (unchanged rows: their owners as well, without a walk over the GPUs)
+                _, _, gpus, jobs = known[member]
+            fresh_rows[member] = (rev, count, gpus, jobs)
             if name is None and not gpus:
                 continue  # registered name without a node hash (being removed): nothing to place on
-            owners.update(row[4] for row in gpus if row[4])
-            per_node.append((name or member, alive, draining or "", gpus))
+            owners |= jobs
+            per_node.append((name or member, alive, draining or "", gpus, jobs))
         self._gpu_rows = fresh_rows
         ends = self._read_owners(owners)
         moved = {j for j in ends.keys() | self._ends.keys() if ends.get(j) != self._ends.get(j)}
@@ -552,7 +552,7 @@ class StateStore:
         cache = self._nodes
         fresh: dict[str, tuple[tuple[bool, str, list[list[str | None]]], frozenset[str], NodeView]] = {}
         views = []
-        for name, alive, draining, gpus in per_node:
+        for name, alive, draining, gpus, jobs in per_node:
             key = (alive, draining, gpus)
             hit = cache.get(name)
             if hit is not None and hit[0] == key and hit[1].isdisjoint(moved):
@@ -566,7 +566,7 @@ class StateStore:
                 for index, gpu_type, total, free, owner, healthy in gpus
             )
             view = NodeView(name=name, gpus=slots, alive=alive, draining=draining == "1")
-            fresh[name] = (key, frozenset(row[4] for row in gpus if row[4]), view)
+            fresh[name] = (key, jobs, view)
             views.append(view)
         self._nodes = fresh
         self._view = ClusterView(views) if self._view is None else self._view.updated(views)
