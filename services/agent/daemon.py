@@ -68,7 +68,7 @@ class RunningJob:
     reported: bool = False  # RUNNING event sent
     cancelled: bool = False  # a CancelMessage asked it to stop
     killed_on_exit: bool = False  # --kill-on-exit stopped it
-    gpu_indices: tuple[int, ...] = ()  # this node's GPUs it runs on (unknown for an adopted job)
+    gpu_indices: tuple[int, ...] = ()  # this node's GPUs it runs on (from the ledger for an adopted job)
     peak_bytes_per_gpu: int = 0  # MARP's prediction, shown as used memory on fake GPUs
     watching: bool = False
     exited: threading.Event = field(default_factory=threading.Event)
@@ -79,7 +79,8 @@ class RunningJob:
 
     def ledger_entry(self) -> LedgerEntry:
         return LedgerEntry(self.job_id, self.attempt, self.pid, self.start_ticks, self.log_path, self.reported,
-                           fence=self.fence, launch_id=self.launch_id, node_rank=self.node_rank)
+                           fence=self.fence, launch_id=self.launch_id, node_rank=self.node_rank,
+                           gpu_indices=self.gpu_indices, peak_bytes_per_gpu=self.peak_bytes_per_gpu)
 
 
 class Agent:
@@ -392,7 +393,8 @@ class Agent:
                     "before recording it; adopting it instead of starting it again", msg.job_id, msg.attempt, pid)
         job = RunningJob(msg.job_id, msg.attempt, pid, str(launcher.log_path_for(self.log_dir, msg, self.node)),
                          launcher.process_start_ticks(pid), fence=msg.fence, launch_id=launch_id,
-                         node_rank=msg.node_rank)
+                         node_rank=msg.node_rank, gpu_indices=tuple(msg.gpu_indices),
+                         peak_bytes_per_gpu=msg.layout.peak_bytes_per_gpu)
         with self._lock:
             self._jobs[job.key] = job
         self._ledger.put(job.ledger_entry())
@@ -559,7 +561,8 @@ class Agent:
         for entry in self._ledger.load():
             job = RunningJob(entry.job_id, entry.attempt, entry.pid, entry.log_path, entry.start_ticks,
                              fence=entry.fence, launch_id=entry.launch_id, node_rank=entry.node_rank,
-                             reported=entry.reported)
+                             reported=entry.reported, gpu_indices=entry.gpu_indices,
+                             peak_bytes_per_gpu=entry.peak_bytes_per_gpu)
             if launcher.process_running(entry.pid, entry.start_ticks):
                 log.info("adopting job %s attempt %d (pid %d) from a previous agent run", entry.job_id,
                          entry.attempt, entry.pid)

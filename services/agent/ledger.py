@@ -30,6 +30,13 @@ class LedgerEntry:
     fence: int | None = None  # the reservation it runs under (sent with every event)
     launch_id: str = ""  # FRENZY_LAUNCH_ID of its processes (finds them in /proc)
     node_rank: int = 0
+    # This node's GPUs it runs on and MARP's predicted memory per GPU: what fake GPUs show as
+    # used, also after a restarted agent adopted the job.
+    gpu_indices: tuple[int, ...] = ()
+    peak_bytes_per_gpu: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "gpu_indices", tuple(int(i) for i in self.gpu_indices))  # (JSON gives a list)
 
 
 class Ledger:

@@ -264,12 +264,13 @@ def test_ledger_round_trip_and_corrupt_file(tmp_path: Path) -> None:
     path = tmp_path / "state" / "n1.json"
     ledger = Ledger(path)
     a = LedgerEntry("j1", 1, 123, 456, "/logs/j1.log", reported=False)
-    b = LedgerEntry("j2", 3, 124, None, "/logs/j2.log", reported=True, fence=7, launch_id="p/n1/j2/3")
+    b = LedgerEntry("j2", 3, 124, None, "/logs/j2.log", reported=True, fence=7, launch_id="p/n1/j2/3",
+                    gpu_indices=(0, 3), peak_bytes_per_gpu=12 << 30)
     ledger.put(a)
     ledger.put(b)
     ledger.remove("j1", 1)
     ledger.remove("j1", 1)  # removing twice is harmless
-    assert Ledger(path).load() == [b]
+    assert Ledger(path).load() == [b]  # GPU indices come back as a tuple, as they were put
     path.write_text("{not json")
     assert Ledger(path).load() == []
     # An older agent's file (fewer fields) and a newer one's (more) still load.
