@@ -52,62 +52,10 @@ from pathlib import Path
 import has
 from has import ClusterView, PlanOption, QueuedJob, QueuePolicy, RunningJob, schedule
 from has._native import load_sources
-from has.cluster_spec import parse_cluster
 from has.placement import choose_nodes
-from has.sim_engine import Simulator, SimView, Start
+from has.sim_engine import SimView
 from has.sim_policies import FrenzyPolicy, SiaPolicy
-from has.traces import synthetic
-
-QUEUED = 1000
-
-
-def cluster_of(gpus: int) -> dict:
-    """~25 % H100, 35 % A100-80GB, 20 % A100-40GB (8 per node), 20 % L4 (4 per node)."""
-    h = max(1, round(gpus * 0.25 / 8))
-    a = max(1, round(gpus * 0.35 / 8))
-    s = max(1, round(gpus * 0.20 / 8))
-    rest = gpus - 8 * (h + a + s)
-    l4 = max(1, rest // 4)
-    return {"nodes": [
-        {"gpu": "H100-80GB", "count": h, "gpus_per_node": 8},
-        {"gpu": "A100-80GB", "count": a, "gpus_per_node": 8},
-        {"gpu": "A100-40GB", "count": s, "gpus_per_node": 8, "name_prefix": "a100s"},
-        {"gpu": "L4", "count": l4, "gpus_per_node": 4},
-    ]}  # fmt: skip
-
-
-class _Idle:
-    name, round_s = "idle", None
-
-    def decide(self, view: SimView) -> list:
-        return []
-
-
-def build_state(gpus: int, seed: int) -> tuple[Simulator, float]:
-    spec = parse_cluster(cluster_of(gpus))
-    fill = synthetic(max(50, spec.total_gpus), seed=seed + 1, jobs_per_hour=1e6)
-    queued = synthetic(QUEUED, seed=seed, jobs_per_hour=1e6)
-    fill = [j.__class__(**{**j.__dict__, "job_id": "run-" + j.job_id, "submit_s": 0.0}) for j in fill]
-    queued = [j.__class__(**{**j.__dict__, "job_id": "q-" + j.job_id, "submit_s": 1.0}) for j in queued]
-    sim = Simulator(spec, fill + queued, _Idle())
-    # Running jobs: each on its narrowest MARP plan that fits, one at a time, until ~60 % busy.
-    for j in fill:
-        if len(sim.owner) >= 0.6 * sim.total_gpus:
-            break
-        sim._handle(0.0, 0, j.job_id, 0)
-        info = sim.info[j.job_id]
-        order = sorted(range(len(info.profile.plans)), key=lambda i: info.profile.plans[i].num_gpus)
-        q = QueuedJob(
-            j.job_id, 0, 0.0, tuple(FrenzyPolicy.option(info.profile.plans[i], info) for i in order)
-        )
-        res = schedule(sim.cluster_view(), [q], 0.0, QueuePolicy(explain=False))
-        for p in res.placements:
-            sim._start(0.0, Start(p.job_id, p.plan.gpu_type, tuple(p.gpus()), order[p.plan_index]))
-    for j in list(sim.queue):  # fill jobs that did not get GPUs are not part of the state
-        del sim.queue[j]
-    for j in queued:
-        sim._handle(1.0, 0, j.job_id, 0)
-    return sim, 2.0
+from has.sim_scale import build_state
 
 
 def changed_nodes(nodes: tuple, count: int = 8) -> list:

@@ -11,7 +11,7 @@ times what it adds: a private ``redis-server`` (``frenzy.local.redis_server``, f
 stopped at the end, also on error) holding the state the service would see, and one
 ``StateStore`` reading it as the loop does.
 
-State per size (the same as ``has_decision.build_state``: ``cluster_of()``'s GPU mix, about
+State per size (the same as ``has.sim_scale.build_state``: ``cluster_of()``'s GPU mix, about
 60 % of the GPUs held by running jobs placed by HAS, 1,000 queued jobs from
 ``has.traces.synthetic`` with MARP's ranked plans from the simulator):
 
@@ -70,7 +70,6 @@ from collections import defaultdict
 
 import redis
 from google.protobuf import json_format
-from has_decision import build_state, cluster_of
 
 import marp
 from frenzy.common import scripts
@@ -83,6 +82,7 @@ from frenzy.v1 import types_pb2
 from has import ClusterView, PlanOption, QueuedJob, QueuePolicy, schedule
 from has.sim_engine import JobInfo, Simulator
 from has.sim_policies import FrenzyPolicy
+from has.sim_scale import build_state, cluster_of
 
 PHASES = ("queue", "cluster", "schedule", "tick")
 LEASE_MS = 600_000  # nothing heartbeats during the run: the nodes must stay alive

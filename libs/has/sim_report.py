@@ -123,25 +123,31 @@ def write_plots(results: Sequence[SimResult], out: Path) -> list[Path]:
     return paths
 
 
-def plot_decision_vs_size(rows: Sequence[dict[str, float]], path: Path) -> Path:
-    """Decision time vs cluster size from bench/has_decision.py rows (gpus, policy, median ms;
-    mean for rows written before the bench reported medians), with the 5 ms target."""
+def plot_decision_vs_size(rows: Sequence[dict], path: Path, queued: int = 1000) -> Path:
+    """Decision time vs cluster size, one line per policy, with the 5 ms target. Rows: gpus,
+    policy and a median in ms — ``pass_ms_median`` (bench/has_decision.py; ``pass_ms_mean``
+    for rows written before it reported medians) or ``decision_ms_median``
+    (``has.sim_scale.time_decisions``, what ``frenzy simulate --decision-sizes`` writes)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    def ms(r: dict) -> float:
+        for key in ("pass_ms_median", "decision_ms_median", "pass_ms_mean"):
+            if key in r:
+                return float(r[key])
+        raise ValueError(f"row without a decision time: {sorted(r)}")
+
     fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
     for policy in sorted({str(r["policy"]) for r in rows}):
-        pts = sorted(
-            (r["gpus"], r.get("pass_ms_median", r["pass_ms_mean"])) for r in rows if r["policy"] == policy
-        )
+        pts = sorted((r["gpus"], ms(r)) for r in rows if r["policy"] == policy)
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=policy)
     ax.axhline(5.0, color="grey", linestyle="--", linewidth=1, label="5 ms")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("GPUs in the cluster")
-    ax.set_ylabel("one decision over 1,000 queued jobs (ms)")
+    ax.set_ylabel(f"one decision over {queued:,} queued jobs (ms)")
     ax.set_title("Decision time vs cluster size")
     ax.grid(alpha=0.3)
     ax.legend()

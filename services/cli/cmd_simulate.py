@@ -59,6 +59,19 @@ def simulate(
             "requeued with their progress (checkpoint) and pay the restart cost."
         ),
     ] = None,
+    decision_sizes: Annotated[
+        str | None,
+        typer.Option(
+            help="Also time each policy's decision on clusters of these sizes (GPUs, comma-separated, "
+            "e.g. 100,1000,10000): the same GPU mix ~60 % busy with --decision-queue jobs waiting "
+            "(has.sim_scale). Adds decision_vs_size to the JSON and decision_vs_size.png to --out. "
+            "Sia's ILP takes seconds per round at 10,000 GPUs.",
+            metavar="SIZES",
+        ),
+    ] = None,
+    decision_queue: Annotated[
+        int, typer.Option(help="Queued jobs in each --decision-sizes state (the bench uses 1,000).")
+    ] = 1000,
     as_json: JsonOpt = False,
 ) -> None:
     """Compare scheduling policies on one trace and one cluster (trace-driven, event-driven).
@@ -69,6 +82,9 @@ def simulate(
             --trace data/traces/pollux/workloads/workload-1.csv --policies frenzy,frenzy-paper,opportunistic,sia
 
         frenzy simulate --cluster examples/clusters/paper-64.yaml --synthetic 50 --fail-node a100-1@3600:1800
+
+        frenzy simulate --cluster examples/clusters/paper-64.yaml --synthetic 50 \\
+            --decision-sizes 100,1000,10000 --out results/   # + decision time vs cluster size
     """
     import yaml
 
@@ -76,7 +92,8 @@ def simulate(
     from has.sim_engine import ProfileBook, SimError
     from has.sim_engine import simulate as run_sim
     from has.sim_policies import POLICY_NAMES, make_policy
-    from has.sim_report import COLUMNS, markdown_table, write_plots
+    from has.sim_report import COLUMNS, markdown_table, plot_decision_vs_size, write_plots
+    from has.sim_scale import MAX_GPUS, MIN_GPUS, time_decisions
     from has.traces import TraceError, read_trace, write_trace
     from has.traces import synthetic as make_synthetic
 
@@ -88,6 +105,9 @@ def simulate(
             fail(f"--policies: unknown policy {n!r}; known: {', '.join(POLICY_NAMES)}", 2)
     if (trace is None) == (synthetic <= 0):
         fail("give exactly one of --trace FILE or --synthetic N", 2)
+    sizes = _sizes(decision_sizes, MIN_GPUS, MAX_GPUS) if decision_sizes is not None else []
+    if decision_queue < 0:
+        fail(f"--decision-queue: must be >= 0, got {decision_queue}", 2)
     try:
         data = yaml.safe_load(cluster.read_text())
         spec = parse_cluster(data)
@@ -121,6 +141,12 @@ def simulate(
             fail(f"simulation failed: {exc}", 1)
         results.append(res)
         metrics[name] = res.metrics()
+    scale: list[dict[str, float | int | str]] = []
+    if sizes:
+        def note(line: str) -> None:
+            typer.echo(f"decision time: {line}", err=True)
+
+        scale = time_decisions(names, sizes, queued=decision_queue, seed=seed, progress=note)
 
     payload = {
         "policies": metrics,
@@ -132,6 +158,8 @@ def simulate(
             for at, n, down in failures
         ],
     }
+    if scale:  # one row per (size, policy): gpus, policy, decision_ms_median, reps, queued_jobs, ...
+        payload["decision_vs_size"] = scale
     title = (
         f"{len(jobs)} jobs from {trace or f'synthetic (seed {seed})'} on {cluster} ({spec.total_gpus} GPUs)"
     )
@@ -140,6 +168,8 @@ def simulate(
         (out / "results.json").write_text(json.dumps(payload, indent=2) + "\n")
         (out / "summary.md").write_text(markdown_table(metrics, f"**{title}**"))
         write_plots(results, out)
+        if scale:
+            plot_decision_vs_size(scale, out / "decision_vs_size.png", queued=decision_queue)
     if as_json:
         typer.echo(json.dumps(payload))
         return
@@ -157,10 +187,21 @@ def simulate(
     tail = md.split("\n\n", 1)
     if len(tail) == 2:
         con.print(tail[1].strip())
+    if scale:
+        con.print(f"decision ms vs cluster size ({decision_queue} queued jobs; median; the snapshot built "
+                  "beforehand, as the live scheduler keeps it):")
+        sized = Table()
+        sized.add_column("policy")
+        gpus = sorted({int(r["gpus"]) for r in scale})
+        for g in gpus:
+            sized.add_column(f"{g:,} GPUs", justify="right")
+        for name in names:
+            ms = {int(r["gpus"]): float(r["decision_ms_median"]) for r in scale if r["policy"] == name}
+            sized.add_row(name, *(f"{ms[g]:.2f}" if ms[g] < 100 else f"{ms[g]:,.0f}" for g in gpus))
+        con.print(sized)
     if out is not None:
-        con.print(
-            f"results in {out}/ (results.json, summary.md, jct_cdf.png, utilization.png, decision_ms.png)"
-        )
+        plots = "jct_cdf.png, utilization.png, decision_ms.png" + (", decision_vs_size.png" if scale else "")
+        con.print(f"results in {out}/ (results.json, summary.md, {plots})")
 
 
 def _node_failure(text: str, nodes: set[str]) -> tuple[float, str, float]:
@@ -184,6 +225,21 @@ def _node_failure(text: str, nodes: set[str]) -> tuple[float, str, float]:
         known = ", ".join(sorted(nodes)[:8]) + (", ..." if len(nodes) > 8 else "")
         fail(f"--fail-node {text!r}: no node {name!r} in the cluster file (nodes: {known})", 2)
     return at, name, down
+
+
+def _sizes(text: str, low: int, high: int) -> list[int]:
+    """``--decision-sizes`` as GPU counts; exit 2 naming what is wrong."""
+    out = []
+    for part in (p.strip() for p in text.split(",")):
+        try:
+            n = int(part.replace("_", ""))
+        except ValueError:
+            n = -1
+        if not low <= n <= high:
+            fail(f"--decision-sizes: {part!r} is not a cluster size in GPUs ({low}..{high:,}), "
+                 "e.g. --decision-sizes 100,1000,10000", 2)  # fmt: skip
+        out.append(n)
+    return sorted(set(out))
 
 
 def _cell(value: float | int, scale: float) -> str:

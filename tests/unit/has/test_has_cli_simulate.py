@@ -46,6 +46,9 @@ def test_simulate_json_table_and_outputs(tmp_path: Path) -> None:
         (["--synthetic", "3", "--fail-node", "a100-0"], "expected NAME@SECONDS"),
         (["--synthetic", "3", "--fail-node", "a100-0@soon"], "expected NAME@SECONDS"),
         (["--synthetic", "3", "--fail-node", "a100-0@10:0"], "DOWN_SECONDS > 0"),
+        (["--synthetic", "3", "--decision-sizes", "100,lots"], "--decision-sizes: 'lots' is not a cluster size"),
+        (["--synthetic", "3", "--decision-sizes", "4"], "--decision-sizes: '4' is not a cluster size in GPUs (8..100,000)"),
+        (["--synthetic", "3", "--decision-sizes", "64", "--decision-queue", "-1"], "--decision-queue: must be >= 0"),
     ],
 )
 def test_bad_input_exits_2_naming_the_field(tmp_path: Path, args: list[str], needle: str) -> None:
@@ -110,3 +113,20 @@ def test_fail_node_requeues_the_running_job_until_the_node_is_back(tmp_path: Pat
     gone = run("h-0@600")
     assert gone["node_failures"][0]["down_s"] is None
     assert gone["policies"]["frenzy"]["jobs_finished"] == 0 and gone["policies"]["frenzy"]["restarts"] == 1
+
+
+def test_decision_sizes_add_the_decision_time_vs_cluster_size(tmp_path: Path) -> None:
+    res = CliRunner().invoke(app, ["simulate", "--cluster", CLUSTER, "--synthetic", "6", "--policies",
+                                   "frenzy,opportunistic", "--decision-sizes", "64,32", "--decision-queue", "15",
+                                   "--json", "--out", str(tmp_path)])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    rows = data["decision_vs_size"]
+    assert [(r["policy"], r["queued_jobs"]) for r in rows] == [("frenzy", 15), ("opportunistic", 15)] * 2
+    assert rows[0]["gpus"] < rows[2]["gpus"]  # sizes in increasing order
+    assert all(r["decision_ms_median"] > 0 for r in rows)
+    assert json.loads((tmp_path / "results.json").read_text())["decision_vs_size"] == rows
+    assert (tmp_path / "decision_vs_size.png").stat().st_size > 0
+    table = CliRunner().invoke(app, ["simulate", "--cluster", CLUSTER, "--synthetic", "4", "--policies", "frenzy",
+                                     "--decision-sizes", "32", "--decision-queue", "5"])  # fmt: skip
+    assert table.exit_code == 0 and "decision ms vs cluster size" in table.stdout
