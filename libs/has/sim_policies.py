@@ -143,6 +143,11 @@ class OpportunisticPolicy:
         # free GPUs: type → [(node, [indices])] in node order, consumed as jobs are placed
         free = {t: [(name, [s.index for s in nf.slots]) for name, nf in cluster.free_by_node(t).items()]
                 for t in types}  # fmt: skip
+        # Free GPUs per type, and per type the first node that still has some: first fit empties
+        # nodes from the front, so each decision walks every node at most once (it summed the
+        # free lists per job: 70 ms a decision at 10,000 GPUs).
+        count = {t: sum(len(ix) for _, ix in free[t]) for t in types}
+        first = dict.fromkeys(types, 0)
         out: list[Start | Stop] = []
         for job in view.queue:  # FIFO; a job that does not fit is skipped (backfill)
             req = self.request(job, types, totals)
@@ -150,15 +155,20 @@ class OpportunisticPolicy:
                 continue
             n, candidates = req
             for t in candidates:
-                if sum(len(ix) for _, ix in free[t]) < n:
+                if count[t] < n:
                     continue
                 picked: list[tuple[str, int]] = []
-                for name, ix in free[t]:  # first fit, node by node
+                nodes = free[t]
+                k = first[t]
+                while len(picked) < n:  # first fit, node by node
+                    name, ix = nodes[k]
                     take = ix[: n - len(picked)]
                     picked.extend((name, i) for i in take)
                     del ix[: len(take)]
-                    if len(picked) == n:
-                        break
+                    if not ix:
+                        k += 1
+                first[t] = k  # (every node before k is empty: the ones this fit emptied, or earlier)
+                count[t] -= n
                 out.append(Start(job.job_id, t, tuple(picked)))
                 break
         return out
