@@ -13,10 +13,14 @@ system would see them) into Start/Stop actions.
 * ``sia``: Sia's round-based ILP (Jayaram Subramanya et al., "Sia: Heterogeneity-aware,
   goodput-optimized ML-cluster scheduling", SOSP'23; section numbers below refer to it),
   solved with HiGHS, memory-blind: it learns that a configuration OOMs only by trying it.
+* ``gavel``: Gavel's heterogeneity-aware max-min fairness (LAS) LP and round-based
+  time-sharing (Narayanan et al., OSDI'20), at the user's requested GPU count, memory-blind
+  with opportunistic's OOM rule.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -329,45 +333,203 @@ class SiaPolicy:
         for k, (i, t, c, _) in enumerate(cols):
             if x[k] > 0.5:
                 chosen[jobs[i].job_id] = (t, c)
-        return self._place(view, chosen)
+        return _place_round(view, chosen)
 
-    def _place(self, view: SimView, chosen: dict[str, tuple[str, int]]) -> list[Start | Stop]:
-        out: list[Start | Stop] = []
+
+def _place_round(view: SimView, chosen: dict[str, tuple[str, int]]) -> list[Start | Stop]:
+    """A round-based policy's allocation (job → (GPU type, count)) as actions: running jobs
+    whose allocation changed or was dropped stop; the others keep their GPUs; new allocations,
+    largest first, take whole free nodes (a count of at least a node's size) or the fullest
+    node with room (Sia sec. 3.5). An allocation that cannot be placed waits for the next round."""
+    out: list[Start | Stop] = []
+    cluster = view.cluster
+    free: dict[str, dict[str, list[int]]] = {}  # type → node → free indices
+    for t in _type_order(view):
+        free[t] = {name: [s.index for s in nf.slots] for name, nf in cluster.free_by_node(t).items()}
+    for job in view.running:
+        if chosen.get(job.job_id) != job.config:
+            out.append(Stop(job.job_id))  # reallocated or dropped this round
+            for node, idx in job.gpus:
+                free[job.gpu_type].setdefault(node, []).append(idx)  # type: ignore[index]
+    keep = {j.job_id for j in view.running if chosen.get(j.job_id) == j.config}
+    new = [(jid, cfg) for jid, cfg in chosen.items() if jid not in keep]
+    new.sort(key=lambda x: (-x[1][1], x[0]))  # big allocations first: they need whole nodes
+    per_node = {
+        t: max(view.cluster.healthy_by_node(t).values()) for t in free if view.cluster.healthy_by_node(t)
+    }
+    for job_id, (t, c) in new:
+        nodes = free.get(t, {})
+        gpus: list[tuple[str, int]] = []
+        if c >= per_node[t]:
+            whole = [n for n, ix in sorted(nodes.items()) if len(ix) == per_node[t]]
+            k = c // per_node[t]
+            if len(whole) >= k and c % per_node[t] == 0:
+                for n in whole[:k]:
+                    gpus += [(n, i) for i in sorted(nodes[n])]
+                    nodes[n] = []
+        else:
+            fits = [(len(ix), n) for n, ix in nodes.items() if len(ix) >= c]
+            if fits:
+                _, n = min(fits)  # best fit: the fullest node that still has room
+                take = sorted(nodes[n])[:c]
+                gpus = [(n, i) for i in take]
+                nodes[n] = [i for i in nodes[n] if i not in take]
+        if len(gpus) == c:
+            out.append(Start(job_id, t, tuple(gpus)))
+    return out
+
+
+# ----- Gavel ---------------------------------------------------------------------------
+
+
+@dataclass
+class GavelPolicy:
+    """Gavel's heterogeneity-aware Least Attained Service — max-min fairness — with its
+    round-based mechanism (Narayanan et al., "Heterogeneity-Aware Cluster Scheduling Policies
+    for Deep Learning Workloads", OSDI'20; section numbers below refer to it), memory-blind.
+
+    * Throughputs (sec. 3.1): T[m, j] = steps/s of job m on GPU type j at its scale factor
+      n_m — the user's requested GPU count (after OOMs the same rule as ``opportunistic``:
+      the next type at n, then 2n) — from the compute-only step time Sia believes
+      (``SiaPolicy.believed_step_time``, memory ignored); 0 where the job already OOMed.
+    * Allocation (sec. 3.1): X[m, j], the fraction of time job m should spend on type j;
+      X >= 0, sum_j X[m, j] <= 1, sum_m n_m X[m, j] <= GPUs of type j.
+    * Max-min fairness (sec. 4.1): maximise min_m (n_m / T_iso[m]) sum_j T[m, j] X[m, j], where
+      T_iso[m] = sum_j T[m, j] X_iso[m, j] and X_iso solves the same problem with every
+      throughput 1 (the heterogeneity-agnostic share each job would get); equal priority
+      weights. Two LPs per round, solved with HiGHS.
+    * Rounds (sec. 5): every ``round_s`` (360 s, the round Sia's comparison gave Gavel), jobs
+      get GPUs in decreasing priority X[m, j] / (fraction of its rounds so far spent on type
+      j) — a job never served on j comes first — each job at most once, while the type has
+      n_m GPUs left; placement as Sia's (``_place_round``). A running job allocated the same
+      type again keeps its GPUs; one not allocated this round is stopped (checkpointed), and
+      pays the simulator's restart cost when it runs again.
+    Simplifications: no space sharing (job pairs on one GPU), no priority weights, no
+    throughput estimation: the believed step times are known from the start (generous).
+    """
+
+    name: str = "gavel"
+    round_s: float | None = 360.0
+    time_limit_s: float = 30.0
+    _sia: SiaPolicy = field(default_factory=SiaPolicy, repr=False)  # its believed step times
+    _rounds: dict[str, int] = field(default_factory=dict, repr=False)  # job → rounds it was active
+    _served: dict[str, dict[str, int]] = field(default_factory=dict, repr=False)  # job → type → rounds run
+    last_lp: tuple[int, int] = (0, 0)  # (variables, constraints) of the last fairness LP
+
+    def decide(self, view: SimView) -> list[Start | Stop]:
         cluster = view.cluster
-        free: dict[str, dict[str, list[int]]] = {}  # type → node → free indices
-        for t in _type_order(view):
-            free[t] = {name: [s.index for s in nf.slots] for name, nf in cluster.free_by_node(t).items()}
-        for job in view.running:
-            if chosen.get(job.job_id) != job.config:
-                out.append(Stop(job.job_id))  # reallocated or dropped this round
-                for node, idx in job.gpus:
-                    free[job.gpu_type].setdefault(node, []).append(idx)  # type: ignore[index]
-        keep = {j.job_id for j in view.running if chosen.get(j.job_id) == j.config}
-        new = [(jid, cfg) for jid, cfg in chosen.items() if jid not in keep]
-        new.sort(key=lambda x: (-x[1][1], x[0]))  # big allocations first: they need whole nodes
-        per_node = {
-            t: max(view.cluster.healthy_by_node(t).values()) for t in free if view.cluster.healthy_by_node(t)
-        }
-        for job_id, (t, c) in new:
-            nodes = free.get(t, {})
-            gpus: list[tuple[str, int]] = []
-            if c >= per_node[t]:
-                whole = [n for n, ix in sorted(nodes.items()) if len(ix) == per_node[t]]
-                k = c // per_node[t]
-                if len(whole) >= k and c % per_node[t] == 0:
-                    for n in whole[:k]:
-                        gpus += [(n, i) for i in sorted(nodes[n])]
-                        nodes[n] = []
+        types = _type_order(view)
+        capacity = {t: sum(cluster.healthy_by_node(t).values()) for t in types}
+        jobs = list(view.running) + list(view.queue)
+        pairs: list[tuple[int, str, int, float]] = []  # (job row, type, GPUs, steps/s)
+        for i, job in enumerate(jobs):
+            if job.config is not None and job.config not in job.failed_configs:
+                n, allowed = job.config[1], [t for t in types if (t, job.config[1]) not in job.failed_configs]
             else:
-                fits = [(len(ix), n) for n, ix in nodes.items() if len(ix) >= c]
-                if fits:
-                    _, n = min(fits)  # best fit: the fullest node that still has room
-                    take = sorted(nodes[n])[:c]
-                    gpus = [(n, i) for i in take]
-                    nodes[n] = [i for i in nodes[n] if i not in take]
-            if len(gpus) == c:
-                out.append(Start(job_id, t, tuple(gpus)))
-        return out
+                req = OpportunisticPolicy.request(job, types, capacity)
+                if req is None:
+                    continue
+                n, allowed = req
+            for t in allowed:
+                if capacity.get(t, 0) < n:
+                    continue
+                step = self._sia.believed_step_time(job, t, n)
+                if step is not None and step > 0:
+                    pairs.append((i, t, n, 1.0 / step))
+        chosen: dict[str, tuple[str, int]] = {}
+        if pairs:
+            iso = self._fair(len(jobs), [(i, t, n, 1.0) for i, t, n, _ in pairs], capacity)
+            t_iso = [0.0] * len(jobs)
+            for (i, _, _, thr), x in zip(pairs, iso, strict=True):
+                t_iso[i] += thr * x
+            weighted = [(i, t, n, thr * n / t_iso[i] if t_iso[i] > 0 else 0.0) for i, t, n, thr in pairs]
+            alloc = self._fair(len(jobs), weighted, capacity)
+            ranked = []
+            for (i, t, n, _), x in zip(pairs, alloc, strict=True):
+                if x <= 1e-6:
+                    continue
+                job = jobs[i]
+                rounds = self._rounds.get(job.job_id, 0)
+                served = self._served.get(job.job_id, {}).get(t, 0)
+                share = served / rounds if rounds else 0.0
+                priority = x / share if share > 0 else math.inf
+                # (x rounded: an LP's equal shares may differ in the last digits; ties go by seq)
+                ranked.append((-priority, -round(x, 6), job.seq, job.job_id, t, n))
+            ranked.sort()
+            left = dict(capacity)
+            for _, _, _, job_id, t, n in ranked:
+                if job_id not in chosen and left[t] >= n:
+                    chosen[job_id] = (t, n)
+                    left[t] -= n
+        for job in jobs:  # the round's bookkeeping (Gavel tracks time received per type)
+            self._rounds[job.job_id] = self._rounds.get(job.job_id, 0) + 1
+            got = chosen.get(job.job_id)
+            if got is not None:
+                per = self._served.setdefault(job.job_id, {})
+                per[got[0]] = per.get(got[0], 0) + 1
+        return _place_round(view, chosen)
+
+    def _fair(self, rows: int, pairs: list[tuple[int, str, int, float]], capacity: dict[str, int]) -> list[float]:
+        """The max-min fair X for ``pairs`` = (m, j, n_m, c[m, j]) — maximise min_m sum_j
+        c[m, j] X[m, j] — made Pareto-efficient: any X at the max-min level is optimal, and an
+        LP solver may return one that splits a job across types for no gain (moving a job
+        every round). So a second LP, as Gavel's water-filling variant intends (simplified to
+        one step): maximise sum c X with every job kept at the max-min level or above."""
+        z, _ = self._lp(pairs, capacity, None)
+        _, x = self._lp(pairs, capacity, z * (1.0 - 1e-6))
+        return x
+
+    def _lp(
+        self, pairs: list[tuple[int, str, int, float]], capacity: dict[str, int], floor: float | None
+    ) -> tuple[float, list[float]]:
+        """Subject to sum_j X[m, j] <= 1, sum_m n_m X[m, j] <= capacity[j], 0 <= X <= 1: with
+        ``floor`` None, maximise z <= sum_j c[m, j] X[m, j] for every job m; else maximise
+        sum c X with sum_j c[m, j] X[m, j] >= floor for every job. -> (objective, X per pair)."""
+        import highspy
+
+        jobs = sorted({i for i, _, _, _ in pairs})
+        fair = {i: k for k, i in enumerate(jobs)}  # the row of job i's (weighted) throughput
+        share = {i: len(jobs) + k for k, i in enumerate(jobs)}  # its sum-of-shares row
+        types = sorted({t for _, t, _, _ in pairs})
+        cap_row = {t: 2 * len(jobs) + k for k, t in enumerate(types)}
+        nrow = 2 * len(jobs) + len(types)
+        ncol = len(pairs) + (1 if floor is None else 0)  # X per pair (then z)
+        starts, index, value = [0], [], []
+        for i, t, n, c in pairs:
+            index += [fair[i], share[i], cap_row[t]]
+            value += [-c, 1.0, float(n)]
+            starts.append(len(index))
+        if floor is None:  # z - sum c X <= 0
+            index += [fair[i] for i in jobs]
+            value += [1.0] * len(jobs)
+            starts.append(len(index))
+        lp = highspy.HighsLp()
+        lp.num_col_, lp.num_row_ = ncol, nrow
+        if floor is None:
+            lp.col_cost_ = np.array([0.0] * len(pairs) + [-1.0])  # maximise z
+            lp.col_upper_ = np.array([1.0] * len(pairs) + [highspy.kHighsInf])
+            fair_upper = [0.0] * len(jobs)
+        else:
+            lp.col_cost_ = np.array([-c for _, _, _, c in pairs])  # maximise sum c X
+            lp.col_upper_ = np.ones(ncol)
+            fair_upper = [-floor] * len(jobs)  # -sum c X <= -floor
+        lp.col_lower_ = np.zeros(ncol)
+        lp.row_lower_ = np.full(nrow, -highspy.kHighsInf)
+        lp.row_upper_ = np.array(fair_upper + [1.0] * len(jobs) + [float(capacity[t]) for t in types])
+        lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+        lp.a_matrix_.start_ = np.array(starts, dtype=np.int32)
+        lp.a_matrix_.index_ = np.array(index, dtype=np.int32)
+        lp.a_matrix_.value_ = np.array(value)
+        h = highspy.Highs()
+        h.setOptionValue("output_flag", False)
+        h.setOptionValue("time_limit", self.time_limit_s)
+        h.setOptionValue("threads", 1)
+        h.passModel(lp)
+        h.run()
+        self.last_lp = (ncol, nrow)
+        sol = h.getSolution().col_value
+        x = [min(1.0, max(0.0, float(v))) for v in sol[: len(pairs)]]
+        return (float(sol[-1]) if floor is None else sum(c * v for (_, _, _, c), v in zip(pairs, x, strict=True))), x
 
 
 # ----- registry ------------------------------------------------------------------------
@@ -381,10 +543,13 @@ POLICY_NAMES = (
     "frenzy-ranked",
     "sia-memaware",
     "frenzy-nopreempt",
+    "gavel",
 )
 
 
-def make_policy(name: str, restart_s: float = 120.0) -> FrenzyPolicy | OpportunisticPolicy | SiaPolicy:
+def make_policy(
+    name: str, restart_s: float = 120.0
+) -> FrenzyPolicy | OpportunisticPolicy | SiaPolicy | GavelPolicy:
     """A fresh policy by name (ablations: frenzy-fifo = frenzy without shortest-first,
     frenzy-ranked = frenzy without completion-time-aware plan choice; sia-memaware = Sia told
     which configurations fit, a baseline stronger than the paper's; frenzy-nopreempt = frenzy
@@ -408,12 +573,15 @@ def make_policy(name: str, restart_s: float = 120.0) -> FrenzyPolicy | Opportuni
         return SiaPolicy(restart_s=restart_s)
     if name == "sia-memaware":
         return SiaPolicy(name="sia-memaware", restart_s=restart_s, memory_aware=True)
+    if name == "gavel":
+        return GavelPolicy()
     raise UnknownPolicyError(f"unknown policy {name!r}; known: {', '.join(POLICY_NAMES)}")
 
 
 __all__ = [
     "POLICY_NAMES",
     "FrenzyPolicy",
+    "GavelPolicy",
     "OpportunisticPolicy",
     "SiaPolicy",
     "UnknownPolicyError",

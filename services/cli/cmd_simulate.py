@@ -32,8 +32,8 @@ def simulate(
     policies: Annotated[
         str,
         typer.Option(
-            help="Comma-separated: frenzy, frenzy-paper, opportunistic, sia, frenzy-fifo, frenzy-ranked, "
-            "sia-memaware, frenzy-nopreempt."
+            help="Comma-separated: frenzy, frenzy-paper, opportunistic, sia, gavel, frenzy-fifo, "
+            "frenzy-ranked, sia-memaware, frenzy-nopreempt."
         ),
     ] = "frenzy,frenzy-paper,opportunistic,sia",
     max_jobs: Annotated[int, typer.Option(help="Only the first N jobs of the trace (0: all).")] = 0,

@@ -141,7 +141,7 @@ class _Audit:
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(traces(), st.sampled_from(["frenzy", "frenzy-paper", "opportunistic", "sia"]))
+@given(traces(), st.sampled_from(["frenzy", "frenzy-paper", "opportunistic", "sia", "gavel"]))
 def test_every_policy_invariants_in_the_simulator(trace: list[TraceJob], name: str) -> None:
     sim = Simulator(SPEC, trace, _Audit(make_policy(name)))  # type: ignore[arg-type]
     res = sim.run()
