@@ -321,19 +321,26 @@ class SiaPolicy:
         lp.a_matrix_.index_ = index
         lp.a_matrix_.value_ = value
         lp.integrality_ = [highspy.HighsVarType.kInteger] * ncol
-        h = highspy.Highs()
-        h.setOptionValue("output_flag", False)
-        h.setOptionValue("time_limit", self.time_limit_s)
-        h.setOptionValue("threads", 1)
-        h.passModel(lp)
-        h.run()
+        x = _solve(lp, self.time_limit_s)
         self.last_ilp = (ncol, lp.num_row_)
-        x = h.getSolution().col_value
         chosen: dict[str, tuple[str, int]] = {}
         for k, (i, t, c, _) in enumerate(cols):
             if x[k] > 0.5:
                 chosen[jobs[i].job_id] = (t, c)
         return _place_round(view, chosen)
+
+
+def _solve(lp: object, time_limit_s: float) -> list[float]:
+    """Solve a ``highspy.HighsLp`` quietly on one thread; its column values."""
+    import highspy
+
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("time_limit", time_limit_s)
+    h.setOptionValue("threads", 1)
+    h.passModel(lp)
+    h.run()
+    return list(h.getSolution().col_value)
 
 
 def _place_round(view: SimView, chosen: dict[str, tuple[str, int]]) -> list[Start | Stop]:
@@ -520,14 +527,8 @@ class GavelPolicy:
         lp.a_matrix_.start_ = np.array(starts, dtype=np.int32)
         lp.a_matrix_.index_ = np.array(index, dtype=np.int32)
         lp.a_matrix_.value_ = np.array(value)
-        h = highspy.Highs()
-        h.setOptionValue("output_flag", False)
-        h.setOptionValue("time_limit", self.time_limit_s)
-        h.setOptionValue("threads", 1)
-        h.passModel(lp)
-        h.run()
+        sol = _solve(lp, self.time_limit_s)
         self.last_lp = (ncol, nrow)
-        sol = h.getSolution().col_value
         x = [min(1.0, max(0.0, float(v))) for v in sol[: len(pairs)]]
         return (float(sol[-1]) if floor is None else sum(c * v for (_, _, _, c), v in zip(pairs, x, strict=True))), x
 
