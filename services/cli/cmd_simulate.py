@@ -45,6 +45,14 @@ def simulate(
     runtime_noise: Annotated[
         float, typer.Option(help="Sigma of the log-normal truth/estimate factor per job.")
     ] = 0.1,
+    restart_s: Annotated[
+        float,
+        typer.Option(
+            help="Seconds a job makes no progress after a restart (preemption, reallocation, node "
+            "failure): reloading model and optimizer state. The policies that weigh restarts "
+            "(frenzy's preemption, Sia's restart factor) are told the same number."
+        ),
+    ] = 120.0,
     out: Annotated[
         Path | None, typer.Option(help="Write results.json, summary.md and PNG plots here.")
     ] = None,
@@ -108,6 +116,8 @@ def simulate(
     sizes = _sizes(decision_sizes, MIN_GPUS, MAX_GPUS) if decision_sizes is not None else []
     if decision_queue < 0:
         fail(f"--decision-queue: must be >= 0, got {decision_queue}", 2)
+    if not (restart_s >= 0 and restart_s < float("inf")):
+        fail(f"--restart-s: must be a number of seconds >= 0, got {restart_s}", 2)
     try:
         data = yaml.safe_load(cluster.read_text())
         spec = parse_cluster(data)
@@ -134,8 +144,8 @@ def simulate(
     for name in names:
         try:
             res = run_sim(
-                spec, jobs, make_policy(name), seed=seed, runtime_noise=runtime_noise, profiles=book,
-                node_failures=failures,
+                spec, jobs, make_policy(name, restart_s=restart_s), seed=seed, runtime_noise=runtime_noise,
+                profiles=book, node_failures=failures, restart_s=restart_s,
             )  # fmt: skip
         except SimError as exc:
             fail(f"simulation failed: {exc}", 1)
@@ -152,6 +162,7 @@ def simulate(
         "policies": metrics,
         "cluster": {"file": str(cluster), "gpus": spec.total_gpus},
         "trace": {"file": str(trace) if trace else f"synthetic:{synthetic}:seed={seed}", "jobs": len(jobs)},
+        "restart_s": restart_s,
         # down_s null: down for the rest of the run
         "node_failures": [
             {"node": n, "at_s": at, "down_s": None if down == float("inf") else down}

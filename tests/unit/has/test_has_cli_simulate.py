@@ -49,6 +49,7 @@ def test_simulate_json_table_and_outputs(tmp_path: Path) -> None:
         (["--synthetic", "3", "--decision-sizes", "100,lots"], "--decision-sizes: 'lots' is not a cluster size"),
         (["--synthetic", "3", "--decision-sizes", "4"], "--decision-sizes: '4' is not a cluster size in GPUs (8..100,000)"),
         (["--synthetic", "3", "--decision-sizes", "64", "--decision-queue", "-1"], "--decision-queue: must be >= 0"),
+        (["--synthetic", "3", "--restart-s", "-5"], "--restart-s: must be a number of seconds >= 0, got -5.0"),
     ],
 )
 def test_bad_input_exits_2_naming_the_field(tmp_path: Path, args: list[str], needle: str) -> None:
@@ -130,3 +131,18 @@ def test_decision_sizes_add_the_decision_time_vs_cluster_size(tmp_path: Path) ->
     table = CliRunner().invoke(app, ["simulate", "--cluster", CLUSTER, "--synthetic", "4", "--policies", "frenzy",
                                      "--decision-sizes", "32", "--decision-queue", "5"])  # fmt: skip
     assert table.exit_code == 0 and "decision ms vs cluster size" in table.stdout
+
+
+def test_restart_cost_is_what_a_restart_costs_in_the_run() -> None:
+    """Gavel rotates jobs between rounds on a busy cluster; each rotation restarts a job, so its
+    average JCT grows with --restart-s (and the JSON says which cost the run used)."""
+    def run(restart: str) -> dict:
+        res = CliRunner().invoke(app, ["simulate", "--cluster", CLUSTER, "--synthetic", "30", "--jobs-per-hour",
+                                       "200", "--policies", "gavel", "--restart-s", restart, "--json"])  # fmt: skip
+        assert res.exit_code == 0, res.output
+        return json.loads(res.stdout)
+
+    cheap, dear = run("0"), run("600")
+    assert cheap["restart_s"] == 0.0 and dear["restart_s"] == 600.0
+    assert dear["policies"]["gavel"]["restarts"] > 0
+    assert dear["policies"]["gavel"]["avg_jct_s"] > cheap["policies"]["gavel"]["avg_jct_s"]
