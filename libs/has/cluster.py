@@ -599,8 +599,12 @@ class ClusterView:
                 else:
                     busy_at.pop(gpu_type, None)
         view._busy_at = busy_at
-        # Derived indexes of untouched types still hold (same GPUs, same estimates).
-        view._cache = {key: hit for key, hit in self._cache.items() if key[1] not in touched}
+        # Derived indexes of untouched types still hold (same GPUs, same estimates). Not the GPUs
+        # by owner: they span every type, and a changed node may have changed hands (that map
+        # was carried over here, frozen at its first use, until session 6).
+        view._cache = {
+            key: hit for key, hit in self._cache.items() if key[1] not in touched and key[0] != "owners"
+        }
         return view
 
     def with_reserved(self, placement: _HasGpus) -> ClusterView:

@@ -32,6 +32,7 @@ def describe(view: ClusterView, now: float = NOW) -> dict:
         "types": sorted(view.gpu_types()),
         "summary": view.free_summary(),
         "free": view.free_count(),
+        "owners": {o: [(g.node, g.index) for g in slots] for o, slots in view.gpus_by_owner().items()},
     }
     for t in types:
         levels = sorted({g.memory_total for n in view.nodes for g in n.gpus if g.gpu_type == t} | {1, 200 * GiB})
@@ -51,6 +52,8 @@ def describe(view: ClusterView, now: float = NOW) -> dict:
 
 def warm(view: ClusterView, rng: random.Random) -> None:
     """Fill some of the view's derived caches, so the update must decide which still hold."""
+    if rng.random() < 0.6:
+        view.gpus_by_owner()
     for t in view.gpu_types():
         if rng.random() < 0.6:
             view.free_buckets(t)
