@@ -122,3 +122,22 @@ def test_one_preemption_at_a_time_until_the_victims_gpus_are_back(redis_client: 
     # (the other short job now waits 0.1 h for the first one instead: stopping the second long
     # job would cost more than that wait saves, so HAS leaves it running)
     assert report.preempted == []
+
+
+def test_the_victim_is_read_from_this_ticks_owners_not_an_earlier_ticks(redis_client: redis.Redis,
+                                                                        keys: Keys) -> None:
+    """Two long jobs start on two ticks; then a short one arrives with no GPU free. The most
+    recently started long job is the victim. (The service derives each tick's view from the
+    last one; the GPUs-by-owner map read by preemption used to be carried over from the tick
+    that first built it, where the second long job held nothing — so the older one was taken.)"""
+    add_node(redis_client, keys, "a-0", "A100-80GB", 8)
+    add_node(redis_client, keys, "b-0", "A100-80GB", 8)
+    loop = SchedulerLoop(redis_client, keys, max_attempts=1)
+    store = loop.store
+    long1, _ = store.submit(make_spec("long1"), [_plan(5 * HOUR)], "gpt2-124m", 1)
+    assert loop.tick().placed == [long1]
+    long2, _ = store.submit(make_spec("long2"), [_plan(5 * HOUR)], "gpt2-124m", 1)
+    assert loop.tick().placed == [long2]  # this tick weighed preemption (long1 is a recent start)
+    short, _ = store.submit(make_spec("short"), [_plan(0.1 * HOUR)], "gpt2-124m", 1)
+    report = loop.tick()
+    assert report.preempted == [f"{long2} for {short}"] and report.placed == []
