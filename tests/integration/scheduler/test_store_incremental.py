@@ -29,7 +29,10 @@ def _same_view(a: ClusterView, b: ClusterView) -> None:
         assert list(a.healthy_by_node(t).items()) == list(b.healthy_by_node(t).items())
         assert a.free_buckets(t) == b.free_buckets(t)
         assert a.release_times(t, 1, 0.0) == b.release_times(t, 1, 0.0)
+        assert a.release_runs(t, 1, 0.0) == b.release_runs(t, 1, 0.0)
+        assert a.drain_inventory(t) == b.drain_inventory(t)
     assert a.free_summary() == b.free_summary()
+    assert a.gpus_by_owner() == b.gpus_by_owner()  # what preemption reads (was frozen once)
 
 
 def _placement(job_id: str, node: str, gpus: list[int]) -> Placement:
