@@ -445,12 +445,12 @@ class GavelPolicy:
                     pairs.append((i, t, n, 1.0 / step))
         chosen: dict[str, tuple[str, int]] = {}
         if pairs:
-            iso = self._fair(len(jobs), [(i, t, n, 1.0) for i, t, n, _ in pairs], capacity)
+            iso = self._fair([(i, t, n, 1.0) for i, t, n, _ in pairs], capacity)
             t_iso = [0.0] * len(jobs)
             for (i, _, _, thr), x in zip(pairs, iso, strict=True):
                 t_iso[i] += thr * x
             weighted = [(i, t, n, thr * n / t_iso[i] if t_iso[i] > 0 else 0.0) for i, t, n, thr in pairs]
-            alloc = self._fair(len(jobs), weighted, capacity)
+            alloc = self._fair(weighted, capacity)
             ranked = []
             for (i, t, n, _), x in zip(pairs, alloc, strict=True):
                 if x <= 1e-6:
@@ -468,15 +468,25 @@ class GavelPolicy:
                 if job_id not in chosen and left[t] >= n:
                     chosen[job_id] = (t, n)
                     left[t] -= n
-        for job in jobs:  # the round's bookkeeping (Gavel tracks time received per type)
+        actions = _place_round(view, chosen)
+        # The round's bookkeeping (Gavel tracks the time each job received per type): a job was
+        # served on a type when it runs there this round — kept, or started (an allocation
+        # that could not be placed was not).
+        ran = {j.job_id: j.config[0] for j in view.running if j.config is not None and chosen.get(j.job_id) == j.config}
+        ran.update((a.job_id, a.gpu_type) for a in actions if isinstance(a, Start))
+        for job in jobs:
             self._rounds[job.job_id] = self._rounds.get(job.job_id, 0) + 1
-            got = chosen.get(job.job_id)
-            if got is not None:
+            t = ran.get(job.job_id)
+            if t is not None:
                 per = self._served.setdefault(job.job_id, {})
-                per[got[0]] = per.get(got[0], 0) + 1
-        return _place_round(view, chosen)
+                per[t] = per.get(t, 0) + 1
+        if len(self._rounds) > 2 * len(jobs) + 64:  # forget jobs that ended, now and then
+            active = {j.job_id for j in jobs}
+            self._rounds = {k: v for k, v in self._rounds.items() if k in active}
+            self._served = {k: v for k, v in self._served.items() if k in active}
+        return actions
 
-    def _fair(self, rows: int, pairs: list[tuple[int, str, int, float]], capacity: dict[str, int]) -> list[float]:
+    def _fair(self, pairs: list[tuple[int, str, int, float]], capacity: dict[str, int]) -> list[float]:
         """The max-min fair X for ``pairs`` = (m, j, n_m, c[m, j]) — maximise min_m sum_j
         c[m, j] X[m, j] — made Pareto-efficient: any X at the max-min level is optimal, and an
         LP solver may return one that splits a job across types for no gain (moving a job

@@ -261,7 +261,7 @@ def test_gavel_lp_is_max_min_fair_then_efficient() -> None:
     g = GavelPolicy()
     # Job 0 runs 2x faster on A than on B, job 1 the same on both; one GPU of each, 1-GPU jobs.
     pairs = [(0, "A", 1, 2.0), (0, "B", 1, 1.0), (1, "A", 1, 1.0), (1, "B", 1, 1.0)]
-    x = g._fair(2, pairs, {"A": 1, "B": 1})
+    x = g._fair(pairs, {"A": 1, "B": 1})
     got = {(i, t): round(v, 6) for (i, t, _, _), v in zip(pairs, x, strict=True)}
     # max-min level 1 (job 0 on A, job 1 on B); the efficient optimum is that very split
     assert got == {(0, "A"): 1.0, (0, "B"): 0.0, (1, "A"): 0.0, (1, "B"): 1.0}
