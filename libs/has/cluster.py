@@ -218,6 +218,24 @@ class _Contribution:
         return set(self.capacity)
 
 
+def _release_key(free_at: float | None) -> float:
+    """A busy GPU's release estimate as counted: inf when unknown, -inf for NaN (both read
+    max(now, estimate) as "free now"; -inf, unlike NaN, can be a dict key)."""
+    if free_at is None:
+        return _INF
+    return free_at if free_at == free_at else -_INF
+
+
+def _add_counts(into: dict[float, int], counts: Mapping[float, int], sign: int) -> None:
+    """Add (``sign`` 1) or take away (-1) ``counts`` of release estimates; none left: no entry."""
+    for x, n in counts.items():
+        left = into.get(x, 0) + sign * n
+        if left:
+            into[x] = left
+        else:
+            del into[x]
+
+
 def _contribution(node: NodeView) -> _Contribution:
     free: dict[str, list[GpuSlot]] = {}
     capacity: dict[str, list[int]] = {}
@@ -230,7 +248,7 @@ def _contribution(node: NodeView) -> _Contribution:
             if gpu.owner is None:
                 free.setdefault(gpu.gpu_type, []).append(gpu)
             else:
-                at = _INF if gpu.free_at is None else (gpu.free_at if gpu.free_at == gpu.free_at else -_INF)
+                at = _release_key(gpu.free_at)
                 counted = busy.get(gpu.gpu_type)
                 if counted is None:
                     counted = busy[gpu.gpu_type] = {}
@@ -293,12 +311,11 @@ class ClusterView:
             c = _contribution(node)
             for gpu_type, mems in c.capacity.items():
                 capacity.setdefault(gpu_type, {})[node.name] = mems
-            for gpu_type, times in c.busy.items():
+            for gpu_type, times in c.busy.items():  # (a node's GPUs share one or two estimates)
                 counted = busy_at.get(gpu_type)
                 if counted is None:
                     counted = busy_at[gpu_type] = {}
-                for x, n in times.items():  # (a node's busy GPUs share one or two estimates)
-                    counted[x] = counted.get(x, 0) + n
+                _add_counts(counted, times, 1)
             for gpu_type, nf in c.free.items():
                 free.setdefault(gpu_type, {})[node.name] = nf
         self._free = free
@@ -453,7 +470,7 @@ class ClusterView:
                 if g.owner is None:
                     free_now += 1
                     continue
-                at = _INF if g.free_at is None else (g.free_at if g.free_at == g.free_at else -_INF)
+                at = _release_key(g.free_at)
                 counted[at] = counted.get(at, 0) + 1
         return free_now, counted
 
@@ -585,15 +602,9 @@ class ClusterView:
             for gpu_type in touched:
                 counted = dict(busy_at.get(gpu_type, {}))
                 for c in before:
-                    for x, n in c.busy.get(gpu_type, {}).items():
-                        left = counted[x] - n
-                        if left:
-                            counted[x] = left
-                        else:
-                            del counted[x]
+                    _add_counts(counted, c.busy.get(gpu_type, {}), -1)
                 for c in after:
-                    for x, n in c.busy.get(gpu_type, {}).items():
-                        counted[x] = counted.get(x, 0) + n
+                    _add_counts(counted, c.busy.get(gpu_type, {}), 1)
                 if counted:
                     busy_at[gpu_type] = counted
                 else:
