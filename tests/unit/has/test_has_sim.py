@@ -11,7 +11,14 @@ import has.sim_policies as sim_policies
 from has import QueuePolicy, schedule
 from has.cluster_spec import parse_cluster
 from has.sim_engine import ProfileBook, SimError, Simulator, SimView, Start, simulate
-from has.sim_policies import FrenzyPolicy, OpportunisticPolicy, SiaPolicy, UnknownPolicyError, make_policy
+from has.sim_policies import (
+    FrenzyPolicy,
+    GavelPolicy,
+    OpportunisticPolicy,
+    SiaPolicy,
+    UnknownPolicyError,
+    make_policy,
+)
 from has.traces import TraceJob, synthetic
 
 SMALL = parse_cluster({"nodes": [
@@ -228,8 +235,6 @@ def test_opportunistic_first_fit_matches_the_plain_walk(seed: int) -> None:
 def test_gavel_time_shares_one_gpu_type_between_jobs_round_by_round() -> None:
     """Two 4-GPU jobs, room for one: max-min fairness gives each half the time (X = 0.5), and
     the round mechanism realises it by alternating them (each preempted while the other runs)."""
-    from has.sim_policies import GavelPolicy
-
     spec = parse_cluster({"nodes": [{"gpu": "H100-80GB", "count": 1, "gpus_per_node": 4}]})
     jobs = [TraceJob(f"j{i}", 0.0, "qwen2.5-0.5b", 2048, 64, 64 * 2048 * 10_000, 4) for i in range(2)]
     sim = Simulator(spec, jobs, GavelPolicy(), runtime_noise=0.0)
@@ -244,8 +249,6 @@ def test_gavel_time_shares_one_gpu_type_between_jobs_round_by_round() -> None:
 def test_gavel_leaves_jobs_where_they_run_when_there_is_room() -> None:
     """With a GPU type free for everyone, the max-min allocation is X = 1 on the fastest type
     for every job (the efficiency step keeps the LP from splitting them), so no job moves."""
-    from has.sim_policies import GavelPolicy
-
     spec = parse_cluster({"nodes": [{"gpu": "L4", "count": 2, "gpus_per_node": 4},
                                     {"gpu": "H100-80GB", "count": 2, "gpus_per_node": 8}]})  # fmt: skip
     jobs = [TraceJob(f"j{i}", 30.0 * i, "qwen2.5-0.5b", 2048, 64, 64 * 2048 * 300, 2) for i in range(4)]
@@ -256,8 +259,6 @@ def test_gavel_leaves_jobs_where_they_run_when_there_is_room() -> None:
 
 
 def test_gavel_lp_is_max_min_fair_then_efficient() -> None:
-    from has.sim_policies import GavelPolicy
-
     g = GavelPolicy()
     # Job 0 runs 2x faster on A than on B, job 1 the same on both; one GPU of each, 1-GPU jobs.
     pairs = [(0, "A", 1, 2.0), (0, "B", 1, 1.0), (1, "A", 1, 1.0), (1, "B", 1, 1.0)]
