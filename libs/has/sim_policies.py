@@ -472,7 +472,8 @@ class GavelPolicy:
         # The round's bookkeeping (Gavel tracks the time each job received per type): a job was
         # served on a type when it runs there this round — kept, or started (an allocation
         # that could not be placed was not).
-        ran = {j.job_id: j.config[0] for j in view.running if j.config is not None and chosen.get(j.job_id) == j.config}
+        stopped = {a.job_id for a in actions if isinstance(a, Stop)}
+        ran = {j.job_id: j.config[0] for j in view.running if j.config is not None and j.job_id not in stopped}
         ran.update((a.job_id, a.gpu_type) for a in actions if isinstance(a, Start))
         for job in jobs:
             self._rounds[job.job_id] = self._rounds.get(job.job_id, 0) + 1
