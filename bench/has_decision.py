@@ -53,9 +53,9 @@ import has
 from has import ClusterView, PlanOption, QueuedJob, QueuePolicy, RunningJob, schedule
 from has._native import load_sources
 from has.placement import choose_nodes
-from has.sim_engine import SimView
-from has.sim_policies import FrenzyPolicy, SiaPolicy
-from has.sim_scale import build_state
+from has.sim.engine import SimView
+from has.sim.baselines import FrenzyPolicy, SiaPolicy
+from has.sim.scale import build_state
 
 
 def changed_nodes(nodes: tuple, count: int = 8) -> list:
@@ -226,7 +226,7 @@ def main() -> int:
     out = {"bench": "has_decision", "python": platform.python_version(), "machine": platform.machine(),
            "cpu_ref_us": cpu_ref_us(), "has_native": has.NATIVE, "rows": rows, "ratios": ratios}  # fmt: skip
     if args.plot is not None:
-        from has.sim_report import plot_decision_vs_size
+        from has.sim.report import plot_decision_vs_size
 
         plot_decision_vs_size(
             [r for r in rows if r["policy"] in ("frenzy", "frenzy+reasons", "frenzy-paper", "sia")], args.plot

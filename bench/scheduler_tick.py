@@ -7,13 +7,13 @@ One command, JSON on stdout (progress on stderr):
 
 ``bench/has_decision.py`` times the decision alone, on a view and queue already in memory.
 A tick of the service (``SchedulerLoop.tick``) first reads both from Redis, so this script
-times what it adds: a private ``redis-server`` (``frenzy.local.redis_server``, free port,
+times what it adds: a private ``redis-server`` (``frenzy.devstack.redis_server``, free port,
 stopped at the end, also on error) holding the state the service would see, and one
 ``StateStore`` reading it as the loop does.
 
-State per size (the same as ``has.sim_scale.build_state``: ``cluster_of()``'s GPU mix, about
+State per size (the same as ``has.sim.scale.build_state``: ``cluster_of()``'s GPU mix, about
 60 % of the GPUs held by running jobs placed by HAS, 1,000 queued jobs from
-``has.traces.synthetic`` with MARP's ranked plans from the simulator):
+``has.sim.traces.synthetic`` with MARP's ranked plans from the simulator):
 
 * every node registered with the agent's own ``register_node`` script and the arguments the
   agent passes (all 13 GPU fields; lease TTL 10 min, as nothing heartbeats), pipelined;
@@ -72,17 +72,17 @@ import redis
 from google.protobuf import json_format
 
 import marp
-from frenzy.common import scripts
-from frenzy.common.convert import plan_to_proto
-from frenzy.common.keys import Keys
-from frenzy.local.redis_server import start_redis
-from frenzy.scheduler.states import JobState
-from frenzy.scheduler.store import StateStore, history_entry
+from frenzy.state import scripts
+from frenzy.rpc.convert import plan_to_proto
+from frenzy.state.keys import Keys
+from frenzy.devstack.redis_server import start_redis
+from frenzy.state.job_states import JobState
+from frenzy.state.store import StateStore, history_entry
 from frenzy.v1 import types_pb2
 from has import ClusterView, PlanOption, QueuedJob, QueuePolicy, schedule
-from has.sim_engine import JobInfo, Simulator
-from has.sim_policies import FrenzyPolicy
-from has.sim_scale import build_state, cluster_of
+from has.sim.engine import JobInfo, Simulator
+from has.sim.baselines import FrenzyPolicy
+from has.sim.scale import build_state, cluster_of
 
 PHASES = ("queue", "cluster", "schedule", "tick")
 LEASE_MS = 600_000  # nothing heartbeats during the run: the nodes must stay alive

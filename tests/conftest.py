@@ -15,8 +15,8 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from frenzy.common.keys import Keys
-from frenzy.local.redis_server import start_redis
+from frenzy.state.keys import Keys
+from frenzy.devstack.redis_server import start_redis
 
 
 def _docker_answers() -> bool:
@@ -62,7 +62,7 @@ def keys(prefix: str) -> Keys:
 
 @pytest.fixture
 def store(redis_client: redis.Redis, keys: Keys):  # -> StateStore
-    from frenzy.scheduler.store import StateStore
+    from frenzy.state.store import StateStore
 
     return StateStore(redis_client, keys)
 

@@ -35,9 +35,9 @@ from frenzy.agent import launcher
 from frenzy.agent.gpus import GpuBackend, GpuInfo
 from frenzy.agent.ledger import Ledger, LedgerEntry
 from frenzy.agent.logship import LogShipper
-from frenzy.common import scripts
-from frenzy.common.keys import AGENT_GROUP, Keys
-from frenzy.common.messages import (
+from frenzy.state import scripts
+from frenzy.state.keys import AGENT_GROUP, Keys
+from frenzy.state.messages import (
     AgentEvent,
     BadMessage,
     CancelMessage,

@@ -15,8 +15,8 @@ from collections.abc import Callable
 
 import redis
 
-from frenzy.common import scripts
-from frenzy.common.keys import Keys
+from frenzy.state import scripts
+from frenzy.state.keys import Keys
 
 
 def held_jobs(client: redis.Redis, keys: Keys, node: str) -> dict[str, list[int]]:

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from frenzy.agent.shim import GUARDED, SHIM_MARKER
-from frenzy.common.messages import LaunchMessage
+from frenzy.state.messages import LaunchMessage
 
 SHIM = Path(__file__).resolve().with_name("shim.py")
 LAUNCH_ID_VAR = "FRENZY_LAUNCH_ID"

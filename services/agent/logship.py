@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 
 import redis
 
-from frenzy.common import scripts
-from frenzy.common.keys import Keys
-from frenzy.common.messages import LogChunk
+from frenzy.state import scripts
+from frenzy.state.keys import Keys
+from frenzy.state.messages import LogChunk
 
 log = logging.getLogger(__name__)
 

@@ -30,8 +30,8 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from starlette.concurrency import run_in_threadpool
 
-from frenzy.common.jobspec import JobEntry, JobSpecError, parse_entry
-from frenzy.common.protojson import to_json
+from frenzy.rpc.jobspec import JobEntry, JobSpecError, parse_entry
+from frenzy.rpc.protojson import to_json
 from frenzy.v1 import scheduler_pb2, scheduler_pb2_grpc, types_pb2
 
 T = TypeVar("T")

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from frenzy.common.client import DEFAULT_SCHEDULER
+from frenzy.rpc.client import DEFAULT_SCHEDULER
 
 
 def api_command(

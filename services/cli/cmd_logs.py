@@ -16,8 +16,8 @@ import grpc
 import typer
 
 from frenzy.cli import render
-from frenzy.cli.common import JsonOpt, SchedulerOpt, echo_json, rpc_fail
-from frenzy.common.client import DEFAULT_SCHEDULER, scheduler_stub
+from frenzy.cli.output import JsonOpt, SchedulerOpt, echo_json, rpc_fail
+from frenzy.rpc.client import DEFAULT_SCHEDULER, scheduler_stub
 from frenzy.v1 import scheduler_pb2
 
 

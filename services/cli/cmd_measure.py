@@ -16,7 +16,7 @@ from rich.markup import escape
 
 import marp
 from frenzy.cli import render
-from frenzy.cli.common import JsonOpt, echo_json, fail
+from frenzy.cli.output import JsonOpt, echo_json, fail
 from frenzy.measure import INSTALL_HINT, compare, torch_available
 
 # Choices, spelled as on the command line (no torch import needed to check them).

@@ -14,8 +14,8 @@ import typer
 
 import marp
 from frenzy.cli import render
-from frenzy.cli.common import JsonOpt, echo_json, fail
-from frenzy.common.jobspec import JobSpecError, parse_entry
+from frenzy.cli.output import JsonOpt, echo_json, fail
+from frenzy.rpc.jobspec import JobSpecError, parse_entry
 from frenzy.v1 import types_pb2
 
 # MARP error fields -> the flag a user typed, so every message names the flag.
@@ -145,7 +145,7 @@ def predict(
         plan_set = marp.enumerate_plans(spec, recipe, pools, rank_by=rank_by)
     except (marp.MarpError, ValueError) as exc:
         fail(_flag_error(exc) if isinstance(exc, marp.MarpError) else str(exc), 2)
-    from frenzy.common import convert
+    from frenzy.rpc import convert
 
     protos = [convert.plan_to_proto(p) for p in plan_set.plans]
     if as_json:
@@ -160,7 +160,7 @@ def predict(
 
 def _pools(cluster: Path | None, gpu_types: list[str] | None) -> list[marp.GpuPool] | None:
     if cluster is not None:
-        from frenzy.local.stack import load_cluster_file
+        from frenzy.devstack.stack import load_cluster_file
 
         cspec = load_cluster_file(str(cluster))
         per: dict[str, list[int]] = {}

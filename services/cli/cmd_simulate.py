@@ -1,7 +1,7 @@
 """`frenzy simulate`: replay a job trace on a cluster file under several policies, side by side.
 
-Thin shell around ``has.sim_engine`` (the simulator), ``has.sim_policies`` (the policies;
-``frenzy`` runs the same ``has.schedule`` as the live scheduler) and ``has.sim_report``.
+Thin shell around ``has.sim.engine`` (the simulator), ``has.sim.baselines`` (the policies;
+``frenzy`` runs the same ``has.schedule`` as the live scheduler) and ``has.sim.report``.
 Bad input (cluster file, trace, policy name) exits 2 with a message naming the field.
 """
 
@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 
 from frenzy.cli import render
-from frenzy.cli.common import JsonOpt, fail
+from frenzy.cli.output import JsonOpt, fail
 
 
 def register(app: typer.Typer) -> None:
@@ -72,7 +72,7 @@ def simulate(
         typer.Option(
             help="Also time each policy's decision on clusters of these sizes (GPUs, comma-separated, "
             "e.g. 100,1000,10000): the same GPU mix ~60 % busy with --decision-queue jobs waiting "
-            "(has.sim_scale). Adds decision_vs_size to the JSON and decision_vs_size.png to --out. "
+            "(has.sim.scale). Adds decision_vs_size to the JSON and decision_vs_size.png to --out. "
             "Sia's ILP takes seconds per round at 10,000 GPUs.",
             metavar="SIZES",
         ),
@@ -97,13 +97,13 @@ def simulate(
     import yaml
 
     from has.cluster_spec import ClusterSpecError, parse_cluster
-    from has.sim_engine import ProfileBook, SimError
-    from has.sim_engine import simulate as run_sim
-    from has.sim_policies import POLICY_NAMES, make_policy
-    from has.sim_report import COLUMNS, markdown_table, plot_decision_vs_size, write_plots
-    from has.sim_scale import MAX_GPUS, MIN_GPUS, time_decisions
-    from has.traces import TraceError, read_trace, write_trace
-    from has.traces import synthetic as make_synthetic
+    from has.sim.engine import ProfileBook, SimError
+    from has.sim.engine import simulate as run_sim
+    from has.sim.baselines import POLICY_NAMES, make_policy
+    from has.sim.report import COLUMNS, markdown_table, plot_decision_vs_size, write_plots
+    from has.sim.scale import MAX_GPUS, MIN_GPUS, time_decisions
+    from has.sim.traces import TraceError, read_trace, write_trace
+    from has.sim.traces import synthetic as make_synthetic
 
     names = [p.strip() for p in policies.split(",") if p.strip()]
     if not names:

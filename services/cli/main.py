@@ -24,7 +24,7 @@ import typer
 
 import marp
 from frenzy.cli import render
-from frenzy.cli.common import (  # noqa: F401
+from frenzy.cli.output import (  # noqa: F401
     EXIT_BY_CODE,
     JsonOpt,
     SchedulerOpt,
@@ -33,9 +33,9 @@ from frenzy.cli.common import (  # noqa: F401
     rpc_fail,
     scheduler_call,
 )
-from frenzy.common.client import DEFAULT_PREDICTOR, DEFAULT_SCHEDULER, scheduler_stub
-from frenzy.common.jobspec import JobSpecError, parse_entry
-from frenzy.common.signals import stop_on_signals
+from frenzy.rpc.client import DEFAULT_PREDICTOR, DEFAULT_SCHEDULER, scheduler_stub
+from frenzy.rpc.jobspec import JobSpecError, parse_entry
+from frenzy.signals import stop_on_signals
 from frenzy.v1 import scheduler_pb2, types_pb2
 
 app = typer.Typer(
@@ -293,7 +293,7 @@ def predictor_cmd(
     log_level: Annotated[str, typer.Option()] = "INFO",
 ) -> None:
     """Run the Predictor gRPC server (MARP; stateless)."""
-    from frenzy.common.grpc_server import stop_server
+    from frenzy.rpc.server import stop_server
     from frenzy.predictor.server import serve
 
     _logging(log_level)
@@ -430,7 +430,7 @@ def up(
 
 
 def _make_stack(cluster: Path | None, run_dir: Path | None, **kwargs: object):  # noqa: ANN202
-    from frenzy.local.stack import LocalStack, load_cluster_file
+    from frenzy.devstack.stack import LocalStack, load_cluster_file
     from has.cluster_spec import ClusterSpecError
 
     if cluster is None and Path("examples/cluster.yaml").exists():

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from rich.console import Console
 from rich.table import Table
 
-from frenzy.common.protojson import to_json
+from frenzy.rpc.protojson import to_json
 from frenzy.v1 import types_pb2
 
 GiB = 1024**3
@@ -154,7 +154,7 @@ def nodes_table(nodes: Iterable[types_pb2.Node], now: float | None = None) -> Ta
 
 
 def to_dict(msg) -> dict:  # noqa: ANN001 - any protobuf message
-    """The one JSON dialect of Frenzy's outputs (see frenzy.common.protojson)."""
+    """The one JSON dialect of Frenzy's outputs (see frenzy.rpc.protojson)."""
     return to_json(msg)
 
 

@@ -11,8 +11,8 @@ import logging
 import grpc
 
 import marp
-from frenzy.common import convert
-from frenzy.common.grpc_server import start_server
+from frenzy.rpc import convert
+from frenzy.rpc.server import start_server
 from frenzy.v1 import predictor_pb2, predictor_pb2_grpc
 
 log = logging.getLogger(__name__)

@@ -24,12 +24,12 @@ from typing import Any
 import grpc
 import redis
 
-from frenzy.common.grpc_server import start_server
-from frenzy.common.keys import Keys
-from frenzy.common.messages import BadMessage, LogChunk, decode_log_chunk
+from frenzy.rpc.server import start_server
+from frenzy.state.keys import Keys
+from frenzy.state.messages import BadMessage, LogChunk, decode_log_chunk
 from frenzy.scheduler.loop import SchedulerLoop
-from frenzy.scheduler.states import JobState
-from frenzy.scheduler.store import DEFAULT_MASTER_PORTS, JobRecord, StateStore
+from frenzy.state.job_states import JobState
+from frenzy.state.store import DEFAULT_MASTER_PORTS, JobRecord, StateStore
 from frenzy.v1 import predictor_pb2, predictor_pb2_grpc, scheduler_pb2, scheduler_pb2_grpc, types_pb2
 from has import QueuePolicy
 
@@ -341,7 +341,7 @@ class SchedulerServer:
         self.thread.start()
 
     def stop(self) -> None:
-        from frenzy.common.grpc_server import stop_server
+        from frenzy.rpc.server import stop_server
 
         self.stop_event.set()
         self.loop.wake.set()

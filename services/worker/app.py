@@ -37,9 +37,9 @@ import grpc
 import redis
 from celery import Celery
 
-from frenzy.common.client import DEFAULT_SCHEDULER, scheduler_stub
-from frenzy.common.jobspec import JobSpecError, parse_entry
-from frenzy.common.keys import Keys
+from frenzy.rpc.client import DEFAULT_SCHEDULER, scheduler_stub
+from frenzy.rpc.jobspec import JobSpecError, parse_entry
+from frenzy.state.keys import Keys
 from frenzy.v1 import scheduler_pb2
 from frenzy.worker import batch as B
 

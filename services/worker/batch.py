@@ -1,7 +1,7 @@
 """Batch submissions: the YAML file format and the per-entry outcomes in Redis.
 
 A batch file lists jobs the way `frenzy submit` takes them (see
-``frenzy.common.jobspec.JobEntry``)::
+``frenzy.rpc.jobspec.JobEntry``)::
 
     defaults:              # optional: merged under every entry
       command: python -c "print('hello')"
@@ -32,8 +32,8 @@ from typing import Any
 import redis
 import yaml
 
-from frenzy.common import scripts
-from frenzy.common.keys import Keys
+from frenzy.state import scripts
+from frenzy.state.keys import Keys
 
 QUEUED = "queued"  # enqueued, no worker has finished it yet
 RETRYING = "retrying"  # the scheduler was unreachable; Celery retries with backoff

@@ -18,7 +18,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from frenzy.common.client import DEFAULT_SCHEDULER
+from frenzy.rpc.client import DEFAULT_SCHEDULER
 from frenzy.worker import batch as B
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"

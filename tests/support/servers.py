@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import grpc
 
-from frenzy.common.grpc_server import stop_server
+from frenzy.rpc.server import stop_server
 from frenzy.predictor.server import serve as serve_predictor
 from frenzy.scheduler.service import SchedulerServer
 from frenzy.v1 import scheduler_pb2_grpc

@@ -7,7 +7,7 @@ import time
 
 import redis
 
-from frenzy.common.keys import Keys
+from frenzy.state.keys import Keys
 from frenzy.v1 import types_pb2
 
 GiB = 1024**3

@@ -15,8 +15,8 @@ import redis
 
 from frenzy.agent.daemon import Agent
 from frenzy.agent.gpus import FakeBackend, GpuBackend
-from frenzy.common.keys import AGENT_GROUP, Keys
-from frenzy.common.messages import (
+from frenzy.state.keys import AGENT_GROUP, Keys
+from frenzy.state.messages import (
     AgentEvent,
     CancelMessage,
     EventKind,

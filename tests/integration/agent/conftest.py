@@ -11,8 +11,8 @@ import redis
 from integration.agent.agent_cluster import Cluster
 
 from frenzy.agent import launcher
-from frenzy.common.keys import Keys
-from frenzy.common.messages import EventKind
+from frenzy.state.keys import Keys
+from frenzy.state.messages import EventKind
 
 
 @pytest.fixture

@@ -19,9 +19,9 @@ import redis
 from integration.agent.agent_cluster import NODE, SLEEPER, Cluster, wait_for
 
 from frenzy.agent import launcher
-from frenzy.common import scripts
-from frenzy.common.keys import AGENT_GROUP, Keys
-from frenzy.common.messages import CancelMessage, EventKind
+from frenzy.state import scripts
+from frenzy.state.keys import AGENT_GROUP, Keys
+from frenzy.state.messages import CancelMessage, EventKind
 
 # ---------------------------------------------------------------- registration, heartbeat, lease
 

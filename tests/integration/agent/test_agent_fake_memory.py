@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from integration.agent.agent_cluster import NODE, SLEEPER, Cluster, wait_for
 
-from frenzy.common.messages import CancelMessage, EventKind, LayoutEnv
+from frenzy.state.messages import CancelMessage, EventKind, LayoutEnv
 
 GiB = 1024**3
 

@@ -19,8 +19,8 @@ from unit.agent.agent_fake_nvml import Device, FakeNvml, NvLink, Proc
 from frenzy.agent import launcher
 from frenzy.agent.drain import drain
 from frenzy.agent.gpus import NvmlBackend
-from frenzy.common.keys import AGENT_GROUP, Keys
-from frenzy.common.messages import CancelMessage, EventKind, decode_log_chunk
+from frenzy.state.keys import AGENT_GROUP, Keys
+from frenzy.state.messages import CancelMessage, EventKind, decode_log_chunk
 
 GiB = 2**30
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from frenzy.common.keys import Keys
+from frenzy.state.keys import Keys
 from support.servers import Servers, running_servers
 from support.state import add_node
 

@@ -13,9 +13,9 @@ import grpc
 import pytest
 import redis
 
-from frenzy.common.keys import AGENT_GROUP, Keys
-from frenzy.common.messages import AgentEvent, EventKind, decode_command, encode
-from frenzy.scheduler.store import StateStore
+from frenzy.state.keys import AGENT_GROUP, Keys
+from frenzy.state.messages import AgentEvent, EventKind, decode_command, encode
+from frenzy.state.store import StateStore
 from frenzy.v1 import scheduler_pb2, types_pb2
 from support.servers import Servers, running_servers
 from support.state import add_node, make_plan, make_spec, set_gpu

@@ -12,11 +12,11 @@ import grpc
 import pytest
 import redis
 
-from frenzy.common import scripts
-from frenzy.common.keys import Keys
-from frenzy.common.messages import LogChunk
-from frenzy.scheduler.states import JobState
-from frenzy.scheduler.store import StateStore
+from frenzy.state import scripts
+from frenzy.state.keys import Keys
+from frenzy.state.messages import LogChunk
+from frenzy.state.job_states import JobState
+from frenzy.state.store import StateStore
 from frenzy.v1 import scheduler_pb2
 from support.servers import Servers, running_servers
 from support.state import add_node, make_plan, make_spec

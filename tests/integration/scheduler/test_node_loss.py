@@ -12,11 +12,11 @@ import time
 import pytest
 import redis
 
-from frenzy.common.keys import Keys
-from frenzy.common.messages import AgentEvent, EventKind, decode_command
+from frenzy.state.keys import Keys
+from frenzy.state.messages import AgentEvent, EventKind, decode_command
 from frenzy.scheduler.loop import SchedulerLoop
-from frenzy.scheduler.states import JobState
-from frenzy.scheduler.store import JobRecord
+from frenzy.state.job_states import JobState
+from frenzy.state.store import JobRecord
 from frenzy.v1 import types_pb2
 from has import Placement, PlanOption
 from support.state import GiB, add_node, make_plan, make_spec, set_gpu

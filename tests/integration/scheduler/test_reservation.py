@@ -7,9 +7,9 @@ import threading
 
 import redis
 
-from frenzy.common.keys import Keys
-from frenzy.scheduler.states import JobState
-from frenzy.scheduler.store import StateStore
+from frenzy.state.keys import Keys
+from frenzy.state.job_states import JobState
+from frenzy.state.store import StateStore
 from has import Placement, PlanOption
 from support.state import GiB, add_node, make_plan, make_spec
 

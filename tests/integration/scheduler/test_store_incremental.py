@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import redis
 
-from frenzy.common.keys import Keys
-from frenzy.scheduler.states import JobState
-from frenzy.scheduler.store import StateStore
+from frenzy.state.keys import Keys
+from frenzy.state.job_states import JobState
+from frenzy.state.store import StateStore
 from has import ClusterView, Placement, PlanOption
 from support.state import GiB, add_node, make_plan, make_spec, set_gpu
 

@@ -19,11 +19,11 @@ import time
 import pytest
 import redis
 
-from frenzy.common.keys import Keys
-from frenzy.common.messages import AgentEvent, EventKind
+from frenzy.state.keys import Keys
+from frenzy.state.messages import AgentEvent, EventKind
 from frenzy.scheduler.loop import SchedulerLoop
-from frenzy.scheduler.states import JobState
-from frenzy.scheduler.store import StateStore
+from frenzy.state.job_states import JobState
+from frenzy.state.store import StateStore
 from has import schedule
 from support.state import GiB, add_node, make_plan, make_spec, set_gpu
 

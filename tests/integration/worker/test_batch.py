@@ -20,7 +20,7 @@ import redis
 from celery.contrib.testing.worker import start_worker
 from typer.testing import CliRunner
 
-from frenzy.common.keys import Keys
+from frenzy.state.keys import Keys
 from frenzy.v1 import scheduler_pb2
 from frenzy.worker import app as worker_app
 from frenzy.worker import batch as B
@@ -148,7 +148,7 @@ def test_entry_with_an_existing_idempotency_key_is_a_duplicate(
 def test_unreachable_scheduler_is_retried_then_recorded_as_error(
     redis_url: str, prefix: str, redis_client: redis.Redis, keys: Keys, settings_restored: None,
 ) -> None:
-    from frenzy.local.redis_server import free_port
+    from frenzy.devstack.redis_server import free_port
 
     worker_app.configure(redis_url=redis_url, scheduler=f"127.0.0.1:{free_port()}", prefix=prefix)
     batch_id = B.new_batch_id()

@@ -13,7 +13,7 @@ import pytest
 
 from frenzy.agent import launcher
 from frenzy.agent.ledger import Ledger, LedgerEntry
-from frenzy.common.messages import LaunchMessage, LayoutEnv
+from frenzy.state.messages import LaunchMessage, LayoutEnv
 
 
 def make_launch(**overrides) -> LaunchMessage:

@@ -21,13 +21,13 @@ import pytest
 from unit.has import has_reference as ref
 
 import has
-import has.sim_policies as sim_policies
+import has.sim.baselines as baselines
 from has import ClusterView, GpuSlot, NodeView, PlanOption, QueuedJob, QueuePolicy, schedule
 from has.cluster_spec import parse_cluster
 from has.policy import drain_target
-from has.sim_engine import Simulator, SimView
-from has.sim_policies import make_policy
-from has.traces import synthetic
+from has.sim.engine import Simulator, SimView
+from has.sim.baselines import make_policy
+from has.sim.traces import synthetic
 
 GiB = 1 << 30
 TYPES = {
@@ -269,7 +269,7 @@ def test_fast_pass_matches_the_reference_on_simulated_states() -> None:
     trace = synthetic(60, seed=3, jobs_per_hour=40, median_gpu_hours=3.0)
     checked = 0
 
-    class Checked(sim_policies.FrenzyPolicy):
+    class Checked(baselines.FrenzyPolicy):
         def decide(self, view: SimView) -> list:
             nonlocal checked
             queue = [self.queued_job(j) for j in view.queue]
@@ -282,7 +282,7 @@ def test_fast_pass_matches_the_reference_on_simulated_states() -> None:
 
     for name in ("frenzy", "frenzy-paper"):
         base = make_policy(name)
-        assert isinstance(base, sim_policies.FrenzyPolicy)
+        assert isinstance(base, baselines.FrenzyPolicy)
         policy = Checked(name, dataclasses.replace(base.queue_policy, starvation_s=600.0))
         Simulator(spec, trace, policy, node_failures=[(3600.0, "h10080gb-0", 1800.0)]).run()
     assert checked > 100

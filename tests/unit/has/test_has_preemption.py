@@ -19,9 +19,9 @@ from has import (
     schedule,
 )
 from has.cluster_spec import ClusterSpec, parse_cluster
-from has.sim_engine import Simulator, Stop
-from has.sim_policies import POLICY_NAMES, FrenzyPolicy, make_policy
-from has.traces import TraceJob
+from has.sim.engine import Simulator, Stop
+from has.sim.baselines import POLICY_NAMES, FrenzyPolicy, make_policy
+from has.sim.traces import TraceJob
 
 HOUR = 3600.0
 NOW = 1000 * HOUR

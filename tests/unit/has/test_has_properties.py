@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 
 from has import ClusterView, GpuSlot, NodeView, PlanOption, QueuedJob, QueuePolicy, RunningJob, schedule
 from has.cluster_spec import parse_cluster
-from has.sim_engine import Simulator, SimView, Start
-from has.sim_policies import FrenzyPolicy, make_policy
-from has.traces import TraceJob
+from has.sim.engine import Simulator, SimView, Start
+from has.sim.baselines import FrenzyPolicy, make_policy
+from has.sim.traces import TraceJob
 
 GiB = 1 << 30
 TYPES = {"A100-80GB": 80 * GiB, "L4": 24 * GiB, "H100-80GB": 80 * GiB}

@@ -7,11 +7,11 @@ from collections.abc import Sequence
 
 import pytest
 
-import has.sim_policies as sim_policies
+import has.sim.baselines as baselines
 from has import QueuePolicy, schedule
 from has.cluster_spec import parse_cluster
-from has.sim_engine import ProfileBook, SimError, Simulator, SimView, Start, simulate
-from has.sim_policies import (
+from has.sim.engine import ProfileBook, SimError, Simulator, SimView, Start, simulate
+from has.sim.baselines import (
     FrenzyPolicy,
     GavelPolicy,
     OpportunisticPolicy,
@@ -19,7 +19,7 @@ from has.sim_policies import (
     UnknownPolicyError,
     make_policy,
 )
-from has.traces import TraceJob, synthetic
+from has.sim.traces import TraceJob, synthetic
 
 SMALL = parse_cluster({"nodes": [
     {"gpu": "H100-80GB", "count": 1, "gpus_per_node": 8},
@@ -150,7 +150,7 @@ def test_frenzy_policy_calls_has_schedule(monkeypatch: pytest.MonkeyPatch, jobs:
         assert all(now - r.submitted_at <= policy.preempt_within_s for r in running)
         return schedule(cluster, queue, now, policy, running)
 
-    monkeypatch.setattr(sim_policies, "schedule", spy)
+    monkeypatch.setattr(baselines, "schedule", spy)
     simulate(SMALL, jobs[:5], make_policy("frenzy"), profiles=book)
     assert calls and all(p == QueuePolicy.frenzy(explain=False) for p in calls)
 
@@ -190,7 +190,7 @@ def test_node_failure_requeues_and_keeps_progress(book: ProfileBook) -> None:
 def _first_fit_reference(view: SimView) -> list[Start]:
     """Opportunistic's placement written the plain way: for each job, sum the free GPUs of each
     candidate type, then take them node by node from the first node in name order."""
-    from has.sim_policies import _type_order
+    from has.sim.baselines import _type_order
 
     cluster = view.cluster
     types = _type_order(view)
@@ -221,7 +221,7 @@ def _first_fit_reference(view: SimView) -> list[Start]:
 def test_opportunistic_first_fit_matches_the_plain_walk(seed: int) -> None:
     """The policy walks each type's nodes once per decision (not once per job); its placements
     must be exactly those of the plain walk, on states with partly used nodes and many jobs."""
-    from has.sim_scale import build_state
+    from has.sim.scale import build_state
 
     sim, now = build_state(128 + 64 * seed, seed, queued=120)
     got = OpportunisticPolicy().decide(SimView(sim, now))

@@ -1,12 +1,12 @@
-"""``has.sim_scale``: the states decision time is measured on (bench/has_decision.py and
+"""``has.sim.scale``: the states decision time is measured on (bench/has_decision.py and
 ``frenzy simulate --decision-sizes``), and the timing of each policy's decision on them."""
 
 from __future__ import annotations
 
 import pytest
 
-from has.sim_engine import SimView
-from has.sim_scale import MAX_GPUS, MIN_GPUS, build_state, cluster_of, time_decisions
+from has.sim.engine import SimView
+from has.sim.scale import MAX_GPUS, MIN_GPUS, build_state, cluster_of, time_decisions
 
 
 @pytest.mark.parametrize("gpus", [100, 1000, 10_000])

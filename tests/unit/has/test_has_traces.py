@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from has.traces import (
+from has.sim.traces import (
     MAPPING_MODELS,
     TraceError,
     detect_format,

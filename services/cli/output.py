@@ -11,7 +11,7 @@ import grpc
 import typer
 
 from frenzy.cli import render
-from frenzy.common.client import scheduler_stub
+from frenzy.rpc.client import scheduler_stub
 from frenzy.v1 import scheduler_pb2_grpc
 
 SchedulerOpt = Annotated[str, typer.Option("--scheduler", envvar="FRENZY_SCHEDULER",

@@ -8,7 +8,7 @@ from support.python_proc import run_python
 
 def _probe(env_extra: dict[str, str]) -> str:
     code = (
-        "import frenzy.common.keys\n"
+        "import frenzy.state.keys\n"
         "import os, grpc\n"
         "print(os.environ.get('GRPC_ENABLE_FORK_SUPPORT'))\n"
     )

@@ -29,7 +29,7 @@ import numpy as np
 import marp
 from has.placement import Placement, PlanOption
 from has.policy import QueuedJob, QueuePolicy, RunningJob, schedule
-from has.sim_engine import JobInfo, JobProfile, SimView, Start, Stop
+from has.sim.engine import JobInfo, JobProfile, SimView, Start, Stop
 
 
 class UnknownPolicyError(ValueError):

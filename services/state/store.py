@@ -1,6 +1,6 @@
 """Job and cluster state in Redis: the scheduler's only I/O with state.
 
-Every multi-key change goes through one Lua script (services/common/lua), so
+Every multi-key change goes through one Lua script (services/state/lua), so
 a crash or a concurrent scheduler can never leave half a change behind. Reads
 build plain values (``JobRecord``) and HAS's pure ``ClusterView``; the policy
 itself lives in ``has`` and never sees Redis.
@@ -20,10 +20,10 @@ from typing import Any
 import redis
 from google.protobuf import json_format
 
-from frenzy.common import scripts
-from frenzy.common.keys import Keys
-from frenzy.common.messages import CancelMessage, LaunchMessage
-from frenzy.scheduler.states import ACTIVE, JobState, sources_of
+from frenzy.state import scripts
+from frenzy.state.keys import Keys
+from frenzy.state.messages import CancelMessage, LaunchMessage
+from frenzy.state.job_states import ACTIVE, JobState, sources_of
 from frenzy.v1 import types_pb2
 from has import ClusterView, GpuSlot, NodeView, Placement, PlanOption, QueuedJob, RunningJob
 

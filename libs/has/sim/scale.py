@@ -25,9 +25,9 @@ from collections.abc import Callable, Sequence
 
 from has.cluster_spec import parse_cluster
 from has.policy import QueuedJob, QueuePolicy, schedule
-from has.sim_engine import Simulator, SimView, Start
-from has.sim_policies import FrenzyPolicy, make_policy
-from has.traces import synthetic
+from has.sim.engine import Simulator, SimView, Start
+from has.sim.baselines import FrenzyPolicy, make_policy
+from has.sim.traces import synthetic
 
 QUEUED = 1000
 MIN_GPUS = 8
@@ -102,7 +102,7 @@ def time_decisions(
     budget_s: float = 3.0,
     progress: Callable[[str], None] | None = None,
 ) -> list[dict[str, float | int | str]]:
-    """For each size and policy (``sim_policies.make_policy`` names): the median wall time of
+    """For each size and policy (``baselines.make_policy`` names): the median wall time of
     ``policy.decide`` on that state, over ``reps`` decisions (fewer when they exceed
     ``budget_s`` — one Sia round at 10,000 GPUs takes seconds; at least one), after one
     untimed decision (per-job caches warm, as between two simulator events). Each decision

@@ -1,7 +1,7 @@
 """Event-driven simulator of a heterogeneous GPU cluster running LLM training jobs.
 
-Role: replay a trace (``has.traces``) against a cluster file (``has.cluster_spec``)
-under one scheduling policy (``has.sim_policies``) and record what happened, so
+Role: replay a trace (``has.sim.traces``) against a cluster file (``has.cluster_spec``)
+under one scheduling policy (``has.sim.baselines``) and record what happened, so
 policies can be compared on the same jobs and GPUs. Pure: simulated time only; the
 only wall clock is ``time.perf_counter`` around each policy call, recorded as the
 policy's decision time (a metric, never an input to a decision).
@@ -39,7 +39,7 @@ from typing import Protocol
 import marp
 from has.cluster import ClusterView, GpuSlot, NodeView
 from has.cluster_spec import ClusterSpec
-from has.traces import TraceJob
+from has.sim.traces import TraceJob
 
 DEFAULT_OOM_DELAY_S = 120.0
 DEFAULT_RESTART_S = 120.0

@@ -1,4 +1,4 @@
-"""SIGINT/SIGTERM stop a process blocked on an Event, every time (frenzy.common.signals).
+"""SIGINT/SIGTERM stop a process blocked on an Event, every time (frenzy.signals).
 
 A handler that called ``Event.set()`` itself deadlocked about once in 40 signals when
 the signal landed while the main thread held the event's lock inside ``wait``; these
@@ -16,7 +16,7 @@ import pytest
 
 CHILD = """
 import sys, threading
-from frenzy.common.signals import stop_on_signals
+from frenzy.signals import stop_on_signals
 stop = threading.Event()
 stop_on_signals(stop, on_signal=lambda sig: print("got", sig.name, flush=True))
 print("ready", flush=True)

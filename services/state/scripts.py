@@ -1,4 +1,4 @@
-"""Load the Lua scripts in ``frenzy/common/lua`` and register them on a client.
+"""Load the Lua scripts in ``frenzy/state/lua`` and register them on a client.
 
 Each script opens with a header saying what it guarantees; they run with
 EVALSHA (Redis 6.2 compatible, no Functions) and take every key they touch in
@@ -15,7 +15,7 @@ import redis
 
 @cache
 def script_source(name: str) -> str:
-    return resources.files("frenzy.common").joinpath("lua", f"{name}.lua").read_text()
+    return resources.files("frenzy.state").joinpath("lua", f"{name}.lua").read_text()
 
 
 def register(client: redis.Redis, name: str) -> redis.commands.core.Script:

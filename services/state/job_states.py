@@ -7,7 +7,7 @@
 PENDING jobs wait in the FIFO queue; RESERVED means the GPUs are held (one
 atomic script); LAUNCHING means the launch commands are on the nodes'
 streams; RUNNING once an agent reports its process started. The transitions
-themselves happen inside Lua scripts (services/common/lua) so the check and
+themselves happen inside Lua scripts (services/state/lua) so the check and
 the write are one atomic step; this module is the single place that names
 the states and which moves are legal.
 """

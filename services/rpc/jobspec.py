@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from frenzy.common.convert import OPTIMIZER_BY_NAME, PRECISION_BY_NAME
+from frenzy.rpc.convert import OPTIMIZER_BY_NAME, PRECISION_BY_NAME
 from frenzy.v1 import types_pb2
 
 

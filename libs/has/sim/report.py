@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from has.sim_engine import SimResult
+from has.sim.engine import SimResult
 
 COLUMNS = (
     ("avg_jct_s", "avg JCT (h)", 3600.0),
@@ -127,7 +127,7 @@ def plot_decision_vs_size(rows: Sequence[dict], path: Path, queued: int = 1000) 
     """Decision time vs cluster size, one line per policy, with the 5 ms target. Rows: gpus,
     policy and a median in ms — ``pass_ms_median`` (bench/has_decision.py; ``pass_ms_mean``
     for rows written before it reported medians) or ``decision_ms_median``
-    (``has.sim_scale.time_decisions``, what ``frenzy simulate --decision-sizes`` writes)."""
+    (``has.sim.scale.time_decisions``, what ``frenzy simulate --decision-sizes`` writes)."""
     import matplotlib
 
     matplotlib.use("Agg")

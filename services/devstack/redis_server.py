@@ -19,7 +19,7 @@ from pathlib import Path
 
 import redis
 
-from frenzy.local.procs import die_with_parent
+from frenzy.devstack.procs import die_with_parent
 
 
 def free_port(host: str = "127.0.0.1") -> int:
