@@ -53,8 +53,8 @@ import has
 from has import ClusterView, PlanOption, QueuedJob, QueuePolicy, RunningJob, schedule
 from has._native import load_sources
 from has.placement import choose_nodes
-from has.sim.engine import SimView
 from has.sim.baselines import FrenzyPolicy, SiaPolicy
+from has.sim.engine import SimView
 from has.sim.scale import build_state
 
 

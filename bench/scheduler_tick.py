@@ -72,16 +72,16 @@ import redis
 from google.protobuf import json_format
 
 import marp
-from frenzy.state import scripts
-from frenzy.rpc.convert import plan_to_proto
-from frenzy.state.keys import Keys
 from frenzy.devstack.redis_server import start_redis
+from frenzy.rpc.convert import plan_to_proto
+from frenzy.state import scripts
 from frenzy.state.job_states import JobState
+from frenzy.state.keys import Keys
 from frenzy.state.store import StateStore, history_entry
 from frenzy.v1 import types_pb2
 from has import ClusterView, PlanOption, QueuedJob, QueuePolicy, schedule
-from has.sim.engine import JobInfo, Simulator
 from has.sim.baselines import FrenzyPolicy
+from has.sim.engine import JobInfo, Simulator
 from has.sim.scale import build_state, cluster_of
 
 PHASES = ("queue", "cluster", "schedule", "tick")

@@ -15,8 +15,8 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from frenzy.state.keys import Keys
 from frenzy.devstack.redis_server import start_redis
+from frenzy.state.keys import Keys
 
 
 def _docker_answers() -> bool:

@@ -21,8 +21,8 @@ import typer
 from frenzy.agent.daemon import Agent
 from frenzy.agent.drain import drain as drain_node
 from frenzy.agent.gpus import FakeBackend, GpuBackend, GpuDiscoveryError, NvmlBackend
-from frenzy.state.keys import Keys
 from frenzy.signals import stop_on_signals
+from frenzy.state.keys import Keys
 
 
 def agent_command(

@@ -97,9 +97,9 @@ def simulate(
     import yaml
 
     from has.cluster_spec import ClusterSpecError, parse_cluster
+    from has.sim.baselines import POLICY_NAMES, make_policy
     from has.sim.engine import ProfileBook, SimError
     from has.sim.engine import simulate as run_sim
-    from has.sim.baselines import POLICY_NAMES, make_policy
     from has.sim.report import COLUMNS, markdown_table, plot_decision_vs_size, write_plots
     from has.sim.scale import MAX_GPUS, MIN_GPUS, time_decisions
     from has.sim.traces import TraceError, read_trace, write_trace

@@ -293,8 +293,8 @@ def predictor_cmd(
     log_level: Annotated[str, typer.Option()] = "INFO",
 ) -> None:
     """Run the Predictor gRPC server (MARP; stateless)."""
-    from frenzy.rpc.server import stop_server
     from frenzy.predictor.server import serve
+    from frenzy.rpc.server import stop_server
 
     _logging(log_level)
     stop = _stop_event()

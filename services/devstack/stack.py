@@ -24,9 +24,9 @@ import grpc
 import yaml
 
 import marp
-from frenzy.rpc.client import wait_healthy
 from frenzy.devstack.procs import die_with_parent
 from frenzy.devstack.redis_server import RedisProcess, free_port, start_redis
+from frenzy.rpc.client import wait_healthy
 from frenzy.v1 import scheduler_pb2, scheduler_pb2_grpc
 from has.cluster_spec import ClusterSpec, ClusterSpecError, parse_cluster
 

@@ -33,9 +33,9 @@ from dataclasses import dataclass, field, replace
 
 import redis
 
+from frenzy.state.job_states import ACTIVE, JobState
 from frenzy.state.keys import SCHEDULER_GROUP, Keys
 from frenzy.state.messages import AgentEvent, BadMessage, EventKind, LaunchMessage, LayoutEnv, decode_event
-from frenzy.state.job_states import ACTIVE, JobState
 from frenzy.state.store import DEFAULT_MASTER_PORTS, JobRecord, StateStore
 from frenzy.v1 import types_pb2
 from has import Placement, QueuePolicy, schedule

@@ -25,10 +25,10 @@ import grpc
 import redis
 
 from frenzy.rpc.server import start_server
-from frenzy.state.keys import Keys
-from frenzy.state.messages import BadMessage, LogChunk, decode_log_chunk
 from frenzy.scheduler.loop import SchedulerLoop
 from frenzy.state.job_states import JobState
+from frenzy.state.keys import Keys
+from frenzy.state.messages import BadMessage, LogChunk, decode_log_chunk
 from frenzy.state.store import DEFAULT_MASTER_PORTS, JobRecord, StateStore
 from frenzy.v1 import predictor_pb2, predictor_pb2_grpc, scheduler_pb2, scheduler_pb2_grpc, types_pb2
 from has import QueuePolicy

@@ -21,9 +21,9 @@ import redis
 from google.protobuf import json_format
 
 from frenzy.state import scripts
+from frenzy.state.job_states import ACTIVE, JobState, sources_of
 from frenzy.state.keys import Keys
 from frenzy.state.messages import CancelMessage, LaunchMessage
-from frenzy.state.job_states import ACTIVE, JobState, sources_of
 from frenzy.v1 import types_pb2
 from has import ClusterView, GpuSlot, NodeView, Placement, PlanOption, QueuedJob, RunningJob
 

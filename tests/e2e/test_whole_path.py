@@ -11,8 +11,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from frenzy.rpc.jobspec import parse_entry
 from frenzy.devstack.stack import LocalStack
+from frenzy.rpc.jobspec import parse_entry
 from frenzy.v1 import scheduler_pb2, scheduler_pb2_grpc, types_pb2
 from has.cluster_spec import parse_cluster
 

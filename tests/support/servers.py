@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import grpc
 
-from frenzy.rpc.server import stop_server
 from frenzy.predictor.server import serve as serve_predictor
+from frenzy.rpc.server import stop_server
 from frenzy.scheduler.service import SchedulerServer
 from frenzy.v1 import scheduler_pb2_grpc
 

@@ -25,8 +25,8 @@ from collections.abc import Callable, Sequence
 
 from has.cluster_spec import parse_cluster
 from has.policy import QueuedJob, QueuePolicy, schedule
-from has.sim.engine import Simulator, SimView, Start
 from has.sim.baselines import FrenzyPolicy, make_policy
+from has.sim.engine import Simulator, SimView, Start
 from has.sim.traces import synthetic
 
 QUEUED = 1000

@@ -15,10 +15,10 @@ with warnings.catch_warnings():  # starlette's "use httpx2" notice; httpx is wha
     from fastapi.testclient import TestClient
 
 from frenzy.api.app import create_app, to_json
+from frenzy.devstack.redis_server import free_port
 from frenzy.state import scripts
 from frenzy.state.keys import Keys
 from frenzy.state.messages import LogChunk
-from frenzy.devstack.redis_server import free_port
 from frenzy.v1 import types_pb2
 from support.servers import Servers, running_servers
 from support.state import add_node, set_gpu

@@ -7,9 +7,9 @@ import time
 
 import redis
 
-from frenzy.state.keys import Keys
 from frenzy.scheduler.loop import SchedulerLoop
 from frenzy.state.job_states import JobState
+from frenzy.state.keys import Keys
 from has import QueuePolicy
 from support.state import add_node, make_plan, make_spec, set_gpu
 

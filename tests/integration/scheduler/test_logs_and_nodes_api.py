@@ -13,9 +13,9 @@ import pytest
 import redis
 
 from frenzy.state import scripts
+from frenzy.state.job_states import JobState
 from frenzy.state.keys import Keys
 from frenzy.state.messages import LogChunk
-from frenzy.state.job_states import JobState
 from frenzy.state.store import StateStore
 from frenzy.v1 import scheduler_pb2
 from support.servers import Servers, running_servers

@@ -12,10 +12,10 @@ import time
 import pytest
 import redis
 
-from frenzy.state.keys import Keys
-from frenzy.state.messages import AgentEvent, EventKind, decode_command
 from frenzy.scheduler.loop import SchedulerLoop
 from frenzy.state.job_states import JobState
+from frenzy.state.keys import Keys
+from frenzy.state.messages import AgentEvent, EventKind, decode_command
 from frenzy.state.store import JobRecord
 from frenzy.v1 import types_pb2
 from has import Placement, PlanOption

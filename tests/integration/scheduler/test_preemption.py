@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import redis
 
-from frenzy.state.keys import Keys
-from frenzy.state.messages import AgentEvent, EventKind, decode_command
 from frenzy.scheduler.loop import SchedulerLoop
 from frenzy.state.job_states import JobState
+from frenzy.state.keys import Keys
+from frenzy.state.messages import AgentEvent, EventKind, decode_command
 from frenzy.v1 import types_pb2
 from support.state import add_node, make_plan, make_spec
 

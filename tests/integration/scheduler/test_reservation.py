@@ -7,8 +7,8 @@ import threading
 
 import redis
 
-from frenzy.state.keys import Keys
 from frenzy.state.job_states import JobState
+from frenzy.state.keys import Keys
 from frenzy.state.store import StateStore
 from has import Placement, PlanOption
 from support.state import GiB, add_node, make_plan, make_spec

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import redis
 
-from frenzy.state.keys import Keys
 from frenzy.state.job_states import JobState
+from frenzy.state.keys import Keys
 from frenzy.state.store import StateStore
 from has import ClusterView, Placement, PlanOption
 from support.state import GiB, add_node, make_plan, make_spec, set_gpu

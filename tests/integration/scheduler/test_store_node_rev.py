@@ -12,8 +12,8 @@ from __future__ import annotations
 import redis
 
 from frenzy.state import scripts
-from frenzy.state.keys import Keys
 from frenzy.state.job_states import JobState
+from frenzy.state.keys import Keys
 from frenzy.state.store import StateStore
 from has import ClusterView, Placement, PlanOption
 from support.state import GiB, add_node, make_plan, make_spec

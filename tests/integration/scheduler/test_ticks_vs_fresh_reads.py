@@ -19,10 +19,10 @@ import time
 import pytest
 import redis
 
-from frenzy.state.keys import Keys
-from frenzy.state.messages import AgentEvent, EventKind
 from frenzy.scheduler.loop import SchedulerLoop
 from frenzy.state.job_states import JobState
+from frenzy.state.keys import Keys
+from frenzy.state.messages import AgentEvent, EventKind
 from frenzy.state.store import StateStore
 from has import schedule
 from support.state import GiB, add_node, make_plan, make_spec, set_gpu

@@ -25,8 +25,8 @@ import has.sim.baselines as baselines
 from has import ClusterView, GpuSlot, NodeView, PlanOption, QueuedJob, QueuePolicy, schedule
 from has.cluster_spec import parse_cluster
 from has.policy import drain_target
-from has.sim.engine import Simulator, SimView
 from has.sim.baselines import make_policy
+from has.sim.engine import Simulator, SimView
 from has.sim.traces import synthetic
 
 GiB = 1 << 30

@@ -19,8 +19,8 @@ from has import (
     schedule,
 )
 from has.cluster_spec import ClusterSpec, parse_cluster
-from has.sim.engine import Simulator, Stop
 from has.sim.baselines import POLICY_NAMES, FrenzyPolicy, make_policy
+from has.sim.engine import Simulator, Stop
 from has.sim.traces import TraceJob
 
 HOUR = 3600.0

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from has import ClusterView, GpuSlot, NodeView, PlanOption, QueuedJob, QueuePolicy, RunningJob, schedule
 from has.cluster_spec import parse_cluster
-from has.sim.engine import Simulator, SimView, Start
 from has.sim.baselines import FrenzyPolicy, make_policy
+from has.sim.engine import Simulator, SimView, Start
 from has.sim.traces import TraceJob
 
 GiB = 1 << 30

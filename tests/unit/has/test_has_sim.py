@@ -10,7 +10,6 @@ import pytest
 import has.sim.baselines as baselines
 from has import QueuePolicy, schedule
 from has.cluster_spec import parse_cluster
-from has.sim.engine import ProfileBook, SimError, Simulator, SimView, Start, simulate
 from has.sim.baselines import (
     FrenzyPolicy,
     GavelPolicy,
@@ -19,6 +18,7 @@ from has.sim.baselines import (
     UnknownPolicyError,
     make_policy,
 )
+from has.sim.engine import ProfileBook, SimError, Simulator, SimView, Start, simulate
 from has.sim.traces import TraceJob, synthetic
 
 SMALL = parse_cluster({"nodes": [
