@@ -32,6 +32,9 @@ the whole truth about what is in Redis.
     {p}:batches                  zset   batch ids, scored by creation time
     {p}:batch-queue              list   Celery's queue for batch submission tasks (kombu owns its
                                         format; kombu also keeps its own _kombu.* / unacked* keys)
+    {p}:token:{id}               hash   one API token: user, role, sha256 (of the secret, never the secret),
+                                        created_at, expires_at (0: never), note
+    {p}:tokens                   set    ids of every token
 """
 
 from __future__ import annotations
@@ -109,3 +112,10 @@ class Keys:
 
     def batch_queue(self) -> str:
         return f"{self.prefix}:batch-queue"
+
+    # API tokens (frenzy.auth.tokens)
+    def token(self, token_id: str) -> str:
+        return f"{self.prefix}:token:{token_id}"
+
+    def tokens(self) -> str:
+        return f"{self.prefix}:tokens"

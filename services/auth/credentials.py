@@ -1,0 +1,90 @@
+"""Where a client finds its token and its scheduler, with nothing to type.
+
+Order, first found wins, for each of the two values:
+
+    token      FRENZY_TOKEN, else the credentials file
+    scheduler  --scheduler / FRENZY_SCHEDULER, else the credentials file, else 127.0.0.1:50051
+
+The credentials file is ``$FRENZY_CREDENTIALS``, else ``$XDG_CONFIG_HOME/frenzy/credentials.json``
+(``~/.config/...``). `frenzy up` and `frenzy demo` write one for the stack they start (an admin
+token of their own), so the CLI on the same machine just works. Like ssh with a private key,
+a credentials file that others can read is refused rather than used: a token is a login.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_SCHEDULER = "127.0.0.1:50051"
+
+
+class CredentialsError(Exception):
+    """The credentials file exists but cannot be used (unsafe mode, not JSON, wrong shape)."""
+
+
+@dataclass(frozen=True)
+class Credentials:
+    token: str | None = None
+    scheduler: str | None = None
+    api: str | None = None
+
+
+def credentials_path() -> Path:
+    explicit = os.environ.get("FRENZY_CREDENTIALS")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "frenzy" / "credentials.json"
+
+
+def read_credentials(path: Path | None = None) -> Credentials:
+    """The file's contents; an empty ``Credentials`` when there is no file."""
+    path = path or credentials_path()
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return Credentials()
+    except OSError as exc:
+        raise CredentialsError(f"credentials file {path}: {exc.strerror}") from exc
+    if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise CredentialsError(f"credentials file {path} can be read by other users (mode "
+                               f"{stat.S_IMODE(st.st_mode):o}). To fix: chmod 600 {path}")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CredentialsError(f"credentials file {path}: not readable JSON ({type(exc).__name__})") from exc
+    if not isinstance(data, dict):
+        raise CredentialsError(f"credentials file {path}: expected a JSON object")
+    fields = {k: data.get(k) for k in ("token", "scheduler", "api")}
+    for key, value in fields.items():
+        if value is not None and not isinstance(value, str):
+            raise CredentialsError(f"credentials file {path}: {key} must be a string")
+    return Credentials(**fields)
+
+
+def write_credentials(path: Path, creds: Credentials) -> None:
+    """Write ``creds`` readable by the owner only, atomically (never a moment world-readable)."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        data = {k: v for k, v in (("token", creds.token), ("scheduler", creds.scheduler), ("api", creds.api))
+                if v is not None}
+        os.write(fd, (json.dumps(data, indent=1) + "\n").encode())
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def resolve_token(explicit: str | None = None) -> str | None:
+    return explicit or os.environ.get("FRENZY_TOKEN") or read_credentials().token
+
+
+def resolve_scheduler(explicit: str | None = None) -> str:
+    return (explicit or os.environ.get("FRENZY_SCHEDULER") or read_credentials().scheduler
+            or DEFAULT_SCHEDULER)
