@@ -9,6 +9,7 @@ to Redis 6.2 features (EVAL, Streams, XAUTOCLAIM) so every option runs the same 
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import socket
 import subprocess
@@ -69,29 +70,54 @@ class RedisProcess:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
 
+STACK_USER = "frenzy"
+
+
+def _write_config(workdir: str, password: str) -> str:
+    """A config file, readable by us only, that turns the ``default`` user off and adds one user
+    with a password. The password goes in a file rather than on the command line, where any
+    local user could read it from ``ps``."""
+    path = os.path.join(workdir, "redis.conf")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write("# written by frenzy: no user without a password (issue 14)\n"
+                 "user default off nopass -@all\n"
+                 f"user {STACK_USER} on >{password} ~* &* +@all\n"
+                 "protected-mode yes\n")
+    return path
+
+
 def start_redis(
-    port: int | None = None, workdir: str | None = None, appendonly: bool = False, timeout_s: float = 10.0
+    port: int | None = None, workdir: str | None = None, appendonly: bool = False, timeout_s: float = 10.0,
+    password: str | None = None,
 ) -> RedisProcess:
-    """Start a private redis-server on 127.0.0.1 and wait until it answers PING."""
+    """Start a private redis-server on 127.0.0.1 and wait until it answers PING.
+
+    Never open: the ``default`` user is off and the one user, ``frenzy``, has ``password``
+    (a fresh random one when not given); the returned URL carries both."""
     binary = redis_binary()
     port = port or free_port()
     own = workdir is None
     workdir = os.path.abspath(workdir or tempfile.mkdtemp(prefix="frenzy-redis-"))
     os.makedirs(workdir, exist_ok=True)
+    password = password or secrets.token_urlsafe(24)
     args = [
-        binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", workdir, "--save", "",
-        "--appendonly", "yes" if appendonly else "no", "--daemonize", "no", "--loglevel", "warning",
+        binary, _write_config(workdir, password), "--port", str(port), "--bind", "127.0.0.1", "--dir", workdir,
+        "--save", "", "--appendonly", "yes" if appendonly else "no", "--daemonize", "no", "--loglevel", "warning",
         "--logfile", os.path.join(workdir, "redis.log"),
     ]
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
                             preexec_fn=die_with_parent)
-    url = f"redis://127.0.0.1:{port}/0"
+    url = f"redis://{STACK_USER}:{password}@127.0.0.1:{port}/0"
     deadline = time.monotonic() + timeout_s
     client = redis.Redis.from_url(url)
     while True:
         try:
             if client.ping():
                 break
+        except redis.AuthenticationError as exc:  # another Redis answered on that port
+            proc.kill()
+            raise RuntimeError(f"port {port} answered with another Redis") from exc
         except redis.ConnectionError:
             pass
         if proc.poll() is not None or time.monotonic() > deadline:
