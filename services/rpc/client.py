@@ -9,7 +9,7 @@ from contextlib import contextmanager
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from frenzy.v1 import predictor_pb2_grpc, scheduler_pb2_grpc
+from frenzy.v1 import scheduler_pb2_grpc
 
 DEFAULT_SCHEDULER = "127.0.0.1:50051"
 DEFAULT_PREDICTOR = "127.0.0.1:50052"
@@ -19,24 +19,11 @@ def scheduler_address(explicit: str | None = None) -> str:
     return explicit or os.environ.get("FRENZY_SCHEDULER", DEFAULT_SCHEDULER)
 
 
-def predictor_address(explicit: str | None = None) -> str:
-    return explicit or os.environ.get("FRENZY_PREDICTOR", DEFAULT_PREDICTOR)
-
-
 @contextmanager
 def scheduler_stub(address: str | None = None) -> Iterator[scheduler_pb2_grpc.SchedulerStub]:
     channel = grpc.insecure_channel(scheduler_address(address))
     try:
         yield scheduler_pb2_grpc.SchedulerStub(channel)
-    finally:
-        channel.close()
-
-
-@contextmanager
-def predictor_stub(address: str | None = None) -> Iterator[predictor_pb2_grpc.PredictorStub]:
-    channel = grpc.insecure_channel(predictor_address(address))
-    try:
-        yield predictor_pb2_grpc.PredictorStub(channel)
     finally:
         channel.close()
 

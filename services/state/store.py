@@ -22,8 +22,9 @@ from google.protobuf import json_format
 
 from frenzy.state import scripts
 from frenzy.state.job_states import ACTIVE, JobState, sources_of
-from frenzy.state.keys import Keys
+from frenzy.state.keys import SCHEDULER_GROUP, Keys
 from frenzy.state.messages import CancelMessage, LaunchMessage
+from frenzy.state.streams import ensure_group
 from frenzy.v1 import types_pb2
 from has import ClusterView, GpuSlot, NodeView, Placement, PlanOption, QueuedJob, RunningJob
 
@@ -211,9 +212,6 @@ class StateStore:
         if not raw:
             return None
         return self._decode(raw, hist)
-
-    def history_len(self, job_id: str) -> int:
-        return int(self.r.llen(self.k.job_history(job_id)))
 
     def list(self, states: set[JobState] | None = None, limit: int = 100) -> list[JobRecord]:
         ids = self.r.zrevrange(self.k.jobs(), 0, -1 if states else max(limit, 1) - 1)
@@ -574,3 +572,30 @@ class StateStore:
 
     def node_addr(self, node: str) -> str:
         return self.r.hget(self.k.node(node), "addr") or "127.0.0.1"
+
+    def gpu_uuids(self, node: str, indices: Iterable[int]) -> list[str]:
+        """The UUID of each of ``node``'s GPUs ``indices`` ("" when unknown): what a launch names
+        so the agent can tell the GPU the scheduler reserved from one that took its index."""
+        return [self.r.hget(self.k.gpu(node, i), "uuid") or "" for i in indices]
+
+    def port_tables(self, nodes: Iterable[str]) -> dict[str, dict[str, str]]:
+        """Each node's rendezvous ports in use: node -> {port: job id}."""
+        return {node: self.r.hgetall(self.k.ports(node)) for node in nodes}
+
+    # ---- agent events -----------------------------------------------------------------------
+
+    def ensure_events_group(self) -> None:
+        """Create the scheduler's consumer group on the agents' event stream (once is enough)."""
+        ensure_group(self.r, self.k.events_stream(), SCHEDULER_GROUP)
+
+    def read_events(self, consumer: str, start: str, count: int,
+                    block_ms: int | None) -> list[tuple[str, dict[str, str]]]:
+        """Up to ``count`` event entries for ``consumer``: ``start`` ">" for new ones (waiting up to
+        ``block_ms``), "0" for those delivered to it before and never acknowledged."""
+        resp = self.r.xreadgroup(SCHEDULER_GROUP, consumer, {self.k.events_stream(): start}, count=count,
+                                 block=block_ms)
+        return resp[0][1] if resp else []
+
+    def ack_event(self, entry_id: str) -> None:
+        """The event is handled (or dropped as malformed): it is not delivered again."""
+        self.r.xack(self.k.events_stream(), SCHEDULER_GROUP, entry_id)
