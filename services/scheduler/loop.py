@@ -33,9 +33,11 @@ from dataclasses import dataclass, field, replace
 
 import redis
 
+from frenzy.scheduler.agent_events import Exited, LaunchRefused, Stale, Started, UnknownJob, interpret
+from frenzy.scheduler.reaping import NodeLease, OrphanKey, ReapSettings, ReapSnapshot, decide_reap
 from frenzy.state.job_states import ACTIVE, JobState
-from frenzy.state.keys import SCHEDULER_GROUP, Keys
-from frenzy.state.messages import AgentEvent, BadMessage, EventKind, LaunchMessage, LayoutEnv, decode_event
+from frenzy.state.keys import Keys
+from frenzy.state.messages import AgentEvent, BadMessage, LaunchMessage, LayoutEnv, decode_event
 from frenzy.state.store import DEFAULT_MASTER_PORTS, JobRecord, StateStore
 from frenzy.v1 import types_pb2
 from has import Placement, QueuePolicy, schedule
@@ -73,8 +75,6 @@ class SchedulerLoop:
         first, last = master_ports
         if not (1024 <= first <= last <= 65535):
             raise ValueError(f"master port range {first}-{last}: need 1024 <= first <= last <= 65535")
-        self.r = client
-        self.k = keys
         self.store = StateStore(client, keys)
         # Ours by default (docs/has-policy.md): shortest-first with aging and
         # completion-time-aware plan choice; QueuePolicy() is the paper's HAS.
@@ -90,7 +90,7 @@ class SchedulerLoop:
         self.wake = threading.Event()
         self._group_ready = False
         self._pending_checked = False
-        self._orphans: dict[tuple[str, str, str, str], float] = {}  # (kind, where, job, fence) -> first seen
+        self._orphans: dict[OrphanKey, float] = {}  # each orphan GPU or port -> when first seen
         self._last_reap = 0.0
 
     # ---- placement ---------------------------------------------------------------------------
@@ -176,7 +176,7 @@ class SchedulerLoop:
         master_port = job.master_port or self.master_ports[0]
         out = []
         for rank, (node, idxs) in enumerate(job.placement):
-            uuids = [self.r.hget(self.k.gpu(node, i), "uuid") or "" for i in idxs]
+            uuids = self.store.gpu_uuids(node, idxs)
             out.append(LaunchMessage(
                 job_id=job.id, attempt=job.attempt, fence=fence, node=node, node_rank=rank,
                 nnodes=len(job.placement), nproc_per_node=len(idxs), gpu_indices=list(idxs), gpu_uuids=uuids,
@@ -189,94 +189,59 @@ class SchedulerLoop:
     # ---- node loss and leaks -------------------------------------------------------------------
 
     def reap(self) -> ReapReport:
-        """Declare nodes dead, requeue (or fail) their jobs, free what ended reservations still hold."""
+        """Declare nodes dead, requeue (or fail) their jobs, free what ended reservations still hold.
+
+        Read (``_reap_snapshot``), decide (``reaping.decide_reap``, pure), write (the store)."""
         report = ReapReport([], [], [], 0)
+        snapshot = self._reap_snapshot()
+        settings = ReapSettings(self.dead_after_s, self.orphan_release_s)
+        mono = time.monotonic()
+        plan = decide_reap(snapshot, mono, self._orphans, settings)
+        came_back: set[str] = set()
+        for death in plan.declare:
+            if not self.store.declare_dead(death.node, death.heartbeat_at, snapshot.now):
+                came_back.add(death.node)  # it heartbeated after the snapshot
+                continue
+            log.warning("node %s declared dead: no heartbeat for %.1f s (timeout %.1f s)", death.node,
+                        death.age_s, self.dead_after_s)
+            report.declared_dead.append(death.node)
+        if came_back:
+            plan = decide_reap(snapshot, mono, self._orphans, settings, came_back=frozenset(came_back))
+        for lost in plan.requeue:
+            job = snapshot.jobs[lost.job_id]
+            assert job is not None
+            state = self.requeue(job, list(lost.lost), lost.why)
+            if state == JobState.PENDING.value:
+                report.requeued.append(job.id)
+            elif state == JobState.FAILED.value:
+                report.failed.append(job.id)
+        for gpu in plan.gpus:
+            freed = self.store.release_stale(gpu.job_id, gpu.node, gpu.fence)
+            if freed:
+                log.warning("freed %d GPU(s) of %s still held by ended reservation %s of job %s%s",
+                            freed, gpu.node, gpu.fence, gpu.job_id,
+                            "" if gpu.waited_s is None else f" (no exit reported for {gpu.waited_s:.0f} s)")
+                report.released += freed
+        for port in plan.ports:
+            if self.store.release_port(port.node, port.port, port.job_id):
+                log.info("freed rendezvous port %s on %s left by job %s", port.port, port.node, port.job_id)
+                report.released += 1
+        self._orphans = plan.orphans
+        return report
+
+    def _reap_snapshot(self) -> ReapSnapshot:
+        """What the reaper decides on: the nodes, then the port tables, then the jobs they name."""
         now = self.store.redis_time()
-        nodes = self.store.load_nodes()
+        nodes = tuple(NodeLease.from_hashes(info, alive, gpus) for info, alive, gpus in self.store.load_nodes())
         # Read the port tables before any job: a port taken after this read is not looked at.
-        ports = {info.get("name", ""): self.r.hgetall(self.k.ports(info.get("name", "")))
-                 for info, _alive, _gpus in nodes if info.get("name")}
-        dead: dict[str, float] = {}
-        for info, alive, _gpus in nodes:
-            name = info.get("name", "")
-            if not name or alive:
-                continue
-            beat = info.get("heartbeat_at", "")
-            age = now - float(beat or 0)
-            if age < self.dead_after_s:
-                continue
-            if not info.get("dead_at"):
-                if not self.store.declare_dead(name, beat, now):
-                    continue  # it came back meanwhile
-                log.warning("node %s declared dead: no heartbeat for %.1f s (timeout %.1f s)", name, age,
-                            self.dead_after_s)
-                report.declared_dead.append(name)
-            dead[name] = age
-
+        ports = self.store.port_tables(n.name for n in nodes if n.name)
+        owners = [g.owner for n in nodes for g in n.gpus if g.owner]
+        owners += [owner for table in ports.values() for owner in table.values()]
         jobs: dict[str, JobRecord | None] = {}
-
-        def job_of(job_id: str) -> JobRecord | None:
+        for job_id in owners:
             if job_id not in jobs:
                 jobs[job_id] = self.store.get(job_id)
-            return jobs[job_id]
-
-        for info, _alive, gpus in nodes:
-            name = info.get("name", "")
-            if name not in dead:
-                continue
-            for g in gpus:
-                job = job_of(g.get("owner") or "") if g.get("owner") else None
-                if job is None or job.state not in ACTIVE or str(job.fence) != g.get("fence"):
-                    continue
-                lost = sorted(n for n, _ in job.placement if n in dead)
-                why = f"node {', '.join(lost)} is dead (no heartbeat for {dead[lost[0]]:.0f} s)"
-                state = self.requeue(job, lost, why)
-                if state == JobState.PENDING.value:
-                    report.requeued.append(job.id)
-                elif state == JobState.FAILED.value:
-                    report.failed.append(job.id)
-                jobs.pop(job.id, None)
-
-        seen: set[tuple[str, str, str, str]] = set()
-        mono = time.monotonic()
-        for info, _alive, gpus in nodes:
-            name = info.get("name", "")
-            for g in gpus:
-                owner, fence = g.get("owner") or "", g.get("fence") or "0"
-                if not owner:
-                    continue
-                job = job_of(owner)
-                if job is not None and job.state in ACTIVE and str(job.fence) == fence:
-                    continue
-                key = ("gpu", name, owner, fence)
-                seen.add(key)
-                first = self._orphans.setdefault(key, mono)
-                if name in dead or mono - first >= self.orphan_release_s:
-                    freed = self.store.release_stale(owner, name, int(fence))
-                    if freed:
-                        log.warning("freed %d GPU(s) of %s still held by ended reservation %s of job %s%s",
-                                    freed, name, fence, owner,
-                                    "" if name in dead else f" (no exit reported for {mono - first:.0f} s)")
-                        report.released += freed
-                    self._orphans.pop(key, None)
-        for name, table in ports.items():
-            for port, owner in table.items():
-                job = job_of(owner)
-                if (job is not None and job.state in ACTIVE and job.master_node == name
-                        and str(job.master_port) == port):
-                    continue
-                key = ("port", name, owner, port)
-                seen.add(key)
-                first = self._orphans.setdefault(key, mono)
-                if mono - first >= self.orphan_release_s:
-                    if self.store.release_port(name, port, owner):
-                        log.info("freed rendezvous port %s on %s left by job %s", port, name, owner)
-                        report.released += 1
-                    self._orphans.pop(key, None)
-        for key in list(self._orphans):
-            if key not in seen:
-                del self._orphans[key]  # resolved by itself (the exit came in)
-        return report
+        return ReapSnapshot(now, nodes, ports, jobs)
 
     def preempt(self, job_id: str, for_job: str) -> bool:
         """Stop ``job_id`` (HAS preempted it for the shorter ``for_job``) and queue it again: a
@@ -320,24 +285,14 @@ class SchedulerLoop:
 
     # ---- events --------------------------------------------------------------------------------
 
-    def _ensure_group(self) -> None:
-        if self._group_ready:
-            return
-        try:
-            self.r.xgroup_create(self.k.events_stream(), SCHEDULER_GROUP, id="0", mkstream=True)
-        except redis.ResponseError as exc:
-            if "BUSYGROUP" not in str(exc):
-                raise
-        self._group_ready = True
-
     def drain_events(self, block_ms: int = 200, count: int = 100) -> int:
         """Handle the agents' events; returns how many entries were consumed."""
-        self._ensure_group()
+        if not self._group_ready:
+            self.store.ensure_events_group()
+            self._group_ready = True
         # First our own unacknowledged entries (a crash mid-handling), then new ones.
         start = ">" if self._pending_checked else "0"
-        resp = self.r.xreadgroup(SCHEDULER_GROUP, self.consumer, {self.k.events_stream(): start},
-                                 count=count, block=None if start == "0" else block_ms)
-        entries = resp[0][1] if resp else []
+        entries = self.store.read_events(self.consumer, start, count, None if start == "0" else block_ms)
         if start == "0" and not entries:
             self._pending_checked = True
         for entry_id, fields in entries:
@@ -350,22 +305,20 @@ class SchedulerLoop:
                 # Leave it pending: it is retried on restart, never silently lost.
                 log.exception("failed to handle event %s", entry_id)
                 continue
-            self.r.xack(self.k.events_stream(), SCHEDULER_GROUP, entry_id)
+            self.store.ack_event(entry_id)
         return len(entries)
 
     def handle_event(self, event: AgentEvent) -> None:
+        """Carry out what ``event`` means for its job (``agent_events.interpret``, pure)."""
         job = self.store.get(event.job_id)
-        if job is None:
+        meaning = interpret(event, job)
+        if isinstance(meaning, UnknownJob) or job is None:
             log.warning("event for unknown job %s from %s ignored", event.job_id, event.node)
-            return
-        current = (event.attempt == job.attempt and job.state in ACTIVE
-                   and event.node in {n for n, _ in job.placement}
-                   and (event.fence is None or event.fence == job.fence))
-        if not current:
+        elif isinstance(meaning, Stale):
             # An older attempt (requeued) or an ended job: its process is gone now,
             # so whatever it still held on that node can go.
-            if event.kind != EventKind.RUNNING and event.fence is not None:
-                freed = self.store.release_stale(job.id, event.node, event.fence)
+            if meaning.release_fence is not None:
+                freed = self.store.release_stale(job.id, event.node, meaning.release_fence)
                 if freed:
                     log.info("job %s attempt %d ended on %s: freed %d GPU(s) of its old reservation", job.id,
                              event.attempt, event.node, freed)
@@ -373,36 +326,24 @@ class SchedulerLoop:
                     return
             log.info("stale event for %s (%s, attempt %s, node %s) ignored", job.id, event.kind, event.attempt,
                      event.node)
-            return
-        if event.kind == EventKind.RUNNING:
-            fields = {}
-            if event.log_path:
-                fields[f"log:{event.node}"] = event.log_path
-            if event.pid:
-                fields[f"pid:{event.node}"] = str(event.pid)
-            if fields:
-                self.store.set_fields(job.id, **fields)
-            if job.state == JobState.LAUNCHING:
-                self.store.transition(job, JobState.RUNNING, f"process started on {event.node} (pid {event.pid})")
-            return
-        if event.kind == EventKind.LAUNCH_FAILED and event.retryable:
-            self.requeue(job, [event.node], f"launch failed on {event.node}: {event.message}")
-            return
-        if event.kind == EventKind.LAUNCH_FAILED:
-            code, reason = 127, f"launch failed on {event.node}: {event.message}"
+        elif isinstance(meaning, Started):
+            if meaning.fields:
+                self.store.set_fields(job.id, **meaning.fields)
+            if meaning.to_running is not None:
+                self.store.transition(job, JobState.RUNNING, meaning.to_running)
+        elif isinstance(meaning, LaunchRefused):
+            self.requeue(job, list(meaning.lost), meaning.why)
         else:
-            code = event.exit_code if event.exit_code is not None else -1
-            reason = f"{event.node} exited with code {code}" + (" (cancelled)" if event.cancelled else "")
-            if event.exit_code is None and event.message:
-                reason += f": {event.message}"
-        status, state = self.store.record_exit(job, event.attempt, event.node, code, reason,
-                                               told_to_stop=event.cancelled)
-        log.info("job %s: %s -> %s (%s)", job.id, reason, state, status)
-        if status == "recorded" and code != 0 and not event.cancelled:
-            # One rank failed: stop the others so the job ends instead of hanging.
+            self._record_exit(job, event, meaning)
+
+    def _record_exit(self, job: JobRecord, event: AgentEvent, ended: Exited) -> None:
+        status, state = self.store.record_exit(job, event.attempt, event.node, ended.code, ended.reason,
+                                               told_to_stop=ended.told_to_stop)
+        log.info("job %s: %s -> %s (%s)", job.id, ended.reason, state, status)
+        if status == "recorded" and ended.stop_others:
             job = self.store.get(job.id) or job
             self.store.request_cancel(job, f"node {event.node} (node rank {job.node_rank(event.node)}) failed "
-                                      f"with code {code}", user=False)
+                                      f"with code {ended.code}", user=False)
 
     # ---- cancel --------------------------------------------------------------------------------
 

@@ -1,0 +1,99 @@
+"""What one agent event means for its job, decided without I/O.
+
+``SchedulerLoop.handle_event`` reads the job the event names, asks ``interpret``
+what the event means, and carries that out through the store. An event is
+current when it comes from the job's live attempt, on one of its nodes, under its
+reservation's fence (agents of an older version send none); anything else is
+stale: the process it talks about belongs to an older attempt or an ended job, so
+at most what that reservation still holds on the node can be freed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from frenzy.state.job_states import ACTIVE, JobState
+from frenzy.state.messages import AgentEvent, EventKind
+from frenzy.state.store import JobRecord
+
+
+@dataclass(frozen=True)
+class UnknownJob:
+    """The event names a job Redis does not have: nothing to do."""
+
+
+@dataclass(frozen=True)
+class Stale:
+    """An event of an older attempt or an ended job. ``release_fence``: free the GPUs that
+    reservation still holds on the event's node (its process is gone); None: nothing to free."""
+
+    release_fence: int | None
+
+
+@dataclass(frozen=True)
+class Started:
+    """The node's process runs: remember its pid and log; ``to_running`` is the history
+    reason of the LAUNCHING -> RUNNING step, None when the job runs already."""
+
+    fields: dict[str, str]
+    to_running: str | None
+
+
+@dataclass(frozen=True)
+class LaunchRefused:
+    """The agent could not launch for a reason of its host (a retry elsewhere may work): requeue."""
+
+    lost: tuple[str, ...]
+    why: str
+
+
+@dataclass(frozen=True)
+class Exited:
+    """The node's part of the attempt ended (or never started): count its exit. ``stop_others``:
+    when the exit is counted and the job goes on, stop its other nodes (a rank failed)."""
+
+    code: int
+    reason: str
+    told_to_stop: bool
+    stop_others: bool
+
+
+EventMeaning = UnknownJob | Stale | Started | LaunchRefused | Exited
+
+
+def is_current(event: AgentEvent, job: JobRecord) -> bool:
+    """The event comes from the job's live attempt, on one of its nodes, under its fence."""
+    return (event.attempt == job.attempt and job.state in ACTIVE
+            and event.node in {n for n, _ in job.placement}
+            and (event.fence is None or event.fence == job.fence))
+
+
+def interpret(event: AgentEvent, job: JobRecord | None) -> EventMeaning:
+    """What ``event`` means for ``job`` (as read when the event is handled)."""
+    if job is None:
+        return UnknownJob()
+    if not is_current(event, job):
+        # A RUNNING of an old attempt says nothing has ended; without a fence we cannot
+        # tell which reservation's GPUs would be freed.
+        ended = event.kind != EventKind.RUNNING and event.fence is not None
+        return Stale(event.fence if ended else None)
+    if event.kind == EventKind.RUNNING:
+        fields = {}
+        if event.log_path:
+            fields[f"log:{event.node}"] = event.log_path
+        if event.pid:
+            fields[f"pid:{event.node}"] = str(event.pid)
+        to_running = (f"process started on {event.node} (pid {event.pid})"
+                      if job.state == JobState.LAUNCHING else None)
+        return Started(fields, to_running)
+    if event.kind == EventKind.LAUNCH_FAILED and event.retryable:
+        return LaunchRefused((event.node,), f"launch failed on {event.node}: {event.message}")
+    if event.kind == EventKind.LAUNCH_FAILED:
+        code, reason = 127, f"launch failed on {event.node}: {event.message}"
+    else:
+        code = event.exit_code if event.exit_code is not None else -1
+        reason = f"{event.node} exited with code {code}" + (" (cancelled)" if event.cancelled else "")
+        if event.exit_code is None and event.message:
+            reason += f": {event.message}"
+    # One rank failed: the others are stopped so the job ends instead of hanging.
+    return Exited(code, reason, told_to_stop=event.cancelled, stop_others=code != 0 and not event.cancelled)

@@ -1,0 +1,64 @@
+"""What an agent event means for its job (``agent_events.interpret``): no Redis."""
+
+from __future__ import annotations
+
+from unit.scheduler.job_records import job_record
+
+from frenzy.scheduler.agent_events import Exited, LaunchRefused, Stale, Started, UnknownJob, interpret
+from frenzy.state.job_states import JobState
+from frenzy.state.messages import AgentEvent, EventKind
+
+JOB = job_record("j", JobState.RUNNING, attempt=2, fence=7, placement=[("a", [0]), ("b", [0])])
+
+
+def event(kind: EventKind, **fields) -> AgentEvent:
+    base = {"job_id": "j", "attempt": 2, "node": "a", "fence": 7}
+    return AgentEvent(kind=kind, **{**base, **fields})
+
+
+def test_an_event_for_a_job_redis_does_not_have_is_ignored() -> None:
+    assert interpret(event(EventKind.EXITED, exit_code=0), None) == UnknownJob()
+
+
+def test_an_exit_of_an_older_attempt_only_frees_that_reservation() -> None:
+    assert interpret(event(EventKind.EXITED, attempt=1, fence=5, exit_code=1), JOB) == Stale(release_fence=5)
+
+
+def test_stale_events_that_free_nothing() -> None:
+    # an old attempt's RUNNING: nothing ended; an old agent's exit without a fence: which GPUs is unknown
+    assert interpret(event(EventKind.RUNNING, attempt=1, fence=5), JOB) == Stale(None)
+    assert interpret(event(EventKind.EXITED, attempt=1, fence=None, exit_code=0), JOB) == Stale(None)
+
+
+def test_an_event_is_stale_from_another_fence_node_or_once_the_job_ended() -> None:
+    assert interpret(event(EventKind.EXITED, fence=6, exit_code=0), JOB) == Stale(6)
+    assert interpret(event(EventKind.EXITED, node="z", exit_code=0), JOB) == Stale(7)
+    ended = job_record("j", JobState.CANCELLED, attempt=2, fence=7, placement=[("a", [0])])
+    assert interpret(event(EventKind.EXITED, exit_code=0), ended) == Stale(7)
+
+
+def test_running_records_pid_and_log_and_moves_a_launching_job_on() -> None:
+    launching = job_record("j", JobState.LAUNCHING, attempt=2, fence=7, placement=[("a", [0])])
+    assert interpret(event(EventKind.RUNNING, pid=42, log_path="/l"), launching) == Started(
+        {"log:a": "/l", "pid:a": "42"}, "process started on a (pid 42)")
+    # an event without a fence (an older agent) counts as current
+    assert interpret(event(EventKind.RUNNING, fence=None), JOB) == Started({}, None)
+
+
+def test_a_retryable_launch_failure_requeues_and_another_fails_the_node() -> None:
+    assert interpret(event(EventKind.LAUNCH_FAILED, retryable=True, message="port taken"), JOB) == LaunchRefused(
+        ("a",), "launch failed on a: port taken")
+    assert interpret(event(EventKind.LAUNCH_FAILED, message="no such file"), JOB) == Exited(
+        127, "launch failed on a: no such file", told_to_stop=False, stop_others=True)
+
+
+def test_exits() -> None:
+    assert interpret(event(EventKind.EXITED, exit_code=0), JOB) == Exited(
+        0, "a exited with code 0", told_to_stop=False, stop_others=False)
+    assert interpret(event(EventKind.EXITED, exit_code=3), JOB) == Exited(
+        3, "a exited with code 3", told_to_stop=False, stop_others=True)
+    # told to stop: its code is not the job's failure, and the others are being stopped already
+    assert interpret(event(EventKind.EXITED, exit_code=-15, cancelled=True), JOB) == Exited(
+        -15, "a exited with code -15 (cancelled)", told_to_stop=True, stop_others=False)
+    assert interpret(event(EventKind.EXITED, exit_code=None, message="left no status"), JOB) == Exited(
+        -1, "a exited with code -1: left no status", told_to_stop=False, stop_others=True)
