@@ -33,6 +33,7 @@ import redis
 
 from frenzy.agent import launcher
 from frenzy.agent.gpus import GpuBackend, GpuInfo
+from frenzy.agent.launch_check import GpuHolder, LaunchFacts, LaunchVerdict, check_launch, opens_rendezvous
 from frenzy.agent.ledger import Ledger, LedgerEntry
 from frenzy.agent.logship import LogShipper
 from frenzy.state import scripts
@@ -46,6 +47,7 @@ from frenzy.state.messages import (
     decode_command,
     encode,
 )
+from frenzy.state.streams import ensure_group
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +55,7 @@ _RETRY_S = 1.0  # pause after a Redis error before trying again
 
 
 @dataclass
-class RunningJob:
+class JobProcess:
     """One job attempt this agent started (or adopted from a previous agent run)."""
 
     job_id: str
@@ -135,7 +137,7 @@ class Agent:
         state = Path(state_dir).resolve() if state_dir else self.log_dir / ".agent"
         self._ledger = Ledger(state / f"{node}.json")
         self._gpus: list[GpuInfo] = []
-        self._jobs: dict[tuple[str, int], RunningJob] = {}
+        self._jobs: dict[tuple[str, int], JobProcess] = {}
         self._lock = threading.Lock()
         self._detached = threading.Event()  # set on stop: this run no longer reports anything
         self._threads: list[threading.Thread] = []
@@ -272,7 +274,7 @@ class Agent:
         while not stop.is_set():
             try:
                 if need_pending:
-                    self._ensure_group(stream)
+                    ensure_group(self._redis, stream, AGENT_GROUP)
                     self._process_pending(stream, stop)
                     self._announce_all()
                     need_pending = False
@@ -292,13 +294,6 @@ class Agent:
                 log.warning("launch stream: %s; recreating the consumer group", exc)
                 need_pending = True
                 stop.wait(min(_RETRY_S, self.block_s))
-
-    def _ensure_group(self, stream: str) -> None:
-        try:
-            self._redis.xgroup_create(stream, AGENT_GROUP, id="0", mkstream=True)
-        except redis.ResponseError as exc:
-            if "BUSYGROUP" not in str(exc):
-                raise
 
     def _process_pending(self, stream: str, stop: threading.Event) -> None:
         """Entries delivered to this consumer before a crash or outage and never acknowledged."""
@@ -350,11 +345,11 @@ class Agent:
             return
         failed = self._event(EventKind.LAUNCH_FAILED, msg.job_id, msg.attempt, fence=msg.fence)
         try:
-            problem, retryable = self._check_launch(msg)
-            if problem:
+            verdict = self._check_launch(msg)
+            if not verdict.ok:
                 log.warning("refusing launch %s of job %s attempt %d: %s", entry_id, msg.job_id,
-                            msg.attempt, problem)
-                self._emit(failed.model_copy(update={"message": problem, "retryable": retryable}))
+                            msg.attempt, verdict.problem)
+                self._emit(failed.model_copy(update={"message": verdict.problem, "retryable": verdict.retryable}))
                 return
             started = launcher.start(msg, self.node, self.log_dir, launch_id=self.launch_id(msg.job_id, msg.attempt),
                                      extra_env=self.extra_env)
@@ -370,7 +365,7 @@ class Agent:
             log.exception("launch of job %s attempt %d failed unexpectedly", msg.job_id, msg.attempt)
             self._emit(failed.model_copy(update={"message": f"agent error: {type(exc).__name__}: {exc}"}))
             return
-        job = RunningJob(msg.job_id, msg.attempt, started.proc.pid, str(started.log_path),
+        job = JobProcess(msg.job_id, msg.attempt, started.proc.pid, str(started.log_path),
                          launcher.process_start_ticks(started.proc.pid), fence=msg.fence,
                          launch_id=self.launch_id(msg.job_id, msg.attempt), node_rank=msg.node_rank,
                          proc=started.proc, gpu_indices=tuple(msg.gpu_indices),
@@ -382,7 +377,7 @@ class Agent:
                  msg.gpu_indices, job.log_path)
         self._announce(job)
 
-    def _find_orphan(self, msg: LaunchMessage) -> RunningJob | None:
+    def _find_orphan(self, msg: LaunchMessage) -> JobProcess | None:
         """The process a crashed agent run started for ``msg`` before it could record it, if any."""
         launch_id = self.launch_id(msg.job_id, msg.attempt)
         shims = launcher.find_processes(launch_id, shim_only=True)
@@ -391,7 +386,7 @@ class Agent:
         pid = shims[0]
         log.warning("job %s attempt %d: found its process %d started by a previous agent run that crashed "
                     "before recording it; adopting it instead of starting it again", msg.job_id, msg.attempt, pid)
-        job = RunningJob(msg.job_id, msg.attempt, pid, str(launcher.log_path_for(self.log_dir, msg, self.node)),
+        job = JobProcess(msg.job_id, msg.attempt, pid, str(launcher.log_path_for(self.log_dir, msg, self.node)),
                          launcher.process_start_ticks(pid), fence=msg.fence, launch_id=launch_id,
                          node_rank=msg.node_rank, gpu_indices=tuple(msg.gpu_indices),
                          peak_bytes_per_gpu=msg.layout.peak_bytes_per_gpu)
@@ -400,40 +395,23 @@ class Agent:
         self._ledger.put(job.ledger_entry())
         return job
 
-    def _check_launch(self, msg: LaunchMessage) -> tuple[str | None, bool]:
-        """(why this launch must not run here, or None; whether a retry elsewhere could work)."""
-        if msg.node != self.node:
-            return f"launch addressed to node {msg.node!r} arrived at node {self.node!r}", False
-        have = {g.index for g in self._gpus}
-        missing = [i for i in msg.gpu_indices if i not in have]
-        if missing:
-            return f"GPU index(es) {missing} do not exist on node {self.node} (it has {sorted(have)})", False
-        # Indices can shift (a GPU removed, a reboot); the UUID is the GPU the scheduler reserved.
-        uuids = {g.index: g.uuid for g in self._gpus}
-        for i, want in zip(msg.gpu_indices, msg.gpu_uuids, strict=False):
-            if want and uuids[i] and want != uuids[i]:
-                return f"GPU {i} on node {self.node} is {uuids[i]}, but the launch expects {want}", False
-        if msg.node_rank == 0 and msg.nnodes > 1 and launcher.port_in_use(msg.master_port):
-            # Frenzy never gives one port to two live jobs of a node, so this is a
-            # foreign process; torchrun would fail with a less helpful message.
-            return (f"rendezvous port {msg.master_port} on node {self.node} is in use by a process Frenzy did "
-                    "not start (choose a scheduler --master-ports range that other services do not use)"), True
-        if not self.verify_fence:
-            return None, False
-        # The reservation wrote owner + fence on every GPU. If they differ, the GPUs
-        # were released and given to someone else after this launch was sent (e.g.
-        # it waited in the stream while the agent was down): running it would
-        # double-book them.
-        pipe = self._redis.pipeline(transaction=False)
-        for i in msg.gpu_indices:
-            pipe.hmget(self.keys.gpu(self.node, i), "owner", "fence")
-        for i, (owner, fence) in zip(msg.gpu_indices, pipe.execute(), strict=True):
-            if owner != msg.job_id or fence != str(msg.fence):
-                return (f"stale launch: GPU {i} is held by {owner or 'nobody'!r} with fence {fence}, "
-                        f"but this launch is for job {msg.job_id!r} with fence {msg.fence}"), False
-        return None, False
+    def _check_launch(self, msg: LaunchMessage) -> LaunchVerdict:
+        """Gather what ``launch_check.check_launch`` judges the launch on, and judge it."""
+        facts = LaunchFacts(
+            node=self.node, gpu_uuids={g.index: g.uuid for g in self._gpus},
+            port_busy=opens_rendezvous(msg) and launcher.port_in_use(msg.master_port),
+            holders=self._gpu_holders(msg.gpu_indices) if self.verify_fence else None,
+        )
+        return check_launch(msg, facts)
 
-    def _announce(self, job: RunningJob) -> None:
+    def _gpu_holders(self, indices: list[int]) -> dict[int, GpuHolder]:
+        """Owner and fence of this node's GPUs ``indices`` as Redis has them, in one round trip."""
+        pipe = self._redis.pipeline(transaction=False)
+        for i in indices:
+            pipe.hmget(self.keys.gpu(self.node, i), "owner", "fence")
+        return {i: GpuHolder(owner, fence) for i, (owner, fence) in zip(indices, pipe.execute(), strict=True)}
+
+    def _announce(self, job: JobProcess) -> None:
         """Report RUNNING once, then start watching the process."""
         if not job.reported:
             self._emit(self._event(EventKind.RUNNING, job.job_id, job.attempt, fence=job.fence, pid=job.pid,
@@ -458,7 +436,7 @@ class Agent:
 
     # ------------------------------------------------------------ exit watching
 
-    def _watch_child(self, job: RunningJob) -> None:
+    def _watch_child(self, job: JobProcess) -> None:
         proc = job.proc
         try:
             # Wait without reaping, so the pid (= group id) cannot be reused while
@@ -473,7 +451,7 @@ class Agent:
         code = proc.wait()  # type: ignore[union-attr]
         self._finish(job, code, "")
 
-    def _watch_adopted(self, job: RunningJob) -> None:
+    def _watch_adopted(self, job: JobProcess) -> None:
         # Not our child (a previous agent run started it): we can only poll, and
         # the exit status went to whoever reaped it.
         poll = min(1.0, self.block_s)
@@ -487,7 +465,7 @@ class Agent:
         self._finish(job, code, "" if code is not None else
                      "exit code unknown: the process was started by a previous agent run and left no status")
 
-    def _finish(self, job: RunningJob, code: int | None, message: str) -> None:
+    def _finish(self, job: JobProcess, code: int | None, message: str) -> None:
         if self._detached.is_set():
             return  # this agent run has stopped; the next one reports from the ledger
         if job.killed_on_exit:
@@ -530,13 +508,13 @@ class Agent:
         t = threading.Thread(target=self._escalate, args=(job,), name=f"kill-{job.job_id}", daemon=True)
         t.start()
 
-    def _escalate(self, job: RunningJob) -> None:
+    def _escalate(self, job: JobProcess) -> None:
         if not job.exited.wait(self.cancel_grace_s):
             log.warning("job %s attempt %d ignored SIGTERM for %.1fs; sending SIGKILL", job.job_id,
                         job.attempt, self.cancel_grace_s)
             self._signal_job(job, signal.SIGKILL)
 
-    def _signal_job(self, job: RunningJob, sig: int, quiet: bool = False) -> None:
+    def _signal_job(self, job: JobProcess, sig: int, quiet: bool = False) -> None:
         """``sig`` to the job's process group and to its processes that left it (other sessions)."""
         # The group id is the leader's pid: signal the group only while that pid is
         # surely still ours (our child not yet reaped, or an adopted leader with the
@@ -559,7 +537,7 @@ class Agent:
 
     def _adopt(self) -> None:
         for entry in self._ledger.load():
-            job = RunningJob(entry.job_id, entry.attempt, entry.pid, entry.log_path, entry.start_ticks,
+            job = JobProcess(entry.job_id, entry.attempt, entry.pid, entry.log_path, entry.start_ticks,
                              fence=entry.fence, launch_id=entry.launch_id, node_rank=entry.node_rank,
                              reported=entry.reported, gpu_indices=entry.gpu_indices,
                              peak_bytes_per_gpu=entry.peak_bytes_per_gpu)
@@ -600,7 +578,7 @@ class Agent:
 
     # ------------------------------------------------------------ introspection (tests, tools)
 
-    def running_jobs(self) -> list[RunningJob]:
+    def running_jobs(self) -> list[JobProcess]:
         with self._lock:
             return [replace(j) for j in self._jobs.values()]
 

@@ -1,0 +1,60 @@
+"""Whether the agent accepts a launch (``launch_check.check_launch``), from gathered facts: no Redis."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from frenzy.agent.launch_check import GpuHolder, LaunchFacts, check_launch
+from frenzy.state.messages import LaunchMessage, LayoutEnv
+
+
+def launch(**fields) -> LaunchMessage:
+    base = dict(job_id="j", attempt=1, fence=7, node="a", node_rank=0, nnodes=2, nproc_per_node=2,
+                gpu_indices=[0, 1], gpu_uuids=["GPU-0", "GPU-1"], master_addr="10.0.0.1", master_port=29500,
+                rdzv_id="j-1", command=["true"],
+                layout=LayoutEnv(gpu_type="L4", tp=1, pp=1, dp=4, zero_stage=0, micro_batch=1, grad_accum=1))
+    return LaunchMessage(**{**base, **fields})
+
+
+FACTS = LaunchFacts(node="a", gpu_uuids={0: "GPU-0", 1: "GPU-1", 2: "GPU-2"}, port_busy=False,
+                    holders={0: GpuHolder("j", "7"), 1: GpuHolder("j", "7")})
+
+
+def test_a_launch_matching_every_fact_is_accepted() -> None:
+    verdict = check_launch(launch(), FACTS)
+    assert verdict.ok and verdict.problem is None
+
+
+def test_a_launch_whose_fence_does_not_match_is_refused_for_good() -> None:
+    facts = replace(FACTS, holders={0: GpuHolder("j", "7"), 1: GpuHolder("other", "8")})
+    verdict = check_launch(launch(), facts)
+    assert not verdict.ok and not verdict.retryable
+    assert verdict.problem == ("stale launch: GPU 1 is held by 'other' with fence 8, but this launch is for "
+                               "job 'j' with fence 7")
+    freed = replace(FACTS, holders={0: GpuHolder("j", "7"), 1: GpuHolder("", None)})
+    assert "held by 'nobody' with fence None" in str(check_launch(launch(), freed).problem)
+
+
+def test_without_fence_verification_the_holders_are_not_looked_at() -> None:
+    assert check_launch(launch(), replace(FACTS, holders=None)).ok
+
+
+def test_a_launch_for_another_node_or_missing_gpus_is_refused() -> None:
+    assert check_launch(launch(node="b"), FACTS).problem == "launch addressed to node 'b' arrived at node 'a'"
+    verdict = check_launch(launch(gpu_indices=[0, 5]), FACTS)
+    assert verdict.problem == "GPU index(es) [5] do not exist on node a (it has [0, 1, 2])" and not verdict.retryable
+
+
+def test_a_gpu_that_changed_under_its_index_is_refused() -> None:
+    verdict = check_launch(launch(gpu_uuids=["GPU-0", "GPU-9"]), FACTS)
+    assert verdict.problem == "GPU 1 on node a is GPU-1, but the launch expects GPU-9"
+    # an unknown UUID on either side is not a mismatch
+    assert check_launch(launch(gpu_uuids=["", "GPU-1"]), FACTS).ok
+
+
+def test_a_busy_rendezvous_port_refuses_the_master_only_and_may_be_retried_elsewhere() -> None:
+    busy = replace(FACTS, port_busy=True)
+    verdict = check_launch(launch(), busy)
+    assert not verdict.ok and verdict.retryable and "rendezvous port 29500 on node a is in use" in str(verdict.problem)
+    assert check_launch(launch(node_rank=1), busy).ok  # not the master
+    assert check_launch(launch(nnodes=1), busy).ok  # single node: torchrun picks its own port
