@@ -10,43 +10,67 @@
 
 gRPC status codes become HTTP ones: INVALID_ARGUMENT 400 (the message names the
 field), NOT_FOUND 404, FAILED_PRECONDITION and ALREADY_EXISTS 409,
-UNAVAILABLE 503, DEADLINE_EXCEEDED 504, anything else 502. Error bodies are
-``{"detail": "<message>"}``. JSON mirrors the proto field names; enums are
-short names (``"PENDING"``, ``"BF16"``) and 64-bit integers are numbers.
+RESOURCE_EXHAUSTED 429 (the scheduler's own messages), UNAVAILABLE 503 and
+DEADLINE_EXCEEDED 504 (a fixed message), anything else 502 "internal error, see
+the server log": no Redis command, traceback, file name or exception text ever
+reaches a client (issue 14 item 10); the details go to the server log. Error
+bodies are ``{"detail": "<message>"}``. JSON mirrors the proto field names; enums
+are short names (``"PENDING"``, ``"BF16"``) and 64-bit integers are numbers.
+
+Before any route, ``guard.WebGuard`` checks the Host header, refuses non-JSON and
+cross-origin writes and caps bodies. Job ids are checked here (a safe charset, a
+bounded length) before anything reaches the scheduler; a `model` given as a path
+is refused unopened. Every /api route hangs off one router whose dependencies
+(``api_dependencies``) are declared in one place, where authentication goes.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+import logging
+import re
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import asynccontextmanager
 from functools import cache
 from importlib import resources
 from typing import Any, TypeVar
 
 import grpc
-from fastapi import FastAPI, HTTPException, Query, Request
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Path, Query, Request
+from fastapi.params import Depends as Dependency
 from fastapi.responses import HTMLResponse, JSONResponse
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from starlette.concurrency import run_in_threadpool
 
-from frenzy.rpc.jobspec import JobEntry, JobSpecError, parse_entry
+from frenzy.api.guard import DEFAULT_MAX_BODY_BYTES, WebGuard, allowed_host_names
+from frenzy.rpc.jobspec import MAX_JSON_DEPTH, JobEntry, JobSpecError, json_depth, parse_entry
 from frenzy.rpc.protojson import to_json
 from frenzy.v1 import scheduler_pb2, scheduler_pb2_grpc, types_pb2
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
+# Codes whose messages the scheduler writes for the caller (they name a field, a job, a limit).
 HTTP_STATUS = {
     grpc.StatusCode.INVALID_ARGUMENT: 400,
     grpc.StatusCode.OUT_OF_RANGE: 400,
+    grpc.StatusCode.UNAUTHENTICATED: 401,
+    grpc.StatusCode.PERMISSION_DENIED: 403,
     grpc.StatusCode.NOT_FOUND: 404,
     grpc.StatusCode.FAILED_PRECONDITION: 409,
     grpc.StatusCode.ALREADY_EXISTS: 409,
     grpc.StatusCode.ABORTED: 409,
     grpc.StatusCode.RESOURCE_EXHAUSTED: 429,
-    grpc.StatusCode.UNAVAILABLE: 503,
-    grpc.StatusCode.DEADLINE_EXCEEDED: 504,
 }
+# Codes answered with a fixed message: their details can carry addresses and exception text.
+FIXED_ANSWER = {
+    grpc.StatusCode.UNAVAILABLE: (503, "scheduler unavailable, try again later (details in the server log)"),
+    grpc.StatusCode.DEADLINE_EXCEEDED: (504, "the scheduler did not answer in time"),
+}
+INTERNAL_ERROR = "internal error, see the server log"
+MAX_DETAIL_CHARS = 2000
+MAX_REASON_CHARS = 1024
+JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 READ_TIMEOUT_S = 10.0
 SUBMIT_TIMEOUT_S = 60.0  # the scheduler asks the predictor before answering
 
@@ -92,14 +116,50 @@ def dashboard_html() -> str:
 
 def _http_error(exc: grpc.RpcError) -> HTTPException:
     code = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
-    details = (exc.details() if hasattr(exc, "details") else "") or str(code)
-    if code == grpc.StatusCode.UNAVAILABLE:
-        details = f"scheduler unavailable: {details}"
-    return HTTPException(status_code=HTTP_STATUS.get(code, 502), detail=details)
+    details = (exc.details() if hasattr(exc, "details") else "") or ""
+    if code in HTTP_STATUS:
+        return HTTPException(status_code=HTTP_STATUS[code], detail=(details or code.name)[:MAX_DETAIL_CHARS])
+    log.warning("scheduler call failed: %s: %s", getattr(code, "name", code), details)
+    status, message = FIXED_ANSWER.get(code, (502, INTERNAL_ERROR))
+    return HTTPException(status_code=status, detail=message)
 
 
-def create_app(scheduler_address: str) -> FastAPI:
-    """The gateway for the scheduler at ``scheduler_address`` (host:port). One gRPC channel per app."""
+def checked_job_id(job_id: str = Path(description="a job id as SubmitJob returned it (job-...)")) -> str:
+    """A job id as the scheduler makes them; anything else (a Redis key, a path) never leaves the API."""
+    if JOB_ID.fullmatch(job_id) is None:
+        raise HTTPException(400, detail="job_id: letters, digits, '.', '_' and '-' only (at most 128), "
+                                        "starting with a letter or digit")
+    return job_id
+
+
+JobIdPath = Depends(checked_job_id)
+
+
+def read_json(raw: bytes) -> object:
+    """The body as JSON; 400 naming `body` for bad syntax, an integer of thousands of digits or deep nesting."""
+    try:
+        data = json.loads(raw or b"null")
+    except RecursionError:
+        raise HTTPException(400, detail=f"body: nested deeper than {MAX_JSON_DEPTH} levels") from None
+    except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError; so is a 5000-digit int
+        raise HTTPException(400, detail=f"body: not valid JSON ({str(exc)[:200]})") from None
+    if json_depth(data) > MAX_JSON_DEPTH:
+        raise HTTPException(400, detail=f"body: nested deeper than {MAX_JSON_DEPTH} levels")
+    return data
+
+
+def api_dependencies(extra: Sequence[Dependency] = ()) -> list[Dependency]:
+    """What every /api route depends on, in one place (authentication joins here)."""
+    return [*extra]
+
+
+def create_app(scheduler_address: str, *, bind_host: str = "127.0.0.1", allowed_hosts: Sequence[str] = (),
+               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, dependencies: Sequence[Dependency] = ()) -> FastAPI:
+    """The gateway for the scheduler at ``scheduler_address`` (host:port). One gRPC channel per app.
+
+    Host headers allowed: localhost, 127.0.0.1, ::1, ``bind_host`` (unless a wildcard) and
+    ``allowed_hosts``. Bodies over ``max_body_bytes`` are refused (413). ``dependencies`` run
+    before every /api route."""
     channel: dict[str, grpc.Channel] = {}
 
     def get_channel() -> grpc.Channel:
@@ -128,6 +188,14 @@ def create_app(scheduler_address: str) -> FastAPI:
                     f"Gateway to the scheduler at {scheduler_address}.",
     )
     app.state.scheduler_address = scheduler_address
+    app.add_middleware(WebGuard, allowed_hosts=allowed_host_names(bind_host, allowed_hosts),
+                       max_body_bytes=max_body_bytes)
+    api = APIRouter(prefix="/api", dependencies=api_dependencies(dependencies))
+
+    @app.exception_handler(Exception)
+    async def internal_error(_: Request, exc: Exception) -> JSONResponse:
+        log.exception("unexpected error in the API", exc_info=exc)
+        return JSONResponse({"detail": INTERNAL_ERROR}, status_code=500)
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     def dashboard() -> HTMLResponse:
@@ -142,11 +210,12 @@ def create_app(scheduler_address: str) -> FastAPI:
             serving = resp.status == health_pb2.HealthCheckResponse.SERVING
             why = health_pb2.HealthCheckResponse.ServingStatus.Name(resp.status)
         except grpc.RpcError as exc:
-            serving, why = False, f"{exc.code().name}: {exc.details()}"
+            serving, why = False, exc.code().name  # the details can name addresses: the log has them
+            log.warning("scheduler health check failed: %s: %s", exc.code().name, exc.details())
         body = {"ok": serving, "scheduler": scheduler_address, "scheduler_status": why}
         return JSONResponse(body, status_code=200 if serving else 503)
 
-    @app.get("/api/jobs", tags=["jobs"])
+    @api.get("/jobs", tags=["jobs"])
     def list_jobs(state: list[str] = Query(default=[], description="PENDING, RUNNING, ... (repeatable)"),  # noqa: B006
                   limit: int = Query(default=100, ge=1, le=10_000)) -> dict[str, Any]:
         """Jobs, newest first, as summaries (GET /api/jobs/{id} has the whole record)."""
@@ -161,50 +230,47 @@ def create_app(scheduler_address: str) -> FastAPI:
                                            timeout=READ_TIMEOUT_S))
         return {"jobs": [job_summary(j) for j in resp.jobs]}
 
-    @app.get("/api/jobs/{job_id}", tags=["jobs"])
-    def get_job(job_id: str) -> dict[str, Any]:
+    @api.get("/jobs/{job_id}", tags=["jobs"])
+    def get_job(job_id: str = JobIdPath) -> dict[str, Any]:
         job = call(lambda st: st.GetJob(scheduler_pb2.GetJobRequest(job_id=job_id), timeout=READ_TIMEOUT_S))
         return job_detail(job)
 
-    @app.post("/api/jobs", tags=["jobs"], openapi_extra={"requestBody": {
+    @api.post("/jobs", tags=["jobs"], openapi_extra={"requestBody": {
         "required": True, "content": {"application/json": {"schema": JobEntry.model_json_schema()}}}})
     async def submit_job(request: Request) -> dict[str, Any]:
         """Submit one job: the model and the recipe, never GPUs. 400 names the bad field; 409 when no GPU
         type in the cluster can hold the job. With the same `idempotency_key`, the same job comes back
-        (`duplicate: true`)."""
+        (`duplicate: true`). `model` is a catalog name or the config as a JSON object, never a path:
+        the server opens no file for a client."""
+        data = read_json(await request.body())
         try:
-            data = json.loads(await request.body() or b"null")
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise HTTPException(400, detail=f"body: not valid JSON ({exc})") from None
-        try:
-            spec = parse_entry(data).to_proto()
+            spec = parse_entry(data).to_proto(read_model_files=False)
         except JobSpecError as exc:
             raise HTTPException(400, detail=str(exc)) from None
         req = scheduler_pb2.SubmitJobRequest(spec=spec)
         resp = await run_in_threadpool(call, lambda st: st.SubmitJob(req, timeout=SUBMIT_TIMEOUT_S))
         return {**job_detail(resp.job), "duplicate": resp.duplicate}
 
-    @app.post("/api/jobs/{job_id}/cancel", tags=["jobs"])
-    async def cancel_job(job_id: str, request: Request) -> dict[str, Any]:
+    @api.post("/jobs/{job_id}/cancel", tags=["jobs"])
+    async def cancel_job(request: Request, job_id: str = JobIdPath) -> dict[str, Any]:
         """Cancel a job (body optional: {"reason": "..."}). 409 when it has already ended."""
         reason = ""
         raw = await request.body()
         if raw.strip():
-            try:
-                body = json.loads(raw)
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                raise HTTPException(400, detail=f"body: not valid JSON ({exc})") from None
+            body = read_json(raw)
             if not isinstance(body, dict) or not isinstance(body.get("reason", ""), str):
                 raise HTTPException(400, detail='body: expected {"reason": "<text>"}')
+            if len(body.get("reason", "")) > MAX_REASON_CHARS:
+                raise HTTPException(400, detail=f"reason: at most {MAX_REASON_CHARS} characters")
             reason = body.get("reason", "")
         resp = await run_in_threadpool(call, lambda st: st.CancelJob(
             scheduler_pb2.CancelJobRequest(job_id=job_id, reason=reason), timeout=READ_TIMEOUT_S))
         return job_detail(resp.job)
 
-    @app.get("/api/jobs/{job_id}/logs", tags=["jobs"])
+    @api.get("/jobs/{job_id}/logs", tags=["jobs"])
     def job_logs(
-        job_id: str,
-        node: str = Query(default="", description="one node's output (empty: every node)"),
+        job_id: str = JobIdPath,
+        node: str = Query(default="", max_length=256, description="one node's output (empty: every node)"),
         attempt: int = Query(default=0, ge=0, description="one attempt (0: every attempt)"),
         tail_lines: int = Query(default=200, ge=0, le=100_000, description="last lines per node (0: all kept)"),
     ) -> dict[str, Any]:
@@ -216,11 +282,12 @@ def create_app(scheduler_address: str) -> FastAPI:
             {"node": c.node, "attempt": c.attempt, "offset": c.offset, "text": c.text, "at": c.at} for c in chunks
         ]}
 
-    @app.get("/api/nodes", tags=["nodes"])
+    @api.get("/nodes", tags=["nodes"])
     def list_nodes(include_dead: bool = False) -> dict[str, Any]:
         """Nodes and their GPUs; `owner` is the job id holding a GPU ("" when free)."""
         resp = call(lambda st: st.ListNodes(scheduler_pb2.ListNodesRequest(include_dead=include_dead),
                                             timeout=READ_TIMEOUT_S))
         return {"nodes": [to_json(n) for n in resp.nodes]}
 
+    app.include_router(api)
     return app

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from frenzy.api.guard import DEFAULT_MAX_BODY_BYTES
 from frenzy.rpc.client import DEFAULT_SCHEDULER
 
 
@@ -16,6 +17,12 @@ def api_command(
     scheduler: Annotated[str, typer.Option(
         "--scheduler", envvar="FRENZY_SCHEDULER", help="Scheduler gRPC address (host:port).")] = DEFAULT_SCHEDULER,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+    allowed_host: Annotated[list[str] | None, typer.Option(
+        "--allowed-host", help="A name clients may use in the Host header, besides localhost, 127.0.0.1, [::1] "
+                               "and --host (repeatable; '*' allows any, only behind a proxy that checks Host). "
+                               "Other names are refused (421): this stops DNS rebinding.")] = None,
+    max_body_bytes: Annotated[int, typer.Option(
+        min=1024, help="Largest request body accepted (413 above it).")] = DEFAULT_MAX_BODY_BYTES,
 ) -> None:
     """Serve the REST API and the dashboard in front of the scheduler.
 
@@ -23,10 +30,13 @@ def api_command(
     Open http://HOST:PORT/ for the live cluster view (GPUs coloured by the job
     holding them, the job queue with pending reasons), /docs for the API.
     \b
+    Writes take only Content-Type: application/json (a cross-site form or
+    text/plain POST is refused), and the Host header must be an allowed name.
+    \b
     Examples:
-      frenzy api --host 0.0.0.0 --port 8080
+      frenzy api --host 0.0.0.0 --port 8080 --allowed-host gpu-head.example.com
       curl -s localhost:8080/api/nodes
-      curl -s localhost:8080/api/jobs -d @job.json     (400 names a bad field)
+      curl -s localhost:8080/api/jobs -H 'Content-Type: application/json' -d @job.json   (400 names a bad field)
     \b
     with job.json:
       {"name": "demo", "model": "gpt2-124m", "seq_len": 1024,
@@ -36,4 +46,5 @@ def api_command(
 
     from frenzy.api.app import create_app
 
-    uvicorn.run(create_app(scheduler), host=host, port=port, log_level=log_level.lower())
+    app = create_app(scheduler, bind_host=host, allowed_hosts=allowed_host or (), max_body_bytes=max_body_bytes)
+    uvicorn.run(app, host=host, port=port, log_level=log_level.lower())

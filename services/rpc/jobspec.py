@@ -1,25 +1,113 @@
-"""A job as people write it (CLI flags, a batch YAML entry) -> the JobSpec proto.
+"""A job as people write it (CLI flags, a batch YAML entry, a REST body) -> the JobSpec proto.
 
-One pydantic model validates both paths, so `frenzy submit`, `frenzy batch`
-and the Celery worker reject the same bad input with the same message
-("global_batch: Input should be greater than 0"). Deeper checks (is the model
-known, does the batch divide) are the predictor's, behind the gRPC API.
+One pydantic model validates every path, so `frenzy submit`, `frenzy batch`,
+the REST gateway and the Celery worker reject the same bad input with the same
+message ("global_batch: Input should be greater than 0"). Every field has an
+upper bound, so no entry can overflow a proto integer, fill a gRPC message or
+Redis (issue 14 items 8 and 10). Deeper checks (is the model known, does the
+batch divide) are the predictor's, behind the gRPC API.
+
+A `model` that names a file is a client convenience: ``to_proto`` reads it
+only where the caller allows (the CLI); the API server never opens a path.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from typing import Literal
+import re
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from frenzy.rpc.convert import OPTIMIZER_BY_NAME, PRECISION_BY_NAME
 from frenzy.v1 import types_pb2
 
+# Limits: generous for any real training run, small enough that one job fits comfortably in a gRPC
+# message (4 MiB) and a listing of many jobs still does.
+MAX_NAME_CHARS = 256
+MAX_COMMAND_ENV_BYTES = 64 * 1024  # the command's arguments plus the env's keys and values, UTF-8
+MAX_MODEL_CONFIG_BYTES = 1024 * 1024  # an inline config.json (or the file the CLI reads)
+MAX_JSON_DEPTH = 64  # nesting of an inline model config; real config.json files use 3 or 4
+MAX_SEQ_LEN = 1 << 20  # 1 Mi tokens
+MAX_BATCH = 1 << 24  # global and micro batch
+MAX_MICRO_TOKENS = 1 << 24  # micro_batch x seq_len: keeps MARP's byte counts far inside int64
+MAX_TRAIN_STEPS = 10**9
+MAX_GPUS = 1 << 20
+MAX_GPU_TYPES = 64
+MAX_SHORT_CHARS = 256  # idempotency key, catalog name, GPU type
+MAX_WORKDIR_CHARS = 4096  # PATH_MAX
+_INT_BOUNDS = {"seq_len": MAX_SEQ_LEN, "global_batch": MAX_BATCH, "micro_batch": MAX_BATCH,
+               "train_steps": MAX_TRAIN_STEPS, "max_gpus": MAX_GPUS}
+ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,255}")
+CATALOG_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,255}")
+
 
 class JobSpecError(ValueError):
     """Bad job description; the message names the field."""
+
+
+def _utf8(value: str) -> str:
+    """JSON can carry lone surrogates ("\\ud800") and NUL bytes: neither survives a proto string or exec."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("not valid UTF-8 text (lone surrogate)") from None
+    if "\x00" in value:
+        raise ValueError("contains a NUL character")
+    return value
+
+
+Text = Annotated[str, AfterValidator(_utf8)]
+
+
+def json_depth(value: object) -> int:
+    """Nesting depth of parsed JSON, without recursion (a hostile document can be deep)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children = list(item.values())
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, depth)
+        if deepest > MAX_JSON_DEPTH:
+            return deepest
+        stack.extend((c, depth + 1) for c in children)
+    return deepest
+
+
+def check_inline_config(text: str) -> None:
+    """An inline model config: at most 1 MiB, one JSON object, nested at most MAX_JSON_DEPTH deep."""
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > MAX_MODEL_CONFIG_BYTES:
+        raise ValueError(f"inline config is {size} bytes; the limit is {MAX_MODEL_CONFIG_BYTES} bytes (1 MiB)")
+    try:
+        data = json.loads(text)
+    except RecursionError:
+        raise ValueError(f"inline config is nested deeper than {MAX_JSON_DEPTH} levels") from None
+    except ValueError as exc:  # JSONDecodeError, or an integer literal with too many digits
+        raise ValueError(f"inline config is not valid JSON ({str(exc)[:120]})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"inline config must be a JSON object, got {type(data).__name__}")
+    if json_depth(data) > MAX_JSON_DEPTH:
+        raise ValueError(f"inline config is nested deeper than {MAX_JSON_DEPTH} levels")
+
+
+def looks_like_path(ref: str) -> bool:
+    """Not a catalog name and not inline JSON: what a server must refuse rather than open."""
+    ref = ref.strip()
+    return not ref.startswith("{") and (CATALOG_NAME.fullmatch(ref) is None or ref.lower().endswith(".json"))
 
 
 class JobEntry(BaseModel):
@@ -27,23 +115,65 @@ class JobEntry(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: str = ""
-    model: str = Field(description="catalog name (frenzy models), path to a config.json, or inline JSON")
-    seq_len: int = Field(gt=0)
-    global_batch: int = Field(gt=0)
-    micro_batch: int = Field(default=0, ge=0, description="0: the planner chooses")
+    name: Text = Field(default="", max_length=MAX_NAME_CHARS)
+    model: Text = Field(description="catalog name (frenzy models) or the config as a JSON object; the CLI "
+                                    "also takes a path to a config.json, which it reads and sends inline")
+    seq_len: int = Field(gt=0, le=MAX_SEQ_LEN)
+    global_batch: int = Field(gt=0, le=MAX_BATCH)
+    micro_batch: int = Field(default=0, ge=0, le=MAX_BATCH, description="0: the planner chooses")
     precision: Literal["fp32", "fp16", "bf16", "amp-fp16", "amp-bf16", "master-fp16", "master-bf16", "pure-bf16",
                        "fsdp-bf16"] = "bf16"
     optimizer: Literal["adamw", "adam", "sgd", "sgd-momentum", "adam8bit"] = "adamw"
-    train_steps: int = Field(default=1000, gt=0)
+    train_steps: int = Field(default=1000, gt=0, le=MAX_TRAIN_STEPS)
     allow_recompute: bool = True
     flash_attention: bool = True
-    command: list[str] = Field(min_length=1)
-    env: dict[str, str] = Field(default_factory=dict)
-    workdir: str = ""
-    max_gpus: int = Field(default=0, ge=0)
-    gpu_types: list[str] = Field(default_factory=list)
-    idempotency_key: str = ""
+    command: list[Text] = Field(min_length=1)
+    env: dict[Text, Text] = Field(default_factory=dict)
+    workdir: Text = Field(default="", max_length=MAX_WORKDIR_CHARS)
+    max_gpus: int = Field(default=0, ge=0, le=MAX_GPUS)
+    gpu_types: list[Annotated[Text, Field(max_length=MAX_SHORT_CHARS)]] = Field(
+        default_factory=list, max_length=MAX_GPU_TYPES)
+    idempotency_key: Text = Field(default="", max_length=MAX_SHORT_CHARS)
+
+    @field_validator("model", mode="before")
+    @classmethod
+    def _inline_object(cls, v: object) -> object:
+        # REST and YAML may give the config as an object; it travels as JSON text.
+        if isinstance(v, dict):
+            try:
+                if json_depth(v) > MAX_JSON_DEPTH:
+                    raise ValueError(f"inline config is nested deeper than {MAX_JSON_DEPTH} levels")
+                return json.dumps(v)
+            except (TypeError, RecursionError):
+                raise ValueError("inline config is not a JSON object") from None
+        return v
+
+    @field_validator("model")
+    @classmethod
+    def _model_size(cls, v: str) -> str:
+        if v.strip().startswith("{"):
+            check_inline_config(v.strip())
+        elif not v.strip():
+            raise ValueError("give a catalog name (see `frenzy models`) or the config as a JSON object")
+        elif len(v) > MAX_WORKDIR_CHARS:
+            raise ValueError(f"a name or path of {len(v)} characters; the limit is {MAX_WORKDIR_CHARS}")
+        return v
+
+    @field_validator("seq_len", "global_batch", "micro_batch", "train_steps", "max_gpus", mode="before")
+    @classmethod
+    def _no_float_overflow(cls, v: object, info: ValidationInfo) -> object:
+        # 1e23 arrives as a float; name the bound rather than pydantic's "unable to parse".
+        if isinstance(v, float) and not abs(v) < 2**53:
+            raise ValueError(f"out of range: at most {_INT_BOUNDS[info.field_name or '']}")
+        return v
+
+    @field_validator("micro_batch")
+    @classmethod
+    def _micro_tokens(cls, v: int, info: ValidationInfo) -> int:
+        seq_len = info.data.get("seq_len") or 1
+        if v * seq_len > MAX_MICRO_TOKENS:
+            raise ValueError(f"micro_batch x seq_len is {v * seq_len} tokens; the limit is {MAX_MICRO_TOKENS}")
+        return v
 
     @field_validator("command", mode="before")
     @classmethod
@@ -51,23 +181,45 @@ class JobEntry(BaseModel):
         if isinstance(v, str):
             import shlex
 
-            return shlex.split(v)
+            if len(v) > MAX_COMMAND_ENV_BYTES:  # before shlex, which is slow on megabytes
+                raise ValueError(f"more than {MAX_COMMAND_ENV_BYTES} bytes")
+            try:
+                return shlex.split(v)
+            except ValueError as exc:  # "No closing quotation"
+                raise ValueError(f"cannot split into arguments: {exc}") from None
         return v
 
-    def to_proto(self) -> types_pb2.JobSpec:
+    @field_validator("command")
+    @classmethod
+    def _command_size(cls, v: list[str]) -> list[str]:
+        _check_command_env_size(v, {})
+        return v
+
+    @field_validator("env")
+    @classmethod
+    def _env_keys_and_size(cls, v: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        for key in v:
+            if ENV_KEY.fullmatch(key) is None:
+                raise ValueError(f"variable name {key[:64]!r} is not a shell name (letters, digits and _, "
+                                 "not starting with a digit, at most 256)")
+        _check_command_env_size(info.data.get("command") or [], v)
+        return v
+
+    def to_proto(self, read_model_files: bool = True) -> types_pb2.JobSpec:
+        """The JobSpec. ``read_model_files``: a `model` naming a local config.json is read and sent inline
+        (the CLI); without it (a server) anything that looks like a path is refused unopened, with the
+        same answer whether or not the file exists."""
         model = types_pb2.ModelSpec()
         ref = self.model.strip()
         if ref.startswith("{"):
             model.config_json = ref
-        elif os.path.isfile(ref):
-            try:
-                with open(ref, encoding="utf-8") as fh:
-                    text = fh.read()
-                json.loads(text)
-            except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-                raise JobSpecError(f"model: cannot read config file {ref!r}: {exc}") from exc
-            model.config_json = text
-            model.display_name = os.path.splitext(os.path.basename(ref))[0]
+        elif not read_model_files and looks_like_path(ref):
+            raise JobSpecError(
+                "model: looks like a file path; the server never reads files. Give a catalog name "
+                "(see `frenzy models`) or the config itself as a JSON object (the CLI reads a path for you)")
+        elif read_model_files and os.path.isfile(ref):
+            model.config_json = _read_config_file(ref)
+            model.display_name = os.path.splitext(os.path.basename(ref))[0][:MAX_SHORT_CHARS]
         else:
             model.catalog_name = ref
         recipe = types_pb2.TrainingRecipe(
@@ -82,6 +234,24 @@ class JobEntry(BaseModel):
         )
 
 
+def _check_command_env_size(command: list[str], env: dict[str, str]) -> None:
+    size = sum(len(a.encode()) + 1 for a in command) + sum(len(k.encode()) + len(v.encode()) + 2 for k, v in env.items())
+    if size > MAX_COMMAND_ENV_BYTES:
+        raise ValueError(f"command plus env: {size} bytes; the limit is {MAX_COMMAND_ENV_BYTES} bytes (64 KiB)")
+
+
+def _read_config_file(path: str) -> str:
+    """A local config.json, read on the client: at most MAX_MODEL_CONFIG_BYTES, checked like inline JSON."""
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_MODEL_CONFIG_BYTES + 1)
+        text = raw.decode("utf-8")
+        check_inline_config(text)
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise JobSpecError(f"model: cannot read config file {path!r}: {exc}") from exc
+    return text
+
+
 def parse_entry(data: object) -> JobEntry:
     """Validate one job description; raises JobSpecError naming the field."""
     try:
@@ -90,4 +260,7 @@ def parse_entry(data: object) -> JobEntry:
         err = exc.errors()[0]
         loc = ".".join(str(p) for p in err.get("loc", ())) or "<job>"
         more = f" (+{exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-        raise JobSpecError(f"{loc}: {err.get('msg')}{more}") from exc
+        msg = str(err.get("msg")).removeprefix("Value error, ")[:500]
+        raise JobSpecError(f"{loc}: {msg}{more}") from exc
+    except RecursionError:  # a document nested thousands deep
+        raise JobSpecError(f"<job>: nested deeper than {MAX_JSON_DEPTH} levels") from None

@@ -24,6 +24,7 @@ from support.servers import Servers, running_servers
 from support.state import add_node, set_gpu
 
 GiB = 1024**3
+JSON = {"content-type": "application/json"}
 GOOD = {"name": "api-job", "model": "gpt2-124m", "seq_len": 512, "global_batch": 8,
         "command": "python -c 'print(1)'"}
 
@@ -38,7 +39,7 @@ def servers(redis_url: str, prefix: str, redis_client: redis.Redis, keys: Keys) 
 
 @pytest.fixture
 def client(servers: Servers) -> Iterator[TestClient]:
-    with TestClient(create_app(servers.scheduler_addr)) as c:
+    with TestClient(create_app(servers.scheduler_addr), base_url="http://localhost") as c:
         yield c
 
 
@@ -86,11 +87,11 @@ def test_cancel_pending_then_again_is_a_conflict(client: TestClient, redis_clien
         for i in range(n):
             set_gpu(redis_client, keys, node, i, owner="job-other")
     job_id = client.post("/api/jobs", json=GOOD).json()["id"]
-    first = client.post(f"/api/jobs/{job_id}/cancel")
+    first = client.post(f"/api/jobs/{job_id}/cancel", headers=JSON)
     assert first.status_code == 200 and first.json()["state"] == "CANCELLED", first.text
     r = client.post(f"/api/jobs/{job_id}/cancel", json={"reason": "again"})
     assert r.status_code == 409 and "already" in r.json()["detail"], r.text
-    assert client.post(f"/api/jobs/{job_id}/cancel", content=b"[1]").status_code == 400
+    assert client.post(f"/api/jobs/{job_id}/cancel", content=b"[1]", headers=JSON).status_code == 400
 
 
 @pytest.mark.parametrize(
@@ -117,11 +118,12 @@ def test_bad_json_and_unknown_job(client: TestClient) -> None:
     assert r.status_code == 400 and "body" in r.json()["detail"]
     r = client.get("/api/jobs/job-does-not-exist")
     assert r.status_code == 404 and "job-does-not-exist" in r.json()["detail"]
-    assert client.post("/api/jobs/job-does-not-exist/cancel").status_code == 404
-    # `curl -d @job.json` sends a form content type: the body is still read as JSON.
+    assert client.post("/api/jobs/job-does-not-exist/cancel", headers=JSON).status_code == 404
+    # `curl -d @job.json` alone sends a form content type, which a cross-site page can too: refused,
+    # and the answer says which header to send.
     r = client.post("/api/jobs", content=json.dumps(GOOD).encode(),
                     headers={"content-type": "application/x-www-form-urlencoded"})
-    assert r.status_code == 200 and r.json()["id"], r.text
+    assert r.status_code == 415 and "application/json" in r.json()["detail"], r.text
 
 
 def test_job_logs_per_node_and_attempt_with_a_tail(client: TestClient, redis_client: redis.Redis,
@@ -156,7 +158,7 @@ def test_dashboard_and_openapi(client: TestClient) -> None:
 
 
 def test_scheduler_down_is_503() -> None:
-    with TestClient(create_app(f"127.0.0.1:{free_port()}")) as c:
+    with TestClient(create_app(f"127.0.0.1:{free_port()}"), base_url="http://127.0.0.1") as c:
         assert c.get("/healthz").status_code == 503
         r = c.get("/api/nodes")
         assert r.status_code == 503 and "scheduler unavailable" in r.json()["detail"]
