@@ -14,6 +14,10 @@ the ledger, the processes in /proc carrying the launch's id. Either way it
 becomes "already running", never a second start. Jobs outlive the agent; a
 restarted agent adopts them, reads the exit status their shim recorded, and
 resumes shipping their logs where the last run stopped.
+
+Whether a launch may run here is judged by ``launch_check.check_launch`` (pure)
+over facts this module gathers (GPUs, the rendezvous port, owner and fence of
+the launch's GPUs in Redis).
 """
 
 from __future__ import annotations

@@ -16,11 +16,16 @@ jobs: the job is stopped on its other nodes, re-planned by the predictor for
 the cluster that is left (``replan``), and queued for attempt + 1 — or FAILED
 once ``max_attempts`` is reached. It also frees what no live reservation
 holds any more (GPUs of a requeued job whose node never reported, leaked
-ports) after ``orphan_release_s``.
+ports) after ``orphan_release_s``. What to do is decided without I/O in
+``reaping.decide_reap``; ``reap`` only reads and writes through the store.
 
 ``drain_events`` consumes the agents' status events (consumer group, acked
 after handling); a malformed event is logged, acked and dropped; an event of
-an older attempt only releases what that attempt still holds.
+an older attempt only releases what that attempt still holds. What an event
+means is decided without I/O in ``agent_events.interpret``.
+
+All state is read and written through ``StateStore``; the loop sends no Redis
+command itself.
 """
 
 from __future__ import annotations
