@@ -3,19 +3,86 @@
 Each script opens with a header saying what it guarantees; they run with
 EVALSHA (Redis 6.2 compatible, no Functions) and take every key they touch in
 KEYS so they stay atomic and cluster-friendly.
+
+The ``.lua`` files are templates. Redis has no ``require``, so what several
+scripts share is inlined here, at load, wherever a script has an include line
+(``--#include NAME``):
+
+* ``job_states`` is generated from :mod:`frenzy.state.job_states`, the one
+  place the state names are written: ``JOB_STATE.running`` is ``"RUNNING"``,
+  ``TERMINAL`` and ``ACTIVE`` are sets (state -> true) of those names;
+* any other NAME is the fragment ``lua/lib/NAME.lua`` (e.g. ``release_gpus``).
 """
 
 from __future__ import annotations
 
+import json
+import re
+from collections.abc import Iterable
 from functools import cache
 from importlib import resources
+from importlib.resources.abc import Traversable
 
 import redis
+
+from frenzy.state.job_states import ACTIVE, TERMINAL, JobState
+
+INCLUDE = re.compile(r"^--#include (\S+)[ \t]*$", re.MULTILINE)
+GENERATED = "job_states"
+
+
+def _lua_set(states: Iterable[JobState]) -> str:
+    chosen = set(states)
+    # JobState order, so the rendered text (and its SHA) is the same on every load.
+    members = ", ".join(f"[{json.dumps(s.value)}] = true" for s in JobState if s in chosen)
+    return "{" + members + "}"
+
+
+@cache
+def job_states_lua() -> str:
+    """The Lua prelude naming the job states, written from :class:`JobState`."""
+    names = ", ".join(f"{s.name.lower()} = {json.dumps(s.value)}" for s in JobState)
+    return "\n".join(
+        [
+            "-- job states, from frenzy.state.job_states (generated at load)",
+            f"local JOB_STATE = {{{names}}}",
+            "-- the states a job ends in",
+            f"local TERMINAL = {_lua_set(TERMINAL)}",
+            "-- the states in which a job holds GPUs for a live attempt",
+            f"local ACTIVE = {_lua_set(ACTIVE)}",
+        ]
+    )
+
+
+def _lua_dir() -> Traversable:
+    return resources.files("frenzy.state").joinpath("lua")
+
+
+def names() -> list[str]:
+    """Every script's name (``lua/*.lua``; the ``lib/`` fragments are not scripts)."""
+    return sorted(p.name.removesuffix(".lua") for p in _lua_dir().iterdir() if p.name.endswith(".lua"))
+
+
+def template(name: str) -> str:
+    """The text of ``lua/{name}.lua`` as written, include lines unfilled."""
+    return _lua_dir().joinpath(f"{name}.lua").read_text()
+
+
+@cache
+def fragment(name: str) -> str:
+    """What an ``--#include {name}`` line stands for."""
+    if name == GENERATED:
+        return job_states_lua()
+    lib = _lua_dir().joinpath("lib", f"{name}.lua")
+    if not lib.is_file():
+        raise ValueError(f"unknown Lua include {name!r}: no lua/lib/{name}.lua")
+    return lib.read_text().rstrip("\n")
 
 
 @cache
 def script_source(name: str) -> str:
-    return resources.files("frenzy.state").joinpath("lua", f"{name}.lua").read_text()
+    """``lua/{name}.lua`` with every include line replaced by its fragment, ready for EVALSHA."""
+    return INCLUDE.sub(lambda m: fragment(m.group(1)), template(name))
 
 
 def register(client: redis.Redis, name: str) -> redis.commands.core.Script:

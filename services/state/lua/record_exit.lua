@@ -5,10 +5,10 @@
 -- attempt (a redelivered event changes nothing); events of an older attempt
 -- are ignored; the first failure that was not caused by stopping the job
 -- (a non-zero exit of a node not told to stop) is kept as the job's failure:
--- node, node rank and exit code. The final state (CANCELLED if a cancel was
--- requested, else SUCCEEDED if every node exited 0, else FAILED), the history
+-- node, node rank and exit code. The final state (cancelled if a cancel was
+-- requested, else succeeded if every node exited 0, else failed), the history
 -- entry, the release of every GPU still owned by this job and of its port
--- happen together.
+-- happen together (lib/release_gpus).
 --
 -- KEYS[1] job hash  KEYS[2] job history  KEYS[3] ports hash of the master node
 -- KEYS[4 ..] the job's GPU hashes, each followed by its node's hash (whose `rev`
@@ -19,6 +19,9 @@
 -- Returns {status, state, exited_nodes, failed_nodes} where status is
 --   "ignored" (stale or repeated), "recorded" (others still running) or "finished".
 
+--#include job_states
+--#include release_gpus
+
 local h = redis.call("HMGET", KEYS[1], "state", "attempt", "cancel_requested", "master_port")
 local state = h[1]
 if not state then
@@ -27,7 +30,7 @@ end
 if tostring(h[2]) ~= ARGV[2] then
   return {"ignored", state, 0, 0}
 end
-if state == "SUCCEEDED" or state == "FAILED" or state == "CANCELLED" or state == "PENDING" then
+if TERMINAL[state] or state == JOB_STATE.pending then
   return {"ignored", state, 0, 0}
 end
 if redis.call("HSETNX", KEYS[1], "exit:" .. ARGV[3], ARGV[4]) == 0 then
@@ -45,12 +48,12 @@ end
 if exited < tonumber(ARGV[5]) then
   return {"recorded", state, exited, failed}
 end
-local final = "SUCCEEDED"
+local final = JOB_STATE.succeeded
 local reason = ARGV[7]
 if h[3] == "1" then
-  final = "CANCELLED"
+  final = JOB_STATE.cancelled
 elseif failed > 0 then
-  final = "FAILED"
+  final = JOB_STATE.failed
   local f = redis.call("HMGET", KEYS[1], "failed_node", "failed_rank", "failed_exit_code")
   if f[1] then
     reason = "node " .. f[1] .. " (node rank " .. f[2] .. ") failed with exit code " .. f[3]
@@ -58,13 +61,6 @@ elseif failed > 0 then
 end
 redis.call("HSET", KEYS[1], "state", final, "updated_at", ARGV[6], "finished_at", ARGV[6])
 redis.call("RPUSH", KEYS[2], cjson.encode({state = final, at = tonumber(ARGV[6]), reason = reason}))
-for i = 4, #KEYS, 2 do
-  if redis.call("HGET", KEYS[i], "owner") == ARGV[1] then
-    redis.call("HSET", KEYS[i], "owner", "")
-    redis.call("HINCRBY", KEYS[i + 1], "rev", 1)
-  end
-end
-if h[4] and redis.call("HGET", KEYS[3], h[4]) == ARGV[1] then
-  redis.call("HDEL", KEYS[3], h[4])
-end
+release_gpus(4, ARGV[1])
+release_port(KEYS[3], h[4], ARGV[1])
 return {"finished", final, exited, failed}

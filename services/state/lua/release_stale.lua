@@ -14,16 +14,16 @@
 -- ARGV[1] job id  ARGV[2] the ended reservation's fence
 -- Returns the number of GPUs released.
 
+--#include job_states
+--#include release_gpus
+
 local h = redis.call("HMGET", KEYS[1], "state", "fence")
-local live = h[1] == "RESERVED" or h[1] == "LAUNCHING" or h[1] == "RUNNING"
-if live and tostring(h[2]) == ARGV[2] then
+if ACTIVE[h[1]] and tostring(h[2]) == ARGV[2] then
   return 0
 end
 local released = 0
 for i = 3, #KEYS do
-  local g = redis.call("HMGET", KEYS[i], "owner", "fence")
-  if g[1] == ARGV[1] and g[2] == ARGV[2] then
-    redis.call("HSET", KEYS[i], "owner", "")
+  if release_gpu(KEYS[i], ARGV[1], ARGV[2]) then
     released = released + 1
   end
 end

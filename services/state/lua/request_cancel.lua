@@ -1,18 +1,20 @@
 -- request_cancel: ask every node running a job to stop it.
 --
--- Guarantees (atomic, one script): only a LAUNCHING or RUNNING job is
+-- Guarantees (atomic, one script): only a launching or running job is
 -- affected; the cancel flag, one cancel command per node stream and the
--- history note land together. The job ends CANCELLED when every node has
+-- history note land together. The job ends cancelled when every node has
 -- reported its exit (record_exit), which also releases the GPUs.
 --
 -- KEYS[1] job hash  KEYS[2] job history  KEYS[3 ..] launch streams of the job's nodes
 -- ARGV[1] now  ARGV[2] history note JSON  ARGV[3] stream MAXLEN  ARGV[4] cancel message JSON
 -- ARGV[5] flag field to set: "cancel_requested" (a user cancel: the job ends
---         CANCELLED) or "stop_requested" (a rank failed: the job ends FAILED)
+--         cancelled) or "stop_requested" (a rank failed: the job ends failed)
 -- Returns {1, state} or {0, state}
 
+--#include job_states
+
 local state = redis.call("HGET", KEYS[1], "state")
-if state ~= "LAUNCHING" and state ~= "RUNNING" then
+if state ~= JOB_STATE.launching and state ~= JOB_STATE.running then
   return {0, tostring(state)}
 end
 if redis.call("HGET", KEYS[1], ARGV[5]) == "1" then

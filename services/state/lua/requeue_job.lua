@@ -1,8 +1,8 @@
 -- requeue_job: take a job off nodes that were lost (or could not launch it for a
 -- reason of the host) and either queue it for another attempt or fail it.
 --
--- Guarantees (atomic, one script), only if the job is still RESERVED /
--- LAUNCHING / RUNNING in the same attempt under the same fencing token (a
+-- Guarantees (atomic, one script), only if the job is still active (reserved,
+-- launching or running) in the same attempt under the same fencing token (a
 -- repeated or stale call changes nothing):
 --   * a cancel for this attempt goes onto every node's launch stream: the
 --     surviving nodes stop their processes, and a lost node's agent, should it
@@ -11,12 +11,12 @@
 --     lost nodes and on nodes that already reported their exit. GPUs of nodes
 --     still stopping stay held under the old fence until their agent reports
 --     the exit (the scheduler then releases exactly those), so no new job is
---     put on a GPU whose old process has not ended;
+--     put on a GPU whose old process has not ended (lib/release_gpus);
 --   * the rendezvous port is released;
---   * below the attempt limit the job goes back to PENDING at its old queue
+--   * below the attempt limit the job goes back to pending at its old queue
 --     position with attempt + 1, its reservation fields cleared and (when the
 --     caller re-planned for the remaining cluster) its new ranked plans;
---     at the limit it ends FAILED naming the lost node;
+--     at the limit it ends failed naming the lost node;
 --   * one history entry says which.
 --
 -- KEYS[1] job hash  KEYS[2] job history  KEYS[3] queue zset  KEYS[4] ports hash of the master node
@@ -31,9 +31,12 @@
 --            requeue (the caller does not count preemptions against the attempt limit)
 -- Returns {1, new state, attempt} or {0, current state}
 
+--#include job_states
+--#include release_gpus
+
 local h = redis.call("HMGET", KEYS[1], "state", "attempt", "fence", "master_port", "seq")
 local state = h[1]
-if state ~= "RESERVED" and state ~= "LAUNCHING" and state ~= "RUNNING" then
+if not ACTIVE[state] then
   return {0, tostring(state)}
 end
 if tostring(h[2]) ~= ARGV[2] or tostring(h[3]) ~= ARGV[3] then
@@ -51,26 +54,22 @@ for g = 1, n do
   local node = ARGV[11 + g]
   local key = KEYS[3 + 2 * g]
   if lost[node] or redis.call("HEXISTS", KEYS[1], "exit:" .. node) == 1 then
-    local gh = redis.call("HMGET", key, "owner", "fence")
-    if gh[1] == ARGV[1] and gh[2] == ARGV[3] then
-      redis.call("HSET", key, "owner", "")
+    if release_gpu(key, ARGV[1], ARGV[3]) then
       redis.call("HINCRBY", KEYS[4 + 2 * g], "rev", 1)
     end
   end
 end
-if h[4] and redis.call("HGET", KEYS[4], h[4]) == ARGV[1] then
-  redis.call("HDEL", KEYS[4], h[4])
-end
+release_port(KEYS[4], h[4], ARGV[1])
 
 local attempt = tonumber(ARGV[2])
 local now = tonumber(ARGV[5])
 if attempt >= tonumber(ARGV[4]) then
   local first = string.match(ARGV[7], "[^,]+") or ""
-  redis.call("HSET", KEYS[1], "state", "FAILED", "updated_at", ARGV[5], "finished_at", ARGV[5],
+  redis.call("HSET", KEYS[1], "state", JOB_STATE.failed, "updated_at", ARGV[5], "finished_at", ARGV[5],
     "failed_node", first, "failed_reason", ARGV[8])
-  redis.call("RPUSH", KEYS[2], cjson.encode({state = "FAILED", at = now,
+  redis.call("RPUSH", KEYS[2], cjson.encode({state = JOB_STATE.failed, at = now,
     reason = ARGV[8] .. "; attempt " .. attempt .. " of " .. ARGV[4] .. ", no retries left"}))
-  return {1, "FAILED", attempt}
+  return {1, JOB_STATE.failed, attempt}
 end
 
 local drop = {"plan", "placement", "fence", "master_node", "master_addr", "master_port", "exited_nodes",
@@ -85,12 +84,12 @@ redis.call("HDEL", KEYS[1], unpack(drop))
 if ARGV[12 + n] == "1" then
   redis.call("HINCRBY", KEYS[1], "preemptions", 1)
 end
-redis.call("HSET", KEYS[1], "state", "PENDING", "attempt", attempt + 1, "updated_at", ARGV[5],
+redis.call("HSET", KEYS[1], "state", JOB_STATE.pending, "attempt", attempt + 1, "updated_at", ARGV[5],
   "pending_reason", "requeued: " .. ARGV[8])
 if ARGV[11] ~= "" then
   redis.call("HSET", KEYS[1], "plans", ARGV[11])
 end
 redis.call("ZADD", KEYS[3], h[5], ARGV[1])
-redis.call("RPUSH", KEYS[2], cjson.encode({state = "PENDING", at = now,
+redis.call("RPUSH", KEYS[2], cjson.encode({state = JOB_STATE.pending, at = now,
   reason = "requeued for attempt " .. (attempt + 1) .. " of " .. ARGV[4] .. ": " .. ARGV[8]}))
-return {1, "PENDING", attempt + 1}
+return {1, JOB_STATE.pending, attempt + 1}

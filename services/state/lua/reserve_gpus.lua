@@ -2,7 +2,7 @@
 -- and give the job a rendezvous (master) port on its first node.
 --
 -- Guarantees (atomic, one script): before writing anything it checks that
---   * the job exists and is PENDING (not cancelled meanwhile);
+--   * the job exists and is pending (not cancelled meanwhile);
 --   * every GPU hash exists, is healthy, has no owner, and reports at least
 --     the plan's per-GPU bytes free;
 --   * every node of the placement holds a live heartbeat lease and is not
@@ -11,7 +11,7 @@
 -- If any check fails nothing is written and the first failure is returned.
 -- Otherwise it takes a new fencing token from the shared counter, writes it
 -- and the owner onto every GPU, takes the port (ports hash: port -> job id),
--- moves the job to RESERVED with its plan, placement and rendezvous, removes
+-- moves the job to reserved with its plan, placement and rendezvous, removes
 -- it from the queue, appends the history entry and bumps each node's `rev`.
 -- No GPU can ever be held by two jobs: ownership is only taken here, under
 -- the "owner is empty" check, inside one script. The same holds for ports:
@@ -28,12 +28,14 @@
 -- ARGV[11] master node name  ARGV[12] master node address
 -- Returns {1, fence, port} or {0, reason}
 
+--#include job_states
+
 local n = tonumber(ARGV[2])
 local need = tonumber(ARGV[3])
 local m = (#KEYS - 5 - n) / 2
 local state = redis.call("HGET", KEYS[1], "state")
-if state ~= "PENDING" then
-  return {0, "job is " .. tostring(state) .. ", not PENDING"}
+if state ~= JOB_STATE.pending then
+  return {0, "job is " .. tostring(state) .. ", not " .. JOB_STATE.pending}
 end
 for i = 6, 5 + n do
   local g = redis.call("HMGET", KEYS[i], "owner", "healthy", "memory_free")
@@ -79,7 +81,7 @@ for i = 6 + n + m, 5 + n + 2 * m do
   redis.call("HINCRBY", KEYS[i], "rev", 1)
 end
 redis.call("HSET", KEYS[5], port, ARGV[1])
-redis.call("HSET", KEYS[1], "state", "RESERVED", "plan", ARGV[5], "placement", ARGV[6],
+redis.call("HSET", KEYS[1], "state", JOB_STATE.reserved, "plan", ARGV[5], "placement", ARGV[6],
   "fence", fence, "pending_reason", "", "updated_at", ARGV[4], "reserved_at", ARGV[4],
   "master_node", ARGV[11], "master_addr", ARGV[12], "master_port", port)
 redis.call("ZREM", KEYS[3], ARGV[1])

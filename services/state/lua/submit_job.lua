@@ -1,4 +1,4 @@
--- submit_job: create a PENDING job and queue it, idempotently.
+-- submit_job: create a pending job and queue it, idempotently.
 --
 -- Guarantees (atomic, one script):
 --   * if the idempotency key already names a job, nothing is written and that
@@ -16,6 +16,8 @@
 -- ARGV[5..] field, value pairs for the job hash
 -- Returns {job_id, duplicate(0|1), seq}
 
+--#include job_states
+
 if ARGV[4] == "1" then
   local existing = redis.call("GET", KEYS[1])
   if existing then
@@ -30,7 +32,7 @@ local fields = {}
 for i = 5, #ARGV do
   fields[#fields + 1] = ARGV[i]
 end
-redis.call("HSET", KEYS[2], "id", ARGV[1], "state", "PENDING", "seq", seq,
+redis.call("HSET", KEYS[2], "id", ARGV[1], "state", JOB_STATE.pending, "seq", seq,
   "submitted_at", ARGV[2], "updated_at", ARGV[2], "attempt", 1, unpack(fields))
 redis.call("RPUSH", KEYS[3], ARGV[3])
 redis.call("ZADD", KEYS[4], ARGV[2], ARGV[1])

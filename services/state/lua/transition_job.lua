@@ -4,8 +4,9 @@
 -- Guarantees (atomic, one script): the state is checked and changed together
 -- with the history entry, the extra fields, the queue membership and the
 -- release. A GPU (or port) is released only when its owner is this job, so a
--- stale or repeated call can never free what another job holds. Terminal and
--- PENDING targets leave the queue; PENDING re-enters it at its old sequence.
+-- stale or repeated call can never free what another job holds (lib/release_gpus).
+-- Every target but pending leaves the queue; pending re-enters it at its old
+-- sequence.
 --
 -- KEYS[1] job hash  KEYS[2] job history  KEYS[3] queue zset
 -- KEYS[4] ports hash of the job's master node (any key when it has none)
@@ -15,6 +16,9 @@
 -- ARGV[3] new state  ARGV[4] now  ARGV[5] history entry JSON  ARGV[6] "1": release (GPUs and port)
 -- ARGV[7 ..] extra field, value pairs for the job hash
 -- Returns {1, old_state} or {0, current_state}
+
+--#include job_states
+--#include release_gpus
 
 local state = redis.call("HGET", KEYS[1], "state")
 if not state then
@@ -33,21 +37,13 @@ for i = 7, #ARGV do
 end
 redis.call("HSET", KEYS[1], unpack(fields))
 redis.call("RPUSH", KEYS[2], ARGV[5])
-if ARGV[3] == "PENDING" then
+if ARGV[3] == JOB_STATE.pending then
   redis.call("ZADD", KEYS[3], redis.call("HGET", KEYS[1], "seq"), ARGV[1])
 else
   redis.call("ZREM", KEYS[3], ARGV[1])
 end
 if ARGV[6] == "1" then
-  for i = 5, #KEYS, 2 do
-    if redis.call("HGET", KEYS[i], "owner") == ARGV[1] then
-      redis.call("HSET", KEYS[i], "owner", "")
-      redis.call("HINCRBY", KEYS[i + 1], "rev", 1)
-    end
-  end
-  local port = redis.call("HGET", KEYS[1], "master_port")
-  if port and redis.call("HGET", KEYS[4], port) == ARGV[1] then
-    redis.call("HDEL", KEYS[4], port)
-  end
+  release_gpus(5, ARGV[1])
+  release_port(KEYS[4], redis.call("HGET", KEYS[1], "master_port"), ARGV[1])
 end
 return {1, state}
