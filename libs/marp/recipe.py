@@ -10,8 +10,11 @@ one cannot exist (as torchtitan's ParallelDims does for its degrees).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Literal
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
 from marp._check import check_bool, check_choice, check_int, check_number
 from marp.errors import InvalidLayoutError, InvalidRecipeError
@@ -212,10 +215,6 @@ class TrainingRecipe:
     def tokens_per_step(self) -> int:
         return self.global_batch * self.seq_len
 
-    @property
-    def mixed_precision(self) -> bool:
-        return self.precision != "fp32"
-
     def to_dict(self) -> dict[str, Any]:
         return {
             "seq_len": self.seq_len, "global_batch": self.global_batch, "micro_batch": self.micro_batch,
@@ -300,8 +299,87 @@ class Layout:
         }  # fmt: skip
 
 
+@dataclass(frozen=True)
+class LayoutGrid:
+    """Many layouts at once: ``Layout``'s fields as int64 arrays, one element per layout.
+
+    The vectorised form of ``Layout`` that the memory model evaluates in one numpy pass. The
+    fields broadcast against each other on construction; ``recompute`` holds indices into
+    RECOMPUTE, ``sp`` 0 / 1 and ``shard`` the sharding group (``Layout.shard``). The rules are
+    Layout's: a vectorised screen finds the first layout that breaks one, and building that
+    Layout raises the error a single layout would. Relations with the model and the recipe
+    (heads, layers, global batch) are the caller's (``marp.memory.validate_layout``).
+    """
+
+    tp: NDArray[np.int64]
+    pp: NDArray[np.int64]
+    dp: NDArray[np.int64]
+    zero_stage: NDArray[np.int64]
+    micro_batch: NDArray[np.int64]
+    grad_accum: NDArray[np.int64]
+    recompute: NDArray[np.int64]
+    sp: NDArray[np.int64]
+    cp: NDArray[np.int64]
+    vpp: NDArray[np.int64]
+    ep: NDArray[np.int64]
+    shard: NDArray[np.int64]
+
+    def __post_init__(self) -> None:
+        shapes = {getattr(self, f.name).shape for f in fields(self)}
+        if len(shapes) != 1:
+            raise InvalidLayoutError("layout", f"the grid's fields must share one shape, got {sorted(shapes)}.",
+                                     "build it with LayoutGrid.broadcast.")  # fmt: skip
+        bad = self._broken()
+        if bad.any():
+            index = int(np.flatnonzero(bad)[0])
+            self.layout_at(index)  # raises Layout's error for it
+            raise InvalidLayoutError("layout", f"layout {index} of the grid is invalid.")
+
+    def _broken(self) -> NDArray[np.bool_]:
+        """Where a Layout built from the element would refuse it (its __post_init__ rules)."""
+        bad = (self.zero_stage < 0) | (self.zero_stage > 3) | (self.recompute < 0)
+        bad |= (self.recompute >= len(RECOMPUTE)) | (self.sp < 0) | (self.sp > 1) | (self.shard < 1)
+        for positive in (self.tp, self.pp, self.dp, self.micro_batch, self.grad_accum, self.cp, self.vpp, self.ep):
+            bad |= positive < 1
+        bad |= (self.vpp > 1) & (self.pp == 1)
+        bad |= (self.dp % np.maximum(self.ep, 1) != 0) | (self.dp % np.maximum(self.shard, 1) != 0)
+        return bad
+
+    @classmethod
+    def broadcast(
+        cls, tp: ArrayLike, pp: ArrayLike, dp: ArrayLike, zero_stage: ArrayLike, micro_batch: ArrayLike,
+        grad_accum: ArrayLike, recompute: ArrayLike, sp: ArrayLike = False, cp: ArrayLike = 1,
+        vpp: ArrayLike = 1, ep: ArrayLike = 1, shard: ArrayLike | None = None,
+    ) -> LayoutGrid:
+        """A grid from anything numpy broadcasts; ``shard`` None shards over all of dp."""
+        given = (tp, pp, dp, zero_stage, micro_batch, grad_accum, recompute, np.asarray(sp, dtype=np.int64),
+                 cp, vpp, ep, dp if shard is None else shard)  # fmt: skip
+        return cls(*np.broadcast_arrays(*(np.asarray(x, dtype=np.int64) for x in given)))
+
+    @classmethod
+    def of(cls, layout: Layout) -> LayoutGrid:
+        """A one-element grid of ``layout``."""
+        return cls.broadcast(
+            [layout.tp], [layout.pp], [layout.dp], [layout.zero_stage], [layout.micro_batch],
+            [layout.grad_accum], [RECOMPUTE.index(layout.recompute)], sp=[layout.sp], cp=[layout.cp],
+            vpp=[layout.vpp], ep=[layout.ep], shard=[layout.shard],
+        )  # fmt: skip
+
+    def layout_at(self, index: int) -> Layout:
+        """The Layout of one element (validated: raises InvalidLayoutError when it is not one)."""
+        at = {f.name: int(np.ravel(getattr(self, f.name))[index]) for f in fields(self)}
+        code, sp, shard = at.pop("recompute"), at.pop("sp"), at.pop("shard")
+        recompute = RECOMPUTE[code] if 0 <= code < len(RECOMPUTE) else str(code)
+        return Layout(**at, recompute=recompute, sp=bool(sp) if sp in (0, 1) else sp,  # type: ignore[arg-type]
+                      shard_degree=shard)  # fmt: skip
+
+    @property
+    def num_gpus(self) -> NDArray[np.int64]:
+        return self.tp * self.pp * self.dp * self.cp
+
+
 __all__ = [
     "FINETUNES", "GRAD_BUFFERS", "KERNELS", "LORA_TARGETS", "LOSSES", "OPTIMIZERS", "OPTIMIZER_IMPLS", "PRECISIONS",
-    "PRECISION_ALIASES", "RECOMPUTE", "ZERO_STAGES", "Layout", "TrainingRecipe", "canonical_precision",
+    "PRECISION_ALIASES", "RECOMPUTE", "ZERO_STAGES", "Layout", "LayoutGrid", "TrainingRecipe", "canonical_precision",
     "compute_dtype",
 ]  # fmt: skip
