@@ -226,13 +226,6 @@ class ModelSpec:
             + self.head_params()
         )
 
-    def matmul_params(self) -> int:
-        """Parameters that take part in a matrix multiply per token (for FLOP counts):
-        all layer weights plus the LM head (which is computed even when tied); embedding
-        look-ups are gathers, not matmuls (Kaplan et al. 2020, sec. 2.1)."""
-        head = self.vocab * self.hidden if self.head == "lm" else self.hidden * (self.hidden + self.num_labels)
-        return self.n_layers * self.active_layer_params() + head
-
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
