@@ -2,84 +2,146 @@
 
 Thin shell around ``has.sim.engine`` (the simulator), ``has.sim.baselines`` (the policies;
 ``frenzy`` runs the same ``has.schedule`` as the live scheduler) and ``has.sim.report``.
+Three steps: ``check_settings`` (the options, checked, as a ``SimSettings``), ``load_inputs``
+(cluster and trace files) with ``run`` (each policy through the simulator), then
+``frenzy.cli.simulate_output`` shows and writes the results.
 Bad input (cluster file, trace, policy name) exits 2 with a message naming the field.
 """
 
 from __future__ import annotations
 
-import json
+import math
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from frenzy.cli import render
 from frenzy.cli.output import JsonOpt, fail
+
+if TYPE_CHECKING:
+    from has.cluster_spec import ClusterSpec
+    from has.sim.engine import ProfileBook, SimResult
+    from has.sim.traces import TraceJob
+
+# (at_s, node, down_s) as the engine takes a node failure; down_s inf: down for the rest of the run.
+NodeFailure = tuple[float, str, float]
 
 
 def register(app: typer.Typer) -> None:
     app.command()(simulate)
 
 
+@dataclass(frozen=True)
+class SimSettings:
+    """What one `frenzy simulate` was asked for, checked (files not read yet)."""
+
+    cluster: Path
+    trace: Path | None
+    synthetic: int  # > 0 exactly when trace is None
+    policies: tuple[str, ...]
+    max_jobs: int
+    jobs_per_hour: float
+    seed: int
+    runtime_noise: float
+    restart_s: float
+    out: Path | None
+    save_trace: Path | None
+    fail_node: tuple[str, ...]
+    decision_sizes: tuple[int, ...]  # increasing, no repeats; empty: no decision timing
+    decision_queue: int
+    as_json: bool
+
+
+@dataclass(frozen=True)
+class SimInputs:
+    """What the files held: the cluster, its profiles, the jobs and the node failures to inject."""
+
+    spec: ClusterSpec
+    book: ProfileBook
+    jobs: list[TraceJob]
+    failures: list[NodeFailure]
+
+
+@dataclass
+class SimOutcome:
+    """One result per policy (settings order), their metrics, and the decision-time rows."""
+
+    results: list[SimResult] = field(default_factory=list)
+    metrics: dict[str, dict[str, float | int]] = field(default_factory=dict)
+    # one row per (size, policy): gpus, policy, decision_ms_median, reps, queued_jobs, ...
+    scale: list[dict[str, float | int | str]] = field(default_factory=list)
+
+
+# The options, one alias each, so the command's signature reads as a list of what it takes.
+ClusterOpt = Annotated[
+    Path, typer.Option(help="Cluster file (same YAML as `frenzy up`), e.g. examples/clusters/paper-64.yaml.")
+]
+TraceOpt = Annotated[
+    Path | None, typer.Option(help="Trace: our CSV, a Gavel .trace or a Pollux workload CSV (detected).")
+]
+PoliciesOpt = Annotated[
+    str,
+    typer.Option(
+        help="Comma-separated: frenzy, frenzy-paper, opportunistic, sia, gavel, frenzy-fifo, "
+        "frenzy-ranked, sia-memaware, frenzy-nopreempt."
+    ),
+]
+MaxJobsOpt = Annotated[int, typer.Option(help="Only the first N jobs of the trace (0: all).")]
+SyntheticOpt = Annotated[int, typer.Option(help="Instead of --trace: N synthetic jobs (seeded by --seed).")]
+JobsPerHourOpt = Annotated[float, typer.Option(help="Arrival rate of --synthetic jobs.")]
+SeedOpt = Annotated[int, typer.Option(help="Seed of the runtime noise and of --synthetic.")]
+RuntimeNoiseOpt = Annotated[
+    float, typer.Option(help="Sigma of the log-normal truth/estimate factor per job.")
+]
+RestartOpt = Annotated[
+    float,
+    typer.Option(
+        help="Seconds a job makes no progress after a restart (preemption, reallocation, node "
+        "failure): reloading model and optimizer state. The policies that weigh restarts "
+        "(frenzy's preemption, Sia's restart factor) are told the same number."
+    ),
+]
+OutOpt = Annotated[Path | None, typer.Option(help="Write results.json, summary.md and PNG plots here.")]
+SaveTraceOpt = Annotated[Path | None, typer.Option(help="Also write the (mapped) jobs in our trace format.")]
+FailNodeOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        help="Inject a node failure: NAME@SECONDS (down for the rest of the run) or "
+        "NAME@SECONDS:DOWN_SECONDS (back after that long). Repeatable. Its running jobs are "
+        "requeued with their progress (checkpoint) and pay the restart cost."
+    ),
+]
+DecisionSizesOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Also time each policy's decision on clusters of these sizes (GPUs, comma-separated, "
+        "e.g. 100,1000,10000): the same GPU mix ~60 % busy with --decision-queue jobs waiting "
+        "(has.sim.scale). Adds decision_vs_size to the JSON and decision_vs_size.png to --out. "
+        "Sia's ILP takes seconds per round at 10,000 GPUs.",
+        metavar="SIZES",
+    ),
+]
+DecisionQueueOpt = Annotated[
+    int, typer.Option(help="Queued jobs in each --decision-sizes state (the bench uses 1,000).")
+]
+
+
 def simulate(
-    cluster: Annotated[
-        Path,
-        typer.Option(help="Cluster file (same YAML as `frenzy up`), e.g. examples/clusters/paper-64.yaml."),
-    ],
-    trace: Annotated[
-        Path | None, typer.Option(help="Trace: our CSV, a Gavel .trace or a Pollux workload CSV (detected).")
-    ] = None,
-    policies: Annotated[
-        str,
-        typer.Option(
-            help="Comma-separated: frenzy, frenzy-paper, opportunistic, sia, gavel, frenzy-fifo, "
-            "frenzy-ranked, sia-memaware, frenzy-nopreempt."
-        ),
-    ] = "frenzy,frenzy-paper,opportunistic,sia",
-    max_jobs: Annotated[int, typer.Option(help="Only the first N jobs of the trace (0: all).")] = 0,
-    synthetic: Annotated[
-        int, typer.Option(help="Instead of --trace: N synthetic jobs (seeded by --seed).")
-    ] = 0,
-    jobs_per_hour: Annotated[float, typer.Option(help="Arrival rate of --synthetic jobs.")] = 20.0,
-    seed: Annotated[int, typer.Option(help="Seed of the runtime noise and of --synthetic.")] = 0,
-    runtime_noise: Annotated[
-        float, typer.Option(help="Sigma of the log-normal truth/estimate factor per job.")
-    ] = 0.1,
-    restart_s: Annotated[
-        float,
-        typer.Option(
-            help="Seconds a job makes no progress after a restart (preemption, reallocation, node "
-            "failure): reloading model and optimizer state. The policies that weigh restarts "
-            "(frenzy's preemption, Sia's restart factor) are told the same number."
-        ),
-    ] = 120.0,
-    out: Annotated[
-        Path | None, typer.Option(help="Write results.json, summary.md and PNG plots here.")
-    ] = None,
-    save_trace: Annotated[
-        Path | None, typer.Option(help="Also write the (mapped) jobs in our trace format.")
-    ] = None,
-    fail_node: Annotated[
-        list[str] | None,
-        typer.Option(
-            help="Inject a node failure: NAME@SECONDS (down for the rest of the run) or "
-            "NAME@SECONDS:DOWN_SECONDS (back after that long). Repeatable. Its running jobs are "
-            "requeued with their progress (checkpoint) and pay the restart cost."
-        ),
-    ] = None,
-    decision_sizes: Annotated[
-        str | None,
-        typer.Option(
-            help="Also time each policy's decision on clusters of these sizes (GPUs, comma-separated, "
-            "e.g. 100,1000,10000): the same GPU mix ~60 % busy with --decision-queue jobs waiting "
-            "(has.sim.scale). Adds decision_vs_size to the JSON and decision_vs_size.png to --out. "
-            "Sia's ILP takes seconds per round at 10,000 GPUs.",
-            metavar="SIZES",
-        ),
-    ] = None,
-    decision_queue: Annotated[
-        int, typer.Option(help="Queued jobs in each --decision-sizes state (the bench uses 1,000).")
-    ] = 1000,
+    cluster: ClusterOpt,
+    trace: TraceOpt = None,
+    policies: PoliciesOpt = "frenzy,frenzy-paper,opportunistic,sia",
+    max_jobs: MaxJobsOpt = 0,
+    synthetic: SyntheticOpt = 0,
+    jobs_per_hour: JobsPerHourOpt = 20.0,
+    seed: SeedOpt = 0,
+    runtime_noise: RuntimeNoiseOpt = 0.1,
+    restart_s: RestartOpt = 120.0,
+    out: OutOpt = None,
+    save_trace: SaveTraceOpt = None,
+    fail_node: FailNodeOpt = None,
+    decision_sizes: DecisionSizesOpt = None,
+    decision_queue: DecisionQueueOpt = 1000,
     as_json: JsonOpt = False,
 ) -> None:
     """Compare scheduling policies on one trace and one cluster (trace-driven, event-driven).
@@ -94,16 +156,41 @@ def simulate(
         frenzy simulate --cluster examples/clusters/paper-64.yaml --synthetic 50 \\
             --decision-sizes 100,1000,10000 --out results/   # + decision time vs cluster size
     """
-    import yaml
+    from frenzy.cli.simulate_output import show
 
-    from has.cluster_spec import ClusterSpecError, parse_cluster
-    from has.sim.baselines import POLICY_NAMES, make_policy
-    from has.sim.engine import ProfileBook, SimError
-    from has.sim.engine import simulate as run_sim
-    from has.sim.report import COLUMNS, markdown_table, plot_decision_vs_size, write_plots
-    from has.sim.scale import MAX_GPUS, MIN_GPUS, time_decisions
-    from has.sim.traces import TraceError, read_trace, write_trace
-    from has.sim.traces import synthetic as make_synthetic
+    settings = check_settings(
+        cluster=cluster, trace=trace, policies=policies, max_jobs=max_jobs, synthetic=synthetic,
+        jobs_per_hour=jobs_per_hour, seed=seed, runtime_noise=runtime_noise, restart_s=restart_s, out=out,
+        save_trace=save_trace, fail_node=fail_node or [], decision_sizes=decision_sizes,
+        decision_queue=decision_queue, as_json=as_json,
+    )  # fmt: skip
+    inputs = load_inputs(settings)
+    show(settings, inputs, run(settings, inputs))
+
+
+def check_settings(
+    *,
+    cluster: Path,
+    trace: Path | None,
+    policies: str,
+    max_jobs: int,
+    synthetic: int,
+    jobs_per_hour: float,
+    seed: int,
+    runtime_noise: float,
+    restart_s: float,
+    out: Path | None,
+    save_trace: Path | None,
+    fail_node: list[str],
+    decision_sizes: str | None,
+    decision_queue: int,
+    as_json: bool,
+) -> SimSettings:
+    """The options as ``SimSettings``; exit 2 naming the first option that is wrong.
+
+    Only what needs no file is checked here; ``load_inputs`` checks the rest."""
+    from has.sim.baselines import POLICY_NAMES
+    from has.sim.scale import MAX_GPUS, MIN_GPUS
 
     names = [p.strip() for p in policies.split(",") if p.strip()]
     if not names:
@@ -116,11 +203,29 @@ def simulate(
     sizes = _sizes(decision_sizes, MIN_GPUS, MAX_GPUS) if decision_sizes is not None else []
     if decision_queue < 0:
         fail(f"--decision-queue: must be >= 0, got {decision_queue}", 2)
-    if not (restart_s >= 0 and restart_s < float("inf")):
+    if not (restart_s >= 0 and restart_s < math.inf):
         fail(f"--restart-s: must be a number of seconds >= 0, got {restart_s}", 2)
+    return SimSettings(
+        cluster=cluster, trace=trace, synthetic=synthetic, policies=tuple(names), max_jobs=max_jobs,
+        jobs_per_hour=jobs_per_hour, seed=seed, runtime_noise=runtime_noise, restart_s=restart_s, out=out,
+        save_trace=save_trace, fail_node=tuple(fail_node), decision_sizes=tuple(sizes),
+        decision_queue=decision_queue, as_json=as_json,
+    )  # fmt: skip
+
+
+def load_inputs(settings: SimSettings) -> SimInputs:
+    """Read the cluster file and the trace (or make the synthetic jobs), write --save-trace,
+    and check --fail-node against the cluster's nodes; exit 2 naming what is wrong."""
+    import yaml
+
+    from has.cluster_spec import ClusterSpecError, parse_cluster
+    from has.sim.engine import ProfileBook, SimError
+    from has.sim.traces import TraceError, read_trace, write_trace
+    from has.sim.traces import synthetic as make_synthetic
+
+    cluster = settings.cluster
     try:
-        data = yaml.safe_load(cluster.read_text())
-        spec = parse_cluster(data)
+        spec = parse_cluster(yaml.safe_load(cluster.read_text()))
         book = ProfileBook(spec)
     except OSError as exc:
         fail(f"--cluster: cannot read {cluster}: {exc}", 2)
@@ -129,99 +234,58 @@ def simulate(
     except (ClusterSpecError, SimError) as exc:
         fail(f"--cluster {cluster}: {exc}", 2)
     try:
-        if trace is not None:
-            jobs = read_trace(trace, max_jobs=max_jobs or None)
+        if settings.trace is not None:
+            jobs = read_trace(settings.trace, max_jobs=settings.max_jobs or None)
         else:
-            jobs = make_synthetic(synthetic, seed=seed, jobs_per_hour=jobs_per_hour)
+            jobs = make_synthetic(
+                settings.synthetic, seed=settings.seed, jobs_per_hour=settings.jobs_per_hour
+            )
     except TraceError as exc:
         fail(f"--trace: {exc}", 2)
-    if save_trace is not None:
-        write_trace(jobs, save_trace)
-    failures = [_node_failure(f, {name for name, _ in spec.nodes()}) for f in fail_node or []]
+    if settings.save_trace is not None:
+        write_trace(jobs, settings.save_trace)
+    nodes = {name for name, _ in spec.nodes()}
+    failures = [_node_failure(f, nodes) for f in settings.fail_node]
+    return SimInputs(spec=spec, book=book, jobs=jobs, failures=failures)
 
-    results = []
-    metrics: dict[str, dict[str, float | int]] = {}
-    for name in names:
+
+def run(settings: SimSettings, inputs: SimInputs) -> SimOutcome:
+    """Each policy through the simulator (exit 1 if the simulator refuses), then the
+    decision-time rows when --decision-sizes asked for them (progress on stderr)."""
+    from has.sim.baselines import make_policy
+    from has.sim.engine import SimError
+    from has.sim.engine import simulate as run_sim
+    from has.sim.scale import time_decisions
+
+    outcome = SimOutcome()
+    for name in settings.policies:
         try:
             res = run_sim(
-                spec, jobs, make_policy(name, restart_s=restart_s), seed=seed, runtime_noise=runtime_noise,
-                profiles=book, node_failures=failures, restart_s=restart_s,
+                inputs.spec, inputs.jobs, make_policy(name, restart_s=settings.restart_s), seed=settings.seed,
+                runtime_noise=settings.runtime_noise, profiles=inputs.book, node_failures=inputs.failures,
+                restart_s=settings.restart_s,
             )  # fmt: skip
         except SimError as exc:
             fail(f"simulation failed: {exc}", 1)
-        results.append(res)
-        metrics[name] = res.metrics()
-    scale: list[dict[str, float | int | str]] = []
-    if sizes:
+        outcome.results.append(res)
+        outcome.metrics[name] = res.metrics()
+    if settings.decision_sizes:
+
         def note(line: str) -> None:
             typer.echo(f"decision time: {line}", err=True)
 
-        scale = time_decisions(names, sizes, queued=decision_queue, seed=seed, progress=note)
-
-    payload = {
-        "policies": metrics,
-        "cluster": {"file": str(cluster), "gpus": spec.total_gpus},
-        "trace": {"file": str(trace) if trace else f"synthetic:{synthetic}:seed={seed}", "jobs": len(jobs)},
-        "restart_s": restart_s,
-        # down_s null: down for the rest of the run
-        "node_failures": [
-            {"node": n, "at_s": at, "down_s": None if down == float("inf") else down}
-            for at, n, down in failures
-        ],
-    }
-    if scale:  # one row per (size, policy): gpus, policy, decision_ms_median, reps, queued_jobs, ...
-        payload["decision_vs_size"] = scale
-    title = (
-        f"{len(jobs)} jobs from {trace or f'synthetic (seed {seed})'} on {cluster} ({spec.total_gpus} GPUs)"
-    )
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "results.json").write_text(json.dumps(payload, indent=2) + "\n")
-        (out / "summary.md").write_text(markdown_table(metrics, f"**{title}**"))
-        write_plots(results, out)
-        if scale:
-            plot_decision_vs_size(scale, out / "decision_vs_size.png", queued=decision_queue)
-    if as_json:
-        typer.echo(json.dumps(payload))
-        return
-    from rich.table import Table
-
-    table = Table(title=title)
-    table.add_column("policy")
-    for _, head, _ in COLUMNS:
-        table.add_column(head, justify="right")
-    for name, m in metrics.items():
-        table.add_row(name, *(_cell(m[k], s) for k, _, s in COLUMNS))
-    con = render.console()
-    con.print(table)
-    md = markdown_table(metrics)
-    tail = md.split("\n\n", 1)
-    if len(tail) == 2:
-        con.print(tail[1].strip())
-    if scale:
-        con.print(f"decision ms vs cluster size ({decision_queue} queued jobs; median; the snapshot built "
-                  "beforehand, as the live scheduler keeps it):")
-        sized = Table()
-        sized.add_column("policy")
-        gpus = sorted({int(r["gpus"]) for r in scale})
-        for g in gpus:
-            sized.add_column(f"{g:,} GPUs", justify="right")
-        for name in names:
-            ms = {int(r["gpus"]): float(r["decision_ms_median"]) for r in scale if r["policy"] == name}
-            sized.add_row(name, *(f"{ms[g]:.2f}" if ms[g] < 100 else f"{ms[g]:,.0f}" for g in gpus))
-        con.print(sized)
-    if out is not None:
-        plots = "jct_cdf.png, utilization.png, decision_ms.png" + (", decision_vs_size.png" if scale else "")
-        con.print(f"results in {out}/ (results.json, summary.md, {plots})")
+        outcome.scale = time_decisions(
+            list(settings.policies), list(settings.decision_sizes), queued=settings.decision_queue,
+            seed=settings.seed, progress=note,
+        )  # fmt: skip
+    return outcome
 
 
-def _node_failure(text: str, nodes: set[str]) -> tuple[float, str, float]:
+def _node_failure(text: str, nodes: set[str]) -> NodeFailure:
     """``NAME@SECONDS[:DOWN_SECONDS]`` → (at_s, node, down_s) for the engine; exit 2 when bad.
 
     Without a duration the node stays down for the rest of the run (``down_s`` = inf).
     """
-    import math
-
     name, sep, when = text.rpartition("@")
     at_text, _, down_text = when.partition(":")
     try:
@@ -251,10 +315,3 @@ def _sizes(text: str, low: int, high: int) -> list[int]:
                  "e.g. --decision-sizes 100,1000,10000", 2)  # fmt: skip
         out.append(n)
     return sorted(set(out))
-
-
-def _cell(value: float | int, scale: float) -> str:
-    if isinstance(value, int):
-        return str(value)
-    v = value / scale
-    return f"{v:.2f}" if abs(v) < 100 else f"{v:.1f}"
