@@ -9,7 +9,9 @@ atomic script); LAUNCHING means the launch commands are on the nodes'
 streams; RUNNING once an agent reports its process started. The transitions
 themselves happen inside Lua scripts (services/state/lua) so the check and
 the write are one atomic step; this module is the single place that names
-the states and which moves are legal.
+the states and which moves are legal. The scripts do not spell the names:
+frenzy.state.scripts renders JobState, TERMINAL and ACTIVE into them at load
+(``JOB_STATE.running``, ``TERMINAL[state]``, ``ACTIVE[state]``).
 """
 
 from __future__ import annotations
