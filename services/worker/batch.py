@@ -13,6 +13,11 @@ A top-level list of entries is accepted too. The file is checked for shape
 only (YAML syntax, a list of mappings); each entry is validated by the worker,
 so one bad entry fails alone and the others go on.
 
+The file is read with bounds (issue 14 item 11): at most ``MAX_BATCH_FILE_BYTES``,
+nested at most ``MAX_YAML_DEPTH`` deep, and at most ``MAX_YAML_NODES`` nodes once
+every alias is expanded, so a "billion laughs" document fails at once with a
+clear error instead of taking gigabytes when its aliases are written out as JSON.
+
 Outcomes live in one hash per batch (``Keys.batch``): field = entry index,
 value = JSON ``{"status", "job_id", "error", "name", "at", "attempts"}``.
 ``queued`` and ``retrying`` are in flight; ``submitted`` and ``duplicate``
@@ -32,6 +37,7 @@ from typing import Any
 import redis
 import yaml
 
+from frenzy.rpc.jobspec import MAX_MODEL_CONFIG_BYTES, check_inline_config
 from frenzy.state import scripts
 from frenzy.state.keys import Keys
 
@@ -48,8 +54,51 @@ FAILED = frozenset({INVALID, REJECTED, ERROR})
 FINAL = SUCCESS | FAILED
 
 
+MAX_BATCH_FILE_BYTES = 8 * 1024 * 1024
+MAX_YAML_NODES = 1_000_000  # after expanding aliases; a 10,000-job batch uses about 200,000
+MAX_YAML_DEPTH = 64
+
+
 class BatchFileError(ValueError):
     """The batch file cannot be used at all (nothing is enqueued)."""
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """SafeLoader that counts what the document expands to as it is composed.
+
+    An alias is the same node object as its anchor, so each node's expanded size is known
+    once its children are: the count is linear in the file, not in the expansion."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._expanded: dict[int, int] = {}  # id(node) -> nodes it stands for, aliases expanded
+        self._depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: object) -> yaml.Node:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            node = super().compose_node(parent, index)
+            if id(node) not in self._expanded:  # the anchor is still open: the node contains itself
+                raise BatchFileError(f"recursive alias *{event.anchor} at line {event.start_mark.line + 1}")
+            return node
+        self._depth += 1
+        if self._depth > MAX_YAML_DEPTH:
+            mark = self.peek_event().start_mark
+            raise BatchFileError(f"nested deeper than {MAX_YAML_DEPTH} levels at line {mark.line + 1}")
+        node = super().compose_node(parent, index)
+        self._depth -= 1
+        if isinstance(node, yaml.SequenceNode):
+            children = node.value
+        elif isinstance(node, yaml.MappingNode):
+            children = [n for pair in node.value for n in pair]
+        else:
+            children = []
+        size = 1 + sum(self._expanded[id(c)] for c in children)
+        if size > MAX_YAML_NODES:
+            raise BatchFileError(f"expands to more than {MAX_YAML_NODES} values (anchors and aliases "
+                                 f"repeated, line {node.start_mark.line + 1}); write the jobs out or use `defaults:`")
+        self._expanded[id(node)] = size
+        return node
 
 
 @dataclass(frozen=True)
@@ -113,9 +162,10 @@ def _inline_model_file(entry: dict[str, Any], base: Path) -> dict[str, Any]:
     for candidate in (base / ref, Path(ref)):
         if candidate.is_file():
             try:
-                text = candidate.read_text(encoding="utf-8")
-                json.loads(text)
-            except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+                with open(candidate, "rb") as fh:
+                    text = fh.read(MAX_MODEL_CONFIG_BYTES + 1).decode("utf-8")
+                check_inline_config(text)
+            except (OSError, UnicodeDecodeError, ValueError) as exc:
                 raise BatchFileError(f"model: cannot read config file {str(candidate)!r}: {exc}") from exc
             return {**entry, "model": text}
     return entry
@@ -154,21 +204,37 @@ def parse_batch(data: object, base: Path | None = None) -> list[dict[str, Any]]:
     return entries
 
 
-def load_batch_file(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """Read and shape-check a batch YAML file; raises BatchFileError saying what is wrong and where."""
-    p = Path(path)
+def load_yaml(text: str) -> object:
+    """One YAML document with the bounds above; raises BatchFileError (syntax errors name the line)."""
+    if len(text) > MAX_BATCH_FILE_BYTES:
+        raise BatchFileError(f"{len(text)} characters; the limit is {MAX_BATCH_FILE_BYTES} bytes (8 MiB)")
+    loader = _BoundedLoader(text)
     try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BatchFileError(f"cannot read {str(p)!r}: {exc}") from exc
-    try:
-        data = yaml.safe_load(text)
+        return loader.get_single_data()
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc)
-        raise BatchFileError(f"{p}: YAML syntax error{where}: {problem}") from exc
+        raise BatchFileError(f"YAML syntax error{where}: {problem}") from exc
+    except RecursionError:  # bounded by MAX_YAML_DEPTH; kept as a backstop
+        raise BatchFileError(f"nested deeper than {MAX_YAML_DEPTH} levels") from None
+    finally:
+        loader.dispose()
+
+
+def load_batch_file(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Read and shape-check a batch YAML file; raises BatchFileError saying what is wrong and where."""
+    p = Path(path)
     try:
+        with open(p, "rb") as fh:
+            raw = fh.read(MAX_BATCH_FILE_BYTES + 1)
+        if len(raw) > MAX_BATCH_FILE_BYTES:
+            raise BatchFileError(f"{p}: larger than {MAX_BATCH_FILE_BYTES} bytes (8 MiB); split the batch")
+        text = raw.decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BatchFileError(f"cannot read {str(p)!r}: {exc}") from exc
+    try:
+        data = load_yaml(text)
         return parse_batch(data, p.resolve().parent)
     except BatchFileError as exc:
         raise BatchFileError(f"{p}: {exc}") from exc
