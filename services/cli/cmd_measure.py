@@ -18,15 +18,18 @@ import marp
 from frenzy.cli import render
 from frenzy.cli.output import JsonOpt, echo_json, fail
 from frenzy.measure import INSTALL_HINT, compare, torch_available
+from frenzy.measure.config import (
+    ATTENTIONS,
+    GQA_MODES,
+    GRAD_BUFFERS,
+    OPTIMIZER_IMPLS,
+    OPTIMIZERS,
+    RECOMPUTES,
+    MeasureConfig,
+)
 
-# Choices, spelled as on the command line (no torch import needed to check them).
-PRECISIONS = ("fp32", "bf16", "pure-bf16", "amp-bf16")
-OPTIMIZERS = ("adamw", "adam", "sgd", "sgd-momentum")
-ATTENTIONS = ("flash", "eager")
-RECOMPUTES = ("none", "full")
-GQA_MODES = ("repeat", "native")
-GRAD_BUFFERS = ("transient", "persistent")
-OPTIMIZER_IMPLS = ("foreach", "forloop")
+# Precisions as spelled on the command line (``bf16`` is pure bf16); the other choices are the config's.
+PRECISIONS = tuple(compare.PRECISIONS)
 
 
 def register(app: typer.Typer) -> None:
@@ -93,15 +96,14 @@ def measure(
     if not torch_available():
         _fail(f"frenzy measure needs PyTorch, which is not installed. To fix: {INSTALL_HINT}")
 
-    from frenzy.measure.step import MeasureConfig
     from frenzy.measure.step import measure as run
 
-    knobs: dict[str, Any] = {"seq_len": seq_len, "micro_batch": micro_batch, "precision": policy,
-                             "optimizer": optimizer, "attention": attention, "recompute": recompute, "gqa": gqa,
-                             "dropout": dropout, "grad_buffer": grad_buffer, "optimizer_impl": optimizer_impl}  # fmt: skip
     try:
-        measured = run(spec, MeasureConfig(**knobs))
-        predicted = compare.predict(spec, **knobs)
+        config = MeasureConfig(seq_len=seq_len, micro_batch=micro_batch, precision=policy, optimizer=optimizer,
+                               attention=attention, recompute=recompute, gqa=gqa, dropout=dropout,
+                               grad_buffer=grad_buffer, optimizer_impl=optimizer_impl)  # fmt: skip
+        measured = run(spec, config)
+        predicted = compare.predict(spec, config)
     except (ValueError, marp.MarpError) as exc:
         _fail(str(exc))
     out = compare.report(measured.to_dict(), predicted)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import marp
+from frenzy.measure.config import MeasureConfig
 
 # frenzy measure's precision names -> MARP policies (``bf16`` is pure bf16, as in ``frenzy predict``'s
 # single-layout mode).
@@ -19,28 +20,24 @@ PRECISIONS: dict[str, str] = {"fp32": "fp32", "bf16": "pure-bf16", "pure-bf16": 
 OTHER_TERMS: tuple[str, ...] = ("activations", "logits", "buffers", "transient")
 
 
-def marp_inputs(spec: marp.ModelSpec, seq_len: int, micro_batch: int, precision: str, optimizer: str,
-                attention: str = "flash", recompute: str = "none", gqa: str = "repeat", dropout: float = 0.0,
-                grad_buffer: str = "transient", optimizer_impl: str = "foreach",
-                ) -> tuple[marp.TrainingRecipe, marp.Layout]:  # fmt: skip
+def marp_inputs(config: MeasureConfig) -> tuple[marp.TrainingRecipe, marp.Layout]:
     """The ``TrainingRecipe`` and single-GPU ``Layout`` matching one measured step."""
+    c = config
     recipe = marp.TrainingRecipe(
-        seq_len=seq_len, global_batch=micro_batch, micro_batch=micro_batch,
-        precision=PRECISIONS.get(precision, precision),  # type: ignore[arg-type]
-        optimizer=optimizer,  # type: ignore[arg-type]
-        optimizer_impl=optimizer_impl, flash_attention=attention == "flash", dropout=dropout, kernels="eager",
-        loss="torch", grad_buffer=grad_buffer, allow_recompute=recompute != "none", kv_repeat=gqa == "repeat",
+        seq_len=c.seq_len, global_batch=c.micro_batch, micro_batch=c.micro_batch,
+        precision=c.precision, optimizer=c.optimizer,  # type: ignore[arg-type]
+        optimizer_impl=c.optimizer_impl, flash_attention=c.attention == "flash",  # type: ignore[arg-type]
+        dropout=c.dropout, kernels="eager", loss="torch", grad_buffer=c.grad_buffer,  # type: ignore[arg-type]
+        allow_recompute=c.recompute != "none", kv_repeat=c.gqa == "repeat",
     )  # fmt: skip
-    layout = marp.Layout(tp=1, pp=1, dp=1, zero_stage=0, micro_batch=micro_batch, grad_accum=1,
-                         recompute=recompute)  # type: ignore[arg-type]  # fmt: skip
+    layout = marp.Layout(tp=1, pp=1, dp=1, zero_stage=0, micro_batch=c.micro_batch, grad_accum=1,
+                         recompute=c.recompute)  # type: ignore[arg-type]  # fmt: skip
     return recipe, layout
 
 
-def predict(spec: marp.ModelSpec, seq_len: int, micro_batch: int, precision: str, optimizer: str,
-            attention: str = "flash", recompute: str = "none", gqa: str = "repeat", dropout: float = 0.0,
-            grad_buffer: str = "transient", optimizer_impl: str = "foreach") -> marp.MemoryBreakdown:  # fmt: skip
-    recipe, layout = marp_inputs(spec, seq_len, micro_batch, precision, optimizer, attention, recompute, gqa,
-                                 dropout, grad_buffer, optimizer_impl)
+def predict(spec: marp.ModelSpec, config: MeasureConfig) -> marp.MemoryBreakdown:
+    """MARP's prediction for the step ``config`` describes."""
+    recipe, layout = marp_inputs(config)
     return marp.predict_memory(spec, recipe, layout)
 
 

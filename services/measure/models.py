@@ -39,13 +39,11 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from frenzy.measure.config import ATTENTIONS, GQA_MODES, RECOMPUTES
 from frenzy.measure.precision import Policy
 from marp import ModelSpec
 from marp.activations import gpt2_style
 
-ATTENTIONS: tuple[str, ...] = ("flash", "eager")
-RECOMPUTES: tuple[str, ...] = ("none", "full")
-GQA_MODES: tuple[str, ...] = ("repeat", "native")
 LN_EPS = 1e-5
 
 

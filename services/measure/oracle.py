@@ -17,6 +17,7 @@ from typing import Any
 
 import marp
 from frenzy.measure import compare
+from frenzy.measure.config import MeasureConfig
 
 
 def gpt2(n_layers: int = 2, hidden: int = 256, heads: int = 4, vocab: int = 4096, tied: bool = True) -> marp.ModelSpec:
@@ -53,61 +54,52 @@ def bert(n_layers: int = 2, hidden: int = 256, heads: int = 4, vocab: int = 4096
 
 @dataclass(frozen=True)
 class OracleCase:
-    """One measured configuration: a model and the knobs of ``MeasureConfig``."""
+    """One measured configuration: a model and the ``MeasureConfig`` it is trained under."""
 
     model: marp.ModelSpec
-    seq_len: int
-    micro_batch: int
-    precision: str
-    optimizer: str = "adamw"
-    attention: str = "flash"
-    recompute: str = "none"
-    gqa: str = "repeat"
-    dropout: float = 0.0
-    grad_buffer: str = "transient"
+    config: MeasureConfig
 
     @property
     def label(self) -> str:
-        parts = [self.model.name, f"s{self.seq_len} b{self.micro_batch}", self.precision, self.optimizer,
-                 self.attention, f"recompute {self.recompute}"]  # fmt: skip
+        c = self.config
+        parts = [self.model.name, f"s{c.seq_len} b{c.micro_batch}", c.precision, c.optimizer, c.attention,
+                 f"recompute {c.recompute}"]  # fmt: skip
         if self.model.kv_heads != self.model.heads:
-            parts.append(f"gqa {self.gqa}")
-        if self.dropout:
-            parts.append(f"dropout {self.dropout}")
-        if self.grad_buffer != "transient":
-            parts.append(f"{self.grad_buffer} grads")
+            parts.append(f"gqa {c.gqa}")
+        if c.dropout:
+            parts.append(f"dropout {c.dropout}")
+        if c.grad_buffer != "transient":
+            parts.append(f"{c.grad_buffer} grads")
         return ", ".join(parts)
 
-    def knobs(self) -> dict[str, Any]:
-        return {"seq_len": self.seq_len, "micro_batch": self.micro_batch, "precision": self.precision,
-                "optimizer": self.optimizer, "attention": self.attention, "recompute": self.recompute,
-                "gqa": self.gqa, "dropout": self.dropout, "grad_buffer": self.grad_buffer}  # fmt: skip
+
+def _case(model: marp.ModelSpec, seq_len: int, micro_batch: int, precision: str, **knobs: Any) -> OracleCase:
+    return OracleCase(model, MeasureConfig(seq_len, micro_batch, precision, **knobs))
 
 
 CASES: tuple[OracleCase, ...] = (
-    OracleCase(gpt2(), 256, 2, "pure-bf16"),
-    OracleCase(gpt2(), 256, 2, "amp-bf16", attention="eager"),
-    OracleCase(gpt2(4, 384, 6, vocab=8000, tied=False), 128, 4, "fp32", attention="eager", recompute="full"),
-    OracleCase(gpt2(), 256, 2, "pure-bf16", optimizer="sgd", attention="eager", dropout=0.1),
-    OracleCase(llama(), 256, 2, "pure-bf16"),
-    OracleCase(llama(), 256, 2, "amp-bf16", recompute="full"),
-    OracleCase(llama(3, 512, 8, 2, 1376, vocab=8000), 128, 2, "pure-bf16", attention="eager"),
-    OracleCase(llama(3, 512, 8, 2, 1376, vocab=8000), 256, 1, "fp32", optimizer="sgd", recompute="full",
-               gqa="native"),
-    OracleCase(llama(2, 256, 8, 2, 688, vocab=1024), 256, 2, "amp-bf16", attention="eager", recompute="full"),
-    OracleCase(bert(), 128, 4, "fp32", attention="eager"),
-    OracleCase(bert(4, 128, 2, head="classifier"), 512, 2, "amp-bf16", optimizer="sgd", recompute="full"),
-    OracleCase(bert(2, 256, 4, head="classifier"), 128, 4, "fp32", attention="eager", dropout=0.1,
-               grad_buffer="persistent"),
+    _case(gpt2(), 256, 2, "pure-bf16"),
+    _case(gpt2(), 256, 2, "amp-bf16", attention="eager"),
+    _case(gpt2(4, 384, 6, vocab=8000, tied=False), 128, 4, "fp32", attention="eager", recompute="full"),
+    _case(gpt2(), 256, 2, "pure-bf16", optimizer="sgd", attention="eager", dropout=0.1),
+    _case(llama(), 256, 2, "pure-bf16"),
+    _case(llama(), 256, 2, "amp-bf16", recompute="full"),
+    _case(llama(3, 512, 8, 2, 1376, vocab=8000), 128, 2, "pure-bf16", attention="eager"),
+    _case(llama(3, 512, 8, 2, 1376, vocab=8000), 256, 1, "fp32", optimizer="sgd", recompute="full", gqa="native"),
+    _case(llama(2, 256, 8, 2, 688, vocab=1024), 256, 2, "amp-bf16", attention="eager", recompute="full"),
+    _case(bert(), 128, 4, "fp32", attention="eager"),
+    _case(bert(4, 128, 2, head="classifier"), 512, 2, "amp-bf16", optimizer="sgd", recompute="full"),
+    _case(bert(2, 256, 4, head="classifier"), 128, 4, "fp32", attention="eager", dropout=0.1,
+          grad_buffer="persistent"),
 )
 
 
 def run_case(case: OracleCase) -> dict[str, Any]:
     """Measure one case (needs torch) and compare it with MARP."""
-    from frenzy.measure.step import MeasureConfig, measure
+    from frenzy.measure.step import measure
 
-    measured = measure(case.model, MeasureConfig(**case.knobs()))
-    predicted = compare.predict(case.model, **case.knobs())
+    measured = measure(case.model, case.config)
+    predicted = compare.predict(case.model, case.config)
     out = compare.report(measured.to_dict(), predicted)
     out["label"] = case.label
     return out

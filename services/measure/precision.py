@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-POLICIES: tuple[str, ...] = ("fp32", "pure-bf16", "amp-bf16")
+from frenzy.measure.config import POLICIES
 
 
 @dataclass

@@ -28,49 +28,13 @@ from typing import Any
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from frenzy.measure.models import ATTENTIONS, GQA_MODES, RECOMPUTES, build_model, loss_fn
-from frenzy.measure.precision import POLICIES, Policy
-from frenzy.measure.tracker import CUDA_ROUND_BYTES, LiveBytes
+from frenzy.measure.config import GRAD_BUFFERS, OPTIMIZER_IMPLS, OPTIMIZERS, MeasureConfig
+from frenzy.measure.models import build_model, loss_fn
+from frenzy.measure.precision import Policy
+from frenzy.measure.tracker import LiveBytes
 from marp import ModelSpec
 
-OPTIMIZERS: tuple[str, ...] = ("adamw", "adam", "sgd", "sgd-momentum")
-# foreach: torch.optim's CUDA default; forloop: one parameter at a time (the CPU default, and
-# transformers' own AdamW of the 2022 Trainer rows).
-OPTIMIZER_IMPLS: tuple[str, ...] = ("foreach", "forloop")
 CATEGORIES: tuple[str, ...] = ("parameters", "gradients", "optimizer_states", "other")
-# "transient": zero_grad() frees the gradients (set_to_none, PyTorch >= 2.0); "persistent": they are
-# zeroed in place and stay allocated (PyTorch < 2.0's default, Megatron's contiguous buffer).
-GRAD_BUFFERS: tuple[str, ...] = ("transient", "persistent")
-
-
-@dataclass(frozen=True)
-class MeasureConfig:
-    """One single-device training configuration (dp = tp = pp = 1, one micro-batch per step)."""
-
-    seq_len: int
-    micro_batch: int
-    precision: str = "pure-bf16"
-    optimizer: str = "adamw"
-    attention: str = "flash"
-    recompute: str = "none"
-    gqa: str = "repeat"
-    dropout: float = 0.0
-    grad_buffer: str = "transient"
-    optimizer_impl: str = "foreach"
-    round_bytes: int = CUDA_ROUND_BYTES
-
-    def __post_init__(self) -> None:
-        for name in ("seq_len", "micro_batch"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        for name, choices in (("precision", POLICIES), ("optimizer", OPTIMIZERS), ("attention", ATTENTIONS),
-                              ("recompute", RECOMPUTES), ("gqa", GQA_MODES), ("grad_buffer", GRAD_BUFFERS),
-                              ("optimizer_impl", OPTIMIZER_IMPLS)):  # fmt: skip
-            if getattr(self, name) not in choices:
-                raise ValueError(f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}")
-        if isinstance(self.dropout, bool) or not isinstance(self.dropout, int | float) or not 0 <= self.dropout < 1:
-            raise ValueError(f"dropout must be a probability in [0, 1), got {self.dropout!r}")
 
 
 @dataclass(frozen=True)

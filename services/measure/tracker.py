@@ -26,9 +26,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-# CUDACachingAllocator rounds every request up to kMinBlockSize = 512 bytes
-# (c10/cuda/CUDACachingAllocator.cpp, round_size), and max_memory_allocated counts rounded sizes.
-CUDA_ROUND_BYTES = 512
+from frenzy.measure.config import CUDA_ROUND_BYTES
 
 
 def rounded(nbytes: int, granularity: int) -> int:

@@ -30,7 +30,7 @@ def test_oracle_covers_the_required_variety() -> None:
     assert any(c.model.kv_heads < c.model.heads for c in cases) and any(c.model.kv_heads == c.model.heads
                                                                          for c in cases if c.model.pos_emb == "rope")
     for attr in ("precision", "attention", "recompute", "seq_len", "micro_batch", "optimizer"):
-        assert len({getattr(c, attr) for c in cases}) >= 2, attr
+        assert len({getattr(c.config, attr) for c in cases}) >= 2, attr
     assert len({c.model.hidden for c in cases}) >= 3 and len({c.model.n_layers for c in cases}) >= 3
     assert all(128 <= c.model.hidden <= 512 and 2 <= c.model.n_layers <= 4 and c.model.vocab <= 8192
                for c in cases)  # fmt: skip

@@ -162,8 +162,9 @@ def test_measure_rejects_sequences_past_learned_positions() -> None:
 
 
 def test_marp_is_asked_about_the_measured_step() -> None:
-    recipe, layout = compare.marp_inputs(oracle.llama(), 128, 2, "bf16", "sgd", "eager", "full", "native", 0.1,
-                                         "persistent")  # fmt: skip
+    assert compare.PRECISIONS["bf16"] == "pure-bf16"  # frenzy measure's bf16 is pure bf16
+    recipe, layout = compare.marp_inputs(MeasureConfig(128, 2, "pure-bf16", "sgd", "eager", "full", "native", 0.1,
+                                                       "persistent"))  # fmt: skip
     assert recipe.policy == "pure-bf16" and recipe.optimizer == "sgd" and not recipe.flash_attention
     assert (recipe.dropout, recipe.resolved_grad_buffer, recipe.resolved_kv_repeat) == (0.1, "persistent", False)
     assert (recipe.resolved_loss, recipe.fused_kernels, recipe.resolved_optimizer_impl) == ("torch", False, "foreach")
