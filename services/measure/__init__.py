@@ -6,8 +6,8 @@ behaviour emulated where the CPU build differs, and reports the peak of live ten
 second one with its split into parameters, gradients, optimizer states and the rest -- the
 quantity MARP's ``peak_allocated`` predicts (``torch.cuda.max_memory_allocated``).
 
-Modules: ``tracker`` (live storage bytes, a TorchDispatchMode), ``precision`` (policies and
-CUDA autocast emulation), ``models`` (GPT-2, LLaMA and BERT styles), ``step`` (the measured
+Modules: ``config`` (what one measured step is; torch-free), ``tracker`` (live storage bytes, a
+TorchDispatchMode), ``precision`` (policies and CUDA autocast emulation), ``models`` (GPT-2, LLaMA and BERT styles), ``step`` (the measured
 iteration), ``compare`` (MARP's prediction for the same configuration; torch-free) and
 ``oracle`` (the configurations the tests check). torch is an optional dependency (the ``train``
 extra); importing this package does not import it.

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from marp import InvalidLayoutError, InvalidRecipeError, Layout, TrainingRecipe
+from marp.recipe import LayoutGrid
 
 
 def test_defaults_and_tokens_per_step() -> None:
@@ -65,3 +67,31 @@ def test_layout_num_gpus_and_validation() -> None:
         with pytest.raises(InvalidLayoutError) as info:
             Layout(**base)  # type: ignore[arg-type]
         assert info.value.field == field
+
+
+def test_layout_grid_broadcasts_and_round_trips_layouts() -> None:
+    grid = LayoutGrid.broadcast([1, 2, 4], 2, [4, 8, 8], 1, 2, [4, 2, 2], 2, sp=[False, True, True], vpp=2, ep=[1, 2, 4])
+    assert grid.tp.shape == grid.shard.shape == (3,) and grid.num_gpus.tolist() == [8, 32, 64]
+    assert grid.shard.tolist() == [4, 8, 8]  # shard None: the whole dp group
+    assert grid.layout_at(1) == Layout(2, 2, 8, 1, 2, 2, "full", sp=True, vpp=2, ep=2, shard_degree=8)
+    one = Layout(tp=2, pp=1, dp=4, zero_stage=3, micro_batch=1, grad_accum=2, recompute="op-sac", shard_degree=2)
+    assert LayoutGrid.of(one).layout_at(0) == one
+
+
+@pytest.mark.parametrize(("change", "field"), [
+    ({"tp": [1, 0]}, "layout.tp"), ({"zero_stage": [0, 4]}, "layout.zero_stage"),
+    ({"recompute": [0, 9]}, "layout.recompute"), ({"vpp": [1, 2]}, "layout.vpp"), ({"ep": [1, 3]}, "layout.ep"),
+    ({"shard": [2, 3]}, "layout.shard_degree"),
+])  # fmt: skip
+def test_layout_grid_rejects_what_layout_rejects(change: dict[str, list[int]], field: str) -> None:
+    args = {"tp": 1, "pp": 1, "dp": [4, 4], "zero_stage": 0, "micro_batch": 1, "grad_accum": 1, "recompute": 0,
+            **change}  # fmt: skip
+    with pytest.raises(InvalidLayoutError) as info:
+        LayoutGrid.broadcast(**args)  # type: ignore[arg-type]
+    assert info.value.field == field
+
+
+def test_layout_grid_fields_share_one_shape() -> None:
+    ones = np.ones(2, dtype=np.int64)
+    with pytest.raises(InvalidLayoutError):
+        LayoutGrid(ones, ones, ones, ones, ones, ones, ones, ones, ones, ones, ones, np.ones(3, dtype=np.int64))
