@@ -2,15 +2,28 @@
 
 Tables follow SkyPilot's lead: the plan table has a CHOSEN column, sizes in
 GiB with one decimal, and a pending job always shows its reason.
+
+Strings users wrote (job names, reasons, paths, node names) reach a terminal only
+through ``user_text``: control characters (escape sequences that retitle the window,
+clear the screen, fake output) are shown as visible ``\x1b`` escapes, and rich markup
+in them is printed, not obeyed (issue 14 item 12). ``console()`` also escapes control
+characters in whatever it prints, and never emits a hyperlink, as a backstop for
+strings built elsewhere. JSON output is untouched: json.dumps escapes them already.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Iterable
+from typing import Any
 
 from rich.console import Console
+from rich.errors import MarkupError, StyleSyntaxError
+from rich.markup import escape
+from rich.style import Style
 from rich.table import Table
+from rich.text import Span, Text
 
 from frenzy.rpc.protojson import to_json
 from frenzy.v1 import types_pb2
@@ -21,6 +34,28 @@ STATE_STYLE = {
     "PENDING": "yellow", "RESERVED": "cyan", "LAUNCHING": "cyan", "RUNNING": "blue",
     "SUCCEEDED": "green", "FAILED": "red", "CANCELLED": "magenta",
 }
+
+
+# C0 controls, DEL and C1 controls (ESC, CSI, OSC, BEL, backspace, carriage return, ...), and the
+# bidirectional overrides that make text read differently from what it is.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+_CONTROL_EXCEPT_LINES = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def _visible(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def plain_text(value: object, keep_lines: bool = False) -> str:
+    """``value`` as text with every control character shown as an escape (``\\x1b``); newlines and
+    tabs too unless ``keep_lines``."""
+    return (_CONTROL_EXCEPT_LINES if keep_lines else _CONTROL).sub(_visible, str(value))
+
+
+def user_text(value: object, keep_lines: bool = False) -> str:
+    """A string a user wrote, ready for a rich console: control characters visible, markup inert."""
+    return escape(plain_text(value, keep_lines))
 
 
 def gib(n: int | float) -> str:
@@ -97,20 +132,20 @@ def jobs_table(jobs: Iterable[types_pb2.Job]) -> Table:
         plan = f"{j.plan.num_gpus} x {j.plan.gpu_type}" if j.HasField("plan") else "-"
         nodes = ",".join(a.node for a in j.placement) or "-"
         reason = j.pending_reason if state_name(j.state) == "PENDING" else ""
-        table.add_row(j.id, j.spec.name, j.model_name, styled_state(j.state), plan, nodes, when(j.submitted_at),
-                      reason)
+        table.add_row(user_text(j.id), user_text(j.spec.name), user_text(j.model_name), styled_state(j.state),
+                      user_text(plan), user_text(nodes), when(j.submitted_at), user_text(reason))
     return table
 
 
 def history_table(job: types_pb2.Job) -> Table:
-    table = Table(title=f"State history of {job.id}", title_justify="left")
+    table = Table(title=f"State history of {user_text(job.id)}", title_justify="left")
     table.add_column("AT")
     table.add_column("+S", justify="right")
     table.add_column("STATE")
     table.add_column("REASON")
     t0 = job.history[0].at if job.history else 0.0
     for h in job.history:
-        table.add_row(when(h.at), f"{h.at - t0:.2f}", styled_state(h.state), h.reason)
+        table.add_row(when(h.at), f"{h.at - t0:.2f}", styled_state(h.state), user_text(h.reason))
     return table
 
 
@@ -136,20 +171,21 @@ def nodes_table(nodes: Iterable[types_pb2.Node], now: float | None = None) -> Ta
         if n.draining:
             state += " [yellow]draining[/]"
         if n.health_reason:
-            state += f"\n[red]{n.health_reason}[/]"
+            state += f"\n[red]{user_text(n.health_reason)}[/]"
         for i, g in enumerate(n.gpus):
-            kind = g.gpu_type or g.nvml_name or "?"
+            kind = user_text(g.gpu_type or g.nvml_name or "?")
             if g.type_from_memory:
-                kind = f"{g.gpu_type} (by memory: {g.nvml_name})"
-            health = "ok" if g.healthy else "[red]unhealthy[/]" + (f": {g.health_reason}" if g.health_reason else "")
-            job = g.owner or "-"
+                kind = f"{user_text(g.gpu_type)} (by memory: {user_text(g.nvml_name)})"
+            health = "ok" if g.healthy else "[red]unhealthy[/]" + (
+                f": {user_text(g.health_reason)}" if g.health_reason else "")
+            job = user_text(g.owner) or "-"
             if not g.owner and g.processes:
                 job = f"[yellow]{len(g.processes)} foreign process(es)[/]"
-            table.add_row(n.name if i == 0 else "", state if i == 0 else "", str(g.index), kind,
+            table.add_row(user_text(n.name) if i == 0 else "", state if i == 0 else "", str(g.index), kind,
                           f"{gib(g.memory_total - g.memory_free)}/{gib(g.memory_total)}",
                           f"{g.utilization_pct}%" if g.utilization_pct >= 0 else "-", health, job)
         if not n.gpus:
-            table.add_row(n.name, state, "-", "-", "-", "-", "-", "-")
+            table.add_row(user_text(n.name), state, "-", "-", "-", "-", "-", "-")
     return table
 
 
@@ -158,9 +194,36 @@ def to_dict(msg) -> dict:  # noqa: ANN001 - any protobuf message
     return to_json(msg)
 
 
+class SafeConsole(Console):
+    """A rich Console that never writes a control character it was handed, nor a hyperlink.
+
+    Every string it renders (``print`` arguments, table cells) passes through ``render_str``:
+    control characters become visible escapes before markup is parsed (Frenzy's own markup
+    has none), and a string whose markup does not parse (a job name like ``[/x]``) is
+    printed as it is instead of failing the command."""
+
+    def render_str(self, text: str, **kwargs: Any) -> Text:
+        clean = plain_text(text, keep_lines=True)
+        try:
+            rendered = super().render_str(clean, **kwargs)
+        except MarkupError:
+            rendered = super().render_str(escape(clean), **kwargs)
+        # [link=...] in a user's string would emit an OSC 8 escape sequence: Frenzy prints no links.
+        rendered.spans = [Span(sp.start, sp.end, _without_link(sp.style)) for sp in rendered.spans]
+        return rendered
+
+
+def _without_link(style: str | Style) -> str | Style:
+    try:
+        parsed = Style.parse(style) if isinstance(style, str) else style
+    except StyleSyntaxError:
+        return style  # not a style: rendered as none
+    return parsed.update_link(None) if parsed.link else style
+
+
 def console(stderr: bool = False) -> Console:
     # Tables are wide; when output is piped (CI, logs) rich would assume 80
     # columns and fold every cell, so give it room instead.
     probe = Console(stderr=stderr)
     width = None if probe.is_terminal else 160
-    return Console(stderr=stderr, highlight=False, width=width)
+    return SafeConsole(stderr=stderr, highlight=False, width=width)
