@@ -169,12 +169,6 @@ class SimView:
             self._cluster = self._sim.cluster_view()
         return self._cluster
 
-    def step_time(self, job: JobInfo, gpu_type: str, n: int, plan_index: int | None = None) -> float | None:
-        """The estimate a policy may use: MARP's step time (None when MARP knows no layout)."""
-        if plan_index is not None:
-            return job.profile.plans[plan_index].step_time_s
-        return job.profile.configs.get((gpu_type, n))
-
 
 class SimPolicy(Protocol):
     """One scheduling policy. ``round_s`` None = decide after every event batch."""
@@ -189,7 +183,10 @@ class SimPolicy(Protocol):
 
 
 @dataclass
-class JobRecord:
+class JobOutcome:
+    """What happened to one job in a simulated run: when it was submitted, first started and
+    finished, the GPUs it last ran on, and how often it hit OOM or was restarted."""
+
     job_id: str
     submit_s: float
     first_start_s: float | None = None
@@ -208,7 +205,7 @@ class JobRecord:
 class SimResult:
     policy: str
     total_gpus: int
-    jobs: list[JobRecord]
+    jobs: list[JobOutcome]
     decisions_s: list[float]
     busy_timeline: list[tuple[float, int]]  # (time, busy GPUs from then on)
     oom_failures: int
@@ -301,7 +298,7 @@ class Simulator:
         self.info: dict[str, JobInfo] = {}
         self.trace: dict[str, TraceJob] = {}
         self.factor: dict[str, float] = {}
-        self.records: dict[str, JobRecord] = {}
+        self.outcomes: dict[str, JobOutcome] = {}
         ids: set[str] = set()
         for seq, job in enumerate(sorted(trace, key=lambda j: (j.submit_s, j.job_id))):
             if job.job_id in ids:
@@ -316,7 +313,7 @@ class Simulator:
                 requested_gpus=job.gpus, requested_type=job.gpu_type, profile=self.book.get(job),
                 steps_left=float(job.train_steps),
             )  # fmt: skip
-            self.records[job.job_id] = JobRecord(job.job_id, job.submit_s)
+            self.outcomes[job.job_id] = JobOutcome(job.job_id, job.submit_s)
 
         self.queue: dict[str, None] = {}  # insertion-ordered set of queued job ids
         self.running: dict[str, None] = {}
@@ -384,7 +381,7 @@ class Simulator:
             ):
                 break  # nothing left can ever start (jobs that fit no GPU of this cluster)
         return SimResult(
-            policy=self.policy.name, total_gpus=self.total_gpus, jobs=list(self.records.values()),
+            policy=self.policy.name, total_gpus=self.total_gpus, jobs=list(self.outcomes.values()),
             decisions_s=self.decisions, busy_timeline=self.busy, oom_failures=self.ooms,
             restarts=self.restarts, placements=self.placements,
         )  # fmt: skip
@@ -398,14 +395,14 @@ class Simulator:
                 return  # stale: the job was preempted or its node failed meanwhile
             if kind == _FINISH:
                 self._release(now, key)
-                self.records[key].finish_s = now
+                self.outcomes[key].finish_s = now
                 self.info[key].steps_left = 0.0
             else:
                 info = self.info[key]
                 cfg = info.config
                 self._release(now, key)
                 self.ooms += 1
-                self.records[key].ooms += 1
+                self.outcomes[key].ooms += 1
                 assert cfg is not None
                 info.failed_configs.add(cfg)
                 self.queue[key] = None
@@ -435,7 +432,7 @@ class Simulator:
             info.steps_left = max(0.0, info.steps_left - done)
         self._release(now, job_id)
         info.restarts += 1
-        self.records[job_id].restarts += 1
+        self.outcomes[job_id].restarts += 1
         self.restarts += 1
         self.queue[job_id] = None
 
@@ -520,7 +517,7 @@ class Simulator:
             a.plan_index,
             now,
         )
-        rec = self.records[a.job_id]
+        rec = self.outcomes[a.job_id]
         if rec.first_start_s is None:
             rec.first_start_s = now
         rec.gpu_type, rec.gpus = a.gpu_type, n
@@ -549,7 +546,7 @@ def simulate(spec: ClusterSpec, trace: Sequence[TraceJob], policy: SimPolicy, **
 __all__ = [
     "JobInfo",
     "JobProfile",
-    "JobRecord",
+    "JobOutcome",
     "ProfileBook",
     "SimError",
     "SimPolicy",

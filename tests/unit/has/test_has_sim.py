@@ -41,7 +41,7 @@ def jobs() -> list[TraceJob]:
 
 def _check_timeline(sim: Simulator) -> None:
     """Replay placements and finishes: never more GPUs than exist, never a GPU held twice."""
-    res_jobs = {j.job_id: j for j in sim.records.values()}
+    res_jobs = {j.job_id: j for j in sim.outcomes.values()}
     for t, job_id, _gpu_type, gpus in sim.placements:
         assert t >= sim.trace[job_id].submit_s, f"{job_id} started before it arrived"
         assert len(set(gpus)) == len(gpus)
