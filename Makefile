@@ -9,7 +9,8 @@ STAMP  := $(VENV)/.installed
 
 # setup.py compiles these with mypyc at install (pure Python where it cannot): an edit
 # re-installs, so the tests run the compiled build of the current source.
-COMPILED := libs/has/cluster.py libs/has/placement.py libs/has/pass_state.py libs/has/policy.py
+COMPILED := libs/has/cluster.py libs/has/placement.py libs/has/pass_state.py libs/has/policy.py libs/has/queued.py \
+  libs/has/queue_order.py libs/has/releases.py libs/has/drain.py libs/has/preemption.py libs/has/queue_pass.py
 
 $(STAMP): pyproject.toml setup.py $(COMPILED)
 	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "Frenzy needs Python 3.11 (set PYTHON=python3.11)"'

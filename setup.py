@@ -1,8 +1,10 @@
 """Build hook: compile HAS's scheduling pass with mypyc, falling back to pure Python.
 
 Everything else about the package is in pyproject.toml. This file exists for one reason:
-``has.policy``, ``has.pass_state``, ``has.placement`` and ``has.cluster`` (the queue walk,
-its free-GPU index, plan matching and the cluster snapshot) run every scheduler tick and every
+the modules of HAS's scheduling pass (the queue walk and its parts — ``has.queue_pass``,
+``has.queue_order``, ``has.queued``, ``has.releases``, ``has.drain``, ``has.preemption``,
+``has.policy`` — its free-GPU index ``has.pass_state``, plan matching ``has.placement`` and the
+cluster snapshot ``has.cluster``) run every scheduler tick and every
 simulator event, and a pass over 1,000 queued jobs costs ~5 µs per job in CPython. mypyc (part
 of mypy, pinned in ``[build-system]``) compiles the *same* annotated Python source to a C
 extension, 2.5–3.5x faster (docs/has-policy.md, "The compiled build"). There is no second implementation: the source files are the policy, and
@@ -28,7 +30,11 @@ from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).resolve().parent
 # Modules compiled together (one mypyc group); has/__init__.py lists the same in _NATIVE.
-COMPILED = ("libs/has/cluster.py", "libs/has/placement.py", "libs/has/pass_state.py", "libs/has/policy.py")
+COMPILED = tuple(
+    f"libs/has/{name}.py"
+    for name in ("cluster", "placement", "pass_state", "policy", "queued", "queue_order", "releases", "drain",
+                 "preemption", "queue_pass")
+)  # fmt: skip
 RECORD = "_native.json"
 
 
@@ -46,7 +52,7 @@ class _BuildExt(build_ext):
         super().run()
         if not self.extensions:
             return
-        out = Path(self.get_ext_fullpath("has.policy")).parent
+        out = Path(self.get_ext_fullpath("has.queue_pass")).parent
         record = out / RECORD
         if not self._failed:
             sources = {f"has.{Path(s).stem}": _sha256(ROOT / s) for s in COMPILED}

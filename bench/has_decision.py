@@ -181,11 +181,11 @@ def main() -> int:
         # pass by pass with the installed build so both see the same machine: what the mypyc
         # build buys (both builds ran in the "frenzy" row's place before; only the ratio is new).
         src = load_sources("has_bench_source")
-        src_queue = [src["policy"].QueuedJob(q.job_id, q.seq, q.submitted_at, tuple(
+        src_queue = [src["queued"].QueuedJob(q.job_id, q.seq, q.submitted_at, tuple(
             src["placement"].PlanOption(p.gpu_type, p.tp, p.pp, p.dp, p.bytes_per_gpu, p.label, p.runtime_s)
             for p in q.plans)) for q in queue]  # fmt: skip
         src_qp = src["policy"].QueuePolicy.frenzy(explain=False)
-        src_schedule = src["policy"].schedule
+        src_schedule = src["queue_pass"].schedule
         qp = QueuePolicy.frenzy(explain=False)
         src_cluster = src["cluster"].ClusterView(cluster.nodes)  # the source's own view
         src_schedule(src_cluster, src_queue, now, src_qp)  # warm-up

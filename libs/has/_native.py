@@ -1,13 +1,13 @@
 """Which build of HAS's scheduling pass runs: the mypyc-compiled modules or their sources.
 
-setup.py may compile ``NATIVE_MODULES`` (cluster, placement, pass_state, policy: one mypyc
+setup.py may compile ``NATIVE_MODULES`` (the scheduling pass and what it reads: one mypyc
 group) and records the SHA-256 of each source it compiled in ``_native.json`` beside them. Python's import system
 prefers an extension module to a ``.py`` of the same name, so a compiled module built from
 an older source would silently shadow an edit; ``load`` prevents that: unless every
 compiled module exists and was built from the source that is here now (and
 ``FRENZY_PURE_PYTHON`` is not ``1``), it executes the sources themselves under those module
 names. All of them switch together: compiled modules of one group call each other
-directly, so a compiled ``policy`` with a source ``pass_state`` would not be the source.
+directly, so a compiled ``queue_pass`` with a source ``pass_state`` would not be the source.
 
 Runs from ``has/__init__.py`` before anything imports those modules. No I/O beyond
 reading their sources and the record (~1 ms).
@@ -24,7 +24,10 @@ import sys
 import types
 from pathlib import Path
 
-NATIVE_MODULES = ("cluster", "placement", "pass_state", "policy")  # in import order
+NATIVE_MODULES = (  # in import order (each imports only those before it)
+    "cluster", "placement", "pass_state", "policy", "queued", "queue_order", "releases", "drain", "preemption",
+    "queue_pass",
+)  # fmt: skip
 RECORD = "_native.json"
 
 

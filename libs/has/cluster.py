@@ -132,7 +132,7 @@ class _Capacity:
         self._groups: dict[tuple[str, int, int], int] = {}
         self._sizes: dict[str, dict[int, int]] = {}  # gpu_type → healthy GPUs per node → nodes
         self._spans: dict[str, HealthySpan] = {}  # gpu_type → its widest node and total (span)
-        # The queue policy's numbering of release lists (has.policy._Releases): (gpu_type, memory
+        # The queue policy's numbering of release lists (has.releases.Releases): (gpu_type, memory
         # level or None) → small int, in first-use order. Kept here because which level a byte
         # need falls in depends on this capacity only, so jobs' cached numbers stay valid while
         # it does (a few entries: GPU types × memory sizes).
@@ -611,8 +611,8 @@ class ClusterView:
                     busy_at.pop(gpu_type, None)
         view._busy_at = busy_at
         # Derived indexes of untouched types still hold (same GPUs, same estimates). Not the GPUs
-        # by owner: they span every type, and a changed node may have changed hands (that map
-        # was carried over here, frozen at its first use, until session 6).
+        # by owner: they span every type, so any changed node may have changed hands; carried
+        # over, the map would name a job's old GPUs and preemption would free the wrong ones.
         view._cache = {
             key: hit for key, hit in self._cache.items() if key[1] not in touched and key[0] != "owners"
         }

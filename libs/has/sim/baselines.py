@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import marp
+from has import QueuedJob, QueuePolicy, RunningJob, schedule
 from has.placement import Placement, PlanOption
-from has.policy import QueuedJob, QueuePolicy, RunningJob, schedule
 from has.sim.engine import JobInfo, JobProfile, SimView, Start, Stop
 
 

@@ -23,8 +23,8 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 
+from has import QueuedJob, QueuePolicy, schedule
 from has.cluster_spec import parse_cluster
-from has.policy import QueuedJob, QueuePolicy, schedule
 from has.sim.baselines import FrenzyPolicy, make_policy
 from has.sim.engine import Simulator, SimView, Start
 from has.sim.traces import synthetic

@@ -24,7 +24,7 @@ import has
 import has.sim.baselines as baselines
 from has import ClusterView, GpuSlot, NodeView, PlanOption, QueuedJob, QueuePolicy, schedule
 from has.cluster_spec import parse_cluster
-from has.policy import drain_target
+from has.drain import drain_target
 from has.sim.baselines import make_policy
 from has.sim.engine import Simulator, SimView
 from has.sim.traces import synthetic

@@ -29,7 +29,7 @@ SRC = load_sources("has_source_build")
 
 def _source_inputs(queue: list[QueuedJob], policy: QueuePolicy) -> tuple[list, object]:
     """The same queue and policy as objects of the source build's own classes."""
-    placement, policy_mod = SRC["placement"], SRC["policy"]
+    placement, queued, policy_mod = SRC["placement"], SRC["queued"], SRC["policy"]
     memo: dict[int, tuple] = {}
     out = []
     for j in queue:
@@ -37,7 +37,7 @@ def _source_inputs(queue: list[QueuedJob], policy: QueuePolicy) -> tuple[list, o
             placement.PlanOption(p.gpu_type, p.tp, p.pp, p.dp, p.bytes_per_gpu, p.label, p.runtime_s)
             for p in j.plans
         ))  # fmt: skip
-        out.append(policy_mod.QueuedJob(j.job_id, j.seq, j.submitted_at, plans))
+        out.append(queued.QueuedJob(j.job_id, j.seq, j.submitted_at, plans))
     knobs = {f: getattr(policy, f) for f in policy.__dataclass_fields__}
     return out, policy_mod.QueuePolicy(**knobs)
 
@@ -72,7 +72,7 @@ def test_installed_and_source_builds_decide_the_same(block: int) -> None:
             src_queue, src_policy = _source_inputs(queue, policy)
             src_cluster = SRC["cluster"].ClusterView(cluster.nodes)  # the source's own view
             try:
-                want = _plain(SRC["policy"].schedule(src_cluster, src_queue, now, src_policy, src_running))
+                want = _plain(SRC["queue_pass"].schedule(src_cluster, src_queue, now, src_policy, src_running))
             except ValueError as exc:
                 want = ("error", str(exc))
             try:
@@ -116,9 +116,10 @@ def test_the_guard_accepts_only_a_build_of_the_sources_here(tmp_path: Path) -> N
 
 def _import_in_subprocess(env_extra: dict[str, str]) -> dict:
     code = (
-        "import json, has, has.policy, has.pass_state, has.placement, has.cluster\n"
-        "print(json.dumps({'native': has.NATIVE, 'files': [has.policy.__file__, has.pass_state.__file__,"
-        " has.placement.__file__, has.cluster.__file__]}))\n"
+        "import importlib, json, has\n"
+        "from has._native import NATIVE_MODULES\n"
+        "files = [importlib.import_module('has.' + m).__file__ for m in NATIVE_MODULES]\n"
+        "print(json.dumps({'native': has.NATIVE, 'files': files}))\n"
     )
     return json.loads(run_python(code, env_extra, unset="FRENZY_PURE_PYTHON"))
 

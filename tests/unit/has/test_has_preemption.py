@@ -196,11 +196,11 @@ def test_stop_keeps_progress_unless_told_to_lose_it() -> None:
 
 
 def test_only_the_few_most_recently_started_jobs_are_weighed() -> None:
-    """A pass weighs at most _MAX_VICTIMS recent jobs (the most recently started), so its cost
+    """A pass weighs at most MAX_VICTIMS recent jobs (the most recently started), so its cost
     stays bounded on a big cluster where many jobs started within the window."""
-    from has.policy import _MAX_VICTIMS
+    from has.preemption import MAX_VICTIMS
 
-    n = _MAX_VICTIMS + 1
+    n = MAX_VICTIMS + 1
     # "long" (the only worthwhile victim: its node is the one "short" fits) started first;
     # n - 1 jobs started after it, each on a 1-GPU node "short" cannot use.
     nodes = [owned_node("a", "long", NOW + 5 * HOUR)]
@@ -210,4 +210,4 @@ def test_only_the_few_most_recently_started_jobs_are_weighed() -> None:
     running = [RunningJob("long", started_at=NOW - 30.0, submitted_at=NOW - 30.0)]
     running += [RunningJob(f"tiny{k}", started_at=NOW - 20.0 + k, submitted_at=NOW - 20.0 + k) for k in range(n - 1)]
     assert schedule(c, q, NOW, policy(), running).preemptions == ()  # "long" is the oldest: not weighed
-    assert schedule(c, q, NOW, policy(), running[: _MAX_VICTIMS]).preemptions == (Preemption("long", "short", 30.0),)
+    assert schedule(c, q, NOW, policy(), running[:MAX_VICTIMS]).preemptions == (Preemption("long", "short", 30.0),)

@@ -1,7 +1,7 @@
 """The pass's release estimates kept as runs answer exactly as one entry per GPU would.
 
 ``ClusterView.release_runs`` must be ``release_times`` grouped into (time, GPU count) runs,
-and ``policy._ReleaseList`` (runs, edited by commits) must give the same k-th earliest
+and ``releases.ReleaseList`` (runs, edited by commits) must give the same k-th earliest
 release as the plain sorted list of one time per GPU that it replaced, after any sequence of
 commits: take the n earliest, give n back at a later time. Decisions of the pass depend on
 nothing else of these lists, so equal answers here mean equal decisions.
@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from unit.has.test_has_equivalence import random_cluster
 
 from has import ClusterView
-from has.policy import _ReleaseList
+from has.releases import ReleaseList
 
 INF = math.inf
 
@@ -72,7 +72,7 @@ def test_release_list_matches_one_entry_per_gpu(
         else:
             times.append(t)
             counts.append(1)
-    runs = _ReleaseList(times, counts)
+    runs = ReleaseList(times, counts)
     lo = 0  # the replaced structure: one entry per GPU, live from ``lo``
     for n, until, lookups in steps:
         for k in lookups:

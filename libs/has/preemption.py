@@ -1,0 +1,209 @@
+"""Preemption: stop a job that started seconds ago for a much shorter one that arrived right
+after it (``QueuePolicy.preempt_within_s``) — shortest-first applied retroactively to jobs
+whose arrival order was a matter of seconds.
+
+``preempt`` runs once at the end of a pass, on the pass's state (its free GPUs, the jobs still
+pending, the completion estimates it made) and returns at most one ``PreemptionChoice``; the
+pass applies it. Pure: it decides, the caller changes its state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import final
+
+from has.cluster import ClusterView, GpuSlot
+from has.pass_state import PassFree
+from has.placement import PendingReason, Placement
+from has.policy import Preemption, QueuePolicy, RunningJob
+from has.queue_order import QueueRow, as_job
+from has.queued import QueuedJob
+
+_INF = float("inf")
+MAX_VICTIMS = 4  # running jobs a pass weighs for preemption (the most recently started)
+
+
+@final
+class PreemptionChoice:
+    """Stop ``preemption.job_id`` and start ``placement`` on its GPUs; ``free`` is the pass's
+    free GPUs with the victim's given back and the placement's taken."""
+
+    __slots__ = ("preemption", "placement", "free")
+
+    def __init__(self, preemption: Preemption, placement: Placement, free: PassFree) -> None:
+        self.preemption = preemption
+        self.placement = placement
+        self.free = free
+
+
+@final
+class _Taker:
+    """The waiting job that would take a victim's GPUs were they free: the job, its plan's
+    index, and the pass's free GPUs with the victim's given back."""
+
+    __slots__ = ("job", "index", "free")
+
+    def __init__(self, job: QueuedJob, index: int, free: PassFree) -> None:
+        self.job = job
+        self.index = index
+        self.free = free
+
+
+def preempt(
+    policy: QueuePolicy,
+    now: float,
+    cluster: ClusterView,
+    running: Sequence[RunningJob],
+    free: PassFree,
+    rows: list[QueueRow],
+    pending: dict[str, PendingReason],
+    holder: QueuedJob | None,
+    est_done: dict[str, float],
+    est_type: dict[str, str],
+) -> PreemptionChoice | None:
+    """The preemption of this pass, if any.
+
+    Victims, latest start first (the ``MAX_VICTIMS`` most recent only, so a pass stays
+    cheap on a big cluster): running jobs marked preemptible that were *submitted* at
+    most ``preempt_within_s`` ago (so they started at once and have run no longer than
+    that) and were not starving. For a victim V, J is the first waiting job in the pass's
+    order (starving jobs are left to their reservation) whose fastest non-wasteful plan
+    (``width_slack``) fits the pass's free GPUs plus V's but not the free GPUs alone: the
+    job that would take V's GPUs were they free. V is stopped for J when
+
+    * J's runtime there + the switch cost (``preempt_restart_s`` + V's progress since its
+      start, lost: no checkpoint so soon) is below V's estimated remaining runtime
+      (Smith's rule with the switch counted), and
+    * J's gain — its estimated completion if it waits minus now + that runtime — exceeds
+      ``preempt_gain`` x the loss: J's runtime (V waits for it) + the switch cost, paid
+      by V and again by every other waiting job whose chosen plan is of V's GPU type.
+
+    ``free``: the pass's free GPUs (after its placements and hold); ``rows``: the queue in
+    the pass's order; ``pending``: the jobs it left waiting; ``est_done`` / ``est_type``: per
+    job, its estimated completion if it waits and the GPU type of the plan it chose.
+    At most one preemption per pass. Costs nothing when no job started that recently.
+    """
+    victims = _victims(policy, now, running)
+    if not victims:
+        return None
+    by_owner = cluster.gpus_by_owner()
+    waiting_by_type: dict[str, int] | None = None  # GPU type → waiting jobs that chose it
+    for victim in victims:
+        slots = by_owner.get(victim.job_id)
+        if not slots:
+            continue
+        # the victim's estimated remaining runtime (an unknown end: not a victim)
+        left = max(_INF if g.free_at is None or g.free_at != g.free_at else g.free_at for g in slots) - now
+        if left == _INF:
+            continue
+        taker = _taker(policy, now, free, rows, pending, holder, slots)
+        if taker is None:
+            continue
+        job, i = taker.job, taker.index
+        plan = job.plans[i]
+        runtime = plan.runtime_s or 0.0
+        lost = now - victim.started_at
+        switch = policy.preempt_restart_s + lost
+        if runtime + switch >= left:
+            continue  # not shorter than what the victim has left: Smith's rule says no
+        done = est_done.get(job.job_id, _INF)
+        if waiting_by_type is None:  # counted once: ``pending`` does not change in this loop
+            waiting_by_type = _waiting_by_type(pending, est_done, est_type)
+        # the other waiting jobs whose chosen plan is of this GPU type
+        behind = waiting_by_type.get(plan.gpu_type, 0) - (
+            est_type.get(job.job_id) == plan.gpu_type and done < _INF
+        )  # (the job itself is in ``pending``)
+        loss = runtime + switch * (1 + behind)
+        if not done - (now + runtime) > policy.preempt_gain * loss:  # (inf - x > y: True)
+            continue
+        nodes = taker.free.choose(plan)
+        assert nodes is not None
+        placement = Placement(job_id=job.job_id, plan_index=i, plan=plan, nodes=nodes)
+        return PreemptionChoice(Preemption(victim.job_id, job.job_id, lost), placement, taker.free)
+    return None
+
+
+def _victims(policy: QueuePolicy, now: float, running: Sequence[RunningJob]) -> list[RunningJob]:
+    """The running jobs a pass may stop, latest start first: preemptible, submitted at most
+    ``preempt_within_s`` ago, not started after starving; the ``MAX_VICTIMS`` most recent only
+    (a pass must stay cheap on a big busy cluster, where many jobs may have started within the
+    window)."""
+    within = policy.preempt_within_s
+    victims = sorted(
+        (
+            r for r in running
+            if r.preemptible and 0.0 <= now - r.submitted_at <= within
+            and r.started_at - r.submitted_at < policy.starvation_s
+        ),
+        key=lambda r: (-r.started_at, r.job_id),
+    )  # fmt: skip
+    return victims[:MAX_VICTIMS]
+
+
+def _taker(
+    policy: QueuePolicy,
+    now: float,
+    free: PassFree,
+    rows: list[QueueRow],
+    pending: dict[str, PendingReason],
+    holder: QueuedJob | None,
+    slots: list[GpuSlot],
+) -> _Taker | None:
+    """The first waiting, timed, not starving job in the pass's order whose fastest candidate
+    plan that fits with the victim's GPUs (``slots``) freed fits only then; None if no job."""
+    starvation_s, width_slack = policy.starvation_s, policy.width_slack
+    total = free.total
+    vtype, vcount = slots[0].gpu_type, len(slots)  # a job's GPUs are of one type
+    free2: PassFree | None = None  # built only when a plan could use the victim's GPUs
+    # The scan depends only on a job's candidate plans (their shapes, in order): jobs of one
+    # model and recipe share the answer — the index of the plan that would take the victim's
+    # GPUs, or -1.
+    answers: dict[tuple[int, tuple[int, ...]], int] = {}
+    for row in rows:  # in the pass's priority order
+        info = row[4]
+        if info.job_id not in pending or row[3] is holder or not info.timed:
+            continue
+        if starvation_s <= 0.0 or now - info.submitted_at >= starvation_s:
+            continue
+        job = as_job(row[3])
+        sig = info.candidate_signature(job.plans, width_slack)
+        found = answers.get(sig)
+        if found is None:
+            found = -1
+            for c in info.candidates(job.plans, width_slack):
+                t, nm1 = c.gpu_type, c.nm1
+                if total.get(t, 0) + (vcount if t == vtype else 0) <= nm1:
+                    continue  # too few GPUs of its type even with the victim's: cannot fit
+                if free2 is None:
+                    free2 = _free_with(free, slots)
+                if free2.fits(t, c.tp, nm1 + 1, c.bytes_per_gpu):
+                    if not free.fits(t, c.tp, nm1 + 1, c.bytes_per_gpu):  # fits only with the victim gone
+                        found = c.index
+                    break  # the fastest plan that fits with the victim gone decides
+            answers[sig] = found
+        if found >= 0:
+            assert free2 is not None  # (an answer >= 0 was found with it)
+            return _Taker(job, found, free2)
+    return None
+
+
+def _waiting_by_type(
+    pending: dict[str, PendingReason], est_done: dict[str, float], est_type: dict[str, str]
+) -> dict[str, int]:
+    """GPU type → the waiting jobs with a completion estimate whose chosen plan is of it."""
+    out: dict[str, int] = {}
+    for other, t in est_type.items():
+        if other in pending and est_done.get(other, _INF) < _INF:
+            out[t] = out.get(t, 0) + 1
+    return out
+
+
+def _free_with(free: PassFree, slots: Sequence[GpuSlot]) -> PassFree:
+    """The pass's free GPUs (after its placements and hold) plus ``slots`` (one running job's
+    GPUs), freed: a copy of the pass's index given those GPUs back (``PassFree.give``),
+    not a view rebuilt with the placements replayed (that copied every node of a type)."""
+    out = free.copy()
+    out.give(slots[0].gpu_type, [  # (the constructor: dataclasses.replace is ~10x slower)
+        GpuSlot(g.node, g.index, g.gpu_type, g.memory_total, g.memory_total, None, g.healthy, None) for g in slots
+    ])  # fmt: skip
+    return out

@@ -1,0 +1,402 @@
+"""The queue walk: one scheduling pass from (cluster, queue, now) to decisions (``schedule``).
+
+The policy it applies is described in ``has.policy`` (and docs/has-policy.md). ``_Pass`` holds
+what one pass changes as it walks the queue in ``has.queue_order``'s order: the free-GPU index
+(``PassFree``), the release estimates (``has.releases``), the placements, the pending reasons,
+and the starving job's hold (``has.drain``); at the end it weighs one preemption
+(``has.preemption``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+from collections.abc import Sequence
+from typing import final
+
+from has.cluster import ClusterView
+from has.drain import PassInventory, drain_target
+from has.pass_state import PassFree
+from has.placement import PendingReason, Placement, PlanOption, WaitKind, explain_with
+from has.policy import PlanChoice, Preemption, QueuePolicy, Reservation, RunningJob, ScheduleResult
+from has.preemption import preempt
+from has.queue_order import QueueRow, queue_order
+from has.queue_order import as_job as _job
+from has.queued import JobPlans, LeanCandidate, QueuedJob
+from has.releases import ReleaseList, Releases
+
+_INF = float("inf")
+_LAST = 1 << 62  # a plan index after every real one: "none yet" that loses every tie
+_NO_FIT_NOW = PendingReason("no plan fits the free GPUs now", ())
+
+
+def _wait_s(job: QueuedJob, now: float) -> float:
+    return max(0.0, now - job.submitted_at)
+
+
+@final
+class _Pass:
+    """One scheduling pass (see ``schedule``): the queue walk and the state it changes.
+
+    ``free`` is the GPUs still free in this pass minus the holder's held GPUs; ``unheld``
+    is the same without the hold (it tells "held for X" from "no room"), kept separately only
+    once a hold exists. Both are ``PassFree`` indexes, changed in place as jobs are placed.
+    ``holder`` / ``reservation``: the starving job GPUs are held for, and its hold;
+    ``fifo_head``: with backfill off, the first job that did not fit (every later job waits
+    behind it, with ``behind`` as its reason).
+    """
+
+    def __init__(
+        self, cluster: ClusterView, now: float, policy: QueuePolicy, running: Sequence[RunningJob] = ()
+    ) -> None:
+        self.cluster = cluster
+        self.now = now
+        self.policy = policy
+        self.running = running
+        # job id → estimated completion if it waits (completion plan choice), for preemption
+        self.est_done: dict[str, float] | None = (
+            {} if policy.preempt_within_s > 0 and running and policy.plan_choice is PlanChoice.COMPLETION else None
+        )
+        self.est_type: dict[str, str] = {}  # job id → GPU type of the plan it chose (placed or waits for)
+        self.free = PassFree(cluster)
+        self.unheld: PassFree | None = None
+        self.releases = Releases(cluster, now)
+        self.placements: list[Placement] = []
+        self.pending: dict[str, PendingReason] = {}
+        self.holder: QueuedJob | None = None
+        self.reservation: Reservation | None = None
+        self.fifo_head: QueuedJob | None = None
+        self.behind = _NO_FIT_NOW
+        self._lines: dict[tuple[str, int, int, int, int, str, int], str] = {}
+        self._reasons: dict[tuple[int, tuple[int, ...]], PendingReason] = {}
+        self.most_free = max(self.free.total.values(), default=0)  # of any one type, in ``free``
+        # free GPUs in ``free`` of each release list's GPU type (``total``, indexed by list number)
+        self.free_n: list[int] = []
+        # release lists by number (``Releases``), loaded by ``run`` for completion plan choice
+        self.lists: list[ReleaseList] = []
+
+    def _take(
+        self, free: PassFree, gpu_type: str, nodes: Sequence[tuple[str, Sequence[int]]], checked: bool
+    ) -> None:
+        free.take(gpu_type, nodes, checked)
+        if free is self.free:
+            self.most_free = max(free.total.values(), default=0)
+            self._count_free()
+
+    def _count_free(self) -> None:
+        total = self.free.total
+        self.free_n[:] = [total.get(t, 0) for t in self.releases.types]  # (in place: callers hold it)
+
+    def _lean(self, job: QueuedJob, info: JobPlans) -> None:
+        """The job's completion candidates as the pass walks them (``lean``: runtime, index,
+        GPUs - 1, release-list number; a plan that may fit now is read from ``info.rows``),
+        kept on the job while the capacity is the same (the numbers depend on its memory
+        levels), like ``info.ever``."""
+        width_slack, lid = self.policy.width_slack, self.releases.lid
+        cands = info.candidates(job.plans, width_slack)
+        info.lean = [LeanCandidate(c.runtime, c.index, c.nm1, lid(c.bytes_per_gpu, c.gpu_type)) for c in cands]
+        info.lean_for = (self.cluster._capacity, width_slack)
+        if len(self.free_n) < len(self.releases.types):  # new lists numbered
+            self._count_free()
+
+    def run(self, rows: list[QueueRow]) -> ScheduleResult:
+        """Walk ``rows`` (the queue in ``queue_order``'s order): each job is placed or gets its
+        pending reason; then at most one preemption."""
+        completion = self.policy.plan_choice is PlanChoice.COMPLETION
+        if completion:
+            self.lists = self.releases.load()
+        self._count_free()
+        pending = self.pending
+        for _, _, _, queued, info in rows:
+            if self.fifo_head is not None:
+                pending[info.job_id] = self.behind
+                continue
+            preferred: int | None = None
+            if completion and info.timed:
+                result, preferred = self._by_completion(_job(queued), info)
+            else:
+                result = self._ranked(_job(queued), info)
+            if isinstance(result, Placement):
+                self._place(result)
+            else:
+                pending[info.job_id] = self._why_waiting(_job(queued), info, result, preferred)
+        preemptions: tuple[Preemption, ...] = ()
+        if self.est_done is not None and self.est_done:
+            preemptions = self._preempt(rows)
+        head = self.holder if self.holder is not None else self.fifo_head
+        return ScheduleResult(
+            tuple(self.placements), pending, head.job_id if head is not None else None, self.reservation, preemptions
+        )
+
+    def _by_completion(self, job: QueuedJob, info: JobPlans) -> tuple[Placement | PendingReason, int | None]:
+        """Completion-time-aware plan choice (``QueuePolicy.plan_choice``): the earliest
+        estimated completion among the job's non-wasteful plans, starting now or after a wait
+        for busy GPUs. Returns the decision and the plan a waiting job waits for. This loop is
+        the pass's hot path (~10 plans per queued job): locals, no calls per plan but the
+        release lookups."""
+        now, inf, last = self.now, _INF, _LAST
+        slack = 1.0 + self.policy.wait_slack
+        if info.lean_for[0] is not self.cluster._capacity or info.lean_for[1] != self.policy.width_slack:
+            self._lean(job, info)
+        lists, free_n = self.lists, self.free_n
+        now_done, now_i, now_plan, now_lid = inf, last, None, 0  # best plan that fits now
+        any_done, any_i, any_list, any_n = inf, last, None, 0  # best overall (now or after a wait)
+        limit = inf  # (any_done - now) * slack, recomputed only when any_done changes
+        # O(1): if no GPU type has as many free GPUs as the job's smallest plan needs,
+        # nothing fits now and only release times are looked up (the first loop; once
+        # the cluster is full, most jobs of a pass).
+        if info.fewest > self.most_free:
+            for c in info.lean:
+                runtime = c.runtime
+                if runtime > limit:  # (as below)
+                    break
+                i, nm1, lid = c.index, c.nm1, c.lid
+                found = lists[lid]
+                done = found.at(nm1) + runtime
+                # (done < any_done or (done == any_done and i < any_i)), one test when
+                # it loses, which most plans do
+                if done <= any_done and (done < any_done or i < any_i):
+                    any_done, any_i, any_list, any_n = done, i, found, nm1 + 1
+                    limit = (any_done - now) * slack
+        else:
+            rows, free = info.rows, self.free
+            for c in info.lean:
+                runtime = c.runtime
+                # Fastest first: no later plan can finish before now + runtime, nor be
+                # accepted over a waiting plan unless within the wait slack: stop early.
+                if runtime > limit:
+                    break
+                i, nm1, lid = c.index, c.nm1, c.lid
+                # free_n[lid]: free GPUs of the plan's type; row: (i, type, GPUs, tp, bytes)
+                if free_n[lid] > nm1 and free.fits((row := rows[i])[1], row[3], row[2], row[4]):
+                    done = now + runtime
+                    if done < now_done or (done == now_done and i < now_i):
+                        now_done, now_i, now_plan, now_lid = done, i, job.plans[i], lid
+                    found = None
+                else:  # start when the (nm1+1)-th earliest release of its GPUs comes
+                    found = lists[lid]  # (inf: fewer such GPUs than it needs, or none with the memory)
+                    done = found.at(nm1) + runtime
+                if done <= any_done and (done < any_done or i < any_i):  # (as above)
+                    any_done, any_i, any_list, any_n = done, i, found, nm1 + 1
+                    limit = (any_done - now) * slack
+        est_done = self.est_done
+        if est_done is not None:
+            est_done[info.job_id] = any_done
+            if any_i != last:  # the type of the plan it chose (placed, or waits for)
+                self.est_type[info.job_id] = job.plans[any_i].gpu_type
+        if now_plan is not None:
+            return self._settle(job, now_done, now_i, now_plan, lists[now_lid], any_done, any_i, any_list)
+        preferred: int | None = None
+        if any_done < inf:  # wait for the best plan: claim its GPUs' earliest releases
+            preferred = any_i
+            # any_list is the plan's list (it did not fit now, so it was looked up)
+            any_list.commit(any_n, any_done)  # type: ignore[union-attr]
+        return (self._explain(job.plans, info) if self.policy.explain else _NO_FIT_NOW), preferred
+
+    def _place(self, placement: Placement) -> None:
+        self.placements.append(placement)
+        # checked: chosen on ``free``, a subset of ``unheld``'s free GPUs
+        self._take(self.free, placement.plan.gpu_type, placement.nodes, True)
+        if self.unheld is not None:
+            self._take(self.unheld, placement.plan.gpu_type, placement.nodes, True)
+
+    def _why_waiting(
+        self, job: QueuedJob, info: JobPlans, result: PendingReason, preferred: int | None
+    ) -> PendingReason:
+        """The pending reason of a job that was not placed (``result``: why no plan was taken
+        now), in order: it never fits; GPUs are held for the starving job; strict FIFO (it
+        becomes the head everything waits behind); it starves (it becomes the holder, with
+        GPUs held for ``preferred`` or its best plan)."""
+        if not info.has_plans:
+            return result
+        capacity = self.cluster._capacity
+        # "Could this job ever fit?" depends only on the capacity, which views share while no
+        # node or GPU changes health (ClusterView reuses it): answered once per job and kept.
+        if info.ever[0] is not capacity:  # could some plan fit with every job ended?
+            groups = self.cluster.capacity_groups
+            info.ever = (capacity, any(groups(t, b, tp) * tp >= n for _, t, n, tp, b in info.rows))
+        if not info.ever[1]:
+            return PendingReason(
+                result.summary + "; cannot fit this cluster even with every job ended",
+                result.per_plan,
+                WaitKind.NEVER_FITS,
+            )
+        held = self._held_reason(job, info, result)
+        if held is not None:
+            return held
+        if not self.policy.backfill:
+            self.fifo_head = job
+            self.behind = PendingReason(
+                f"waiting behind {info.job_id} (strict FIFO, backfill off)", (), WaitKind.BEHIND_HEAD
+            )
+            return result
+        starvation_s = self.policy.starvation_s
+        # (``_wait_s(job, now) >= starvation_s``, written out)
+        if self.holder is None and (starvation_s <= 0.0 or self.now - info.submitted_at >= starvation_s):
+            reserving = self._hold_for(job, result, preferred)
+            if reserving is not None:
+                return reserving
+        return result
+
+    def _held_reason(self, job: QueuedJob, info: JobPlans, result: PendingReason) -> PendingReason | None:
+        """"Held for the starving job" when the hold is what keeps the job out: some plan fits
+        the GPUs without the hold, none fits those left (a job that chose to wait for a faster
+        plan, or skipped a wasteful one that fits, keeps its reason)."""
+        holder, reservation = self.holder, self.reservation
+        if reservation is None or holder is None or not reservation.held:
+            return None
+        assert self.unheld is not None
+        alt = _first_fit(self.unheld, info)
+        if alt is None or _first_fit(self.free, info) is not None:
+            return None
+        return PendingReason(
+            f"would fit now ({job.plans[alt].describe()}) but those GPUs are held for starving "
+            f"job {holder.job_id} (waiting {_wait_s(holder, self.now):.0f} s)",
+            result.per_plan,
+            WaitKind.HELD_FOR_STARVING,
+        )
+
+    def _hold_for(self, job: QueuedJob, result: PendingReason, preferred: int | None) -> PendingReason | None:
+        """Make the starving ``job`` the holder: hold the free GPUs of its drain target (for
+        ``preferred``, the plan it chose to wait for, else its best) and return its reason;
+        None when no plan of it can drain (it keeps ``result``)."""
+        view = PassInventory(self.cluster, self.free, self.placements)
+        if preferred is None:
+            res = drain_target(view, job.job_id, job.plans)
+        else:  # hold GPUs for the plan the job chose to wait for
+            res = drain_target(view, job.job_id, (job.plans[preferred],))
+            if res is not None:
+                res = dataclasses.replace(res, plan_index=preferred)
+        if res is None:
+            return None
+        self.holder, self.reservation = job, res
+        self.unheld = self.free.copy()
+        self._take(self.free, res.plan.gpu_type, res.held, False)
+        nodes = ", ".join(f"{n}×{c}" for n, c in res.target)
+        return PendingReason(
+            f"{result.summary}; starving for {_wait_s(job, self.now):.0f} s: holding {res.held_count} free "
+            f"{res.plan.gpu_type} for plan {res.plan_index} (target {nodes}), "
+            f"waiting for {res.missing} more to be released",
+            result.per_plan,
+            WaitKind.RESERVING,
+        )
+
+    def _preempt(self, rows: list[QueueRow]) -> tuple[Preemption, ...]:
+        """At most one preemption (``has.preemption``), applied to the pass: its placement
+        added, the job no longer pending, the pass's free GPUs the ones after the switch."""
+        assert self.est_done is not None
+        choice = preempt(
+            self.policy, self.now, self.cluster, self.running, self.free, rows, self.pending, self.holder,
+            self.est_done, self.est_type,
+        )  # fmt: skip
+        if choice is None:
+            return ()
+        self.placements.append(choice.placement)
+        self.free = choice.free
+        del self.pending[choice.placement.job_id]
+        return (choice.preemption,)
+
+    def _explain(self, plans: tuple[PlanOption, ...], info: JobPlans) -> PendingReason:
+        """``explain_job`` on the pass's free GPUs, memoised: a reason depends only on the
+        job's plan shapes and the free GPUs of its types, so jobs of the same model and recipe
+        share it until a placement changes one of those types; each plan's line is memoised
+        the same way (many jobs share plan shapes)."""
+        free, lines, healthy = self.free, self._lines, self.cluster.healthy_span
+        version = free.versions
+        shape, types = info.shape(plans)
+        key = (shape, tuple([version.get(t, 0) for t in types]))
+        reason = self._reasons.get(key)
+        if reason is not None:
+            return reason
+
+        def line(p: PlanOption) -> str:
+            key = (p.gpu_type, p.tp, p.pp, p.dp, p.bytes_per_gpu, p.label, version.get(p.gpu_type, 0))
+            text = lines.get(key)
+            if text is None:
+                text = free.explain(p, healthy(p.gpu_type))
+                lines[key] = text
+            return text
+
+        reason = self._reasons[key] = explain_with(line, plans)
+        return reason
+
+    def _ranked(self, job: QueuedJob, info: JobPlans) -> Placement | PendingReason:
+        """MARP's order, first plan that fits now (``place_job`` on the pass's free GPUs)."""
+        i = _first_fit(self.free, info)
+        if i is not None:
+            plan = job.plans[i]
+            nodes = self.free.choose(plan)
+            assert nodes is not None
+            return Placement(job_id=job.job_id, plan_index=i, plan=plan, nodes=nodes)
+        if self.policy.explain or not job.plans:
+            return self._explain(job.plans, info)
+        return _NO_FIT_NOW
+
+    def _settle(
+        self,
+        job: QueuedJob,
+        now_done: float,
+        now_i: int,
+        now_plan: PlanOption,
+        now_list: ReleaseList,
+        any_done: float,
+        any_i: int,
+        any_list: ReleaseList | None,
+    ) -> tuple[Placement | PendingReason, int | None]:
+        """A plan fits now: start it unless waiting for the best plan finishes more than
+        ``wait_slack`` sooner. Returns the decision and the plan index a waiting job waits for
+        (a starving job's reservation drains towards that plan, not a slower one)."""
+        now, slack = self.now, 1.0 + self.policy.wait_slack
+        if any_i == now_i or now_done - now <= (any_done - now) * slack:
+            self.releases.commit(now_plan, now_done, now_list)
+            nodes = self.free.choose(now_plan)
+            assert nodes is not None
+            return Placement(job_id=job.job_id, plan_index=now_i, plan=now_plan, nodes=nodes), None
+        better = job.plans[any_i]
+        self.releases.commit(better, any_done, any_list)
+        return PendingReason(
+            f"waiting for {better.describe()}: estimated done in {any_done - now:.0f} s vs "
+            f"{now_done - now:.0f} s on {now_plan.describe()} now",
+            (),
+        ), any_i
+
+
+def _first_fit(free: PassFree, info: JobPlans) -> int | None:
+    """Index of the first plan (ranked order) that fits ``free`` now, or None."""
+    total = free.total
+    for gpu_type, least in info.least:
+        if total.get(gpu_type, 0) >= least:
+            break
+    else:
+        return None  # O(types): no GPU type has enough free GPUs for even its smallest plan
+    fits = free.fits
+    for i, t, n, tp, b in info.rows:
+        if total.get(t, 0) >= n and fits(t, tp, n, b):
+            return i
+    return None
+
+
+_SEQ_ORDER = operator.attrgetter("seq", "job_id")
+_JOB_ID = operator.attrgetter("job_id")
+
+
+def schedule(
+    cluster: ClusterView,
+    queue: Sequence[QueuedJob],
+    now: float,
+    policy: QueuePolicy = QueuePolicy(),
+    running: Sequence[RunningJob] = (),
+) -> ScheduleResult:
+    """One scheduling pass over ``queue`` (FIFO by seq) against ``cluster`` at time ``now``.
+
+    See the module docstring for the policy. Every queued job ends up either in
+    ``placements`` or in ``pending`` with a reason. ``running``: the running jobs preemption
+    may stop (only read with ``QueuePolicy.preempt_within_s`` > 0).
+    """
+    if len(set(map(_JOB_ID, queue))) != len(queue):
+        seen: set[str] = set()
+        for job in sorted(queue, key=_SEQ_ORDER):
+            if job.job_id in seen:
+                raise ValueError(f"job {job.job_id!r} is queued twice")
+            seen.add(job.job_id)
+    return _Pass(cluster, now, policy, running).run(queue_order(queue, now, policy))

@@ -1,0 +1,197 @@
+"""A queued job and what a scheduling pass derives from its plans, once per job.
+
+``QueuedJob`` is what callers hand ``schedule``; ``JobPlans`` (``plans_of``) is the summary a
+pass reads instead of the plans — per-plan rows, sort keys, the completion candidates — cached
+on the job, since its plans never change. Pure data, no cluster state.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import final
+
+from has.placement import PlanOption
+
+
+@dataclass(frozen=True)
+class QueuedJob:
+    """A job waiting for GPUs: ``seq`` is its FIFO position, ``plans`` are ranked best first."""
+
+    job_id: str
+    seq: int
+    submitted_at: float
+    plans: tuple[PlanOption, ...]
+    # What ``schedule`` derives from the plans, computed on first use and kept with the job
+    # (``plans_of``). Not part of equality, hashing or repr; ``dataclasses.replace`` gives
+    # the new job an empty cache (its plans may differ).
+    _has_plans: JobPlans | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # Accept any sequence from callers but keep the dataclass hashable and immutable.
+        if not isinstance(self.plans, tuple):
+            object.__setattr__(self, "plans", tuple(self.plans))
+        object.__setattr__(self, "_has_plans", None)  # (a compiled build does not apply the default)
+
+
+_INF = float("inf")
+
+
+@final
+class Candidate:
+    """One plan a job weighs under completion plan choice (``JobPlans.candidates``): its
+    runtime, index among the job's plans, GPU type, GPUs - 1, TP width, bytes per GPU, and
+    the plan. A compiled build keeps it as a C struct."""
+
+    __slots__ = ("runtime", "index", "gpu_type", "nm1", "tp", "bytes_per_gpu", "plan")
+
+    def __init__(
+        self, runtime: float, index: int, gpu_type: str, nm1: int, tp: int, bytes_per_gpu: int, plan: PlanOption
+    ) -> None:
+        self.runtime = runtime
+        self.index = index
+        self.gpu_type = gpu_type
+        self.nm1 = nm1
+        self.tp = tp
+        self.bytes_per_gpu = bytes_per_gpu
+        self.plan = plan
+
+
+@final
+class LeanCandidate:
+    """One completion candidate as the pass walks it: runtime, plan index, GPUs - 1, number of
+    its release list (``Releases.lid``). A class, not a tuple: a compiled build keeps the
+    fields unboxed in the object, so reading a candidate touches one object, not a tuple and
+    a float elsewhere in memory (the pass is bound by those memory reads)."""
+
+    __slots__ = ("runtime", "index", "nm1", "lid")
+
+    def __init__(self, runtime: float, index: int, nm1: int, lid: int) -> None:
+        self.runtime = runtime
+        self.index = index
+        self.nm1 = nm1
+        self.lid = lid
+
+
+@final
+class JobPlans:
+    """What a pass needs of one job's plans, computed once per ``QueuedJob`` (its plans never
+    change) and kept on the object, so a pass over a queue it has seen does no per-plan setup.
+
+    rows: (index, gpu_type, GPUs, tp, bytes) per plan in ranked order; least: per GPU type the
+    fewest GPUs any of its plans needs (a job none of whose types has that many free GPUs is
+    rejected without looking at a plan); size: GPU-seconds of the cheapest timed plan;
+    ideal_key: (submit time + that plan's runtime, seq, job id), the starving order "ideal";
+    lean: the candidates as the pass walks them, with their release-list numbers, valid for
+    ``lean_for`` (``has.queue_pass``, ``_Pass._lean``). The cache is keyed by nothing but the object (``QueuedJob`` and
+    ``PlanOption`` are frozen), except what depends on the capacity (``ever``, ``lean_for``).
+    """
+
+    __slots__ = (
+        "rows", "runtimes", "least", "fewest", "timed", "size", "fifo_key", "short_key", "ideal_key", "by_slack",
+        "short_first", "ideal_first", "seq", "job_id", "submitted_at", "has_plans",
+        "_shape", "ever", "sigs", "lean_for", "lean",
+    )  # fmt: skip
+
+    def __init__(self, job: QueuedJob) -> None:
+        plans = job.plans
+        rows = []
+        runtimes = []
+        least: dict[str, int] = {}
+        sizes = []
+        cheapest, cheapest_run = _INF, 0.0  # fewest GPU-seconds of a plan, that plan's runtime
+        for i, p in enumerate(plans):
+            t, tp, r = p.gpu_type, p.tp, p.runtime_s
+            n = tp * p.pp * p.dp  # p.num_gpus
+            rows.append((i, t, n, tp, p.bytes_per_gpu))
+            runtimes.append(r)
+            if n < least.get(t, n + 1):
+                least[t] = n
+            if r is not None:
+                if r * n < cheapest:
+                    cheapest, cheapest_run = r * n, r
+                sizes.append(r * n)
+        self.rows = rows
+        self.runtimes = runtimes
+        self.least = tuple(least.items())
+        self.fewest = min(least.values(), default=0)  # GPUs of the job's smallest plan
+        self.timed = bool(plans) and len(sizes) == len(plans)
+        self.size = min(sizes) if sizes else _INF
+        # Sort keys of the queue orders, typed as tuples of objects so a compiled build keeps
+        # each as one Python tuple rather than rebuilding it from its parts on every read.
+        self.fifo_key: tuple[object, ...] = (job.seq, job.job_id)
+        self.short_key: tuple[object, ...] = (self.size, job.seq, job.job_id)
+        # unknown runtime: 0, so jobs without estimates keep submit (FIFO) order
+        ideal = job.submitted_at + (cheapest_run if self.timed else 0.0)
+        self.ideal_key: tuple[object, ...] = (ideal, job.seq, job.job_id)
+        # Their first elements (FIFO's is ``seq``), typed ``object`` for the same reason
+        # (``_sorted`` sorts by them).
+        self.short_first: object = self.size
+        self.ideal_first: object = ideal
+        self.seq: object = job.seq
+        # The job's fields the pass reads for every job, kept here so that a waiting job's turn
+        # reads this object and not the QueuedJob too (the pass is bound by memory reads).
+        self.job_id = job.job_id
+        self.submitted_at = job.submitted_at
+        self.has_plans = bool(plans)
+        self.by_slack: dict[float, list[Candidate]] = {}
+        self.sigs: dict[float, tuple[int, tuple[int, ...]]] = {}
+        self.ever: tuple[object, bool] = (None, True)  # (capacity it was answered for, answer)
+        self._shape: tuple[int, tuple[str, ...]] | None = None
+        self.lean_for: tuple[object, float] = (None, 0.0)  # (capacity, width_slack) of lean
+        self.lean: list[LeanCandidate] = []
+
+    def shape(self, plans: tuple[PlanOption, ...]) -> tuple[int, tuple[str, ...]]:
+        """(id of what the job's pending reason depends on, its GPU types): jobs with the same
+        plan shapes — the same model and recipe, whatever their length — share one id."""
+        if self._shape is None:
+            key = tuple((p.gpu_type, p.tp, p.pp, p.dp, p.bytes_per_gpu, p.label) for p in plans)
+            if len(_SHAPES) > 100_000:  # bounded: distinct plan shapes seen by a long-lived process
+                _SHAPES.clear()
+            shape = _SHAPES.get(key)
+            if shape is None:
+                shape = _SHAPES[key] = next(_SHAPE_IDS)  # never reused, even after a clear
+            self._shape = (shape, tuple(sorted({p.gpu_type for p in plans})))
+        return self._shape
+
+    def candidate_signature(self, plans: tuple[PlanOption, ...], width_slack: float) -> tuple[int, tuple[int, ...]]:
+        """(plan shapes id, candidate plan indices in order): two jobs with the same signature
+        have the same candidates as far as placement goes (types, widths, bytes, order)."""
+        sig = self.sigs.get(width_slack)
+        if sig is None:
+            sig = self.sigs[width_slack] = (
+                self.shape(plans)[0], tuple([c.index for c in self.candidates(plans, width_slack)])
+            )
+        return sig
+
+    def candidates(self, plans: tuple[PlanOption, ...], width_slack: float) -> list[Candidate]:
+        """The ``Candidate``s (runtime, index, type, GPUs - 1, tp, bytes, plan) of the plans within
+        ``width_slack`` of the cheapest GPU-seconds on their GPU type, fastest first (all plans
+        have runtime_s)."""
+        out = self.by_slack.get(width_slack)
+        if out is None:
+            cheapest: dict[str, float] = {}
+            for (_, t, n, _, _), r in zip(self.rows, self.runtimes, strict=True):
+                cheapest[t] = min(cheapest.get(t, _INF), r * n)  # type: ignore[operator]
+            scale = 1.0 + width_slack
+            ranked = sorted(
+                (r or 0.0, row)
+                for row, r in zip(self.rows, self.runtimes, strict=True)
+                # more GPUs for little speed-up costs the queue more than it gains
+                if (r or 0.0) * row[2] <= scale * cheapest[row[1]]
+            )  # (runtime, (index, ...)): indices are unique, so ties sort by plan index
+            out = [Candidate(r, i, t, n - 1, tp, b, plans[i]) for r, (i, t, n, tp, b) in ranked]
+            self.by_slack[width_slack] = out
+        return out
+
+
+_SHAPES: dict[tuple[tuple[str, int, int, int, int, str], ...], int] = {}
+_SHAPE_IDS = itertools.count()
+
+
+def plans_of(job: QueuedJob) -> JobPlans:
+    info = job._has_plans
+    if info is None:
+        info = JobPlans(job)
+        object.__setattr__(job, "_has_plans", info)  # (a frozen dataclass: its cache field only)
+    return info
