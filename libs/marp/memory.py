@@ -26,8 +26,9 @@ Terms and sources:
 * allocator: reserved = allocated + the caching allocator's fragmentation of the freed-and-
   reallocated (dynamic) bytes; device (what nvidia-smi shows) = reserved + CUDA context + NCCL.
 
-All arithmetic runs on numpy arrays so the planner evaluates a whole grid of layouts at once;
-``predict_memory`` is the same code on a one-element grid, so the two paths cannot disagree.
+All arithmetic runs on numpy arrays over a ``LayoutGrid`` (one function per term) so the planner
+evaluates a whole grid of layouts at once; ``predict_memory`` is the same code on a one-element
+grid, so the two paths cannot disagree.
 """
 
 from __future__ import annotations
