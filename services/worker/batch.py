@@ -200,7 +200,10 @@ def parse_batch(data: object, base: Path | None = None) -> list[dict[str, Any]]:
         if base is not None:
             entry = _inline_model_file(entry, base)
         # JSON is the only thing that crosses the queue: YAML dates and the like become strings.
-        entries.append(json.loads(json.dumps(entry, default=str)))
+        try:
+            entries.append(json.loads(json.dumps(entry, default=str)))
+        except (TypeError, ValueError, RecursionError) as exc:  # a date or bytes as a mapping key
+            raise BatchFileError(f"jobs[{i}]: cannot be written as JSON ({str(exc)[:120]})") from None
     return entries
 
 
@@ -208,8 +211,9 @@ def load_yaml(text: str) -> object:
     """One YAML document with the bounds above; raises BatchFileError (syntax errors name the line)."""
     if len(text) > MAX_BATCH_FILE_BYTES:
         raise BatchFileError(f"{len(text)} characters; the limit is {MAX_BATCH_FILE_BYTES} bytes (8 MiB)")
-    loader = _BoundedLoader(text)
+    loader: _BoundedLoader | None = None
     try:
+        loader = _BoundedLoader(text)  # the reader refuses unprintable characters here
         return loader.get_single_data()
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
@@ -218,8 +222,15 @@ def load_yaml(text: str) -> object:
         raise BatchFileError(f"YAML syntax error{where}: {problem}") from exc
     except RecursionError:  # bounded by MAX_YAML_DEPTH; kept as a backstop
         raise BatchFileError(f"nested deeper than {MAX_YAML_DEPTH} levels") from None
+    except BatchFileError:
+        raise
+    except (ValueError, TypeError, AttributeError, OverflowError) as exc:
+        # PyYAML's constructors fail this way on explicit tags with bad values (`!!timestamp x`,
+        # `!!int 1_x`): still the file's fault, not a crash.
+        raise BatchFileError(f"a tagged value YAML cannot build ({type(exc).__name__}: {str(exc)[:120]})") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 def load_batch_file(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
