@@ -9,6 +9,8 @@ each other's state even on a shared server.
 from __future__ import annotations
 
 import os
+import secrets
+import tempfile
 import uuid
 from collections.abc import Iterator
 
@@ -17,6 +19,13 @@ import redis
 
 from frenzy.devstack.redis_server import start_redis
 from frenzy.state.keys import Keys
+
+# Tests never read or write the developer's own credentials (`frenzy up` in a test writes the
+# file the CLI reads): each run gets a config directory of its own, and no token from the shell.
+_CONFIG_HOME = tempfile.mkdtemp(prefix="frenzy-test-config-")
+os.environ["XDG_CONFIG_HOME"] = _CONFIG_HOME
+for _var in ("FRENZY_TOKEN", "FRENZY_CREDENTIALS", "FRENZY_SCHEDULER"):
+    os.environ.pop(_var, None)
 
 
 def _docker_answers() -> bool:
@@ -38,10 +47,11 @@ def redis_url() -> Iterator[str]:
     if _docker_answers():
         from testcontainers.redis import RedisContainer
 
-        with RedisContainer("redis:7.2") as container:
+        password = secrets.token_urlsafe(16)  # never an open Redis, not even in tests
+        with RedisContainer("redis:7.2", password=password) as container:
             host = container.get_container_host_ip()
             port = container.get_exposed_port(6379)
-            yield f"redis://{host}:{port}/0"
+            yield f"redis://:{password}@{host}:{port}/0"
         return
     server = start_redis()
     try:

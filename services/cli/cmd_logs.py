@@ -17,7 +17,7 @@ import typer
 
 from frenzy.cli import render
 from frenzy.cli.output import JsonOpt, SchedulerOpt, echo_json, rpc_fail
-from frenzy.rpc.client import DEFAULT_SCHEDULER, scheduler_stub
+from frenzy.rpc.client import scheduler_stub
 from frenzy.v1 import scheduler_pb2
 
 
@@ -30,7 +30,7 @@ def logs(
     prefix: Annotated[bool | None, typer.Option(
         "--prefix/--no-prefix", help="Prefix lines with node (and attempt). Default: when there are several.")]
     = None,
-    scheduler: SchedulerOpt = DEFAULT_SCHEDULER,
+    scheduler: SchedulerOpt = "",
     as_json: JsonOpt = False,
 ) -> None:
     """Print a job's output from every node; --follow streams it live until the job ends.

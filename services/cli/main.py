@@ -23,6 +23,7 @@ import grpc
 import typer
 
 import marp
+from frenzy.auth.credentials import credentials_path
 from frenzy.cli import render
 from frenzy.cli.output import (  # noqa: F401
     EXIT_BY_CODE,
@@ -120,7 +121,7 @@ def submit(
     max_gpus: Annotated[int, typer.Option()] = 0,
     idempotency_key: Annotated[str, typer.Option(help="Same key, same job (safe retries).")] = "",
     wait: Annotated[bool, typer.Option(help="Follow the job until it ends.")] = False,
-    scheduler: SchedulerOpt = DEFAULT_SCHEDULER,
+    scheduler: SchedulerOpt = "",
     as_json: JsonOpt = False,
 ) -> None:
     """Submit a job: the model and recipe, then the command after `--`.
@@ -179,7 +180,7 @@ def _follow(stub, job_id: str, quiet: bool = False) -> types_pb2.Job:  # noqa: A
 def jobs(
     state: Annotated[list[str] | None, typer.Option(help="Only jobs in this state (repeat).")] = None,
     limit: Annotated[int, typer.Option(min=1)] = 50,
-    scheduler: SchedulerOpt = DEFAULT_SCHEDULER,
+    scheduler: SchedulerOpt = "",
     as_json: JsonOpt = False,
 ) -> None:
     """List jobs, newest first, with the pending reason of waiting jobs."""
@@ -200,7 +201,7 @@ def jobs(
 @app.command()
 def job(
     job_id: Annotated[str, typer.Argument(help="Job id (see frenzy jobs).")],
-    scheduler: SchedulerOpt = DEFAULT_SCHEDULER,
+    scheduler: SchedulerOpt = "",
     as_json: JsonOpt = False,
 ) -> None:
     """Show one job: its plan, placement, state history and logs."""
@@ -238,7 +239,7 @@ def show_job(j: types_pb2.Job, plans_limit: int = 8) -> None:
 
 
 @app.command()
-def watch(job_id: str, scheduler: SchedulerOpt = DEFAULT_SCHEDULER) -> None:
+def watch(job_id: str, scheduler: SchedulerOpt = "") -> None:
     """Follow a job's state changes until it ends."""
     with scheduler_call(scheduler) as stub:
         j = _follow(stub, job_id)
@@ -249,7 +250,7 @@ def watch(job_id: str, scheduler: SchedulerOpt = DEFAULT_SCHEDULER) -> None:
 def cancel(
     job_id: str,
     reason: Annotated[str, typer.Option()] = "requested by user",
-    scheduler: SchedulerOpt = DEFAULT_SCHEDULER,
+    scheduler: SchedulerOpt = "",
     as_json: JsonOpt = False,
 ) -> None:
     """Cancel a job: a pending job leaves the queue, a running one is stopped on every node."""
@@ -264,7 +265,7 @@ def cancel(
 @app.command()
 def nodes(
     include_dead: Annotated[bool, typer.Option("--all", help="Include nodes whose heartbeat expired.")] = False,
-    scheduler: SchedulerOpt = DEFAULT_SCHEDULER,
+    scheduler: SchedulerOpt = "",
     as_json: JsonOpt = False,
 ) -> None:
     """Show the cluster: each node's GPUs with type, memory and the job holding them."""
@@ -417,7 +418,16 @@ def up(
         stack.start(progress=lambda m: con.print(f"  [green]up[/] {m}"))
     except Exception as exc:  # noqa: BLE001 - report any start failure plainly
         fail(f"stack did not start: {exc}")
-    con.print(f"\nexport FRENZY_SCHEDULER={stack.scheduler_addr} REDIS_URL={stack.redis_url}\n"
+    where = credentials_path()
+    try:
+        stack.write_credentials(where)
+        found = f"the CLI finds the scheduler and an admin token in {where} (mode 0600)"
+    except OSError as exc:
+        found = (f"could not write {where} ({exc.strerror}); use "
+                 f"FRENZY_CREDENTIALS={stack.credentials_file}")
+    con.print(f"\n{found}: `frenzy jobs`, `frenzy submit ...` work as they are.\n"
+              f"operator commands (`frenzy token create ...`) need the stack's Redis, password included:\n"
+              f"  export REDIS_URL={stack.redis_url}\n"
               f"logs in {stack.run_dir}. Ctrl-C stops everything.")
     try:
         while not stop.wait(1.0):
@@ -495,7 +505,7 @@ def _demo_job(stack, model: str, timeout_s: float) -> bool:  # noqa: ANN001
     spec = parse_entry({"name": "demo", "model": model, "seq_len": 1024, "global_batch": 32, "micro_batch": 4,
                         "train_steps": 100, "command": [sys.executable, str(script), "--tp", "{tp}",
                                                         "--micro-batch", "{micro_batch}"]}).to_proto()
-    with scheduler_stub(stack.scheduler_addr) as stub:
+    with scheduler_stub(stack.scheduler_addr, token=stack.token) as stub:
         con.print(render.nodes_table(stub.ListNodes(scheduler_pb2.ListNodesRequest(), timeout=10).nodes))
         resp = stub.SubmitJob(scheduler_pb2.SubmitJobRequest(spec=spec), timeout=60)
         con.print(f"\nsubmitted [bold]{resp.job.id}[/] ({resp.job.model_name}, seq 1024, global batch 32) "

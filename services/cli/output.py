@@ -15,7 +15,8 @@ from frenzy.rpc.client import scheduler_stub
 from frenzy.v1 import scheduler_pb2_grpc
 
 SchedulerOpt = Annotated[str, typer.Option("--scheduler", envvar="FRENZY_SCHEDULER",
-                                           help="Scheduler gRPC address.")]
+                                           help="Scheduler gRPC address [default: the credentials file's, else 127.0.0.1:50051].",
+                                           show_default=False)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
 EXIT_BY_CODE = {
@@ -35,6 +36,8 @@ def rpc_fail(exc: grpc.RpcError) -> NoReturn:
     hint = ""
     if code == grpc.StatusCode.UNAVAILABLE:
         hint = "\nTo fix: start the stack (`frenzy up`) or point --scheduler / FRENZY_SCHEDULER at it."
+    elif code == grpc.StatusCode.UNAUTHENTICATED:
+        hint = ""  # the server's message already says how to get a token
     fail(f"{code.name}: {exc.details()}{hint}", EXIT_BY_CODE.get(code, 1))
 
 

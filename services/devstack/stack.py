@@ -21,12 +21,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
+import redis
 import yaml
 
 import marp
+from frenzy.auth.credentials import Credentials, write_credentials
+from frenzy.auth.roles import Role
+from frenzy.auth.tokens import TokenStore
 from frenzy.devstack.procs import die_with_parent
 from frenzy.devstack.redis_server import RedisProcess, free_port, start_redis
+from frenzy.rpc.auth import with_token
 from frenzy.rpc.client import wait_healthy
+from frenzy.state.keys import Keys
 from frenzy.v1 import scheduler_pb2, scheduler_pb2_grpc
 from has.cluster_spec import ClusterSpec, ClusterSpecError, parse_cluster
 
@@ -60,6 +66,19 @@ def load_cluster_file(path: str | None) -> ClusterSpec:
     return spec
 
 
+def _local_user() -> str:
+    """The OS user, as a valid Frenzy user name (tokens name who owns a job)."""
+    import getpass
+    import re
+
+    try:
+        name = getpass.getuser()
+    except (KeyError, OSError):
+        name = ""
+    name = re.sub(r"[^A-Za-z0-9._@-]", "-", name)[:64].lstrip("._@-")
+    return name or "admin"
+
+
 @dataclass
 class Service:
     name: str
@@ -87,6 +106,8 @@ class LocalStack:
     agent_args: list[str] = field(default_factory=list)  # extra options for every agent
     services: list[Service] = field(default_factory=list)
     redis: RedisProcess | None = None
+    token: str = ""  # an admin token made for this stack (also in <run dir>/credentials.json)
+    worker_token: str = ""  # the batch worker's own (role submit, user "batch")
     _agent_cmds: dict[str, list[str]] = field(default_factory=dict)
 
     @classmethod
@@ -107,6 +128,7 @@ class LocalStack:
                 say(f"redis        {self.redis_url} (private server)")
             else:
                 say(f"redis        {self.redis_url}")
+            self._make_tokens()
             self.predictor_addr = f"127.0.0.1:{free_port()}"
             self._spawn("predictor", ["predictor", "--address", self.predictor_addr])
             self.scheduler_addr = f"127.0.0.1:{free_port()}"
@@ -117,6 +139,7 @@ class LocalStack:
                 if value is not None:
                     sched += [flag, str(value)]
             self._spawn("scheduler", sched)
+            self.write_credentials(self.credentials_file)
             for name, addr in (("predictor", self.predictor_addr), ("scheduler", self.scheduler_addr)):
                 if not wait_healthy(addr, timeout_s=30):
                     raise RuntimeError(f"{name} did not become healthy on {addr}; see {self.run_dir}/{name}.log")
@@ -134,21 +157,44 @@ class LocalStack:
             say(f"agents       {len(self.cluster.nodes())} nodes, {self.cluster.total_gpus} fake GPUs registered")
             if self.with_worker:
                 self._spawn("worker", ["worker", "--redis-url", self.redis_url, "--scheduler", self.scheduler_addr,
-                                       "--concurrency", "2"])
+                                       "--concurrency", "2"], env={"FRENZY_TOKEN": self.worker_token})
                 say("worker       celery worker on the same Redis")
             if self.with_api:
                 self.api_port = self.api_port or free_port()
                 self._spawn("api", ["api", "--host", "127.0.0.1", "--port", str(self.api_port),
                                     "--scheduler", self.scheduler_addr])
                 say(f"api          http://127.0.0.1:{self.api_port}/ (dashboard)")
+                self.write_credentials(self.credentials_file)
         except BaseException:
             self.stop()
             raise
 
-    def _spawn(self, name: str, args: list[str]) -> Service:
+    @property
+    def credentials_file(self) -> Path:
+        return self.run_dir / "credentials.json"
+
+    def _make_tokens(self) -> None:
+        """An admin token for whoever started the stack, and the worker's own: made straight in
+        Redis, as an operator's `frenzy token create` would."""
+        client = redis.Redis.from_url(self.redis_url, decode_responses=True)
+        try:
+            tokens = TokenStore(client, Keys(self.prefix))
+            self.token, _ = tokens.create(_local_user(), Role.ADMIN, note=f"frenzy up in {self.run_dir}")
+            self.worker_token, _ = tokens.create("batch", Role.SUBMIT, note="the stack's batch worker")
+        finally:
+            client.close()
+
+    def write_credentials(self, path: Path) -> None:
+        """The token and addresses in a 0600 file the CLI reads (FRENZY_CREDENTIALS or the default path)."""
+        api = f"http://127.0.0.1:{self.api_port}" if self.api_port else None
+        write_credentials(path, Credentials(token=self.token, scheduler=self.scheduler_addr, api=api))
+
+    def _spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> Service:
         log_path = self.run_dir / f"{name}.log"
-        env = dict(os.environ, REDIS_URL=self.redis_url, FRENZY_PREFIX=self.prefix,
-                   FRENZY_SCHEDULER=self.scheduler_addr, PYTHONUNBUFFERED="1")
+        # No service inherits a token from whoever started the stack; only the worker gets one, its own.
+        base = {k: v for k, v in os.environ.items() if k not in ("FRENZY_TOKEN", "FRENZY_CREDENTIALS")}
+        env = dict(base, REDIS_URL=self.redis_url, FRENZY_PREFIX=self.prefix,
+                   FRENZY_SCHEDULER=self.scheduler_addr, PYTHONUNBUFFERED="1", **(env or {}))
         with open(log_path, "ab") as log:
             proc = subprocess.Popen([sys.executable, "-m", "frenzy.cli.main", *args], stdout=log,
                                     stderr=subprocess.STDOUT, env=env, start_new_session=True,
@@ -180,8 +226,8 @@ class LocalStack:
 
     def wait_nodes(self, count: int, timeout_s: float = 30.0) -> None:
         deadline = time.monotonic() + timeout_s
-        with grpc.insecure_channel(self.scheduler_addr) as ch:
-            stub = scheduler_pb2_grpc.SchedulerStub(ch)
+        with grpc.insecure_channel(self.scheduler_addr) as raw:
+            stub = scheduler_pb2_grpc.SchedulerStub(with_token(raw, self.token))
             while time.monotonic() < deadline:
                 self.check_alive()
                 nodes = stub.ListNodes(scheduler_pb2.ListNodesRequest(), timeout=5).nodes

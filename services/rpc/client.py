@@ -2,26 +2,31 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from frenzy.auth.credentials import DEFAULT_SCHEDULER as DEFAULT_SCHEDULER  # re-exported for the CLI options
+from frenzy.auth.credentials import resolve_scheduler, resolve_token
+from frenzy.rpc.auth import with_token
 from frenzy.v1 import scheduler_pb2_grpc
 
-DEFAULT_SCHEDULER = "127.0.0.1:50051"
 DEFAULT_PREDICTOR = "127.0.0.1:50052"
 
 
 def scheduler_address(explicit: str | None = None) -> str:
-    return explicit or os.environ.get("FRENZY_SCHEDULER", DEFAULT_SCHEDULER)
+    """--scheduler, else FRENZY_SCHEDULER, else the credentials file, else 127.0.0.1:50051."""
+    return resolve_scheduler(explicit)
 
 
 @contextmanager
-def scheduler_stub(address: str | None = None) -> Iterator[scheduler_pb2_grpc.SchedulerStub]:
-    channel = grpc.insecure_channel(scheduler_address(address))
+def scheduler_stub(address: str | None = None, token: str | None = None,
+                   ) -> Iterator[scheduler_pb2_grpc.SchedulerStub]:
+    """A Scheduler stub whose calls carry the caller's token (``token``, else FRENZY_TOKEN, else the
+    credentials file; see frenzy.auth.credentials)."""
+    channel = with_token(grpc.insecure_channel(scheduler_address(address)), resolve_token(token))
     try:
         yield scheduler_pb2_grpc.SchedulerStub(channel)
     finally:

@@ -21,9 +21,11 @@ def start_server(
     service_names: Sequence[str],
     address: str = "127.0.0.1:0",
     max_workers: int = 16,
+    interceptors: Sequence[grpc.ServerInterceptor] = (),
 ) -> tuple[grpc.Server, int, health.HealthServicer]:
     """Build, bind and start a server. -> (server, bound port, health servicer)"""
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc"))
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc"),
+                         interceptors=list(interceptors))
     for add in add_servicers:
         add(server)
     health_servicer = health.HealthServicer()

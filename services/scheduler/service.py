@@ -24,6 +24,9 @@ from typing import Any
 import grpc
 import redis
 
+from frenzy.auth.roles import sees_all_jobs
+from frenzy.auth.tokens import TokenStore
+from frenzy.rpc.auth import TokenAuth, current_identity
 from frenzy.rpc.server import start_server
 from frenzy.scheduler.loop import SchedulerLoop
 from frenzy.state.job_states import JobState
@@ -119,7 +122,22 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         job = self.store.get(job_id)
         if job is None:
             context.abort(grpc.StatusCode.NOT_FOUND, f"job_id: no job {job_id!r}. To fix: see `frenzy jobs`")
+        who = current_identity()
+        if who is not None and not sees_all_jobs(who.role) and job.user != who.user:
+            context.abort(grpc.StatusCode.PERMISSION_DENIED,
+                          f"job_id: job {job_id} belongs to another user; only its owner and admins may see it")
         return job
+
+    @staticmethod
+    def _user() -> str:
+        who = current_identity()
+        return who.user if who is not None else ""
+
+    @staticmethod
+    def _visible_user() -> str | None:
+        """Whose jobs a listing shows: the caller's, or everyone's (None) for admins."""
+        who = current_identity()
+        return None if who is None or sees_all_jobs(who.role) else who.user
 
     # ---- RPCs ----------------------------------------------------------------------------------
 
@@ -130,8 +148,8 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         except ValueError as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         if spec.idempotency_key:
-            existing = self.store.r.get(self.store.k.idempotency(spec.idempotency_key))
-            if existing and (job := self.store.get(existing)) is not None:
+            job = self.store.job_by_idempotency_key(spec.idempotency_key, self._user())
+            if job is not None:
                 return scheduler_pb2.SubmitJobResponse(job=job.to_proto(), duplicate=True)
         try:
             pred, pools = self.predict(spec)
@@ -148,7 +166,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
                           f"(cluster: {have}). {why}. To fix: lower recipe.micro_batch or recipe.seq_len, "
                           "allow recompute, or add larger GPUs")
         job_id, dup = self.store.submit(spec, list(pred.plans), pred.model_name, pred.parameter_count,
-                                        max_attempts=self.loop.max_attempts)
+                                        max_attempts=self.loop.max_attempts, user=self._user())
         self.loop.wake.set()
         job = self.store.get(job_id)
         assert job is not None
@@ -164,7 +182,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
             states = {JobState.from_proto(s) for s in request.states} or None
         except ValueError as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"states: {exc}")
-        jobs = self.store.list(states, request.limit or 100)
+        jobs = self.store.list(states, request.limit or 100, user=self._visible_user())
         return scheduler_pb2.ListJobsResponse(jobs=[j.to_proto() for j in jobs])
 
     def CancelJob(self, request: scheduler_pb2.CancelJobRequest, context: grpc.ServicerContext):
@@ -333,8 +351,12 @@ class SchedulerServer:
                               else env_float("FRENZY_ORPHAN_RELEASE_S", 120.0)),
             master_ports=master_ports or (parse_port_range(ports) if ports else DEFAULT_MASTER_PORTS))
         servicer = SchedulerServicer(self.client, self.keys, predictor_pb2_grpc.PredictorStub(self.channel), self.loop)
+        # Every call but health and reflection needs a token (issue 14): there is no switch to
+        # turn this off, so no deployment can be left open by a forgotten flag.
+        self.tokens = TokenStore(self.client, self.keys)
         self.server, self.port, self.health = start_server(
-            [lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(servicer, s)], [SERVICE_NAME], address)
+            [lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(servicer, s)], [SERVICE_NAME], address,
+            interceptors=[TokenAuth(self.tokens)])
         self.stop_event = threading.Event()
         self.thread = threading.Thread(target=self.loop.run, args=(self.stop_event, tick_s), name="scheduler-loop",
                                        daemon=True)

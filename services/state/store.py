@@ -72,6 +72,7 @@ class JobRecord:
     stop_requested: bool = False
     preemptions: int = 0  # times HAS stopped it for a shorter job (not counted against attempts)
     reserved_at: float = 0.0  # when its current (or last) reservation was made
+    user: str = ""  # who submitted it ("" for jobs from before tokens)
 
     def to_proto(self) -> types_pb2.Job:
         job = types_pb2.Job(
@@ -93,6 +94,7 @@ class JobRecord:
         if self.failed_node and self.failed_rank >= 0:
             job.failed_node_rank, job.failed_exit_code = self.failed_rank, self.failed_exit_code
         job.max_attempts = self.max_attempts
+        job.user = self.user
         return job
 
     def node_rank(self, node: str) -> int:
@@ -178,14 +180,16 @@ class StateStore:
 
     def submit(
         self, spec: types_pb2.JobSpec, plans: list[types_pb2.Plan], model_name: str, parameter_count: int,
-        pending_reason: str = "waiting for the first scheduling pass", max_attempts: int = 0,
+        pending_reason: str = "waiting for the first scheduling pass", max_attempts: int = 0, user: str = "",
     ) -> tuple[str, bool]:
-        """Create a PENDING job (or return the one with the same idempotency key). -> (id, duplicate)"""
+        """Create a PENDING job owned by ``user`` (or return the one this user submitted with the same
+        idempotency key: keys are per user, so nobody learns of or gets another's job). -> (id, duplicate)"""
         job_id = f"job-{uuid.uuid4().hex[:12]}"
         now = time.time()
         idem = spec.idempotency_key
-        idem_key = self.k.idempotency(idem) if idem else self.k.idempotency("-unused-")
+        idem_key = self.idempotency_key(idem, user) if idem else self.k.idempotency("-unused-")
         fields = {
+            "user": user,
             "name": spec.name or model_name,
             "spec": json_format.MessageToJson(spec, indent=None),
             "plans": json.dumps([json_format.MessageToDict(p) for p in plans]),
@@ -213,12 +217,20 @@ class StateStore:
             return None
         return self._decode(raw, hist)
 
-    def list(self, states: set[JobState] | None = None, limit: int = 100) -> list[JobRecord]:
-        ids = self.r.zrevrange(self.k.jobs(), 0, -1 if states else max(limit, 1) - 1)
+    def idempotency_key(self, key: str, user: str) -> str:
+        return self.k.idempotency(f"{user}/{key}" if user else key)
+
+    def job_by_idempotency_key(self, key: str, user: str) -> JobRecord | None:
+        existing = self.r.get(self.idempotency_key(key, user))
+        return self.get(existing) if existing else None
+
+    def list(self, states: set[JobState] | None = None, limit: int = 100, user: str | None = None) -> list[JobRecord]:
+        """Newest first; only ``user``'s jobs when given."""
+        ids = self.r.zrevrange(self.k.jobs(), 0, -1 if states or user is not None else max(limit, 1) - 1)
         out: list[JobRecord] = []
         for job_id in ids:
             rec = self.get(job_id)
-            if rec is None or (states and rec.state not in states):
+            if rec is None or (states and rec.state not in states) or (user is not None and rec.user != user):
                 continue
             out.append(rec)
             if len(out) >= limit:
@@ -237,7 +249,7 @@ class StateStore:
             id=raw["id"], state=JobState(raw["state"]), seq=int(raw.get("seq", 0)),
             submitted_at=float(raw.get("submitted_at", 0)), attempt=int(raw.get("attempt", 1)), spec=spec,
             plans=plans, model_name=raw.get("model_name", ""), parameter_count=int(raw.get("parameter_count", 0)),
-            plan=plan, placement=placement, fence=int(raw.get("fence", 0) or 0),
+            plan=plan, placement=placement, fence=int(raw.get("fence", 0) or 0), user=raw.get("user", ""),
             pending_reason=raw.get("pending_reason", ""), cancel_requested=raw.get("cancel_requested") == "1",
             exit_codes=exits, log_paths=logs, history=[json.loads(h) for h in hist], pids=pids,
             master_node=raw.get("master_node", ""), master_addr=raw.get("master_addr", ""),

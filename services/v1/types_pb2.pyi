@@ -234,7 +234,7 @@ class NodeAssignment(_message.Message):
     def __init__(self, node: _Optional[str] = ..., gpu_indices: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("id", "spec", "state", "history", "plan", "placement", "pending_reason", "attempt", "submitted_at", "exit_codes", "candidate_plans", "model_name", "parameter_count", "log_paths", "failed_node", "failed_node_rank", "failed_exit_code", "pids", "master_addr", "master_port", "max_attempts")
+    __slots__ = ("id", "spec", "state", "history", "plan", "placement", "pending_reason", "attempt", "submitted_at", "exit_codes", "candidate_plans", "model_name", "parameter_count", "log_paths", "failed_node", "failed_node_rank", "failed_exit_code", "pids", "master_addr", "master_port", "max_attempts", "user")
     class ExitCodesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -277,6 +277,7 @@ class Job(_message.Message):
     MASTER_ADDR_FIELD_NUMBER: _ClassVar[int]
     MASTER_PORT_FIELD_NUMBER: _ClassVar[int]
     MAX_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
     id: str
     spec: JobSpec
     state: JobState
@@ -298,7 +299,8 @@ class Job(_message.Message):
     master_addr: str
     master_port: int
     max_attempts: int
-    def __init__(self, id: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., state: _Optional[_Union[JobState, str]] = ..., history: _Optional[_Iterable[_Union[StateTransition, _Mapping]]] = ..., plan: _Optional[_Union[Plan, _Mapping]] = ..., placement: _Optional[_Iterable[_Union[NodeAssignment, _Mapping]]] = ..., pending_reason: _Optional[str] = ..., attempt: _Optional[int] = ..., submitted_at: _Optional[float] = ..., exit_codes: _Optional[_Mapping[str, int]] = ..., candidate_plans: _Optional[_Iterable[_Union[Plan, _Mapping]]] = ..., model_name: _Optional[str] = ..., parameter_count: _Optional[int] = ..., log_paths: _Optional[_Mapping[str, str]] = ..., failed_node: _Optional[str] = ..., failed_node_rank: _Optional[int] = ..., failed_exit_code: _Optional[int] = ..., pids: _Optional[_Mapping[str, int]] = ..., master_addr: _Optional[str] = ..., master_port: _Optional[int] = ..., max_attempts: _Optional[int] = ...) -> None: ...
+    user: str
+    def __init__(self, id: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., state: _Optional[_Union[JobState, str]] = ..., history: _Optional[_Iterable[_Union[StateTransition, _Mapping]]] = ..., plan: _Optional[_Union[Plan, _Mapping]] = ..., placement: _Optional[_Iterable[_Union[NodeAssignment, _Mapping]]] = ..., pending_reason: _Optional[str] = ..., attempt: _Optional[int] = ..., submitted_at: _Optional[float] = ..., exit_codes: _Optional[_Mapping[str, int]] = ..., candidate_plans: _Optional[_Iterable[_Union[Plan, _Mapping]]] = ..., model_name: _Optional[str] = ..., parameter_count: _Optional[int] = ..., log_paths: _Optional[_Mapping[str, str]] = ..., failed_node: _Optional[str] = ..., failed_node_rank: _Optional[int] = ..., failed_exit_code: _Optional[int] = ..., pids: _Optional[_Mapping[str, int]] = ..., master_addr: _Optional[str] = ..., master_port: _Optional[int] = ..., max_attempts: _Optional[int] = ..., user: _Optional[str] = ...) -> None: ...
 
 class GpuProcess(_message.Message):
     __slots__ = ("pid", "used_memory")

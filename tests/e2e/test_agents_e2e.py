@@ -21,6 +21,7 @@ import pytest
 
 from frenzy.agent import launcher
 from frenzy.devstack.stack import LocalStack
+from frenzy.rpc.auth import with_token
 from frenzy.rpc.jobspec import parse_entry
 from frenzy.v1 import scheduler_pb2, scheduler_pb2_grpc, types_pb2
 from has.cluster_spec import parse_cluster
@@ -59,7 +60,7 @@ class Stack:
     def __init__(self, stack: LocalStack, prefix: str) -> None:
         self.stack, self.prefix = stack, prefix
         self.channel = grpc.insecure_channel(stack.scheduler_addr)
-        self.stub = scheduler_pb2_grpc.SchedulerStub(self.channel)
+        self.stub = scheduler_pb2_grpc.SchedulerStub(with_token(self.channel, stack.token))
 
     def submit(self, command: list[str], **entry: object) -> str:
         spec = parse_entry({"name": "e2e", **entry, "command": command}).to_proto()
@@ -136,7 +137,8 @@ def test_two_agents_run_one_torchrun_job_over_gloo(make_stack: Callable[..., Sta
     import subprocess
 
     out = subprocess.run([sys.executable, "-m", "frenzy.cli.main", "logs", job_id, "--follow", "--scheduler",
-                          s.stack.scheduler_addr], capture_output=True, text=True, timeout=60)
+                          s.stack.scheduler_addr], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "FRENZY_CREDENTIALS": str(s.stack.credentials_file)})
     assert out.returncode == 0, out.stderr
     assert "[l4-1] [rank 1/2 node l4-1] step 5 loss" in out.stdout and "SUCCEEDED" in out.stderr
 

@@ -12,6 +12,7 @@ import grpc
 import pytest
 
 from frenzy.devstack.stack import LocalStack
+from frenzy.rpc.auth import with_token
 from frenzy.rpc.jobspec import parse_entry
 from frenzy.v1 import scheduler_pb2, scheduler_pb2_grpc, types_pb2
 from has.cluster_spec import parse_cluster
@@ -46,7 +47,7 @@ def test_job_flows_through_every_service(stack: LocalStack) -> None:
     spec = parse_entry({"name": "e2e", "model": "gpt2-124m", "seq_len": 512, "global_batch": 8, "micro_batch": 4,
                         "command": [sys.executable, "-c", script]}).to_proto()
     with grpc.insecure_channel(stack.scheduler_addr) as ch:
-        stub = scheduler_pb2_grpc.SchedulerStub(ch)
+        stub = scheduler_pb2_grpc.SchedulerStub(with_token(ch, stack.token))
         nodes = stub.ListNodes(scheduler_pb2.ListNodesRequest(), timeout=5).nodes
         assert sorted(n.name for n in nodes) == ["big-0", "small-0", "small-1"]
         resp = stub.SubmitJob(scheduler_pb2.SubmitJobRequest(spec=spec), timeout=30)
@@ -72,7 +73,7 @@ def test_failing_command_ends_failed_and_frees_gpus(stack: LocalStack) -> None:
     spec = parse_entry({"name": "bad", "model": "gpt2-124m", "seq_len": 512, "global_batch": 8,
                         "command": [sys.executable, "-c", "import sys; print('boom'); sys.exit(3)"]}).to_proto()
     with grpc.insecure_channel(stack.scheduler_addr) as ch:
-        stub = scheduler_pb2_grpc.SchedulerStub(ch)
+        stub = scheduler_pb2_grpc.SchedulerStub(with_token(ch, stack.token))
         resp = stub.SubmitJob(scheduler_pb2.SubmitJobRequest(spec=spec), timeout=30)
         job = _wait_final(stub, resp.job.id)
         assert job.state == types_pb2.JOB_STATE_FAILED
