@@ -52,6 +52,7 @@ class _Pass:
         self.cluster = cluster
         self.now = now
         self.policy = policy
+        self.backfill, self.starvation_s = policy.backfill, policy.starvation_s  # (read per waiting job)
         self.running = running
         # job id → estimated completion if it waits (completion plan choice), for preemption
         self.est_done: dict[str, float] | None = (
@@ -118,6 +119,8 @@ class _Pass:
                 result = self._ranked(_job(queued), info)
             if isinstance(result, Placement):
                 self._place(result)
+            elif not info.has_plans:
+                pending[info.job_id] = result
             else:
                 pending[info.job_id] = self._why_waiting(_job(queued), info, result, preferred)
         preemptions: tuple[Preemption, ...] = ()
@@ -203,12 +206,10 @@ class _Pass:
     def _why_waiting(
         self, job: QueuedJob, info: JobPlans, result: PendingReason, preferred: int | None
     ) -> PendingReason:
-        """The pending reason of a job that was not placed (``result``: why no plan was taken
-        now), in order: it never fits; GPUs are held for the starving job; strict FIFO (it
+        """The pending reason of a job with plans that was not placed (``result``: why no plan
+        was taken now), in order: it never fits; GPUs are held for the starving job; strict FIFO (it
         becomes the head everything waits behind); it starves (it becomes the holder, with
         GPUs held for ``preferred`` or its best plan)."""
-        if not info.has_plans:
-            return result
         capacity = self.cluster._capacity
         # "Could this job ever fit?" depends only on the capacity, which views share while no
         # node or GPU changes health (ClusterView reuses it): answered once per job and kept.
@@ -221,16 +222,17 @@ class _Pass:
                 result.per_plan,
                 WaitKind.NEVER_FITS,
             )
-        held = self._held_reason(job, info, result)
-        if held is not None:
-            return held
-        if not self.policy.backfill:
+        if self.reservation is not None:
+            held = self._held_reason(job, info, result)
+            if held is not None:
+                return held
+        if not self.backfill:
             self.fifo_head = job
             self.behind = PendingReason(
                 f"waiting behind {info.job_id} (strict FIFO, backfill off)", (), WaitKind.BEHIND_HEAD
             )
             return result
-        starvation_s = self.policy.starvation_s
+        starvation_s = self.starvation_s
         # (``_wait_s(job, now) >= starvation_s``, written out)
         if self.holder is None and (starvation_s <= 0.0 or self.now - info.submitted_at >= starvation_s):
             reserving = self._hold_for(job, result, preferred)
