@@ -33,16 +33,18 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import asynccontextmanager
 from functools import cache
 from importlib import resources
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import grpc
-from fastapi import APIRouter, Depends, FastAPI, HTTPException, Path, Query, Request
+from fastapi import APIRouter, Depends, FastAPI, Header, HTTPException, Path, Query, Request
 from fastapi.params import Depends as Dependency
 from fastapi.responses import HTMLResponse, JSONResponse
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from starlette.concurrency import run_in_threadpool
 
 from frenzy.api.guard import DEFAULT_MAX_BODY_BYTES, WebGuard, allowed_host_names
+from frenzy.auth.tokens import AuthError, bearer, parse_token
+from frenzy.rpc.auth import with_token
 from frenzy.rpc.jobspec import MAX_JSON_DEPTH, JobEntry, JobSpecError, json_depth, parse_entry
 from frenzy.rpc.protojson import to_json
 from frenzy.v1 import scheduler_pb2, scheduler_pb2_grpc, types_pb2
@@ -118,7 +120,9 @@ def _http_error(exc: grpc.RpcError) -> HTTPException:
     code = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
     details = (exc.details() if hasattr(exc, "details") else "") or ""
     if code in HTTP_STATUS:
-        return HTTPException(status_code=HTTP_STATUS[code], detail=(details or code.name)[:MAX_DETAIL_CHARS])
+        headers = {"WWW-Authenticate": "Bearer"} if code == grpc.StatusCode.UNAUTHENTICATED else None
+        return HTTPException(status_code=HTTP_STATUS[code], detail=(details or code.name)[:MAX_DETAIL_CHARS],
+                             headers=headers)
     log.warning("scheduler call failed: %s: %s", getattr(code, "name", code), details)
     status, message = FIXED_ANSWER.get(code, (502, INTERNAL_ERROR))
     return HTTPException(status_code=status, detail=message)
@@ -148,9 +152,29 @@ def read_json(raw: bytes) -> object:
     return data
 
 
+def caller_token(authorization: str | None = Header(default=None, include_in_schema=False)) -> str:
+    """The caller's token from ``Authorization: Bearer <token>`` (401 without one).
+
+    Only a header counts, never a cookie: a browser sends cookies with any cross-site request,
+    while a header has to be set by the page's own script (issue 14 item 5, CSRF). Whether the
+    token is good is the scheduler's to say (it answers UNAUTHENTICATED -> 401,
+    PERMISSION_DENIED -> 403), so the API holds no credential of its own."""
+    try:
+        token = bearer(authorization)
+        parse_token(token)
+    except AuthError as exc:
+        raise HTTPException(401, detail=f"{exc}. To fix: send 'Authorization: Bearer <token>' "
+                                        "(`frenzy token create`, or the token `frenzy up` wrote)",
+                            headers={"WWW-Authenticate": "Bearer"}) from None
+    return token
+
+
+Caller = Annotated[str, Depends(caller_token)]
+
+
 def api_dependencies(extra: Sequence[Dependency] = ()) -> list[Dependency]:
-    """What every /api route depends on, in one place (authentication joins here)."""
-    return [*extra]
+    """What every /api route depends on, in one place: a bearer token, then ``extra``."""
+    return [Depends(caller_token), *extra]
 
 
 def create_app(scheduler_address: str, *, bind_host: str = "127.0.0.1", allowed_hosts: Sequence[str] = (),
@@ -167,12 +191,13 @@ def create_app(scheduler_address: str, *, bind_host: str = "127.0.0.1", allowed_
             channel["c"] = grpc.insecure_channel(scheduler_address)
         return channel["c"]
 
-    def stub() -> scheduler_pb2_grpc.SchedulerStub:
-        return scheduler_pb2_grpc.SchedulerStub(get_channel())
+    def stub(token: str) -> scheduler_pb2_grpc.SchedulerStub:
+        return scheduler_pb2_grpc.SchedulerStub(with_token(get_channel(), token))
 
-    def call(fn: Callable[[scheduler_pb2_grpc.SchedulerStub], T]) -> T:
+    def call(token: str, fn: Callable[[scheduler_pb2_grpc.SchedulerStub], T]) -> T:
+        """``fn`` on a stub that calls as the caller (their token), gRPC errors as HTTP ones."""
         try:
-            return fn(stub())
+            return fn(stub(token))
         except grpc.RpcError as exc:
             raise _http_error(exc) from None
 
@@ -216,7 +241,8 @@ def create_app(scheduler_address: str, *, bind_host: str = "127.0.0.1", allowed_
         return JSONResponse(body, status_code=200 if serving else 503)
 
     @api.get("/jobs", tags=["jobs"])
-    def list_jobs(state: list[str] = Query(default=[], description="PENDING, RUNNING, ... (repeatable)"),  # noqa: B006
+    def list_jobs(token: Caller,
+                  state: list[str] = Query(default=[], description="PENDING, RUNNING, ... (repeatable)"),  # noqa: B006
                   limit: int = Query(default=100, ge=1, le=10_000)) -> dict[str, Any]:
         """Jobs, newest first, as summaries (GET /api/jobs/{id} has the whole record)."""
         states = []
@@ -226,18 +252,18 @@ def create_app(scheduler_address: str, *, bind_host: str = "127.0.0.1", allowed_
                 allowed = ", ".join(n.removeprefix("JOB_STATE_") for n in types_pb2.JobState.keys()[1:])
                 raise HTTPException(400, detail=f"state: unknown state {s!r} (one of {allowed})")
             states.append(types_pb2.JobState.Value(name))
-        resp = call(lambda st: st.ListJobs(scheduler_pb2.ListJobsRequest(states=states, limit=limit),
+        resp = call(token, lambda st: st.ListJobs(scheduler_pb2.ListJobsRequest(states=states, limit=limit),
                                            timeout=READ_TIMEOUT_S))
         return {"jobs": [job_summary(j) for j in resp.jobs]}
 
     @api.get("/jobs/{job_id}", tags=["jobs"])
-    def get_job(job_id: str = JobIdPath) -> dict[str, Any]:
-        job = call(lambda st: st.GetJob(scheduler_pb2.GetJobRequest(job_id=job_id), timeout=READ_TIMEOUT_S))
+    def get_job(token: Caller, job_id: str = JobIdPath) -> dict[str, Any]:
+        job = call(token, lambda st: st.GetJob(scheduler_pb2.GetJobRequest(job_id=job_id), timeout=READ_TIMEOUT_S))
         return job_detail(job)
 
     @api.post("/jobs", tags=["jobs"], openapi_extra={"requestBody": {
         "required": True, "content": {"application/json": {"schema": JobEntry.model_json_schema()}}}})
-    async def submit_job(request: Request) -> dict[str, Any]:
+    async def submit_job(request: Request, token: Caller) -> dict[str, Any]:
         """Submit one job: the model and the recipe, never GPUs. 400 names the bad field; 409 when no GPU
         type in the cluster can hold the job. With the same `idempotency_key`, the same job comes back
         (`duplicate: true`). `model` is a catalog name or the config as a JSON object, never a path:
@@ -248,11 +274,11 @@ def create_app(scheduler_address: str, *, bind_host: str = "127.0.0.1", allowed_
         except JobSpecError as exc:
             raise HTTPException(400, detail=str(exc)) from None
         req = scheduler_pb2.SubmitJobRequest(spec=spec)
-        resp = await run_in_threadpool(call, lambda st: st.SubmitJob(req, timeout=SUBMIT_TIMEOUT_S))
+        resp = await run_in_threadpool(call, token, lambda st: st.SubmitJob(req, timeout=SUBMIT_TIMEOUT_S))
         return {**job_detail(resp.job), "duplicate": resp.duplicate}
 
     @api.post("/jobs/{job_id}/cancel", tags=["jobs"])
-    async def cancel_job(request: Request, job_id: str = JobIdPath) -> dict[str, Any]:
+    async def cancel_job(request: Request, token: Caller, job_id: str = JobIdPath) -> dict[str, Any]:
         """Cancel a job (body optional: {"reason": "..."}). 409 when it has already ended."""
         reason = ""
         raw = await request.body()
@@ -263,12 +289,13 @@ def create_app(scheduler_address: str, *, bind_host: str = "127.0.0.1", allowed_
             if len(body.get("reason", "")) > MAX_REASON_CHARS:
                 raise HTTPException(400, detail=f"reason: at most {MAX_REASON_CHARS} characters")
             reason = body.get("reason", "")
-        resp = await run_in_threadpool(call, lambda st: st.CancelJob(
+        resp = await run_in_threadpool(call, token, lambda st: st.CancelJob(
             scheduler_pb2.CancelJobRequest(job_id=job_id, reason=reason), timeout=READ_TIMEOUT_S))
         return job_detail(resp.job)
 
     @api.get("/jobs/{job_id}/logs", tags=["jobs"])
     def job_logs(
+        token: Caller,
         job_id: str = JobIdPath,
         node: str = Query(default="", max_length=256, description="one node's output (empty: every node)"),
         attempt: int = Query(default=0, ge=0, description="one attempt (0: every attempt)"),
@@ -276,16 +303,16 @@ def create_app(scheduler_address: str, *, bind_host: str = "127.0.0.1", allowed_
     ) -> dict[str, Any]:
         """The job's output as the agents shipped it (stdout and stderr together), per node and
         attempt, oldest first — what `frenzy logs` prints, without following."""
-        chunks = call(lambda st: list(st.StreamLogs(scheduler_pb2.StreamLogsRequest(
+        chunks = call(token, lambda st: list(st.StreamLogs(scheduler_pb2.StreamLogsRequest(
             job_id=job_id, node=node, attempt=attempt, tail_lines=tail_lines), timeout=READ_TIMEOUT_S)))
         return {"job_id": job_id, "chunks": [
             {"node": c.node, "attempt": c.attempt, "offset": c.offset, "text": c.text, "at": c.at} for c in chunks
         ]}
 
     @api.get("/nodes", tags=["nodes"])
-    def list_nodes(include_dead: bool = False) -> dict[str, Any]:
+    def list_nodes(token: Caller, include_dead: bool = False) -> dict[str, Any]:
         """Nodes and their GPUs; `owner` is the job id holding a GPU ("" when free)."""
-        resp = call(lambda st: st.ListNodes(scheduler_pb2.ListNodesRequest(include_dead=include_dead),
+        resp = call(token, lambda st: st.ListNodes(scheduler_pb2.ListNodesRequest(include_dead=include_dead),
                                             timeout=READ_TIMEOUT_S))
         return {"nodes": [to_json(n) for n in resp.nodes]}
 

@@ -43,9 +43,14 @@ class Api:
     proc: subprocess.Popen[bytes]
     redis: redis.Redis
     keys: Keys
+    token: str
 
-    def client(self, host: str | None = None) -> httpx.Client:
+    def client(self, host: str | None = None, token: str | None = "") -> httpx.Client:
+        """A client with the admin token ("" default), another token, or none (None)."""
         headers = {"host": host} if host else {}
+        token = self.token if token == "" else token
+        if token is not None:
+            headers["authorization"] = f"Bearer {token}"
         return httpx.Client(base_url=self.url, headers=headers, timeout=30)
 
     def job_count(self) -> int:
@@ -75,7 +80,7 @@ def api(redis_url: str) -> Iterator[Api]:
                     return False
 
             wait_for(up, timeout=30, what="frenzy api to answer /healthz", interval=0.1)
-            yield Api(url, port, proc, client, keys)
+            yield Api(url, port, proc, client, keys, servers.token)
         finally:
             os.killpg(proc.pid, signal.SIGTERM)
             proc.wait(timeout=10)
@@ -229,3 +234,27 @@ def test_field_limits_name_the_field_and_the_limit(api: Api) -> None:
         assert r.status_code == 400 and r.json()["detail"].startswith("command") and "65536" in r.text, r.text[:200]
         r = c.post("/api/jobs", json={**GOOD, "env": {"NOT A NAME": "1"}})
         assert r.status_code == 400 and r.json()["detail"].startswith("env"), r.text
+
+
+def test_every_api_route_needs_a_token(api: Api) -> None:
+    """issue 14 item 1 (REST): without a token, with a bad one, or with a cookie instead of the
+    header, no /api route answers (401, saying how to get a token); health and the dashboard
+    page stay open (the page asks for a token)."""
+    routes = [("GET", "/api/jobs"), ("GET", "/api/jobs/job-000000000000"), ("GET", "/api/nodes"),
+              ("GET", "/api/jobs/job-000000000000/logs"), ("POST", "/api/jobs"),
+              ("POST", "/api/jobs/job-000000000000/cancel")]
+    before = api.job_count()
+    for token in (None, "frz_0123456789ab_" + "A" * 43, "garbage"):
+        with api.client(token=token) as c:
+            c.cookies.set("authorization", f"Bearer {api.token}")  # ambient credentials count for nothing
+            for method, path in routes:
+                r = c.request(method, path, json=GOOD if method == "POST" else None)
+                assert r.status_code == 401, (token, method, path, r.status_code, r.text)
+                assert "token" in r.json()["detail"] and r.headers.get("www-authenticate") == "Bearer"
+                assert not any(leak in r.text for leak in LEAKS)
+    assert api.job_count() == before
+    with api.client(token=None) as c:
+        assert c.get("/healthz").status_code == 200
+        assert c.get("/").status_code == 200
+    with api.client() as c:  # the admin's token works
+        assert c.get("/api/nodes").status_code == 200

@@ -39,7 +39,8 @@ def servers(redis_url: str, prefix: str, redis_client: redis.Redis, keys: Keys) 
 
 @pytest.fixture
 def client(servers: Servers) -> Iterator[TestClient]:
-    with TestClient(create_app(servers.scheduler_addr), base_url="http://localhost") as c:
+    with TestClient(create_app(servers.scheduler_addr), base_url="http://localhost",
+                    headers={"authorization": f"Bearer {servers.token}"}) as c:
         yield c
 
 
@@ -158,7 +159,8 @@ def test_dashboard_and_openapi(client: TestClient) -> None:
 
 
 def test_scheduler_down_is_503() -> None:
-    with TestClient(create_app(f"127.0.0.1:{free_port()}"), base_url="http://127.0.0.1") as c:
+    with TestClient(create_app(f"127.0.0.1:{free_port()}"), base_url="http://127.0.0.1",
+                    headers={"authorization": "Bearer frz_0123456789ab_" + "A" * 43}) as c:
         assert c.get("/healthz").status_code == 503
         r = c.get("/api/nodes")
         assert r.status_code == 503 and "scheduler unavailable" in r.json()["detail"]
