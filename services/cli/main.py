@@ -170,7 +170,7 @@ def _follow(stub, job_id: str, quiet: bool = False) -> types_pb2.Job:  # noqa: A
         last = update.job
         if not quiet:
             t = update.transition
-            con.print(f"{render.when(t.at)}  {render.styled_state(t.state):<12} {t.reason}")
+            con.print(f"{render.when(t.at)}  {render.styled_state(t.state):<12} {render.user_text(t.reason)}")
     if last is None:
         last = stub.GetJob(scheduler_pb2.GetJobRequest(job_id=job_id))
     return last
@@ -216,10 +216,10 @@ def job(
 def show_job(j: types_pb2.Job, plans_limit: int = 8) -> None:
     con = render.console()
     attempts = f"attempt {j.attempt}" + (f" of {j.max_attempts}" if j.max_attempts else "")
-    con.print(f"[bold]{j.id}[/] {j.spec.name}  model {j.model_name} ({j.parameter_count / 1e9:.3f} B)  "
+    con.print(f"[bold]{j.id}[/] {render.user_text(j.spec.name)}  model {render.user_text(j.model_name)} ({j.parameter_count / 1e9:.3f} B)  "
               f"state {render.styled_state(j.state)}  {attempts}")
     if render.state_name(j.state) == "PENDING" and j.pending_reason:
-        con.print(f"[yellow]pending:[/] {j.pending_reason}")
+        con.print(f"[yellow]pending:[/] {render.user_text(j.pending_reason)}")
     if j.failed_node:
         con.print(f"[red]failed:[/] node {j.failed_node} (torchrun node rank {j.failed_node_rank}) exited with "
                   f"code {j.failed_exit_code}. To see why: frenzy logs {j.id} --node {j.failed_node}")
@@ -233,7 +233,7 @@ def show_job(j: types_pb2.Job, plans_limit: int = 8) -> None:
         con.print("placement: " + "; ".join(f"{a.node} GPUs {list(a.gpu_indices)}" for a in j.placement) + rdzv)
     con.print(render.history_table(j))
     for node, path in sorted(j.log_paths.items()):
-        con.print(f"log ({node}): {path}")
+        con.print(f"log ({render.user_text(node)}): {render.user_text(path)}")
     if j.exit_codes:
         con.print("exit codes: " + ", ".join(f"{n}={c}" for n, c in sorted(j.exit_codes.items())))
 
@@ -514,7 +514,7 @@ def _demo_job(stack, model: str, timeout_s: float) -> bool:  # noqa: ANN001
         final = None
         for update in stub.WatchJob(scheduler_pb2.WatchJobRequest(job_id=resp.job.id), timeout=timeout_s):
             t = update.transition
-            con.print(f"  {render.when(t.at)}  {render.styled_state(t.state):<12} {t.reason}")
+            con.print(f"  {render.when(t.at)}  {render.styled_state(t.state):<12} {render.user_text(t.reason)}")
             final = update.job
             if time.monotonic() > deadline:
                 break

@@ -161,7 +161,7 @@ def process_entry(batch_id: str, index: int, entry: object, *, scheduler: str, c
         own_key = bool(job.idempotency_key)
         if not own_key:
             job = job.model_copy(update={"idempotency_key": auto_idempotency_key(batch_id, index)})
-        spec = job.to_proto()
+        spec = job.to_proto(read_model_files=False)  # entries come over Redis: never open a path they name
     except JobSpecError as exc:
         return done(B.INVALID, error=str(exc))
     name = name or job.name
