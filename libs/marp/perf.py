@@ -39,9 +39,9 @@ from numpy.typing import ArrayLike, NDArray
 
 from marp.activations import element_bytes
 from marp.gpus import GpuType
-from marp.memory import RECOMPUTE_CODE, stage_param_counts, state_bytes_per_param
 from marp.models import ModelSpec
 from marp.recipe import Layout, TrainingRecipe, compute_dtype
+from marp.sizes import RECOMPUTE_CODE, stage_param_counts, state_bytes_per_param
 
 DEFAULT_MFU = 0.4  # historical constant; None (the default of the functions) means "calibrated"
 DEFAULT_INTER_NODE_GBPS = 25.0  # 200 Gb/s InfiniBand / RoCE per GPU

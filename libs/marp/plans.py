@@ -24,6 +24,7 @@ from marp.memory import MemoryBreakdown, breakdown_at, check_seq_len, memory_gri
 from marp.models import ModelSpec
 from marp.perf import DEFAULT_INTER_NODE_GBPS, step_time_grid
 from marp.recipe import Layout, TrainingRecipe
+from marp.sizes import CONTEXT_BYTES, CONTEXT_BYTES_DEFAULT, HOPPER
 
 DEFAULT_GPUS_PER_NODE = 8
 DEFAULT_MAX_GPUS = 64
@@ -169,8 +170,6 @@ def _describe(lay: Layout) -> str:
 
 def _memory_class(gpu: GpuType) -> tuple[int, bool]:
     """GPUs whose memory prediction is identical: same context bytes and TE workspace size."""
-    from marp.memory import CONTEXT_BYTES, CONTEXT_BYTES_DEFAULT, HOPPER
-
     return (CONTEXT_BYTES.get(gpu.name, CONTEXT_BYTES_DEFAULT), gpu.name in HOPPER)
 
 

@@ -1,0 +1,526 @@
+"""The memory terms of a whole grid of layouts at once: one function per term, then the phases.
+
+Each function computes one term (model states, layer gradients, activations, logits, buffers,
+autocast's weight copies, the optimizer's and one layer's transients) for every layout of a
+``LayoutGrid`` as numpy arrays, for one pipeline stage where it says so; ``_forward_end`` and
+``_backward`` are phases A and B, ``_stage_terms`` takes the maximum over the three phases, and
+``memory_for_grid`` picks the first or last stage and rounds to whole bytes. The sizes come from
+``marp.sizes``; ``marp.memory`` is the public face (``predict_memory``, ``memory_grid``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from marp.activations import LayerCoefficients, element_bytes, layer_coefficients
+from marp.errors import InvalidLayoutError
+from marp.gpus import GpuType, MiB
+from marp.models import ModelSpec
+from marp.recipe import LayoutGrid, TrainingRecipe
+from marp.sizes import (
+    FRAGMENTATION,
+    HOPPER,
+    RECOMPUTE_CODE,
+    TE_STREAMS,
+    ceil_div,
+    in_flight,
+    lora_params,
+    loss_bytes_per_logit,
+    runtime_reserve_bytes,
+    stage_param_counts,
+    state_bytes_per_param,
+)
+
+# The names of the result: the breakdown's terms, the phases (A, B, C) and the pipeline stages.
+FIELDS: tuple[str, ...] = (
+    "parameters", "gradients", "optimizer_states", "activations", "logits", "runtime_reserve",
+    "buffers", "transient", "fragmentation",
+)  # fmt: skip
+PHASES: tuple[str, ...] = ("forward+loss", "backward", "optimizer")
+STAGES: tuple[str, ...] = ("first", "last", "max")
+
+FloatArray = NDArray[np.floating[Any]]
+
+
+@dataclass(frozen=True)
+class _Job:
+    """One job over a grid of layouts: the inputs and the per-rank sizes every stage shares."""
+
+    model: ModelSpec
+    recipe: TrainingRecipe
+    grid: LayoutGrid
+    gpu: GpuType | None
+    coef: LayerCoefficients
+    e: int  # bytes per activation element
+    pb: float  # parameter, gradient and optimizer-state bytes per parameter (state_bytes_per_param)
+    gb: float
+    ob: float
+    first_params: NDArray[np.int64]  # parameters on one TP rank of the first / last stage
+    last_params: NDArray[np.int64]
+    layer_local: NDArray[np.int64]  # one layer's parameters on one TP rank
+    vocab_local: NDArray[np.int64]  # the vocab matrix on one TP rank
+    layers_stage: NDArray[np.int64]
+    expert_local: NDArray[np.int64]
+    tokens: FloatArray  # tokens of one micro-batch on one rank (context parallelism splits s)
+    keys: FloatArray  # keys each query attends to on one rank
+    sp_div: NDArray[np.int64]  # what divides the replicated activations (tp under sequence parallelism)
+    chunk_layers: FloatArray  # layers of the model chunk one forward / backward pass runs
+
+    @property
+    def lora(self) -> bool:
+        return self.recipe.finetune in ("lora", "qlora")
+
+    @property
+    def grads_persistent(self) -> bool:
+        return self.recipe.resolved_grad_buffer == "persistent"
+
+
+def _job(model: ModelSpec, recipe: TrainingRecipe, grid: LayoutGrid, gpu: GpuType | None) -> _Job:
+    policy = recipe.policy
+    dropout = model.dropout if recipe.dropout is None else recipe.dropout
+    coef = layer_coefficients(model, policy, recipe.flash_attention, dropout, fused=recipe.fused_kernels,
+                              kv_repeat=recipe.resolved_kv_repeat)  # fmt: skip
+    s = recipe.seq_len
+    pb, gb, ob = state_bytes_per_param(policy, recipe.optimizer)
+    first_params, last_params, layer_local, vocab_local = stage_param_counts(model, grid.tp, grid.pp)
+    layers_stage = ceil_div(np.full_like(grid.pp, model.n_layers), grid.pp)
+    # Experts are divided over the expert-parallel group (Lepikhin et al. 2021, GShard sec. 2).
+    expert_local = np.where(model.experts > 0,
+                            layers_stage * ceil_div(np.full_like(grid.tp, model.expert_params()), grid.tp), 0)  # fmt: skip
+    expert_local = expert_local - expert_local // grid.ep
+    return _Job(
+        model=model, recipe=recipe, grid=grid, gpu=gpu, coef=coef, e=element_bytes(policy), pb=pb, gb=gb, ob=ob,
+        first_params=first_params, last_params=last_params, layer_local=layer_local, vocab_local=vocab_local,
+        layers_stage=layers_stage, expert_local=expert_local, tokens=grid.micro_batch * s / grid.cp,
+        keys=s / grid.cp, sp_div=np.where(grid.sp > 0, grid.tp, 1), chunk_layers=layers_stage / grid.vpp,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _Layer:
+    """One transformer layer of one micro-batch on one rank, by recompute policy."""
+
+    saved: FloatArray  # activations kept for the backward
+    rebuilt: FloatArray  # activations while the layer is back-propagated
+    mlp_tr: FloatArray  # transients of the MLP's down projection's backward
+    act_tr: FloatArray  # ... of the MLP activation's backward
+    attn_tr: FloatArray  # ... of the attention's backward
+    dequant: FloatArray | float  # QLoRA: one dequantised matrix
+
+
+def _layer(job: _Job) -> _Layer:
+    coef, g, tokens, sp_div = job.coef, job.grid, job.tokens, job.sp_div
+    tp_, rc = g.tp, g.recompute
+    full_layer = tokens * (coef.rep / sp_div + coef.par / tp_ + job.keys * coef.score / tp_)
+    saved = np.select(
+        [rc == RECOMPUTE_CODE["none"], rc == RECOMPUTE_CODE["selective"], rc == RECOMPUTE_CODE["full"]],
+        [full_layer, tokens * (coef.rep / sp_div + coef.par / tp_),
+         tokens * coef.ckpt_rep / sp_div],
+        tokens * (coef.sac_rep / sp_div + coef.sac_par / tp_),
+    )
+    # The layer being back-propagated holds all its activations: kept (none), or rebuilt by the
+    # recomputation (full, op-sac: the whole layer; selective: its attention scores, Korthikanti
+    # sec. 5) -- under full recompute beside its checkpointed input, unless that input is itself
+    # one of the saved tensors (LayerNorm saves its input as is).
+    ckpt_extra = 0.0 if coef.ckpt_alias else 1.0
+    rebuilt = full_layer + np.where(rc == RECOMPUTE_CODE["full"], ckpt_extra * tokens * coef.ckpt_rep / sp_div, 0.0)
+    # Beyond that, the larger of the MLP backward's transients and the attention backward's, which
+    # run after the MLP's and the second norm's tensors are freed (marp.activations, bwd_*).
+    return _Layer(
+        saved=saved, rebuilt=rebuilt,
+        mlp_tr=tokens * (coef.bwd_mlp_rep / sp_div + coef.bwd_mlp_par / tp_),
+        act_tr=tokens * (coef.bwd_act_rep / sp_div + coef.bwd_act_par / tp_),
+        attn_tr=tokens * (coef.bwd_attn_rep / sp_div + coef.bwd_attn_par / tp_ + job.keys * coef.bwd_score / tp_),
+        dequant=(2.0 * job.layer_local / 4 if job.recipe.finetune == "qlora" else 0.0),
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _Stage:
+    """One pipeline rank of every layout: the first (rank 0) or the last (pp - 1)."""
+
+    is_first: NDArray[np.bool_]
+    is_last: NDArray[np.bool_]
+    n_params: NDArray[np.int64]
+    units: FloatArray  # layer x micro-batch units of activations in flight (_in_flight)
+    mbs: FloatArray  # micro-batches in flight
+
+
+def _stage(job: _Job, last: bool) -> _Stage:
+    g = job.grid
+    single = g.pp == 1
+    rank = g.pp - 1 if last else np.zeros_like(g.pp)
+    units, mbs = in_flight(job.model.n_layers, g.pp, g.vpp, g.grad_accum, rank)
+    return _Stage(
+        is_first=single if last else np.ones_like(single), is_last=np.ones_like(single) if last else single,
+        n_params=job.last_params if last else job.first_params, units=units, mbs=mbs,
+    )  # fmt: skip
+
+
+def _activations(job: _Job, layer: _Layer, st: _Stage) -> tuple[FloatArray, FloatArray]:
+    """(every saved activation in flight, one micro-batch's embedding output on the first stage)."""
+    emb_this = np.where(st.is_first, job.tokens * job.coef.emb, 0.0)
+    acts = st.units * layer.saved + st.mbs * emb_this
+    acts = acts + np.where(st.is_last, job.tokens * job.coef.final, 0.0)
+    return acts, emb_this
+
+
+def _logits(job: _Job, st: _Stage) -> tuple[FloatArray, FloatArray]:
+    """The loss's logits at the start of its backward, and in its forward (memory-notes D.5)."""
+    model, recipe = job.model, job.recipe
+    loss_kind, e = recipe.resolved_loss, job.e
+    logit_elems = job.tokens * job.vocab_local / model.hidden if model.vocab_logits else np.zeros_like(job.tokens)
+    per_logit = loss_bytes_per_logit(loss_kind, e, recipe.loss_chunks, recipe.fused_kernels)
+    logits = np.where(st.is_last, logit_elems * per_logit, 0.0)
+    # The loss's forward, still inside the autocast region: the logits, their fp32 upcast (the
+    # same tensor in fp32) and log_softmax's output (torch loss only; the others keep their peak).
+    per_logit_fwd = (0.0 if e == 4 else e) + 8.0 if loss_kind == "torch" else per_logit
+    return logits, np.where(st.is_last, logit_elems * per_logit_fwd, 0.0)
+
+
+@dataclass(frozen=True)
+class _States:
+    """Model states of one rank, trainable vs frozen, after ZeRO / FSDP sharding."""
+
+    params: FloatArray
+    grads: FloatArray
+    opt_params: FloatArray  # parameters whose optimizer states this rank keeps
+    opt: FloatArray
+    trainable: FloatArray
+    ex: FloatArray  # expert parameters (trained in full)
+    g_div: FloatArray  # what divides the gradients (the shard group from ZeRO-2)
+    sd: FloatArray  # the shard group
+    sd_e: FloatArray  # the shard group of the expert parameters
+
+
+def _model_states(job: _Job, st: _Stage) -> _States:
+    model, recipe, g, pb = job.model, job.recipe, job.grid, job.pb
+    zs = g.zero_stage
+    dense = (st.n_params - job.expert_local).astype(np.float64)
+    if job.lora:
+        adapters = job.layers_stage * lora_params(model, recipe.lora_rank, recipe.lora_targets) / g.tp
+        if recipe.finetune == "qlora":
+            # NF4 base: 0.5 B/param plus double-quantised constants, 0.127 bit/param (Dettmers
+            # et al. 2023, sec. 3); embeddings, norms and the head stay in bf16.
+            quant = job.layers_stage * job.layer_local * (0.5 + 0.127 / 8)
+            frozen = quant + (dense - job.layers_stage * job.layer_local) * 2.0
+        else:
+            frozen = dense * (2.0 if pb == 2.0 else pb)
+        trainable = adapters
+    else:
+        frozen = np.zeros_like(dense)
+        trainable = dense
+    sd = np.maximum(g.shard, 1).astype(np.float64)
+    sd_e = np.maximum(g.shard // g.ep, 1).astype(np.float64)
+    p_div = np.where(zs >= 3, sd, 1.0)
+    g_div = np.where(zs >= 2, sd, 1.0)
+    o_div = np.where(zs >= 1, sd, 1.0)
+    ex = job.expert_local.astype(np.float64) if not job.lora else np.zeros_like(dense)
+    params = trainable * pb / p_div + frozen / np.where(zs >= 3, sd, 1.0) + ex * pb / np.where(zs >= 3, sd_e, 1)
+    grads = trainable * job.gb / g_div + ex * job.gb / np.where(zs >= 2, sd_e, 1)
+    opt_params = trainable / o_div + ex / np.where(zs >= 1, sd_e, 1)
+    opt = opt_params * job.ob
+    if recipe.offload_optimizer:
+        opt = np.zeros_like(opt)  # ZeRO-Offload (Ren et al. 2021): states and master in CPU memory
+    return _States(params=params, grads=grads, opt_params=opt_params, opt=opt, trainable=trainable, ex=ex,
+                   g_div=g_div, sd=sd, sd_e=sd_e)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _LayerGrads:
+    """Gradients produced during one layer's backward."""
+
+    layer: FloatArray  # one layer's (and its share of the experts')
+    post: FloatArray  # the head side's, there before any layer's backward (last stage)
+    own_mlp: FloatArray | float  # the layer's own, produced so far: in the MLP's backward
+    own_attn: FloatArray | float  # ... in the attention's backward
+
+
+def _head_side_params(job: _Job) -> NDArray[np.int64]:
+    """Head-side parameters on one TP rank: the LM head's matrix (a tied head's gradient lands in
+    the embedding), its other parts, the final norm."""
+    model = job.model
+    if model.head == "lm":
+        head_side = job.vocab_local + (model.head_params() - (0 if model.tied_embeddings else model.vocab * model.hidden))
+    else:
+        head_side = np.full_like(job.grid.tp, model.head_params())
+    return head_side + model.final_norm_params()
+
+
+def _layer_grads(job: _Job, st: _Stage, states: _States) -> _LayerGrads:
+    model, g, gb, g_div = job.model, job.grid, job.gb, states.g_div
+    if job.lora:
+        grads = states.grads
+        return _LayerGrads(layer=grads / job.layers_stage, post=np.zeros_like(grads), own_mlp=np.zeros_like(grads),
+                           own_attn=np.zeros_like(grads))  # fmt: skip
+    g_layer = job.layer_local * gb / g_div + states.ex * gb / np.where(g.zero_stage >= 2, states.sd_e, 1) / job.layers_stage
+    g_post = np.where(st.is_last, _head_side_params(job) * gb / g_div, 0.0)
+    if job.grads_persistent and job.recipe.megatron_style:
+        # Megatron accumulates into its fp32 main_grad buffer with fused wgrad kernels.
+        zeros = np.zeros_like(states.grads)
+        return _LayerGrads(layer=g_layer, post=g_post, own_mlp=zeros, own_attn=zeros)
+    # The layer's own weight gradients produced so far: the MLP's down projection, then the whole
+    # MLP and the attention output projection (params, per TP rank). Under autocast the MLP-phase
+    # gradient is still the bf16 copy's (the matmul's output), cast to the fp32 parameter's dtype
+    # by the cast's backward once the matmul is done.
+    h, ffn = model.hidden, model.expert_ffn if model.experts else model.ffn
+    n_mlp = 3 if model.mlp == "swiglu" else 2
+    own_grads_mlp = (0 if model.experts else h * ffn) / g.tp
+    own_grads_attn = (0 if model.experts else n_mlp * h * ffn + h * h) / g.tp
+    return _LayerGrads(
+        layer=g_layer, post=g_post,
+        own_mlp=own_grads_mlp * (job.e if job.recipe.policy.startswith("amp-") else gb) / g_div,
+        own_attn=own_grads_attn * gb / g_div,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _Buffers:
+    """Buffers beside the model states: FSDP / ZeRO-3 gathers, DDP buckets, TE workspaces."""
+
+    gathered: FloatArray  # unsharded parameters
+    unsharded_grads: FloatArray  # one unit's unsharded gradients in the backward
+    ddp: FloatArray  # PyTorch DDP's gradient buckets
+    te_ws: float  # Transformer Engine's cuBLAS workspaces
+
+
+def _buffers(job: _Job, st: _Stage, states: _States) -> _Buffers:
+    recipe, g, policy, layer_local = job.recipe, job.grid, job.recipe.policy, job.layer_local
+    fsdp = (g.zero_stage >= 3) & (states.sd > 1)
+    gather_b = 4.0 if policy in ("fp32", "amp-fp16", "amp-bf16") else 2.0
+    root = st.n_params - job.layers_stage * layer_local  # embeddings / head / norms of this stage
+    # FSDP2 / ZeRO-3: the unit being computed and the prefetched one are unsharded in the
+    # compute dtype; the root module (embeddings, final norm, head) stays unsharded between
+    # forward and backward (FSDP2 does not reshard the root after forward); one unit's
+    # unsharded gradients (+ their fp32 copy for an fp32 reduce-scatter) in the backward
+    # (memory-notes D.2, FSDP row).
+    gathered = np.where(fsdp, (2 * layer_local + root) * gather_b, 0.0)
+    unsharded_grads = np.where(fsdp, layer_local * (gather_b + (4.0 if policy == "fsdp-bf16" else 0.0)), 0.0)
+    # PyTorch DDP keeps its own gradient buckets beside .grad unless gradient_as_bucket_view
+    # (torch.nn.parallel.DistributedDataParallel docs: the saving "equals the total gradients
+    # size"); Megatron's master-* grads are the buckets.
+    ddp = np.where((g.zero_stage == 0) & (g.dp > 1) & (not recipe.megatron_style), states.trainable * job.gb, 0.0)
+    te_ws = 0.0
+    if recipe.megatron_style:
+        te_ws = TE_STREAMS * (32 * MiB if job.gpu is not None and job.gpu.name in HOPPER else 4 * MiB)
+    return _Buffers(gathered=gathered, unsharded_grads=unsharded_grads, ddp=ddp, te_ws=te_ws)
+
+
+@dataclass(frozen=True)
+class _WeightCopies:
+    """Autocast's low-precision weight copies (AMP policies; zero otherwise)."""
+
+    layer: FloatArray  # one layer's
+    saved: FloatArray  # one layer's, kept for its backward
+    after: FloatArray  # at the forward's end, after the autocast region
+    region: FloatArray  # inside the region (every cached copy alive)
+
+
+def _weight_copies(job: _Job, st: _Stage) -> _WeightCopies:
+    model, rc, h = job.model, job.grid.recompute, job.model.hidden
+    per_param = job.coef.weight_cache_per_param
+    # Matmul weights autocast casts (and caches, and the linears save): a layer's linears (not its
+    # norms) and the head's matrices; embedding look-ups are not on autocast's lists (the token and
+    # position tables stay fp32). memory-notes D.2, autocast_mode.cpp.
+    head_mm = (job.vocab_local + (h * h if model.arch == "encoder" else 0) if model.head == "lm"
+               else np.full_like(job.grid.tp, h * (h + model.num_labels)))  # fmt: skip
+    layer_mm = job.layer_local - 2 * model.norm_params()
+    # Autocast casts each weight once per autocast region and caches the copy until the region
+    # exits (memory-notes D.2: "a bf16 weight copy (2) that is live during fwd/bwd"); a linear
+    # saves it for backward, so it outlives the region unless the layer is recomputed (full /
+    # op-sac checkpointing drops saved tensors and re-casts in the recomputation). Every
+    # micro-batch in flight casts its own (one region per forward).
+    copy_layer = layer_mm * per_param
+    copy_saved = np.where(rc <= RECOMPUTE_CODE["selective"], copy_layer, 0.0)
+    copy_head = np.where(st.is_last, head_mm * per_param, 0.0)
+    wc_after = st.units * copy_saved + copy_head  # after the region: the saved copies
+    wc_region = wc_after + np.where(rc <= RECOMPUTE_CODE["selective"], 0.0, job.chunk_layers * copy_layer)
+    return _WeightCopies(layer=copy_layer, saved=copy_saved, after=wc_after, region=wc_region)
+
+
+def _optimizer_transient(job: _Job, states: _States) -> FloatArray:
+    """The optimizer step's temporaries (memory-notes D.3)."""
+    recipe = job.recipe
+    state_elem = 2 if recipe.policy == "pure-bf16" else 4
+    impl = recipe.resolved_optimizer_impl
+    if recipe.offload_optimizer or recipe.optimizer in ("sgd", "adam8bit") or impl == "fused":
+        return np.zeros_like(states.params)
+    if impl == "foreach":
+        return states.opt_params * state_elem  # one state-sized temporary of the local shard
+    # forloop: the largest tensor's temporaries
+    return np.minimum(states.opt_params, job.vocab_local.astype(np.float64)) * state_elem
+
+
+@dataclass(frozen=True)
+class _Phase:
+    """One phase of the step on one stage: its allocated bytes and their kinds (the rest of the
+    breakdown -- parameters, optimizer states, DDP buckets, workspaces -- is every phase's)."""
+
+    peak: FloatArray
+    gradients: FloatArray | float
+    activations: FloatArray | float
+    logits: FloatArray | float
+    buffers: FloatArray | float
+    transient: FloatArray | float
+
+
+@dataclass(frozen=True)
+class _StageTerms:
+    """Every term of one stage, computed once and shared by the phases."""
+
+    states: _States
+    grads_in_a: bool | NDArray[np.bool_]  # gradients already exist in the forward
+    const: FloatArray  # parameters + optimizer states + DDP buckets + workspaces
+    buffers: _Buffers
+    copies: _WeightCopies
+    acts: FloatArray
+    emb_this: FloatArray
+
+
+def _forward_end(t: _StageTerms, logits: FloatArray, logits_fwd: FloatArray) -> _Phase:
+    """Phase A: at the start of the loss backward (autocast region closed), or in the loss forward
+    (region open, every cached weight copy alive, smaller logits) -- whichever is larger."""
+    grads = np.where(t.grads_in_a, t.states.grads, 0.0)
+    a_base = t.const + grads + t.buffers.gathered + t.acts
+    a_after = a_base + t.copies.after + logits
+    a_region = a_base + t.copies.region + logits_fwd
+    in_region = a_region > a_after
+    return _Phase(
+        peak=np.maximum(a_after, a_region), gradients=grads, activations=t.acts,
+        logits=np.where(in_region, logits_fwd, logits),
+        buffers=t.buffers.gathered + np.where(in_region, t.copies.region, t.copies.after), transient=0.0,
+    )  # fmt: skip
+
+
+def _layer_transient(job: _Job, layer: _Layer, lg: _LayerGrads, grads_in_a: bool | NDArray[np.bool_]) -> FloatArray:
+    """The larger of one layer's MLP-backward and attention-backward transients, with the layer's
+    own weight gradients produced by then (marp.activations, bwd_*)."""
+    model = job.model
+    # A gradient kept between micro-batches (or steps) is accumulated in place, but each weight
+    # gradient is first computed into a fresh tensor (AccumulateGrad adds it in afterwards): the
+    # MLP phase holds the down projection's either way; later ones are accumulated by then.
+    own = np.where(grads_in_a, 0.0, 1.0)
+    # By the attention's backward the MLP's saved weight copies (AMP) are freed too.
+    h, ffn = model.hidden, model.expert_ffn if model.experts else model.ffn
+    n_mlp = 3 if model.mlp == "swiglu" else 2
+    copy_mlp = (0 if model.experts else n_mlp * h * ffn) / job.grid.tp * job.coef.weight_cache_per_param
+    return np.maximum(np.maximum(layer.mlp_tr + lg.own_mlp, layer.act_tr + own * lg.own_mlp),
+                      layer.attn_tr - copy_mlp + own * lg.own_attn)  # fmt: skip
+
+
+def _backward(job: _Job, layer: _Layer, st: _Stage, t: _StageTerms, lg: _LayerGrads) -> _Phase:
+    """Phase B: the backward of one layer of the chunk being back-propagated (chunk_layers layers),
+    the other in-flight micro-batches' activations untouched; or the end of the backward.
+
+    Layer l (counting from the first) holds the saved tensors of layers 1..l-1, its own rebuilt
+    activations and copies, and -- when the gradients are transient -- the gradients of the head
+    side and of layers l+1..n_c: the maximum over l is at one of the ends,
+    G_post + (n_c - 1) x max(g, a_saved).
+    """
+    n_c, grads, grads_in_a, copies = job.chunk_layers, t.states.grads, t.grads_in_a, t.copies
+    gathered, unsharded_grads = t.buffers.gathered, t.buffers.unsharded_grads
+    a_saved = layer.saved + copies.saved
+    other = (st.units - n_c) * a_saved + (st.mbs - 1) * t.emb_this
+    layer_now = layer.rebuilt + copies.layer + t.emb_this
+    grads_win = ~grads_in_a & (lg.layer > a_saved)
+    chain = np.where(grads_in_a, grads + (n_c - 1) * a_saved,
+                     lg.post + (n_c - 1) * np.maximum(lg.layer, a_saved))  # fmt: skip
+    layer_tr = _layer_transient(job, layer, lg, grads_in_a)
+    b_layers = t.const + gathered + unsharded_grads + other + chain + layer_now + layer_tr + layer.dequant
+    # ... or the end of the backward: every gradient, and a tied embedding's second gradient
+    # (the look-up's) before it is accumulated into the head's (first stage, pp = 1).
+    model = job.model
+    tied_tmp = np.where(st.is_first & st.is_last & model.tied_embeddings & (not job.lora) & model.vocab_logits,
+                        job.vocab_local * job.gb / t.states.g_div, 0.0)  # fmt: skip
+    b_end = t.const + grads + tied_tmp
+    at_end = b_end > b_layers
+    # The terms by kind, in whichever branch set the maximum.
+    b_grads = np.where(grads_in_a, grads, lg.post + np.where(grads_win, (n_c - 1) * lg.layer, 0.0))
+    b_acts = (other - (st.units - n_c) * copies.saved + layer.rebuilt + t.emb_this
+              + np.where(grads_in_a | ~grads_win, (n_c - 1) * layer.saved, 0.0))  # fmt: skip
+    b_copies = ((st.units - n_c) * copies.saved + copies.layer
+                + np.where(grads_in_a | ~grads_win, (n_c - 1) * copies.saved, 0.0))  # fmt: skip
+    b_copies = np.where(at_end, 0.0, b_copies)
+    return _Phase(
+        peak=np.maximum(b_layers, b_end), gradients=np.where(at_end, grads, b_grads),
+        activations=np.where(at_end, 0.0, b_acts), logits=0.0,
+        buffers=np.where(at_end, 0.0, gathered + unsharded_grads + b_copies),
+        transient=np.where(at_end, tied_tmp, layer_tr + layer.dequant),
+    )  # fmt: skip
+
+
+def _stage_terms(job: _Job, layer: _Layer, last: bool) -> dict[str, FloatArray]:
+    """The breakdown of one stage at its peak phase (A forward end, B backward, C optimizer step)."""
+    st = _stage(job, last)
+    states = _model_states(job, st)
+    buffers = _buffers(job, st, states)
+    acts, emb_this = _activations(job, layer, st)
+    t = _StageTerms(
+        states=states, grads_in_a=job.grads_persistent | (job.grid.grad_accum > 1),
+        const=states.params + states.opt + buffers.ddp + buffers.te_ws, buffers=buffers,
+        copies=_weight_copies(job, st), acts=acts, emb_this=emb_this,
+    )  # fmt: skip
+    opt_tr = _optimizer_transient(job, states)
+    phases = (
+        _forward_end(t, *_logits(job, st)),
+        _backward(job, layer, st, t, _layer_grads(job, st, states)),
+        _Phase(peak=t.const + states.grads + opt_tr, gradients=states.grads, activations=0.0, logits=0.0,
+               buffers=0.0, transient=opt_tr),
+    )  # fmt: skip
+    stacked = np.stack([p.peak for p in phases])
+    phase = np.argmax(stacked, axis=0)
+    peak = np.max(stacked, axis=0)
+    persistent = t.const + np.where(job.grads_persistent, states.grads, 0.0)
+    in_a, in_b = phase == 0, phase == 1
+
+    def at_peak(kind: str) -> FloatArray:
+        a, b, c = (getattr(p, kind) for p in phases)
+        return np.where(in_a, a, np.where(in_b, b, c))
+
+    return {
+        "parameters": states.params, "gradients": at_peak("gradients"), "optimizer_states": states.opt,
+        "activations": at_peak("activations"), "logits": at_peak("logits"),
+        "buffers": buffers.ddp + buffers.te_ws + at_peak("buffers"), "transient": at_peak("transient"),
+        "fragmentation": FRAGMENTATION * np.maximum(peak - persistent, 0.0), "peak": peak, "phase": phase,
+    }  # fmt: skip
+
+
+def _to_bytes(terms: dict[str, FloatArray], reserve: NDArray[np.int64]) -> dict[str, NDArray[np.int64]]:
+    """Whole bytes per term; the breakdown's terms are the phase's, made to sum exactly to its peak."""
+    ints = {k: np.ceil(np.asarray(terms[k], dtype=np.float64)).astype(np.int64)
+            for k in FIELDS if k != "runtime_reserve"}  # fmt: skip
+    ints["runtime_reserve"] = reserve.astype(np.int64)
+    live = [k for k in FIELDS if k not in ("runtime_reserve", "fragmentation")]
+    alloc = sum((ints[k] for k in live), np.zeros_like(reserve))
+    ints["transient"] = ints["transient"] + np.maximum(np.ceil(terms["peak"]).astype(np.int64) - alloc, 0)
+    ints["peak_allocated"] = sum((ints[k] for k in live), np.zeros_like(reserve))
+    ints["reserved"] = ints["peak_allocated"] + ints["fragmentation"]
+    ints["total"] = ints["reserved"] + ints["runtime_reserve"]
+    ints["phase"] = terms["phase"].astype(np.int64)
+    return ints
+
+
+def memory_for_grid(
+    model: ModelSpec, recipe: TrainingRecipe, grid: LayoutGrid, gpu: GpuType | None = None, stage: str = "max"
+) -> dict[str, NDArray[np.int64]]:
+    """``memory_grid`` over a LayoutGrid: the memory terms of every layout of ``grid`` at once."""
+    if stage not in STAGES:
+        raise InvalidLayoutError("layout.stage", f"must be one of {', '.join(STAGES)}, got {stage!r}.")
+    job = _job(model, recipe, grid, gpu)
+    layer = _layer(job)
+    reserve = np.where(grid.num_gpus > 1, runtime_reserve_bytes(gpu, 2), runtime_reserve_bytes(gpu, 1))
+    first = _to_bytes(_stage_terms(job, layer, last=False), reserve)
+    last = _to_bytes(_stage_terms(job, layer, last=True), reserve)
+    if stage == "first":
+        choose_last = np.zeros(first["total"].shape, dtype=bool)
+    elif stage == "last":
+        choose_last = np.ones(first["total"].shape, dtype=bool)
+    else:
+        choose_last = last["total"] > first["total"]
+    out = {k: np.where(choose_last, last[k], first[k]) for k in first}
+    out["stage"] = choose_last.astype(np.int64)
+    return out

@@ -1,0 +1,201 @@
+"""The sizes the memory terms are built from, one number (or one array over a grid) at a time.
+
+Bytes per parameter by precision policy and optimizer, and their ZeRO sharding; parameters on the
+first and last pipeline stage; the micro-batches of activations a pipeline rank holds at once;
+the loss's bytes per logit; LoRA adapter parameters; and the memory outside the live tensors
+(CUDA context, NCCL buffers, the caching allocator's fragmentation, Transformer Engine's
+workspaces). ``marp.memory_terms`` combines them into the per-GPU terms; ``marp.perf`` and
+``marp.plans`` use them too. Sources are cited on each function (see ``marp.memory``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from marp.errors import InvalidRecipeError
+from marp.gpus import GiB, GpuType, MiB
+from marp.models import ModelSpec
+from marp.recipe import RECOMPUTE, canonical_precision
+
+# Device memory outside the caching allocator, per GPU. memory-notes D.6: the CUDA context
+# costs 0.3-1.4 GiB as seen by nvidia-smi (1343 MiB measured before model load on the HF V100
+# setup, measurements README "HF-" rows). 1 GiB elsewhere (context + cuBLAS/cuDNN kernels),
+# and 512 MiB for NCCL communicator buffers (NCCL_BUFFSIZE 4 MiB x channels x peers) when the
+# job spans more than one GPU.
+CONTEXT_BYTES_DEFAULT = 1 * GiB
+CONTEXT_BYTES: dict[str, int] = {"V100-16GB": 1343 * MiB, "V100-32GB": 1343 * MiB}
+NCCL_BYTES = 512 * MiB
+
+# Caching-allocator fragmentation: the share of the dynamic bytes (everything allocated and
+# freed within a step) that the allocator holds beyond the live tensors at the peak. PyTorch
+# rounds blocks above 1 MiB up to 2 MiB and never splits cached blocks above 10 MiB for small
+# requests (CUDACachingAllocator), so churned activation blocks fragment; memory-notes D.6
+# reports reserved 2-10 % above allocated for torchtitan-like runs, more for eager ones.
+FRAGMENTATION = 0.10
+
+# Transformer Engine allocates one cuBLAS workspace per GEMM stream through the caching
+# allocator (transformer_engine/pytorch/cpp_extensions/gemm.py: get_cublas_workspace_size_bytes
+# = 32 MiB on compute capability >= 9.0, else 4 MiB; 4 streams). Counted for master-* policies.
+TE_STREAMS = 4
+HOPPER = ("H100-80GB", "H200")
+
+RECOMPUTE_CODE: dict[str, int] = {name: i for i, name in enumerate(RECOMPUTE)}  # none 0, selective 1, ...
+
+
+# ---- model states ------------------------------------------------------------------------------
+
+
+def state_bytes_per_param(precision: str, optimizer: str) -> tuple[float, float, float]:
+    """(parameter, gradient, optimizer-state) bytes per trainable parameter, before sharding.
+
+    memory-notes D.2 and the ZeRO paper (sec. 3.1): fp32: 4 + 4 + K; torch AMP keeps fp32
+    parameters and gradients: 4 + 4 + K; Megatron/DeepSpeed ``master-*``: half parameters (2),
+    an fp32 gradient buffer (4, Megatron's main_grad) and fp32 master weights inside the
+    optimizer (4 + K); pure bf16: 2 + 2 + K with bf16 states; FSDP2 ``fsdp-bf16``: fp32
+    sharded parameters and gradients (4 + 4 + K). K: Adam 2 states (momentum, variance), SGD
+    with momentum 1, plain SGD 0, 8-bit Adam 2 x 1 B plus one fp32 absmax per 2048-element
+    block and state (Dettmers et al. 2022, "8-bit Optimizers via Block-wise Quantization", sec. 2).
+    """
+    policy = canonical_precision(precision)
+    if policy not in ("fp32", "amp-fp16", "amp-bf16", "master-fp16", "master-bf16", "pure-bf16", "fsdp-bf16"):
+        raise InvalidRecipeError("recipe.precision", f"unknown precision {precision!r}.")
+    state = 2 if policy == "pure-bf16" else 4
+    if optimizer in ("adam", "adamw"):
+        k = 2.0 * state
+    elif optimizer == "sgd-momentum":
+        k = 1.0 * state
+    elif optimizer == "sgd":
+        k = 0.0
+    elif optimizer == "adam8bit":
+        k = 2.0 + 2.0 * 4 / 2048
+    else:
+        raise InvalidRecipeError("recipe.optimizer", f"unknown optimizer {optimizer!r}.")
+    if policy.startswith("master-"):
+        return (2.0, 4.0, 4.0 + k)
+    if policy == "pure-bf16":
+        return (2.0, 2.0, k)
+    return (4.0, 4.0, k)
+
+
+def model_state_bytes(
+    n_params: int, precision: str, optimizer: str, zero_stage: int, dp: int
+) -> tuple[int, int, int]:
+    """(parameters, gradients, optimizer states) bytes of ``n_params`` on one rank of a dp group.
+
+    ZeRO (Rajbhandari et al. 2020, Fig. 1): stage 1 shards the optimizer states (here including
+    fp32 master weights), stage 2 also the gradients, stage 3 also the parameters. Shards round up.
+    """
+    p, g, o = state_bytes_per_param(precision, optimizer)
+    p_div = dp if zero_stage >= 3 else 1
+    g_div = dp if zero_stage >= 2 else 1
+    o_div = dp if zero_stage >= 1 else 1
+    return (int(np.ceil(n_params * p / p_div)), int(np.ceil(n_params * g / g_div)),
+            int(np.ceil(n_params * o / o_div)))  # fmt: skip
+
+
+# ---- pipeline stages, loss, adapters, runtime --------------------------------------------------
+
+
+def ceil_div(a: NDArray[np.int64], b: NDArray[np.int64]) -> NDArray[np.int64]:
+    return -(-a // b)
+
+
+def runtime_reserve_bytes(gpu: GpuType | None, num_gpus: int) -> int:
+    """CUDA context (+ library kernels) per GPU, plus NCCL buffers when the job has several GPUs."""
+    context = CONTEXT_BYTES.get(gpu.name, CONTEXT_BYTES_DEFAULT) if gpu is not None else CONTEXT_BYTES_DEFAULT
+    return context + (NCCL_BYTES if num_gpus > 1 else 0)
+
+
+def stage_param_counts(
+    model: ModelSpec, tp: ArrayLike, pp: ArrayLike
+) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]:
+    """Parameters on one TP rank of the first and of the last pipeline stage.
+
+    Returns (first_stage, last_stage, one_layer, vocab_matrix), all per TP rank and counting
+    every expert (expert parallelism divides them later). Megatron-LM: layers split evenly over
+    stages (every stage gets the rounded-up share, the worst case); TP shards column/row-parallel
+    weights and replicates norms and row-parallel biases (Shoeybi et al. 2019, sec. 3); the
+    embedding and LM head are vocab-parallel, ceil(V / t) rows each; position embeddings are
+    replicated. With pp = 1 both stages are the whole model; with pipelining a tied head keeps
+    its own copy of the word embeddings on the last stage (Megatron's shared-embedding all-reduce).
+    """
+    tp_, pp_ = np.broadcast_arrays(np.asarray(tp, dtype=np.int64), np.asarray(pp, dtype=np.int64))
+    sharded, replicated = model.layer_params_split()
+    ex_sharded, ex_replicated = model.mlp_params_split(model.expert_ffn) if model.experts else (0, 0)
+    layers = ceil_div(np.full_like(pp_, model.n_layers), pp_)
+    layer_local = (ceil_div(np.full_like(tp_, sharded + model.experts * ex_sharded), tp_)
+                   + replicated + model.experts * ex_replicated)  # fmt: skip
+    vocab_local = ceil_div(np.full_like(tp_, model.vocab), tp_) * model.hidden
+    single = pp_ == 1
+    h = model.hidden
+    emb_extra = model.embedding_params() - model.vocab * h  # token types + embedding norm (encoders)
+    embeddings = vocab_local + model.position_params() + emb_extra
+    if model.head == "classifier":
+        head_local = np.full_like(tp_, model.head_params())
+    else:
+        head_other = model.head_params() - (0 if model.tied_embeddings else model.vocab * h)
+        # Untied heads hold their own vocab matrix; tied ones need a copy on the last stage.
+        head_local = np.where(single & model.tied_embeddings, 0, vocab_local) + head_other
+    head = head_local + model.final_norm_params()
+    first = layers * layer_local + embeddings + np.where(single, head, 0)
+    last = layers * layer_local + head + np.where(single, embeddings, 0)
+    return first, last, layer_local, vocab_local
+
+
+def in_flight(
+    n_layers: int, pp: NDArray[np.int64], vpp: NDArray[np.int64], m: NDArray[np.int64], rank: NDArray[np.int64]
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """(layer x micro-batch units, micro-batches) of activations held at once by a pipeline rank.
+
+    1F1B (Narayanan et al. 2021, sec. 2.2; PipeDream-Flush): rank r runs pp - r - 1 warm-up
+    forwards, so it holds min(pp - r, m) micro-batches of its layers. Interleaved 1F1B with vpp
+    chunks per rank (Megatron-LM core/pipeline_parallel/schedules.py, forward_backward_pipelining
+    _with_interleaving): (pp - r - 1) x 2 + (vpp - 1) x pp warm-up chunk forwards plus the one in
+    steady state, at most all m x vpp, each holding layers / (pp x vpp) layers.
+    """
+    layers_stage = -(-n_layers // pp)
+    plain_mbs = np.minimum(pp - rank, m)
+    chunks = np.minimum((pp - rank - 1) * 2 + (vpp - 1) * pp + 1, m * vpp)
+    inter = vpp > 1
+    units = np.where(inter, chunks * layers_stage / vpp, plain_mbs * layers_stage)
+    mbs = np.where(inter, np.minimum(np.ceil(chunks / vpp), m), plain_mbs)
+    return units.astype(np.float64), mbs.astype(np.float64)
+
+
+def loss_bytes_per_logit(loss: str, e: int, chunks: int, fused: bool = False) -> float:
+    """Peak bytes per logit element of the loss (memory-notes D.5).
+
+    torch: F.cross_entropy on the fp32-upcast logits. log_softmax saves its fp32 output (4); the
+    caller frees the logits before backward (torchtitan / torchtune ``del pred``); at the start of
+    the backward nll_loss's gradient (4) and log_softmax's gradient (4) coexist with the saved
+    output: 12. fused: Megatron's vocab-parallel CE upcasts once and works in place on the fp32
+    copy (4), the gradient is cast back to the logits dtype (e): 4 + e. megatron-fused: Megatron's
+    --cross-entropy-loss-fusion under its jit fuser materialises one more logits-sized fp32 buffer
+    (megatron/core/fusions/fused_cross_entropy.py, "a full logits-sized transient allocation"):
+    4 + 4 + e. chunked (torchtune CEWithChunkedOutputLoss): the low-precision logits (e) and every
+    chunk's log-softmax (4) are kept, one chunk is upcast at a time: e + 4 + 4 / chunks, or
+    4 + 8 / chunks in the backward. inplace (llm.c's fused classifier): the low-precision logits
+    are overwritten by their gradient, no fp32 copy: e. A compiled chunked loss (kernels "fused":
+    torch.compile recomputes the pointwise log-softmax from the saved logits) keeps the logits
+    (e) and one chunk's fp32 softmax and gradient: e + 8 / chunks.
+    """
+    if loss == "chunked" and fused:
+        return e + 8.0 / chunks
+    if loss == "inplace":
+        return float(e)
+    if loss == "torch":
+        return 12.0
+    if loss == "fused":
+        return 4.0 + e
+    if loss == "megatron-fused":
+        return 8.0 + e
+    return max(e + 4.0 + 4.0 / chunks, 4.0 + 8.0 / chunks)
+
+
+def lora_params(model: ModelSpec, rank: int, targets: tuple[str, ...]) -> int:
+    """Adapter parameters per layer: r x (d_in + d_out) per targeted matrix (Hu et al. 2021, sec. 4)."""
+    h, kv, f = model.hidden, model.kv_dim, model.expert_ffn if model.experts else model.ffn
+    dims = {"q": (h, h), "k": (h, kv), "v": (h, kv), "o": (h, h), "up": (h, f), "down": (f, h),
+            "gate": (h, f) if model.mlp == "swiglu" else (0, 0)}  # fmt: skip
+    return sum(rank * (dims[t][0] + dims[t][1]) for t in targets)
