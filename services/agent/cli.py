@@ -56,6 +56,20 @@ def agent_command(
         "--env", metavar="KEY=VALUE",
         help="Add to every job's environment on this host (repeat), e.g. NCCL_SOCKET_IFNAME=ib0. "
         "A job's own env wins.")] = None,
+    pass_env: Annotated[list[str] | None, typer.Option(
+        "--pass-env", metavar="NAME",
+        help="Pass this variable of the agent's environment on to jobs (repeat; a trailing * matches a prefix, "
+        "e.g. NCCL_*). Jobs get only PATH, HOME, LANG, LANGUAGE, LC_*, TZ, USER, LOGNAME, SHELL, TMPDIR, TERM "
+        "and LD_LIBRARY_PATH otherwise; credentials (REDIS_URL, FRENZY_TOKEN, *PASSWORD*, *SECRET*, *TOKEN*) "
+        "are refused.")] = None,
+    workdir_root: Annotated[list[Path] | None, typer.Option(
+        "--workdir-root", metavar="PATH",
+        help="A directory jobs may use as working directory, with what is below it (repeat). Default: the "
+        "home of the user jobs run as, the agent's current directory and the system temp directory.")] = None,
+    run_as: Annotated[str | None, typer.Option(
+        "--run-as", metavar="USER",
+        help="Run jobs as this user (name or uid): its uid, groups and HOME. Needs the agent to run as root.")]
+    = None,
     state_dir: Annotated[Path | None, typer.Option(
         help="Where the agent keeps its ledger of running jobs (default: LOG_DIR/.agent). Must survive "
         "agent restarts.")] = None,
@@ -82,6 +96,7 @@ def agent_command(
       frenzy agent --node n1 --fake-gpus "A100-80GB:4,L4:2"
       frenzy agent --node n2 --fake-gpus-file gpus.yaml --addr 10.0.0.2
       REDIS_URL=redis://head:6379/0 frenzy agent --log-dir /data/frenzy/logs
+      sudo frenzy agent --run-as train --workdir-root /data/jobs --pass-env 'NCCL_*'
       frenzy agent --drain             # no new jobs here; returns when the running ones are done
       frenzy agent --undrain
 
@@ -118,7 +133,8 @@ def agent_command(
                       ttl_s=ttl_s, log_dir=log_dir, cancel_grace_s=cancel_grace_s,
                       kill_on_exit=kill_on_exit, verify_fence=verify_fence, state_dir=state_dir,
                       extra_env=extra_env, log_poll_s=log_poll_s, log_stream_maxlen=log_stream_maxlen,
-                      log_retention_s=log_retention_s)
+                      log_retention_s=log_retention_s, pass_env=list(pass_env or []),
+                      workdir_roots=list(workdir_root) if workdir_root else None, run_as=run_as)
     except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None

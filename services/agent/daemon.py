@@ -17,7 +17,13 @@ resumes shipping their logs where the last run stopped.
 
 Whether a launch may run here is judged by ``launch_check.check_launch`` (pure)
 over facts this module gathers (GPUs, the rendezvous port, owner and fence of
-the launch's GPUs in Redis).
+the launch's GPUs in Redis, the job's resolved working directory).
+
+Jobs run clean: their environment is an allowlist of the agent's (never its
+Redis address or a credential), their logs stay under the log directory, their
+working directory under a ``--workdir-root``, and with ``--run-as`` they run as
+that user. The options are checked here, when the agent starts: a bad one stops
+the agent with a clear error instead of failing launches later.
 """
 
 from __future__ import annotations
@@ -25,7 +31,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import signal
+import tempfile
 import threading
 import time
 import uuid
@@ -35,14 +43,17 @@ from pathlib import Path
 
 import redis
 
-from frenzy.agent import launcher
+from frenzy.agent import jobenv, launcher
 from frenzy.agent.gpus import GpuBackend, GpuInfo
 from frenzy.agent.launch_check import GpuHolder, LaunchFacts, LaunchVerdict, check_launch, opens_rendezvous
 from frenzy.agent.ledger import Ledger, LedgerEntry
 from frenzy.agent.logship import LogShipper
+from frenzy.agent.run_as import JobUser
+from frenzy.agent.run_as import resolve as resolve_user
 from frenzy.state import scripts
 from frenzy.state.keys import AGENT_GROUP, Keys
 from frenzy.state.messages import (
+    SAFE_NAME,
     AgentEvent,
     BadMessage,
     CancelMessage,
@@ -111,7 +122,13 @@ class Agent:
         log_poll_s: float = 0.25,
         log_stream_maxlen: int = 10_000,
         log_retention_s: float = 7 * 24 * 3600,
+        pass_env: list[str] | tuple[str, ...] = (),
+        workdir_roots: list[str | os.PathLike[str]] | None = None,
+        run_as: str | None = None,
     ) -> None:
+        if not re.fullmatch(SAFE_NAME, node) or ".." in node:
+            raise ValueError(f"node name {node!r}: use letters, digits, '.', '_' and '-' (at most 128, starting "
+                             "with a letter or digit, no '..'); give one with --node")
         if heartbeat_s <= 0 or ttl_s <= heartbeat_s:
             raise ValueError(
                 f"need 0 < heartbeat_s < ttl_s (got heartbeat_s={heartbeat_s}, ttl_s={ttl_s}): "
@@ -128,7 +145,10 @@ class Agent:
         self.cancel_grace_s = cancel_grace_s
         self.kill_on_exit = kill_on_exit
         self.verify_fence = verify_fence
-        self.extra_env = dict(extra_env or {})
+        self.extra_env = jobenv.check_extra_env(extra_env or {})
+        self.pass_env = jobenv.check_pass_env(pass_env)
+        self.job_user: JobUser | None = resolve_user(run_as) if run_as else None
+        self.workdir_roots = _workdir_roots(workdir_roots, self.job_user)
         self.instance = uuid.uuid4().hex  # lease value: tells this agent run from any other
         self.ready = threading.Event()  # set once registered and past the pending entries (tests wait on it)
 
@@ -356,12 +376,16 @@ class Agent:
                 self._emit(failed.model_copy(update={"message": verdict.problem, "retryable": verdict.retryable}))
                 return
             started = launcher.start(msg, self.node, self.log_dir, launch_id=self.launch_id(msg.job_id, msg.attempt),
-                                     extra_env=self.extra_env)
+                                     extra_env=self.extra_env, pass_env=self.pass_env, user=self.job_user)
         except launcher.LaunchError as exc:
             log.warning("job %s attempt %d could not start: %s", msg.job_id, msg.attempt, exc)
-            path = str(launcher.log_path_for(self.log_dir, msg, self.node))
+            try:
+                path: str | None = str(launcher.log_path_for(self.log_dir, msg, self.node))
+            except launcher.LaunchError:
+                path = None  # the log path itself was the problem: nothing was written
             self._emit(failed.model_copy(update={"message": str(exc), "log_path": path}))
-            self._ship_once(msg.job_id, msg.attempt, path)
+            if path is not None:
+                self._ship_once(msg.job_id, msg.attempt, path)
             return
         except redis.RedisError:
             raise
@@ -405,6 +429,7 @@ class Agent:
             node=self.node, gpu_uuids={g.index: g.uuid for g in self._gpus},
             port_busy=opens_rendezvous(msg) and launcher.port_in_use(msg.master_port),
             holders=self._gpu_holders(msg.gpu_indices) if self.verify_fence else None,
+            workdir=launcher.resolved_workdir(msg), workdir_roots=self.workdir_roots,
         )
         return check_launch(msg, facts)
 
@@ -589,6 +614,22 @@ class Agent:
     @property
     def gpus(self) -> list[GpuInfo]:
         return list(self._gpus)
+
+
+def _workdir_roots(given: list[str | os.PathLike[str]] | None, user: JobUser | None) -> tuple[str, ...]:
+    """Resolved directories a job's working directory must lie in (``--workdir-root``).
+
+    Default: the home of the user jobs run as, the agent's current directory and
+    the system temp directory. "/" is never a default (an agent started from "/"
+    by an init system would otherwise allow /etc); an operator may still name it.
+    """
+    if given:
+        roots = [os.path.realpath(os.fspath(p)) for p in given]
+    else:
+        home = user.home if user is not None else os.path.expanduser("~")
+        roots = [os.path.realpath(p) for p in (home, os.getcwd(), tempfile.gettempdir())]
+        roots = [r for r in roots if r != os.sep]
+    return tuple(dict.fromkeys(roots))
 
 
 def _node_health(gpus: list[GpuInfo]) -> str:

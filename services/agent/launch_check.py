@@ -1,17 +1,22 @@
 """Whether a launch may run on this node, decided without I/O from facts gathered beforehand.
 
 The agent gathers ``LaunchFacts`` (its node name and GPUs, whether the rendezvous
-port is taken on the host, who holds the launch's GPUs in Redis) and
-``check_launch`` judges the launch against them. A refusal says why, and whether
+port is taken on the host, who holds the launch's GPUs in Redis, where the
+job's working directory really is and where working directories may be) and
+``check_launch`` judges the launch against them. A job's env may not set what
+Frenzy sets (``jobenv.RESERVED``), and its working directory must resolve
+under one of the agent's ``--workdir-root`` directories. A refusal says why, and whether
 the scheduler may retry the job elsewhere (the host's fault) or not (the launch
 itself is wrong or stale).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from frenzy.agent import jobenv
 from frenzy.state.messages import LaunchMessage
 
 
@@ -29,6 +34,8 @@ class LaunchFacts:
     gpu_uuids: Mapping[int, str]  # this node's GPUs: index -> UUID ("" when unknown)
     port_busy: bool  # the launch's rendezvous port is bound on this host (only asked of the master)
     holders: Mapping[int, GpuHolder] | None  # the launch's GPUs as Redis has them; None: not verified
+    workdir: str | None = None  # the launch's working directory, symlinks resolved; None: none given
+    workdir_roots: tuple[str, ...] = ()  # resolved directories a working directory must lie in
 
 
 @dataclass(frozen=True)
@@ -51,6 +58,19 @@ def check_launch(msg: LaunchMessage, facts: LaunchFacts) -> LaunchVerdict:
     node = facts.node
     if msg.node != node:
         return LaunchVerdict(f"launch addressed to node {msg.node!r} arrived at node {node!r}")
+    reserved = jobenv.reserved_in(msg.env)
+    if reserved:
+        return LaunchVerdict(f"the job's env sets {', '.join(reserved)}, which Frenzy sets for every job itself "
+                             "(reserved: FRENZY_*, PET_*, " + ", ".join(sorted(jobenv.RESERVED)) + ")")
+    bad = jobenv.bad_names_in(msg.env)
+    if bad:
+        return LaunchVerdict(f"the job's env has {', '.join(map(repr, bad))}, which no process environment can "
+                             "hold (a name with '=' or NUL, or a value with NUL)")
+    if facts.workdir is not None and not any(under(facts.workdir, root) for root in facts.workdir_roots):
+        roots = ", ".join(facts.workdir_roots) or "none"
+        return LaunchVerdict(f"working directory {msg.workdir!r} (resolved: {facts.workdir}) is outside the "
+                             f"directories jobs may run in on node {node} ({roots}); the node's operator can "
+                             "allow more with the agent's --workdir-root")
     have = facts.gpu_uuids
     missing = [i for i in msg.gpu_indices if i not in have]
     if missing:
@@ -77,3 +97,8 @@ def check_launch(msg: LaunchMessage, facts: LaunchFacts) -> LaunchVerdict:
             return LaunchVerdict(f"stale launch: GPU {i} is held by {held.owner or 'nobody'!r} with fence "
                                  f"{held.fence}, but this launch is for job {msg.job_id!r} with fence {msg.fence}")
     return LaunchVerdict(None)
+
+
+def under(path: str, root: str) -> bool:
+    """``path`` is ``root`` or inside it (both absolute and already resolved)."""
+    return os.path.commonpath([path, root]) == root

@@ -10,6 +10,11 @@ through the launch id every descendant inherits in its environment
 (``FRENZY_LAUNCH_ID``). Nothing here talks to Redis: the daemon reports what
 happened.
 
+The job's environment is built, never copied from the agent's: an allowlist of
+the agent's variables (``jobenv``), the operator's ``--env``, the job's own
+env, then Frenzy's variables. Its log path is the agent's LOG_DIR/JOB/attempt-N/
+NODE.log and must stay under LOG_DIR whatever the job id says.
+
 The torchrun contract: when the command is ``torchrun ...`` (or ``python -m
 torch.distributed.run ...``) the agent inserts the rendezvous options the
 user did not give himself, right after the launcher: ``--nnodes``,
@@ -25,6 +30,7 @@ the user's own script (``bash train.sh``) joins the same rendezvous.
 from __future__ import annotations
 
 import errno
+import json
 import os
 import re
 import shlex
@@ -34,16 +40,18 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from frenzy.agent import jobenv
+from frenzy.agent.launch_check import under
+from frenzy.agent.run_as import JobUser
 from frenzy.agent.shim import GUARDED, SHIM_MARKER
 from frenzy.state.messages import LaunchMessage
 
 SHIM = Path(__file__).resolve().with_name("shim.py")
 LAUNCH_ID_VAR = "FRENZY_LAUNCH_ID"
-LOG_DIR_VAR = "FRENZY_LOG_DIR"  # a job's env may set it: where its logs go on every node
 
 
 class LaunchError(RuntimeError):
@@ -159,14 +167,19 @@ def inject_torchrun(argv: list[str], msg: LaunchMessage) -> list[str]:
 
 
 def build_env(msg: LaunchMessage, node: str, base: Mapping[str, str] | None = None,
-              extra: Mapping[str, str] | None = None, launch_id: str = "") -> dict[str, str]:
-    """The job's environment: the agent's, the agent's ``--env``, the message's ``env``, then Frenzy's.
+              extra: Mapping[str, str] | None = None, launch_id: str = "", pass_env: Iterable[str] = (),
+              user: JobUser | None = None) -> dict[str, str]:
+    """The job's environment: the allowed part of the agent's (``base``, default ``os.environ``; see
+    ``jobenv.inherited``), the job user's login variables (``--run-as``), the agent's ``--env``, the
+    message's ``env``, then Frenzy's.
 
     Frenzy's variables win over ``msg.env`` so a job can never be told to use
-    GPUs other than the ones reserved for it. Placeholders (``{job_id}``) in
-    the message's values are substituted.
+    GPUs other than the ones reserved for it (the launch check refuses a job
+    that tries). Placeholders (``{job_id}``) in the message's values are substituted.
     """
-    env = dict(os.environ if base is None else base)
+    env = jobenv.inherited(os.environ if base is None else base, pass_env)
+    if user is not None:
+        env.update(user.login_env())
     env.update(extra or {})
     values = placeholder_values(msg)
     env.update({k: substitute(v, values) for k, v in msg.env.items()})
@@ -219,21 +232,27 @@ def build_env(msg: LaunchMessage, node: str, base: Mapping[str, str] | None = No
 
 
 def workdir_for(msg: LaunchMessage) -> str | None:
+    """The job's working directory as written (placeholders substituted); None: the agent's own."""
     return substitute(msg.workdir, placeholder_values(msg)) if msg.workdir else None
 
 
-def log_path_for(log_dir: Path, msg: LaunchMessage, node: str) -> Path:
-    """``LOG_DIR/JOB/attempt-N/NODE.log``; the job's ``FRENZY_LOG_DIR`` (if set) replaces the agent's LOG_DIR.
+def resolved_workdir(msg: LaunchMessage) -> str | None:
+    """The job's working directory with every symlink and ``..`` resolved (what the launch check judges)."""
+    workdir = workdir_for(msg)
+    return os.path.realpath(workdir) if workdir else None
 
-    A relative ``FRENZY_LOG_DIR`` is taken from the job's working directory.
+
+def log_path_for(log_dir: Path, msg: LaunchMessage, node: str) -> Path:
+    """``LOG_DIR/JOB/attempt-N/NODE.log``; raises LaunchError if it would resolve outside LOG_DIR.
+
+    Launch messages only carry safe job ids (``messages.SafeName``); this is
+    the second lock on the same door.
     """
-    chosen = msg.env.get(LOG_DIR_VAR)
-    if chosen:
-        base = Path(substitute(chosen, placeholder_values(msg))).expanduser()
-        if not base.is_absolute():
-            base = Path(workdir_for(msg) or os.getcwd()) / base
-        log_dir = base
-    return log_dir / msg.job_id / f"attempt-{msg.attempt}" / f"{node}.log"
+    path = log_dir / msg.job_id / f"attempt-{msg.attempt}" / f"{node}.log"
+    root = os.path.realpath(log_dir)
+    if not under(os.path.realpath(path), root):
+        raise LaunchError(f"the log path of job {msg.job_id!r} would leave the agent's log directory {root}")
+    return path
 
 
 def exit_path_for(log_path: str | os.PathLike[str]) -> Path:
@@ -257,11 +276,15 @@ class Started:
 
 
 def start(msg: LaunchMessage, node: str, log_dir: Path, launch_id: str = "",
-          extra_env: Mapping[str, str] | None = None) -> Started:
-    """Start this node's share of the job; raises LaunchError when it cannot start at all."""
+          extra_env: Mapping[str, str] | None = None, pass_env: Iterable[str] = (),
+          user: JobUser | None = None) -> Started:
+    """Start this node's share of the job; raises LaunchError when it cannot start at all.
+
+    ``user``: run the command as this user (``--run-as``); None: as the agent's.
+    """
     argv = build_argv(msg)
-    env = build_env(msg, node, extra=extra_env, launch_id=launch_id)
-    workdir = workdir_for(msg)
+    env = build_env(msg, node, extra=extra_env, launch_id=launch_id, pass_env=pass_env, user=user)
+    workdir = resolved_workdir(msg)
     log_path = log_path_for(log_dir, msg, node)
     try:
         log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -272,7 +295,8 @@ def start(msg: LaunchMessage, node: str, log_dir: Path, launch_id: str = "",
         header = (
             f"# frenzy agent {node}: job {msg.job_id} attempt {msg.attempt} at "
             f"{time.strftime('%Y-%m-%dT%H:%M:%S%z')}\n"
-            f"# cwd={workdir or os.getcwd()} CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']}\n"
+            f"# cwd={workdir or os.getcwd()} CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']}"
+            f"{f' user={user.name}' if user is not None and user.switches() else ''}\n"
             f"# argv: {shlex.join(argv)}\n"
         )
         log.write(header.encode())
@@ -282,15 +306,20 @@ def start(msg: LaunchMessage, node: str, log_dir: Path, launch_id: str = "",
             raise LaunchError(problem)
         exit_path = exit_path_for(log_path)
         exit_path.unlink(missing_ok=True)  # a status left by an earlier run of the same attempt is not ours
-        shim_env = dict(env)
-        shim_env[SHIM_MARKER] = launch_id or "1"
+        # The shim's own process gets only its markers (how a restarted agent finds it); the
+        # command's environment and user go over stdin, so nothing the job sets runs in the shim.
+        shim_env = {SHIM_MARKER: launch_id or "1"}
+        if launch_id:
+            shim_env[LAUNCH_ID_VAR] = launch_id
+        identity = user.as_shim_arg() if user is not None and user.switches() else None
+        handover = json.dumps({"env": env, "run_as": identity}).encode()
         # The child inherits this thread's signal mask across exec: the shim starts with a
         # cancel's signals blocked and takes them once it can record them (shim.py).
         mask = signal.pthread_sigmask(signal.SIG_BLOCK, GUARDED)
         try:
             proc = subprocess.Popen(
                 [sys.executable, "-I", "-S", str(SHIM), str(exit_path), "--", *argv],
-                cwd=workdir, env=shim_env, stdin=subprocess.DEVNULL,
+                cwd=workdir, env=shim_env, stdin=subprocess.PIPE,
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             )
         except OSError as exc:  # the workdir vanished meanwhile, out of processes, ...
@@ -301,6 +330,11 @@ def start(msg: LaunchMessage, node: str, log_dir: Path, launch_id: str = "",
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     finally:
         log.close()  # the child holds its own descriptor
+    try:
+        with proc.stdin:  # type: ignore[union-attr]
+            proc.stdin.write(handover)  # type: ignore[union-attr]
+    except BrokenPipeError:
+        pass  # the shim died before reading (killed at once): its exit is reported like any other
     return Started(proc, log_path, argv)
 
 

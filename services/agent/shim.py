@@ -9,11 +9,16 @@ agent, and writes the status to EXIT_FILE (atomically) for whichever agent
 run is watching: a restarted agent still reports "exited 0" instead of
 "exit code unknown".
 
-Stdlib only and no site-packages (``-I -S``), so it starts in milliseconds
-and nothing in the job's environment can change how it behaves.
+Stdlib only and no site-packages (``-I -S``), so it starts in milliseconds.
+The job's environment does not reach the shim's own process: the agent starts
+it with only its markers and sends the command's environment, and the user it
+runs as (``--run-as``), as one JSON object on stdin. So nothing a job sets
+(``LD_PRELOAD``, say) runs inside the shim, which stays the agent's user
+while the command becomes the job's.
 Exit status: the command's (killed by signal N -> the shim kills itself with N).
 """
 
+import json
 import os
 import signal
 import subprocess
@@ -36,13 +41,28 @@ def _write_status(path: str, code: int) -> None:
         print(f"# frenzy shim: cannot write the exit status to {path}: {exc}", file=sys.stderr, flush=True)
 
 
+def _read_launch(stream: object) -> tuple[dict[str, str], tuple[int, int, list[int]] | None]:
+    """The command's environment and the identity to run it as (None: the shim's own), from the agent."""
+    data = json.loads(stream.read())  # type: ignore[attr-defined]
+    env = {str(k): str(v) for k, v in data["env"].items()}
+    run_as = data.get("run_as")
+    if run_as is None:
+        return env, None
+    uid, gid, groups = run_as
+    return env, (int(uid), int(gid), [int(g) for g in groups])
+
+
 def main(argv: list[str]) -> int:
     if len(argv) < 4 or argv[2] != "--":
         print("usage: shim.py EXIT_FILE -- COMMAND [ARGS...]", file=sys.stderr)
         return 2
     exit_file, command = argv[1], argv[3:]
-    env = dict(os.environ)
-    env.pop(SHIM_MARKER, None)
+    try:
+        env, identity = _read_launch(sys.stdin.buffer)
+    except (OSError, ValueError, TypeError, KeyError) as exc:
+        print(f"# frenzy shim: bad launch on stdin: {exc}", file=sys.stderr, flush=True)
+        _write_status(exit_file, 127)
+        return 127
 
     # Group signals (cancel) reach the command directly; the shim must outlive
     # it to record the status. Handlers (unlike SIG_IGN) are reset by exec, so
@@ -64,7 +84,12 @@ def main(argv: list[str]) -> int:
         os.kill(os.getpid(), stopped[0])
         return 128 + stopped[0]
     try:
-        child = subprocess.Popen(command, env=env)
+        if identity is None:
+            child = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL)
+        else:  # --run-as: groups, then gid, then uid, in the child before exec
+            uid, gid, groups = identity
+            child = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, user=uid, group=gid,
+                                     extra_groups=groups)
     except OSError as exc:
         print(f"# frenzy shim: cannot start {command[0]!r}: {exc}", file=sys.stderr, flush=True)
         _write_status(exit_file, 127)

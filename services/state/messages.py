@@ -14,11 +14,25 @@ import time
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 
 class BadMessage(ValueError):
     """A stream entry that is not a valid Frenzy message."""
+
+
+SAFE_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+
+
+def _no_dot_dot(name: str) -> str:
+    if ".." in name:
+        raise ValueError("must not contain '..'")
+    return name
+
+
+# Job ids and node names become file names on the agents (LOG_DIR/JOB/attempt-N/NODE.log):
+# one path component, no separator, no "..". Job ids are job-<12 hex> today.
+SafeName = Annotated[str, Field(pattern=SAFE_NAME), AfterValidator(_no_dot_dot)]
 
 
 class _Msg(BaseModel):
@@ -45,10 +59,10 @@ class LaunchMessage(_Msg):
     """Scheduler -> one node's agent: start this node's share of a job."""
 
     kind: Literal["launch"] = "launch"
-    job_id: str
+    job_id: SafeName
     attempt: int = Field(ge=1)
     fence: int = Field(ge=0, description="reservation fencing token; stale launches are ignored")
-    node: str
+    node: SafeName
     node_rank: int = Field(ge=0)
     nnodes: int = Field(ge=1)
     nproc_per_node: int = Field(ge=1)
@@ -67,7 +81,7 @@ class CancelMessage(_Msg):
     """Scheduler -> agent: stop this job's processes on your node."""
 
     kind: Literal["cancel"] = "cancel"
-    job_id: str
+    job_id: SafeName
     attempt: int = Field(ge=1)
     reason: str = ""
 

@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -119,7 +120,8 @@ def test_failing_command_exits_non_zero(cluster: Cluster) -> None:
     ("fields", "expected"),
     [
         ({"command": ["/nonexistent/train.sh"]}, "command not found: '/nonexistent/train.sh'"),
-        ({"command": [sys.executable], "workdir": "/nonexistent/dir"}, "working directory '/nonexistent/dir'"),
+        ({"command": [sys.executable], "workdir": f"{tempfile.gettempdir()}/frenzy-nonexistent/dir"},
+         f"working directory '{tempfile.gettempdir()}/frenzy-nonexistent/dir' does not exist"),
         ({"command": [sys.executable], "indices": [7]}, "GPU index(es) [7] do not exist"),
         ({"command": [sys.executable], "gpu_uuids": ["GPU-other", "GPU-fake-n1-1"]},
          "GPU 0 on node n1 is GPU-fake-n1-0, but the launch expects GPU-other"),

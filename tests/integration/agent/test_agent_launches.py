@@ -130,13 +130,12 @@ def test_a_foreign_process_on_the_rendezvous_port_is_a_retryable_launch_failure(
     assert cluster.wait_event("job-q", EventKind.EXITED).exit_code == 0
 
 
-def test_agent_env_job_env_and_a_job_chosen_log_dir(cluster: Cluster, tmp_path: Path) -> None:
+def test_agent_env_and_job_env_reach_the_job_and_its_log_is_in_the_agents_log_dir(cluster: Cluster) -> None:
     cluster.start(extra_env={"NCCL_SOCKET_IFNAME": "ib0", "SITE": "agent"})
     code = "import os; print(os.environ['NCCL_SOCKET_IFNAME'], os.environ['SITE'], os.environ['RUN'])"
-    cluster.launch("job-e", [sys.executable, "-c", code],
-                   env={"SITE": "job", "RUN": "{job_id}-{attempt}", "FRENZY_LOG_DIR": str(tmp_path / "mine")})
+    cluster.launch("job-e", [sys.executable, "-c", code], env={"SITE": "job", "RUN": "{job_id}-{attempt}"})
     exited = cluster.wait_event("job-e", EventKind.EXITED)
-    assert exited.log_path == str(tmp_path / "mine" / "job-e" / "attempt-1" / f"{NODE}.log")
+    assert exited.log_path == str(cluster.log_dir.resolve() / "job-e" / "attempt-1" / f"{NODE}.log")
     assert "ib0 job job-e-1\n" in Path(exited.log_path).read_text()
 
 

@@ -13,6 +13,7 @@ import pytest
 
 from frenzy.agent import launcher
 from frenzy.agent.ledger import Ledger, LedgerEntry
+from frenzy.agent.run_as import JobUser
 from frenzy.state.messages import LaunchMessage, LayoutEnv
 
 
@@ -45,9 +46,28 @@ def test_env_has_every_frenzy_and_torchrun_variable() -> None:
     }
 
 
-def test_env_inherits_the_agent_environment_by_default(monkeypatch) -> None:
-    monkeypatch.setenv("FRENZY_TEST_MARKER", "yes")
-    assert launcher.build_env(make_launch(), "n1")["FRENZY_TEST_MARKER"] == "yes"
+def test_env_takes_only_the_allowlist_of_the_agent_environment_by_default(monkeypatch) -> None:
+    monkeypatch.setenv("SITE_MARKER", "yes")
+    monkeypatch.setenv("LC_TIME", "C")
+    env = launcher.build_env(make_launch(), "n1")
+    assert "SITE_MARKER" not in env and env["LC_TIME"] == "C" and env["PATH"] == os.environ["PATH"]
+    assert launcher.build_env(make_launch(), "n1", pass_env=["SITE_*"])["SITE_MARKER"] == "yes"
+
+
+def test_credentials_never_pass_even_when_a_pattern_matches_them() -> None:
+    agent = {"PATH": "/bin", "REDIS_URL": "redis://:pw@h/0", "FRENZY_TOKEN": "t", "FRENZY_CREDENTIALS": "/c",
+             "NCCL_SECRET": "s", "NCCL_DEBUG": "INFO", "HF_TOKEN": "h", "DB_PASSWORD": "p", "FRENZY_PREFIX": "x"}
+    env = launcher.build_env(make_launch(), "n1", base=agent, pass_env=["NCCL_*", "HF_*", "DB_*"])
+    assert env["NCCL_DEBUG"] == "INFO" and env["PATH"] == "/bin"
+    for name in ("REDIS_URL", "FRENZY_TOKEN", "FRENZY_CREDENTIALS", "NCCL_SECRET", "HF_TOKEN", "DB_PASSWORD",
+                 "FRENZY_PREFIX"):
+        assert name not in env
+
+
+def test_a_run_as_user_gets_its_own_login_variables() -> None:
+    user = JobUser("train", 1234, 1234, (1234, 44), "/home/train", "/bin/bash")
+    env = launcher.build_env(make_launch(), "n1", base={"HOME": "/root", "USER": "root", "PATH": "/bin"}, user=user)
+    assert (env["HOME"], env["USER"], env["LOGNAME"], env["SHELL"]) == ("/home/train", "train", "train", "/bin/bash")
 
 
 def test_message_env_is_added_but_cannot_override_the_reserved_gpus() -> None:
@@ -135,12 +155,17 @@ def test_log_path_layout(tmp_path: Path) -> None:
     assert launcher.log_path_for(tmp_path, make_launch(), "n1") == tmp_path / "job-7" / "attempt-2" / "n1.log"
 
 
-def test_a_job_may_choose_its_log_dir(tmp_path: Path) -> None:
-    absolute = make_launch(env={"FRENZY_LOG_DIR": str(tmp_path / "mine")})
-    assert launcher.log_path_for(Path("/agent"), absolute, "n1") == tmp_path / "mine" / "job-7" / "attempt-2" / "n1.log"
-    relative = make_launch(env={"FRENZY_LOG_DIR": "out/logs"}, workdir=str(tmp_path))
-    assert launcher.log_path_for(Path("/agent"), relative, "n1") == (
-        tmp_path / "out" / "logs" / "job-7" / "attempt-2" / "n1.log")
+def test_a_job_does_not_choose_its_log_dir_and_the_log_path_never_leaves_it(tmp_path: Path) -> None:
+    chooser = make_launch(env={"FRENZY_LOG_DIR": str(tmp_path / "mine")})
+    assert launcher.log_path_for(tmp_path, chooser, "n1") == tmp_path / "job-7" / "attempt-2" / "n1.log"
+    # A message cannot carry such an id (messages.SafeName); model_construct skips that check.
+    sneaky = LaunchMessage.model_construct(**{**make_launch().__dict__, "job_id": "../../x"})
+    with pytest.raises(launcher.LaunchError, match="would leave the agent's log directory"):
+        launcher.log_path_for(tmp_path / "logs", sneaky, "n1")
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "job-l").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(launcher.LaunchError):
+        launcher.log_path_for(tmp_path / "logs", make_launch(job_id="job-l"), "n1")
 
 
 def test_start_writes_a_header_then_the_output(tmp_path: Path) -> None:

@@ -1,0 +1,110 @@
+"""What of the agent's environment a job may see, and which variables a job may not set itself.
+
+A job is arbitrary code: whatever the agent's environment holds (the Redis
+address with its password, Frenzy tokens) must not reach it, or one job could
+forge launches and events on every node. So the job environment is built from
+an allowlist, never by copying the agent's: ``ALLOWED`` (what programs expect
+from a login: PATH, HOME, the locale, ``LD_LIBRARY_PATH`` for the CUDA
+libraries) plus what the operator passes with ``--pass-env NAME`` (a trailing
+``*`` matches a prefix: ``NCCL_*``). Names that look like credentials are never
+passed, even when a pattern matches them, and naming one in ``--pass-env`` is
+refused when the agent starts.
+
+A job's own env may not set the variables Frenzy sets for it (``RESERVED``):
+they say which GPUs and rendezvous the job has, so a job that set them would
+run on GPUs another job holds. The launch check refuses such a launch.
+
+Pure functions: no I/O, no ``os.environ``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+
+# From the agent's environment, always (when set there).
+ALLOWED = frozenset({"PATH", "HOME", "LANG", "LANGUAGE", "TZ", "USER", "LOGNAME", "SHELL", "TMPDIR", "TERM",
+                     "LD_LIBRARY_PATH"})
+ALLOWED_PREFIXES = ("LC_",)
+
+# Frenzy's own credentials and whatever is named like a credential: never from the agent.
+CREDENTIALS = frozenset({"REDIS_URL", "FRENZY_TOKEN", "FRENZY_CREDENTIALS"})
+_SECRET_WORDS = ("PASSWORD", "SECRET", "TOKEN")
+
+# Set by the agent for every launch; a job's env may not set them.
+RESERVED = frozenset({"CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "MASTER_ADDR", "MASTER_PORT", "NNODES",
+                      "NODE_RANK", "NPROC_PER_NODE"})
+RESERVED_PREFIXES = ("FRENZY_", "PET_")
+
+# What execve takes as a name: no "=", no NUL, not empty.
+_NAME = re.compile(r"[^=\x00]+")
+
+
+def is_credential(name: str) -> bool:
+    """A name the agent never hands to a job from its own environment."""
+    upper = name.upper()
+    return upper in CREDENTIALS or any(word in upper for word in _SECRET_WORDS)
+
+
+def is_reserved(name: str) -> bool:
+    """A variable Frenzy sets for every job, which the job's own env may not set."""
+    return name in RESERVED or name.startswith(RESERVED_PREFIXES)
+
+
+def reserved_in(env: Mapping[str, str]) -> list[str]:
+    """The names in a job's env that it may not set, sorted."""
+    return sorted(name for name in env if is_reserved(name))
+
+
+def bad_names_in(env: Mapping[str, str]) -> list[str]:
+    """Names (or names of values) in a job's env that no process environment can hold."""
+    return sorted(name for name, value in env.items() if not _NAME.fullmatch(name) or "\x00" in value)
+
+
+def check_pass_env(names: Iterable[str]) -> tuple[str, ...]:
+    """The ``--pass-env`` names, checked; raises ValueError naming the first one refused."""
+    out = []
+    for name in names:
+        stem = name[:-1] if name.endswith("*") else name
+        if not stem or "*" in stem or not _NAME.fullmatch(stem):
+            raise ValueError(f"--pass-env {name!r}: give a variable name, or a prefix ending in '*' (e.g. NCCL_*)")
+        if is_credential(stem) or (stem != name and any(c.startswith(stem.upper()) for c in CREDENTIALS)):
+            raise ValueError(
+                f"--pass-env {name!r}: the agent never passes {_what(name)} to jobs "
+                f"({', '.join(sorted(CREDENTIALS))} and names containing {'/'.join(_SECRET_WORDS)} are "
+                "credentials; a job that had them could act for the agent). Give a job a secret of its own "
+                "in its env, or with --env NAME=VALUE")
+        if stem == name and is_reserved(name):
+            raise ValueError(f"--pass-env {name}: Frenzy sets this for every job itself (reserved)")
+        out.append(name)
+    return tuple(out)
+
+
+def check_extra_env(extra: Mapping[str, str]) -> dict[str, str]:
+    """The operator's ``--env`` values, checked; raises ValueError for a name the agent must not set."""
+    for name, value in extra.items():
+        if not _NAME.fullmatch(name) or "\x00" in value:
+            raise ValueError(f"--env {name!r}: not a valid environment variable")
+        if name.upper() in CREDENTIALS:
+            raise ValueError(f"--env {name}: Frenzy's own credentials never go to jobs")
+        if is_reserved(name):
+            raise ValueError(f"--env {name}: Frenzy sets this for every job itself (reserved)")
+    return dict(extra)
+
+
+def inherited(agent_env: Mapping[str, str], pass_env: Iterable[str] = ()) -> dict[str, str]:
+    """What a job gets from the agent's environment: the allowlist and ``pass_env``, never a credential."""
+    exact = set(ALLOWED)
+    prefixes = list(ALLOWED_PREFIXES)
+    for name in pass_env:
+        if name.endswith("*"):
+            prefixes.append(name[:-1])
+        else:
+            exact.add(name)
+    return {name: value for name, value in agent_env.items()
+            if (name in exact or name.startswith(tuple(prefixes))) and not is_credential(name)
+            and not is_reserved(name)}
+
+
+def _what(name: str) -> str:
+    return f"variables matching {name}" if name.endswith("*") else name
