@@ -51,8 +51,10 @@ from marp.sizes import (
     CONTEXT_BYTES,
     CONTEXT_BYTES_DEFAULT,
     FRAGMENTATION,
+    HOPPER,
     NCCL_BYTES,
     RECOMPUTE_CODE,
+    TE_STREAMS,
     model_state_bytes,
     runtime_reserve_bytes,
     stage_param_counts,
@@ -269,8 +271,9 @@ def describe(breakdown: MemoryBreakdown) -> dict[str, Any]:
 
 
 __all__ = [
-    "CONTEXT_BYTES", "CONTEXT_BYTES_DEFAULT", "ELEMENT_BYTES", "FIELDS", "FRAGMENTATION", "NCCL_BYTES",
-    "PHASES", "RECOMPUTE_CODE", "STAGES", "MemoryBreakdown", "breakdown_at", "check_seq_len",
-    "layer_activation_bytes", "layer_activation_parts", "memory_for_grid", "memory_grid", "model_state_bytes",
-    "predict_memory", "runtime_reserve_bytes", "stage_param_counts", "state_bytes_per_param", "validate_layout",
+    "CONTEXT_BYTES", "CONTEXT_BYTES_DEFAULT", "ELEMENT_BYTES", "FIELDS", "FRAGMENTATION", "HOPPER",
+    "NCCL_BYTES", "PHASES", "RECOMPUTE_CODE", "STAGES", "TE_STREAMS", "MemoryBreakdown", "breakdown_at",
+    "check_seq_len", "layer_activation_bytes", "layer_activation_parts", "memory_for_grid", "memory_grid",
+    "model_state_bytes", "predict_memory", "runtime_reserve_bytes", "stage_param_counts",
+    "state_bytes_per_param", "validate_layout",
 ]  # fmt: skip
