@@ -2,13 +2,15 @@
 
 Order, first found wins, for each of the two values:
 
-    token      FRENZY_TOKEN, else the credentials file
+    token      FRENZY_TOKEN, else the file FRENZY_TOKEN_FILE names, else the credentials file
     scheduler  --scheduler / FRENZY_SCHEDULER, else the credentials file, else 127.0.0.1:50051
 
 The credentials file is ``$FRENZY_CREDENTIALS``, else ``$XDG_CONFIG_HOME/frenzy/credentials.json``
 (``~/.config/...``). `frenzy up` and `frenzy demo` write one for the stack they start (an admin
 token of their own), so the CLI on the same machine just works. Like ssh with a private key,
 a credentials file that others can read is refused rather than used: a token is a login.
+FRENZY_TOKEN_FILE (one token on its first line, same rule on its mode) is for services in
+containers, which get their token as a file in a volume (compose.yaml's batch worker).
 """
 
 from __future__ import annotations
@@ -81,8 +83,31 @@ def write_credentials(path: Path, creds: Credentials) -> None:
     os.replace(tmp, path)
 
 
+def read_token_file(path: Path) -> str:
+    """The token on the first line of ``path`` (FRENZY_TOKEN_FILE), a file only its owner may read."""
+    try:
+        st = path.stat()
+        if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+            raise CredentialsError(f"FRENZY_TOKEN_FILE={path} can be read by other users (mode "
+                                   f"{stat.S_IMODE(st.st_mode):o}). To fix: chmod 600 {path}")
+        with path.open(encoding="utf-8") as fh:
+            token = fh.readline().strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = getattr(exc, "strerror", None) or type(exc).__name__
+        raise CredentialsError(f"FRENZY_TOKEN_FILE={path}: cannot read it ({reason})") from exc
+    if not token:
+        raise CredentialsError(f"FRENZY_TOKEN_FILE={path}: the file's first line is empty; it should hold a token")
+    return token
+
+
 def resolve_token(explicit: str | None = None) -> str | None:
-    return explicit or os.environ.get("FRENZY_TOKEN") or read_credentials().token
+    given = explicit or os.environ.get("FRENZY_TOKEN")
+    if given:
+        return given
+    token_file = os.environ.get("FRENZY_TOKEN_FILE")
+    if token_file:
+        return read_token_file(Path(token_file))
+    return read_credentials().token
 
 
 def resolve_scheduler(explicit: str | None = None) -> str:
