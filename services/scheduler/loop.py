@@ -16,8 +16,11 @@ jobs: the job is stopped on its other nodes, re-planned by the predictor for
 the cluster that is left (``replan``), and queued for attempt + 1 — or FAILED
 once ``max_attempts`` is reached. It also frees what no live reservation
 holds any more (GPUs of a requeued job whose node never reported, leaked
-ports) after ``orphan_release_s``. What to do is decided without I/O in
-``reaping.decide_reap``; ``reap`` only reads and writes through the store.
+ports) after ``orphan_release_s``, and rolls back into the queue a job left RESERVED
+without a dispatch (a scheduler stopped between the two scripts): on start, and after
+``reservation_timeout_s``. A node's silence is counted from when Redis was reachable again
+when that is later than its last heartbeat: an outage of Redis kills no node. What to do is
+decided without I/O in ``reaping.decide_reap``; ``reap`` only reads and writes through the store.
 
 ``drain_events`` consumes the agents' status events (consumer group, acked
 after handling); a malformed event is logged, acked and dropped; an event of
@@ -25,7 +28,8 @@ an older attempt only releases what that attempt still holds. What an event
 means is decided without I/O in ``agent_events.interpret``.
 
 All state is read and written through ``StateStore``; the loop sends no Redis
-command itself.
+command itself. While Redis is out of reach every thread retries quietly: one log line
+when the outage starts and one when it ends (``outage.RedisContact``).
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from dataclasses import dataclass, field, replace
 import redis
 
 from frenzy.scheduler.agent_events import Exited, LaunchRefused, Stale, Started, UnknownJob, interpret
+from frenzy.scheduler.outage import RedisContact
 from frenzy.scheduler.reaping import NodeLease, OrphanKey, ReapSettings, ReapSnapshot, decide_reap
 from frenzy.state.job_states import ACTIVE, JobState
 from frenzy.state.keys import Keys
@@ -67,16 +72,18 @@ class ReapReport:
     requeued: list[str]  # job ids moved back to PENDING
     failed: list[str]  # job ids that ran out of attempts
     released: int  # GPUs and ports freed from ended reservations
+    unreserved: list[str] = field(default_factory=list)  # jobs reserved, never dispatched, queued again
 
 
 class SchedulerLoop:
     def __init__(self, client: redis.Redis, keys: Keys, policy: QueuePolicy | None = None,
                  consumer: str = "scheduler-1", *, dead_after_s: float = 30.0, max_attempts: int = 3,
                  orphan_release_s: float = 120.0, master_ports: tuple[int, int] = DEFAULT_MASTER_PORTS,
-                 replan: Replanner | None = None) -> None:
-        if dead_after_s <= 0 or max_attempts < 1 or orphan_release_s < 0:
-            raise ValueError(f"need dead_after_s > 0, max_attempts >= 1, orphan_release_s >= 0 (got "
-                             f"{dead_after_s}, {max_attempts}, {orphan_release_s})")
+                 replan: Replanner | None = None, reservation_timeout_s: float = 10.0) -> None:
+        if dead_after_s <= 0 or max_attempts < 1 or orphan_release_s < 0 or reservation_timeout_s < 0:
+            raise ValueError(f"need dead_after_s > 0, max_attempts >= 1, orphan_release_s >= 0, "
+                             f"reservation_timeout_s >= 0 (got {dead_after_s}, {max_attempts}, {orphan_release_s}, "
+                             f"{reservation_timeout_s})")
         first, last = master_ports
         if not (1024 <= first <= last <= 65535):
             raise ValueError(f"master port range {first}-{last}: need 1024 <= first <= last <= 65535")
@@ -90,6 +97,8 @@ class SchedulerLoop:
         self.dead_after_s = dead_after_s
         self.max_attempts = max_attempts
         self.orphan_release_s = orphan_release_s
+        # A reservation not dispatched within this is rolled back (reaping.ReapSettings).
+        self.reservation_timeout_s = reservation_timeout_s
         self.master_ports = master_ports
         self.replan = replan
         self.wake = threading.Event()
@@ -97,6 +106,9 @@ class SchedulerLoop:
         self._pending_checked = False
         self._orphans: dict[OrphanKey, float] = {}  # each orphan GPU or port -> when first seen
         self._last_reap = 0.0
+        self.contact = RedisContact()
+        self._count_from = 0.0  # Redis time since which node silence counts (after an outage)
+        self._last_read: float | None = None  # monotonic time of the reaper's last read
 
     # ---- placement ---------------------------------------------------------------------------
 
@@ -193,13 +205,17 @@ class SchedulerLoop:
 
     # ---- node loss and leaks -------------------------------------------------------------------
 
-    def reap(self) -> ReapReport:
-        """Declare nodes dead, requeue (or fail) their jobs, free what ended reservations still hold.
+    def reap(self, reservation_timeout_s: float | None = None) -> ReapReport:
+        """Declare nodes dead, requeue (or fail) their jobs, free what ended reservations still hold,
+        queue again the jobs reserved and never dispatched.
 
+        ``reservation_timeout_s``: instead of ``self.reservation_timeout_s`` (0 on start: no
+        reservation is in flight before this scheduler made one).
         Read (``_reap_snapshot``), decide (``reaping.decide_reap``, pure), write (the store)."""
         report = ReapReport([], [], [], 0)
         snapshot = self._reap_snapshot()
-        settings = ReapSettings(self.dead_after_s, self.orphan_release_s)
+        timeout = self.reservation_timeout_s if reservation_timeout_s is None else reservation_timeout_s
+        settings = ReapSettings(self.dead_after_s, self.orphan_release_s, timeout)
         mono = time.monotonic()
         plan = decide_reap(snapshot, mono, self._orphans, settings)
         came_back: set[str] = set()
@@ -231,12 +247,31 @@ class SchedulerLoop:
             if self.store.release_port(port.node, port.port, port.job_id):
                 log.info("freed rendezvous port %s on %s left by job %s", port.port, port.node, port.job_id)
                 report.released += 1
+        for stuck in plan.unreserve:
+            job = snapshot.jobs[stuck.job_id]
+            assert job is not None
+            why = (f"requeued: reserved (fence {stuck.fence}) but never dispatched"
+                   + (f" for {stuck.waited_s:.0f} s" if stuck.waited_s else " when the scheduler started")
+                   + "; the scheduler that reserved it stopped before sending the launch")
+            done, state = self.store.unreserve(job, why)
+            if done:
+                log.warning("job %s: %s", job.id, why)
+                report.unreserved.append(job.id)
+                self.wake.set()
+            else:
+                log.info("job %s moved on before its stuck reservation was rolled back: %s now", job.id, state)
         self._orphans = plan.orphans
         return report
 
     def _reap_snapshot(self) -> ReapSnapshot:
         """What the reaper decides on: the nodes, then the port tables, then the jobs they name."""
         now = self.store.redis_time()
+        mono = time.monotonic()
+        # After an outage (seen by any thread, also one this scheduler started into) or a stall of
+        # the reaper longer than a node may be silent: every node gets a full dead_after_s to beat.
+        if self.contact.take_recovery() or (self._last_read is not None and mono - self._last_read > self.dead_after_s):
+            self._count_from = max(self._count_from, now)
+        self._last_read = mono
         nodes = tuple(NodeLease.from_hashes(info, alive, gpus) for info, alive, gpus in self.store.load_nodes())
         # Read the port tables before any job: a port taken after this read is not looked at.
         ports = self.store.port_tables(n.name for n in nodes if n.name)
@@ -246,7 +281,7 @@ class SchedulerLoop:
         for job_id in owners:
             if job_id not in jobs:
                 jobs[job_id] = self.store.get(job_id)
-        return ReapSnapshot(now, nodes, ports, jobs)
+        return ReapSnapshot(now, nodes, ports, jobs, self._count_from)
 
     def preempt(self, job_id: str, for_job: str) -> bool:
         """Stop ``job_id`` (HAS preempted it for the shorter ``for_job``) and queue it again: a
@@ -306,6 +341,10 @@ class SchedulerLoop:
                 self.handle_event(event)
             except BadMessage as exc:
                 log.warning("dropping malformed event %s: %s", entry_id, exc)
+            except redis.RedisError:
+                # Redis went away mid-batch: the rest stays pending and is read again first.
+                self._pending_checked = False
+                raise
             except Exception:
                 # Leave it pending: it is retried on restart, never silently lost.
                 log.exception("failed to handle event %s", entry_id)
@@ -371,17 +410,22 @@ class SchedulerLoop:
         return max(0.2, min(self.dead_after_s / 4, 5.0))
 
     def run(self, stop: threading.Event, tick_s: float = 0.25) -> None:
-        """Run placement ticks, reaping and event handling until ``stop`` is set."""
+        """Run placement ticks, reaping and event handling until ``stop`` is set.
+
+        The first reap rolls back every reservation left undispatched by an earlier scheduler."""
         events = threading.Thread(target=self._events_forever, args=(stop,), name="events", daemon=True)
         events.start()
+        started = False
         while not stop.is_set():
             try:
-                if time.monotonic() - self._last_reap >= self.reap_interval():
+                if not started or time.monotonic() - self._last_reap >= self.reap_interval():
                     self._last_reap = time.monotonic()
-                    self.reap()
+                    self.reap(reservation_timeout_s=None if started else 0.0)
+                    started = True
                 self.tick()
-            except redis.RedisError:
-                log.exception("scheduling tick failed; retrying")
+                self.contact.reached()
+            except redis.RedisError as exc:
+                self.contact.lost("scheduling loop", exc)
             self.wake.wait(tick_s)
             self.wake.clear()
         events.join(timeout=5)
@@ -391,6 +435,7 @@ class SchedulerLoop:
             try:
                 if self.drain_events():
                     self.wake.set()  # GPUs may have been freed: schedule now
-            except redis.RedisError:
-                log.exception("event consumer failed; retrying")
+                self.contact.reached()
+            except redis.RedisError as exc:
+                self.contact.lost("event consumer", exc)
                 stop.wait(0.5)

@@ -4,9 +4,13 @@
 owners, the rendezvous port tables and the jobs named there), asks ``decide_reap``
 what to do, and writes that through the store. The decision:
 
-* a node whose lease is gone and whose last heartbeat is at least ``dead_after_s``
-  old (on the Redis clock the heartbeats are stamped with) is dead; it is declared
-  dead unless that was done before;
+* a node whose lease is gone and that has been silent for at least ``dead_after_s``
+  (on the Redis clock the heartbeats are stamped with) is dead; it is declared dead
+  unless that was done before. Silence is counted from its last heartbeat, or from
+  ``ReapSnapshot.count_from`` when that is later: the moment Redis became reachable
+  again after an outage. A lease that expired while Redis was down or out
+  of the scheduler's reach says nothing about the node, so after an outage every node
+  gets a fresh ``dead_after_s`` to heartbeat (issue 14, D2);
 * every job still holding a GPU of a dead node under its live reservation is
   requeued (or failed, the store decides at the attempt limit), once, naming every
   dead node of its placement;
@@ -14,7 +18,13 @@ what to do, and writes that through the store. The decision:
   to another fence, or is being requeued now) is an orphan: freed at once on a dead
   node, else once it has been seen for ``orphan_release_s`` (its agent had that long
   to report the exit). When each orphan was first seen is the ``OrphanClock``, kept
-  by the loop from one reap to the next on the monotonic clock.
+  by the loop from one reap to the next on the monotonic clock;
+* a job RESERVED (GPUs and port taken) but never dispatched for ``reservation_timeout_s``
+  is stuck: the scheduler that reserved it stopped between ``reserve_gpus.lua`` and
+  ``dispatch_job.lua``, which normally run milliseconds apart. It is rolled back to the
+  queue under its fence (``unreserve_job.lua``), at once on scheduler start
+  (``reservation_timeout_s`` 0) and after the timeout in the reaper, timed by the same
+  clock (issue 14, D1).
 """
 
 from __future__ import annotations
@@ -22,12 +32,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from frenzy.state.job_states import ACTIVE
+from frenzy.state.job_states import ACTIVE, JobState
 from frenzy.state.store import JobRecord
 
-# ("gpu", node, job id, fence) or ("port", node, job id, port)
+# ("gpu", node, job id, fence), ("port", node, job id, port) or ("reserved", master node, job id, fence)
 OrphanKey = tuple[str, str, str, str]
-# orphan -> when it was first seen (monotonic seconds)
+# orphan (or stuck reservation) -> when it was first seen (monotonic seconds)
 OrphanClock = Mapping[OrphanKey, float]
 
 
@@ -35,6 +45,9 @@ OrphanClock = Mapping[OrphanKey, float]
 class ReapSettings:
     dead_after_s: float  # how long a node's lease may be gone before the node is dead
     orphan_release_s: float  # how long an ended reservation may hold a GPU or port on a live node
+    # How long a job may stay RESERVED without a dispatch before it is rolled back. The loop
+    # dispatches milliseconds after reserving; 10 s rides out a slow Redis or a GC pause.
+    reservation_timeout_s: float = 10.0
 
 
 @dataclass(frozen=True)
@@ -69,6 +82,9 @@ class ReapSnapshot:
     nodes: tuple[NodeLease, ...]
     ports: Mapping[str, Mapping[str, str]]  # node -> {port: job id}, read before any job
     jobs: Mapping[str, JobRecord | None]  # every job named by a GPU owner or a port (None: gone)
+    # Redis time from which a node's silence counts when its heartbeat is older: when Redis
+    # was last reachable again after an outage (0: no outage seen)
+    count_from: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -101,6 +117,15 @@ class PortRelease:
 
 
 @dataclass(frozen=True)
+class StuckReservation:
+    """A job reserved under ``fence`` and never dispatched: roll it back to the queue."""
+
+    job_id: str
+    fence: int
+    waited_s: float  # how long it was seen stuck (0 on scheduler start)
+
+
+@dataclass(frozen=True)
 class ReapPlan:
     declare: tuple[NodeDeath, ...]  # dead nodes not declared dead before
     dead: Mapping[str, float]  # every dead node -> seconds since its last heartbeat
@@ -108,6 +133,7 @@ class ReapPlan:
     gpus: tuple[GpuRelease, ...]
     ports: tuple[PortRelease, ...]
     orphans: dict[OrphanKey, float] = field(default_factory=dict)  # the clock for the next reap
+    unreserve: tuple[StuckReservation, ...] = ()
 
 
 def decide_reap(snapshot: ReapSnapshot, clock_now: float, orphans: OrphanClock, settings: ReapSettings,
@@ -122,8 +148,11 @@ def decide_reap(snapshot: ReapSnapshot, clock_now: float, orphans: OrphanClock, 
     for node in snapshot.nodes:
         if not node.name or node.alive or node.name in came_back:
             continue
-        age = snapshot.now - float(node.heartbeat_at or 0)
-        if age < settings.dead_after_s:
+        beat = float(node.heartbeat_at or 0)
+        age = snapshot.now - beat
+        # Declared before: dead whatever happened since. Else silent since the later of its
+        # last heartbeat and Redis being reachable (an outage is nobody's silence).
+        if not node.dead_at and snapshot.now - max(beat, snapshot.count_from) < settings.dead_after_s:
             continue
         if not node.dead_at:
             declare.append(NodeDeath(node.name, node.heartbeat_at, age))
@@ -131,7 +160,24 @@ def decide_reap(snapshot: ReapSnapshot, clock_now: float, orphans: OrphanClock, 
     requeue = _lost_jobs(snapshot, dead)
     ending = {lost.job_id for lost in requeue}
     gpus, ports, clock = _orphans(snapshot, dead, ending, clock_now, orphans, settings.orphan_release_s)
-    return ReapPlan(tuple(declare), dead, requeue, gpus, ports, clock)
+    stuck = _stuck_reservations(snapshot, ending, clock_now, orphans, settings.reservation_timeout_s, clock)
+    return ReapPlan(tuple(declare), dead, requeue, gpus, ports, clock, stuck)
+
+
+def _stuck_reservations(snapshot: ReapSnapshot, ending: set[str], clock_now: float, orphans: OrphanClock,
+                        timeout_s: float, clock: dict[OrphanKey, float]) -> tuple[StuckReservation, ...]:
+    """RESERVED jobs seen stuck for ``timeout_s`` or longer (the first sighting of the others is kept in ``clock``)."""
+    out: list[StuckReservation] = []
+    for job in snapshot.jobs.values():
+        if job is None or job.state != JobState.RESERVED or job.id in ending or job.fence <= 0:
+            continue
+        key = ("reserved", job.master_node, job.id, str(job.fence))
+        first = orphans.get(key, clock_now)
+        if clock_now - first >= timeout_s:
+            out.append(StuckReservation(job.id, job.fence, clock_now - first))
+        else:
+            clock[key] = first
+    return tuple(sorted(out, key=lambda s: s.job_id))
 
 
 def _live(job: JobRecord | None, ending: set[str]) -> JobRecord | None:

@@ -158,6 +158,7 @@ class StateStore:
         self._declare_dead = scripts.register(client, "declare_node_dead")
         self._set_draining = scripts.register(client, "set_draining")
         self._release_port = scripts.register(client, "release_port")
+        self._unreserve = scripts.register(client, "unreserve_job")
         self._read_nodes = scripts.register(client, "read_nodes")
         self._read_hashes = scripts.register(client, "read_hashes")
         # What the last tick read, reused while Redis says it has not changed (``queue`` and
@@ -393,6 +394,17 @@ class StateStore:
                   msg.model_dump_json(), STREAM_MAXLEN,
                   json.dumps([json_format.MessageToDict(p) for p in plans]) if plans else "",
                   *[node for node, idxs in job.placement for _ in idxs], "1" if preempted else "0"],
+        )
+        return int(res[0]) == 1, str(res[1])
+
+    def unreserve(self, job: JobRecord, why: str) -> tuple[bool, str]:
+        """Put a job reserved under ``job.fence`` and never dispatched back into the queue (same
+        attempt), freeing its GPUs and port. -> (done, new state; or the current one when the
+        job had moved on: dispatched, cancelled, reserved again)."""
+        res = self._unreserve(
+            keys=[self.k.job(job.id), self.k.job_history(job.id), self.k.queue(), self.k.ports(job.master_node or "-"),
+                  *job.gpu_keys(self.k)],
+            args=[job.id, job.fence, repr(time.time()), why],
         )
         return int(res[0]) == 1, str(res[1])
 
