@@ -39,6 +39,29 @@ from frenzy.rpc.jobspec import JobSpecError, parse_entry
 from frenzy.signals import stop_on_signals
 from frenzy.v1 import scheduler_pb2, types_pb2
 
+
+def _redis_url_from_file() -> None:
+    """REDIS_URL from the first line of the file REDIS_URL_FILE names, when REDIS_URL is unset.
+
+    Containers get the Redis password as a file in a volume (compose.yaml), never in their
+    environment's definition; done here, before any option is parsed, so every command's
+    ``--redis-url`` (envvar REDIS_URL) and the worker's Celery app see it alike."""
+    path = os.environ.get("REDIS_URL_FILE")
+    if not path or os.environ.get("REDIS_URL"):
+        return
+    try:
+        with open(path, encoding="utf-8") as fh:
+            url = fh.readline().strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        sys.exit(f"error: REDIS_URL_FILE={path}: cannot read it ({getattr(exc, 'strerror', None) or exc}). "
+                 "To fix: point REDIS_URL_FILE at a readable file holding redis://USER:PASSWORD@HOST:PORT/DB")
+    if not url:
+        sys.exit(f"error: REDIS_URL_FILE={path}: the file's first line is empty; it should hold a redis:// URL")
+    os.environ["REDIS_URL"] = url
+
+
+_redis_url_from_file()
+
 app = typer.Typer(
     name="frenzy",
     help="Frenzy: train LLMs on a heterogeneous GPU cluster without choosing GPUs.\n\n"
