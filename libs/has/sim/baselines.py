@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import marp
-from has import QueuedJob, QueuePolicy, RunningJob, schedule
+from has import PlanChoice, QueuedJob, QueueOrder, QueuePolicy, RunningJob, schedule
 from has.placement import Placement, PlanOption
 from has.sim.engine import JobInfo, JobProfile, SimView, Start, Stop
 
@@ -572,10 +572,10 @@ def make_policy(
     if name == "frenzy-paper":
         return FrenzyPolicy(name, QueuePolicy(explain=False), restart_s=restart_s)
     if name == "frenzy-fifo":
-        return FrenzyPolicy(name, QueuePolicy.frenzy(order="fifo", explain=False), restart_s=restart_s)
+        return FrenzyPolicy(name, QueuePolicy.frenzy(order=QueueOrder.FIFO, explain=False), restart_s=restart_s)
     if name == "frenzy-ranked":
         return FrenzyPolicy(
-            name, QueuePolicy.frenzy(plan_choice="ranked", explain=False), restart_s=restart_s
+            name, QueuePolicy.frenzy(plan_choice=PlanChoice.RANKED, explain=False), restart_s=restart_s
         )
     if name == "frenzy-nopreempt":
         return FrenzyPolicy(name, QueuePolicy.frenzy(preempt_within_s=0.0, explain=False), restart_s=restart_s)

@@ -1,0 +1,30 @@
+"""QueuePolicy's options are string enums: strings from a flag or a JSON file still work."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from has import PlanChoice, QueueOrder, QueuePolicy, StarvingOrder
+
+
+def test_strings_become_the_enum_members() -> None:
+    policy = QueuePolicy(order="shortest", starving_order="ideal", plan_choice="completion")
+    assert policy.order is QueueOrder.SHORTEST
+    assert policy.starving_order is StarvingOrder.IDEAL
+    assert policy.plan_choice is PlanChoice.COMPLETION
+    assert policy == QueuePolicy(order=QueueOrder.SHORTEST, starving_order=StarvingOrder.IDEAL,
+                                 plan_choice=PlanChoice.COMPLETION)
+
+
+def test_members_compare_and_serialise_as_their_strings() -> None:
+    policy = QueuePolicy.frenzy()
+    assert policy.order == "shortest" and policy.plan_choice == "completion"
+    assert json.loads(json.dumps({"order": policy.order})) == {"order": "shortest"}
+
+
+@pytest.mark.parametrize("knob", ["order", "starving_order", "plan_choice"])
+def test_an_unknown_string_is_rejected_naming_the_choices(knob: str) -> None:
+    with pytest.raises(ValueError, match=f"{knob} must be '"):
+        QueuePolicy(**{knob: "sideways"})  # type: ignore[arg-type]
