@@ -1,7 +1,11 @@
 """The Predictor gRPC service: MARP behind the wire contract. Stateless.
 
 Bad input (unknown model, malformed config, bad batch, unknown GPU type)
-comes back as INVALID_ARGUMENT whose message starts with the field path.
+comes back as INVALID_ARGUMENT whose message starts with the field path. The
+request's numbers are checked against JobEntry's bounds first
+(``frenzy.rpc.spec_limits``), so a seq_len of 2^40 is "recipe.seq_len: out of
+range", not an int64 overflow inside MARP; anything else that fails is INTERNAL
+with the detail in the log only (``frenzy.rpc.errors.CleanErrors``).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import grpc
 import marp
 from frenzy.rpc import convert
 from frenzy.rpc.server import start_server
+from frenzy.rpc.spec_limits import check_limits, check_model, check_pools, check_recipe
 from frenzy.v1 import predictor_pb2, predictor_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -22,6 +27,15 @@ SERVICE_NAME = predictor_pb2.DESCRIPTOR.services_by_name["Predictor"].full_name
 
 def predict(request: predictor_pb2.PredictRequest) -> predictor_pb2.PredictResponse:
     """Pure translation around marp.enumerate_plans; raises marp.MarpError on bad input."""
+    try:
+        check_model(request.model)
+        check_recipe(request.recipe)
+        check_limits(request.limits)
+        check_pools(list(request.pools))
+    except ValueError as exc:
+        raise marp.InvalidRecipeError(str(exc), field=str(exc).partition(":")[0]) from None
+    if request.max_plans < 0:
+        raise marp.InvalidRecipeError(f"max_plans: must be >= 0 (got {request.max_plans})", field="max_plans")
     model = convert.model_from_proto(request.model)
     recipe = convert.recipe_from_proto(request.recipe, request.limits)
     pools = convert.pools_from_proto(list(request.pools), list(request.limits.allowed_gpu_types))

@@ -8,7 +8,15 @@ serves the output the agents ship into each job's Redis log stream, so
 `frenzy logs` works from any machine that reaches the scheduler. Status codes
 follow gRPC conventions: INVALID_ARGUMENT names the bad field,
 FAILED_PRECONDITION when the cluster can never hold the job, NOT_FOUND for an
-unknown job id.
+unknown job id, RESOURCE_EXHAUSTED naming the limit when a user is over a quota
+(queued jobs, GPUs held), the submission rate or the open-stream cap.
+
+Answers never carry internals (issue 14 item 10): a job id is checked against
+``JOB_ID`` before it reaches a Redis key, a JobSpec against JobEntry's bounds
+(``frenzy.rpc.spec_limits``), a predictor failure other than bad input is
+"predictor unavailable" with the detail only in the log, and whatever escapes a
+servicer is mapped to a clean status by ``frenzy.rpc.errors.CleanErrors``.
+Listings are summaries capped in count and bytes (``frenzy.rpc.listing``).
 """
 
 from __future__ import annotations
@@ -16,9 +24,11 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
@@ -27,7 +37,17 @@ import redis
 from frenzy.auth.roles import sees_all_jobs
 from frenzy.auth.tokens import TokenStore
 from frenzy.rpc.auth import TokenAuth, current_identity
+from frenzy.rpc.limits import DEFAULT_WORKERS, RateLimit, StreamCaps, SubmitRate
+from frenzy.rpc.listing import (
+    MAX_GPU_LINKS,
+    MAX_GPU_PROCESSES,
+    MAX_LIST_JOBS,
+    clip,
+    fit,
+    job_summary,
+)
 from frenzy.rpc.server import start_server
+from frenzy.rpc.spec_limits import check_spec
 from frenzy.scheduler.loop import SchedulerLoop
 from frenzy.state.job_states import JobState
 from frenzy.state.keys import Keys
@@ -40,6 +60,34 @@ log = logging.getLogger(__name__)
 
 SERVICE_NAME = scheduler_pb2.DESCRIPTOR.services_by_name["Scheduler"].full_name
 GiB = 1024**3
+# The REST edge checks the same pattern: every job id the scheduler makes (job-<12 hex>) matches,
+# and nothing that could reach another key or a path ("../", ":", spaces) does.
+JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+DEFAULT_MAX_QUEUED_PER_USER = 1000
+DEFAULT_MAX_GPUS_PER_USER = 0  # 0: no limit; the right number depends on the cluster, as in Slurm
+
+
+@dataclass(frozen=True)
+class UserQuotas:
+    """What one user may have at once: PENDING jobs, GPUs held (0: no limit), and the submission rate."""
+
+    max_queued: int = DEFAULT_MAX_QUEUED_PER_USER
+    max_gpus: int = DEFAULT_MAX_GPUS_PER_USER
+    rate: RateLimit = field(default_factory=RateLimit)
+
+    def __post_init__(self) -> None:
+        if self.max_queued < 1 or self.max_gpus < 0:
+            raise ValueError(f"quotas: max queued jobs must be >= 1 and max GPUs >= 0 "
+                             f"(got {self.max_queued}, {self.max_gpus})")
+
+
+def check_job_id(job_id: str) -> None:
+    """ValueError('job_id: why') unless ``job_id`` could be a job's id."""
+    if not job_id:
+        raise ValueError("job_id: empty")
+    if JOB_ID.fullmatch(job_id) is None:
+        raise ValueError("job_id: not a job id (letters, digits, '.', '_' and '-', at most 128, starting with a "
+                         "letter or digit). To fix: see `frenzy jobs`")
 
 
 def validate_spec(spec: types_pb2.JobSpec) -> None:
@@ -53,8 +101,7 @@ def validate_spec(spec: types_pb2.JobSpec) -> None:
     for key in spec.env:
         if not key or "=" in key or "\0" in key:
             raise ValueError(f"spec.env: invalid variable name {key!r}")
-    if len(spec.idempotency_key) > 200:
-        raise ValueError("spec.idempotency_key: longer than 200 characters")
+    check_spec(spec)
 
 
 def parse_port_range(text: str) -> tuple[int, int]:
@@ -71,8 +118,14 @@ def parse_port_range(text: str) -> tuple[int, int]:
 
 class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
     def __init__(self, client: redis.Redis, keys: Keys, predictor: predictor_pb2_grpc.PredictorStub,
-                 loop: SchedulerLoop | None = None) -> None:
+                 loop: SchedulerLoop | None = None, quotas: UserQuotas | None = None) -> None:
         self.store = StateStore(client, keys)
+        self.quotas = quotas or UserQuotas()
+        self.submit_rate = SubmitRate(self.quotas.rate)
+        # One user's submissions are admitted one at a time, so two at once cannot both pass the
+        # queued-jobs check; other users' submissions go on in parallel.
+        self._admission: dict[str, threading.Lock] = {}
+        self._admission_lock = threading.Lock()
         self.loop = loop or SchedulerLoop(client, keys)
         self.predictor = predictor
         if self.loop.replan is None:
@@ -117,8 +170,10 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         return [types_pb2.GpuPool(gpu_type=t, total_gpus=total[t], gpus_per_node=per_node[t]) for t in sorted(total)]
 
     def _job(self, job_id: str, context: grpc.ServicerContext):  # -> JobRecord
-        if not job_id:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "job_id: empty")
+        try:
+            check_job_id(job_id)
+        except ValueError as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         job = self.store.get(job_id)
         if job is None:
             context.abort(grpc.StatusCode.NOT_FOUND, f"job_id: no job {job_id!r}. To fix: see `frenzy jobs`")
@@ -139,16 +194,73 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         who = current_identity()
         return None if who is None or sees_all_jobs(who.role) else who.user
 
+    def _admission_for(self, user: str) -> threading.Lock:
+        with self._admission_lock:
+            return self._admission.setdefault(user, threading.Lock())
+
+    def _queued_jobs(self, user: str) -> int:
+        """How many PENDING jobs ``user`` has (one pipelined read over the queue)."""
+        ids = self.store.r.zrange(self.store.k.queue(), 0, -1)
+        pipe = self.store.r.pipeline(transaction=False)
+        for job_id in ids:
+            pipe.hget(self.store.k.job(job_id), "user")
+        return sum(1 for owner in pipe.execute() if (owner or "") == user)
+
+    def _gpus_held(self, user: str) -> int:
+        """How many GPUs jobs of ``user`` hold now (reserved, launching or running)."""
+        owners: dict[str, int] = {}
+        for _info, _alive, gpus in self.store.load_nodes():
+            for g in gpus:
+                if g.get("owner"):
+                    owners[g["owner"]] = owners.get(g["owner"], 0) + 1
+        pipe = self.store.r.pipeline(transaction=False)
+        for job_id in owners:
+            pipe.hget(self.store.k.job(job_id), "user")
+        return sum(n for n, owner in zip(owners.values(), pipe.execute(), strict=True) if (owner or "") == user)
+
+    def _within_quota(self, plans: list[types_pb2.Plan]) -> list[types_pb2.Plan]:
+        """The plans a job of one user may run with: none larger than the per-user GPU quota, so a
+        job never takes more than its user may hold (as ``limits.max_gpus`` does for one job)."""
+        if not self.quotas.max_gpus:
+            return plans
+        return [p for p in plans if p.num_gpus <= self.quotas.max_gpus]
+
+    def _over_quota(self, user: str, plans: list[types_pb2.Plan]) -> str | None:
+        """Why ``user`` may not queue one more job with these plans now, or None.
+
+        GPUs are checked at submission: refused while the user holds the quota or more. Jobs
+        admitted under it may still, once placed together, hold more (the placement loop does
+        not count per user); the queued-jobs cap bounds how far."""
+        queued = self._queued_jobs(user)
+        if queued >= self.quotas.max_queued:
+            return (f"quota: user {user!r} has {queued} queued jobs; the limit is {self.quotas.max_queued} per user "
+                    "(scheduler option --max-queued-per-user). To fix: wait for some to start, or cancel some")
+        if self.quotas.max_gpus:
+            smallest = min(p.num_gpus for p in plans)
+            if not self._within_quota(plans):
+                return (f"quota: the smallest plan for this job needs {smallest} GPUs; the limit is "
+                        f"{self.quotas.max_gpus} GPUs per user (scheduler option --max-gpus-per-user). "
+                        "To fix: set limits.max_gpus or a smaller recipe")
+            held = self._gpus_held(user)
+            if held >= self.quotas.max_gpus:
+                return (f"quota: user {user!r} holds {held} GPUs; the limit is {self.quotas.max_gpus} GPUs per "
+                        "user (scheduler option --max-gpus-per-user). To fix: wait for a job to end")
+        return None
+
     # ---- RPCs ----------------------------------------------------------------------------------
 
     def SubmitJob(self, request: scheduler_pb2.SubmitJobRequest, context: grpc.ServicerContext):
         spec = request.spec
+        user = self._user()
+        too_fast = self.submit_rate.take(user)
+        if too_fast is not None:
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, too_fast)
         try:
             validate_spec(spec)
         except ValueError as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         if spec.idempotency_key:
-            job = self.store.job_by_idempotency_key(spec.idempotency_key, self._user())
+            job = self.store.job_by_idempotency_key(spec.idempotency_key, user)
             if job is not None:
                 return scheduler_pb2.SubmitJobResponse(job=job.to_proto(), duplicate=True)
         try:
@@ -156,8 +268,10 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         except grpc.RpcError as exc:
             code = exc.code()
             if code == grpc.StatusCode.INVALID_ARGUMENT:
-                context.abort(code, f"spec.{exc.details()}")
-            context.abort(grpc.StatusCode.UNAVAILABLE, f"predictor unavailable: {exc.details()}")
+                context.abort(code, f"spec.{clip(exc.details() or '', 2000)}")
+            # The predictor's own words stay in the log: they may be an exception's text.
+            log.warning("predictor failed for a submission by %r: %s %s", user, code, exc.details())
+            context.abort(grpc.StatusCode.UNAVAILABLE, "predictor unavailable, try again")
         if not pred.plans:
             have = ", ".join(f"{p.total_gpus} x {p.gpu_type}" for p in pools) or "no live nodes (catalog checked)"
             why = "; ".join(pred.rejected) or "no layout fits"
@@ -165,8 +279,13 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
                           f"spec: no GPU type in the cluster can hold {pred.model_name} with this recipe "
                           f"(cluster: {have}). {why}. To fix: lower recipe.micro_batch or recipe.seq_len, "
                           "allow recompute, or add larger GPUs")
-        job_id, dup = self.store.submit(spec, list(pred.plans), pred.model_name, pred.parameter_count,
-                                        max_attempts=self.loop.max_attempts, user=self._user())
+        with self._admission_for(user):
+            over = self._over_quota(user, list(pred.plans))
+            if over is not None:
+                context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, over)
+            job_id, dup = self.store.submit(spec, self._within_quota(list(pred.plans)), pred.model_name,
+                                            pred.parameter_count,
+                                            max_attempts=self.loop.max_attempts, user=user)
         self.loop.wake.set()
         job = self.store.get(job_id)
         assert job is not None
@@ -182,8 +301,9 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
             states = {JobState.from_proto(s) for s in request.states} or None
         except ValueError as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"states: {exc}")
-        jobs = self.store.list(states, request.limit or 100, user=self._visible_user())
-        return scheduler_pb2.ListJobsResponse(jobs=[j.to_proto() for j in jobs])
+        limit = min(request.limit or 100, MAX_LIST_JOBS)
+        jobs = self.store.list(states, limit, user=self._visible_user())
+        return scheduler_pb2.ListJobsResponse(jobs=fit(job_summary(j.to_proto()) for j in jobs))
 
     def CancelJob(self, request: scheduler_pb2.CancelJobRequest, context: grpc.ServicerContext):
         job = self._job(request.job_id, context)
@@ -214,24 +334,26 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         for info, alive, gpus in self.store.load_nodes():
             if not alive and not request.include_dead:
                 continue
-            node = types_pb2.Node(name=info.get("name", ""), addr=info.get("addr", ""), alive=alive,
+            node = types_pb2.Node(name=clip(info.get("name", "")), addr=clip(info.get("addr", "")), alive=alive,
                                   draining=info.get("draining") == "1",
                                   heartbeat_at=float(info.get("heartbeat_at", 0) or 0),
                                   declared_dead_at=float(info.get("dead_at", 0) or 0),
-                                  health_reason=info.get("health_reason", ""))
+                                  health_reason=clip(info.get("health_reason", ""), 1024))
             for g in sorted(gpus, key=lambda g: int(g["index"])):
                 gpu = node.gpus.add(
-                    index=int(g["index"]), uuid=g.get("uuid", ""), gpu_type=g.get("type", ""),
-                    nvml_name=g.get("nvml_name", ""), memory_total=int(g.get("memory_total", 0)),
+                    index=int(g["index"]), uuid=clip(g.get("uuid", "")), gpu_type=clip(g.get("type", "")),
+                    nvml_name=clip(g.get("nvml_name", "")), memory_total=int(g.get("memory_total", 0)),
                     memory_free=int(g.get("memory_free", 0)), healthy=g.get("healthy", "1") == "1",
-                    owner=g.get("owner", ""), pci_bus_id=g.get("pci_bus_id", ""),
-                    utilization_pct=int(g.get("utilization", -1) or -1), health_reason=g.get("health_reason", ""),
+                    owner=clip(g.get("owner", "")), pci_bus_id=clip(g.get("pci_bus_id", "")),
+                    utilization_pct=int(g.get("utilization", -1) or -1),
+                    health_reason=clip(g.get("health_reason", ""), 1024),
                     type_from_memory=g.get("type_from_memory") == "1")
-                for pid, used in _json(g.get("processes"), []):
+                for pid, used in _json(g.get("processes"), [])[:MAX_GPU_PROCESSES]:
                     gpu.processes.add(pid=int(pid), used_memory=int(used))
-                gpu.links.update({int(k): str(v) for k, v in _json(g.get("links"), {}).items()})
+                links = list(_json(g.get("links"), {}).items())[:MAX_GPU_LINKS]
+                gpu.links.update({int(k): clip(str(v)) for k, v in links})
             out.append(node)
-        return scheduler_pb2.ListNodesResponse(nodes=out)
+        return scheduler_pb2.ListNodesResponse(nodes=fit(out))
 
     def StreamLogs(self, request: scheduler_pb2.StreamLogsRequest, context: grpc.ServicerContext) -> Iterator:
         job = self._job(request.job_id, context)
@@ -338,7 +460,9 @@ class SchedulerServer:
     def __init__(self, redis_url: str, predictor_addr: str, address: str = "127.0.0.1:50051",
                  prefix: str | None = None, tick_s: float = 0.25, dead_after_s: float | None = None,
                  max_attempts: int | None = None, orphan_release_s: float | None = None,
-                 master_ports: tuple[int, int] | None = None, policy: QueuePolicy | None = None) -> None:
+                 master_ports: tuple[int, int] | None = None, policy: QueuePolicy | None = None,
+                 quotas: UserQuotas | None = None, stream_caps: StreamCaps | None = None,
+                 max_workers: int = DEFAULT_WORKERS) -> None:
         self.client = redis.Redis.from_url(redis_url, decode_responses=True)
         self.keys = Keys(prefix)
         self.channel = grpc.insecure_channel(predictor_addr)
@@ -350,13 +474,14 @@ class SchedulerServer:
             orphan_release_s=(orphan_release_s if orphan_release_s is not None
                               else env_float("FRENZY_ORPHAN_RELEASE_S", 120.0)),
             master_ports=master_ports or (parse_port_range(ports) if ports else DEFAULT_MASTER_PORTS))
-        servicer = SchedulerServicer(self.client, self.keys, predictor_pb2_grpc.PredictorStub(self.channel), self.loop)
+        servicer = SchedulerServicer(self.client, self.keys, predictor_pb2_grpc.PredictorStub(self.channel), self.loop,
+                                     quotas)
         # Every call but health and reflection needs a token (issue 14): there is no switch to
         # turn this off, so no deployment can be left open by a forgotten flag.
         self.tokens = TokenStore(self.client, self.keys)
         self.server, self.port, self.health = start_server(
             [lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(servicer, s)], [SERVICE_NAME], address,
-            interceptors=[TokenAuth(self.tokens)])
+            interceptors=[TokenAuth(self.tokens)], max_workers=max_workers, stream_caps=stream_caps)
         self.stop_event = threading.Event()
         self.thread = threading.Thread(target=self.loop.run, args=(self.stop_event, tick_s), name="scheduler-loop",
                                        daemon=True)

@@ -1,0 +1,82 @@
+"""Listings that always fit in one gRPC message (issue 14 item 8).
+
+A listing is a table, not a copy of every record: ``job_summary`` keeps what
+`frenzy jobs`, /api/jobs and the dashboard show and trims what can be large (an
+inline model config, the command and env, the candidate plans, a long history).
+``fit`` then stops adding rows at ``MAX_LISTING_BYTES``, far under gRPC's 4 MiB
+message limit, so one huge record — even one written before the field limits
+existed — can never break a listing for everyone. `frenzy job ID` (GetJob) still
+returns the whole record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TypeVar
+
+from google.protobuf.message import Message
+
+from frenzy.v1 import types_pb2
+
+MAX_LIST_JOBS = 1000  # rows in one ListJobs answer, whatever the request's limit
+MAX_LISTING_BYTES = 3 * 1024 * 1024  # the answer's size; gRPC refuses messages over 4 MiB
+MAX_SUMMARY_TEXT = 256  # characters of a name, reason or label shown in a table
+MAX_SUMMARY_COMMAND_BYTES = 1024
+MAX_SUMMARY_HISTORY = 32  # the latest transitions
+MAX_SUMMARY_PLANS = 8  # the best candidates
+MAX_GPU_PROCESSES = 64  # processes listed per GPU in ListNodes
+MAX_GPU_LINKS = 64
+
+M = TypeVar("M", bound=Message)
+
+
+def clip(text: str, limit: int = MAX_SUMMARY_TEXT) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def job_summary(job: types_pb2.Job) -> types_pb2.Job:
+    """A copy of ``job`` small enough for a table row (a few KiB at most)."""
+    out = types_pb2.Job()
+    out.CopyFrom(job)
+    spec = out.spec
+    spec.name = clip(spec.name)
+    spec.model.display_name = clip(spec.model.display_name)
+    if spec.model.WhichOneof("source") == "config_json":
+        spec.model.config_json = ""  # the config can be 1 MiB; model_name names it
+    elif len(spec.model.catalog_name) > MAX_SUMMARY_TEXT:
+        spec.model.catalog_name = clip(spec.model.catalog_name)
+    kept, size = [], 0
+    for arg in spec.command:
+        size += len(arg.encode()) + 1
+        if size > MAX_SUMMARY_COMMAND_BYTES:
+            kept.append("…")
+            break
+        kept.append(arg)
+    del spec.command[:]
+    spec.command.extend(kept)
+    spec.env.clear()  # values can hold anything up to 64 KiB
+    spec.workdir = clip(spec.workdir, 1024)
+    spec.idempotency_key = clip(spec.idempotency_key)
+    out.model_name = clip(out.model_name)
+    out.pending_reason = clip(out.pending_reason, 1024)
+    out.user = clip(out.user)
+    del out.candidate_plans[MAX_SUMMARY_PLANS:]
+    if len(out.history) > MAX_SUMMARY_HISTORY:
+        latest = list(out.history[-MAX_SUMMARY_HISTORY:])
+        del out.history[:]
+        out.history.extend(latest)
+    for h in out.history:
+        h.reason = clip(h.reason, 1024)
+    return out
+
+
+def fit(rows: Iterable[M], budget: int = MAX_LISTING_BYTES) -> list[M]:
+    """The leading ``rows`` whose encoded size stays within ``budget`` bytes."""
+    kept: list[M] = []
+    used = 0
+    for row in rows:
+        used += row.ByteSize() + 8  # field tag and length prefix
+        if used > budget:
+            break
+        kept.append(row)
+    return kept
