@@ -406,8 +406,9 @@ class SchedulerLoop:
     # ---- threads -------------------------------------------------------------------------------
 
     def reap_interval(self) -> float:
-        """How often ``run`` reaps: often enough to declare a node dead within ~1/4 of its timeout."""
-        return max(0.2, min(self.dead_after_s / 4, 5.0))
+        """How often ``run`` reaps: often enough to declare a node dead within ~1/4 of its timeout,
+        and to roll back a stuck reservation within ~1.5 times its own."""
+        return max(0.2, min(self.dead_after_s / 4, 5.0, self.reservation_timeout_s / 2))
 
     def run(self, stop: threading.Event, tick_s: float = 0.25) -> None:
         """Run placement ticks, reaping and event handling until ``stop`` is set.

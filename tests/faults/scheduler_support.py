@@ -1,0 +1,108 @@
+"""Shared by the scheduler fault tests (they import the fixtures by name): a private Redis
+that can be stopped and started again (an outage), node agents with fake GPUs in threads of
+the test process, and job commands that leave a mark each time they start (a job run twice
+shows)."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+from frenzy.agent.daemon import Agent
+from frenzy.agent.gpus import FakeBackend
+from frenzy.devstack.redis_server import RedisProcess, start_redis
+from frenzy.state.keys import Keys
+from support.waiting import wait_for
+
+
+@dataclass
+class RestartableRedis:
+    """A redis-server of this test alone, with an append-only file, so ``stop`` then ``start``
+    is an outage that loses no data (the same port, password and directory come back)."""
+
+    workdir: str
+    server: RedisProcess | None = None
+    port: int = 0
+    password: str = ""
+
+    @property
+    def url(self) -> str:
+        assert self.server is not None
+        return self.server.url
+
+    def start(self) -> None:
+        self.server = start_redis(port=self.port or None, workdir=self.workdir, appendonly=True,
+                                  password=self.password or None)
+        parts = urlsplit(self.server.url)
+        self.port, self.password = int(parts.port or 0), parts.password or ""
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+
+
+@dataclass
+class Agents:
+    """Fake-GPU agents (real ``Agent`` code, real job processes) in threads."""
+
+    url: str
+    keys: Keys
+    log_dir: Path
+    running: list[tuple[Agent, threading.Event, threading.Thread]] = field(default_factory=list)
+
+    def start(self, node: str, spec: str = "A100-80GB:1", **options: float) -> Agent:
+        opts = {"heartbeat_s": 0.2, "ttl_s": 2.0, "block_s": 0.05, "cancel_grace_s": 2.0, **options}
+        agent = Agent(self.url, node, FakeBackend(spec, node), keys=self.keys, log_dir=self.log_dir,
+                      state_dir=self.log_dir / ".agent" / node, **opts)  # type: ignore[arg-type]
+        stop = threading.Event()
+        thread = threading.Thread(target=agent.run, args=(stop,), name=f"agent-{node}", daemon=True)
+        thread.start()
+        self.running.append((agent, stop, thread))
+        wait_for(agent.ready.is_set, timeout=10, what=f"agent {node} ready")
+        return agent
+
+    def stop_all(self) -> None:
+        for _, stop, _ in self.running:
+            stop.set()
+        for _, _, thread in self.running:
+            thread.join(timeout=10)
+
+
+def runs(marker: Path) -> list[str]:
+    """The lines job processes appended to ``marker``: one per start of a job's command."""
+    return marker.read_text().split() if marker.exists() else []
+
+
+def marking_command(marker: Path, tag: str, sleep_s: float = 0.0) -> list[str]:
+    """A job command that appends ``tag`` to ``marker`` when it starts, then sleeps."""
+    code = f"open({str(marker)!r}, 'a').write({tag!r} + '\\n'); import time; time.sleep({sleep_s})"
+    return [sys.executable, "-c", code]
+
+
+@pytest.fixture
+def outage_redis(tmp_path: Path) -> Iterator[RestartableRedis]:
+    redis = RestartableRedis(str(tmp_path / "redis"))
+    redis.start()
+    try:
+        yield redis
+    finally:
+        redis.stop()
+
+
+@pytest.fixture
+def make_agents(tmp_path: Path) -> Iterator[Callable[[str, Keys], Agents]]:
+    made: list[Agents] = []
+
+    def make(url: str, keys: Keys) -> Agents:
+        made.append(Agents(url, keys, tmp_path / "jobs"))
+        return made[-1]
+
+    yield make
+    for agents in made:
+        agents.stop_all()
