@@ -28,8 +28,9 @@ the whole truth about what is in Redis.
     {p}:logs:{job}:offsets       hash   "{node}/{attempt}" -> bytes of that log file already in the stream
     {p}:events                   stream agent -> scheduler status events
     {p}:batch:{batch}            hash   batch submission outcomes: field per entry index -> JSON
-                                        {"status", "job_id", "error", "name", "at"}
-    {p}:batches                  zset   batch ids, scored by creation time
+                                        {"status", "job_id", "error", "name", "at"}; expires
+                                        FRENZY_BATCH_TTL_S (7 days) after its last write
+    {p}:batches                  zset   batch ids, scored by creation time (ids older than the TTL dropped)
     {p}:batch-queue              list   Celery's queue for batch submission tasks (kombu owns its
                                         format; kombu also keeps its own _kombu.* / unacked* keys)
     {p}:token:{id}               hash   one API token: user, role, sha256 (of the secret, never the secret),

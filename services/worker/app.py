@@ -15,7 +15,9 @@ stacks with different prefixes can share a Redis server.
 Failures: a bad entry (JobSpecError, INVALID_ARGUMENT) is recorded ``invalid``
 and a job no GPU type can hold (FAILED_PRECONDITION) ``rejected``; neither is
 retried. An unreachable scheduler (UNAVAILABLE, DEADLINE_EXCEEDED) is retried
-with exponential backoff up to ``MAX_RETRIES`` times, then recorded ``error``.
+with exponential backoff up to ``MAX_RETRIES`` times, then recorded ``error``; so
+is a submission over the scheduler's rate limit or queued-jobs quota
+(RESOURCE_EXHAUSTED), which a later try may pass.
 
 Settings come from the environment (``REDIS_URL``, ``FRENZY_SCHEDULER``,
 ``FRENZY_PREFIX``) or from ``configure()``, which must run before the app sends
@@ -52,7 +54,8 @@ SUBMIT_TIMEOUT_S = 60.0  # the scheduler asks the predictor (30 s at most) befor
 # retry's countdown (the worker holds a retry message unacked until it is due).
 VISIBILITY_TIMEOUT_S = float(os.environ.get("FRENZY_BATCH_VISIBILITY_TIMEOUT_S") or 300)
 
-TRANSIENT_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+TRANSIENT_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
+                             grpc.StatusCode.RESOURCE_EXHAUSTED})
 
 
 @dataclass
@@ -176,7 +179,9 @@ def process_entry(batch_id: str, index: int, entry: object, *, scheduler: str, c
         if code == grpc.StatusCode.FAILED_PRECONDITION:
             return done(B.REJECTED, error=details)
         if code in TRANSIENT_CODES:
-            why = f"scheduler at {scheduler} unreachable ({code.name}: {details})"
+            why = (f"scheduler at {scheduler} refused for now ({details})"
+                   if code == grpc.StatusCode.RESOURCE_EXHAUSTED
+                   else f"scheduler at {scheduler} unreachable ({code.name}: {details})")
             if final_attempt:
                 return done(B.ERROR, error=f"{why}; gave up after {attempt} attempts")
             done(B.RETRYING, error=why)

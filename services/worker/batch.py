@@ -22,6 +22,12 @@ Outcomes live in one hash per batch (``Keys.batch``): field = entry index,
 value = JSON ``{"status", "job_id", "error", "name", "at", "attempts"}``.
 ``queued`` and ``retrying`` are in flight; ``submitted`` and ``duplicate``
 succeeded; ``invalid``, ``rejected`` and ``error`` failed.
+
+Batch records expire (issue 14 item 8): each hash lives ``batch_ttl_s()`` (7 days
+by default, ``FRENZY_BATCH_TTL_S``) from its last write, and the batches index
+drops ids older than that whenever a batch is written, so no batch — a rejected
+one included — stays in Redis forever. The jobs a batch made are the scheduler's
+and stay.
 """
 
 from __future__ import annotations
@@ -57,6 +63,19 @@ FINAL = SUCCESS | FAILED
 MAX_BATCH_FILE_BYTES = 8 * 1024 * 1024
 MAX_YAML_NODES = 1_000_000  # after expanding aliases; a 10,000-job batch uses about 200,000
 MAX_YAML_DEPTH = 64
+DEFAULT_BATCH_TTL_S = 7 * 24 * 3600
+
+
+def batch_ttl_s() -> int:
+    """How long a batch's records live after their last write (``FRENZY_BATCH_TTL_S``, else 7 days)."""
+    raw = os.environ.get("FRENZY_BATCH_TTL_S")
+    try:
+        ttl = int(float(raw)) if raw else DEFAULT_BATCH_TTL_S
+    except ValueError:
+        raise ValueError(f"FRENZY_BATCH_TTL_S: expected seconds, got {raw!r}") from None
+    if ttl < 1:
+        raise ValueError(f"FRENZY_BATCH_TTL_S: must be >= 1 second (got {raw!r})")
+    return ttl
 
 
 class BatchFileError(ValueError):
@@ -254,24 +273,31 @@ def load_batch_file(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
 # ---- outcomes in Redis ------------------------------------------------------------------------
 
 
-def init_batch(client: redis.Redis, keys: Keys, batch_id: str, entries: list[dict[str, Any]]) -> None:
-    """Mark every entry queued and index the batch, in one transaction, before anything is enqueued."""
+def init_batch(client: redis.Redis, keys: Keys, batch_id: str, entries: list[dict[str, Any]],
+               ttl_s: int | None = None) -> None:
+    """Mark every entry queued and index the batch, in one transaction, before anything is enqueued;
+    the records expire ``ttl_s`` (default ``batch_ttl_s()``) after their last write."""
     now = time.time()
+    ttl = ttl_s or batch_ttl_s()
     mapping = {str(i): Outcome(index=i, status=QUEUED, name=entry_name(e), at=now).to_json()
                for i, e in enumerate(entries)}
     pipe = client.pipeline(transaction=True)
     pipe.hset(keys.batch(batch_id), mapping=mapping)
+    pipe.expire(keys.batch(batch_id), ttl)
     pipe.zadd(keys.batches(), {batch_id: now}, nx=True)
+    pipe.zremrangebyscore(keys.batches(), "-inf", f"({now - ttl!r}")
     pipe.execute()
 
 
-def record_outcome(client: redis.Redis, keys: Keys, batch_id: str, outcome: Outcome) -> bool:
+def record_outcome(client: redis.Redis, keys: Keys, batch_id: str, outcome: Outcome,
+                   ttl_s: int | None = None) -> bool:
     """Write one entry's outcome; a success already recorded is never replaced by a failure.
-    -> False when the earlier success was kept."""
+    The batch's records then live ``ttl_s`` (default ``batch_ttl_s()``) more. -> False when the
+    earlier success was kept."""
     script = scripts.register(client, "record_batch_outcome")
     written = script(keys=[keys.batch(batch_id), keys.batches()],
                      args=[str(outcome.index), outcome.to_json(), "1" if outcome.ok else "0",
-                           repr(time.time()), batch_id])
+                           repr(time.time()), batch_id, str(ttl_s or batch_ttl_s())])
     return bool(int(written))
 
 
