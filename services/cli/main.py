@@ -352,10 +352,32 @@ def scheduler_cmd(
              "stopping a job submitted under a minute ago for a much shorter one), 'frenzy-nopreempt' (the "
              "same, never stopping a running job) or 'paper' (FIFO with backfill, first satisfiable plan; "
              "the Frenzy paper's HAS).")] = "frenzy",
+    max_queued_per_user: Annotated[int, typer.Option(
+        envvar="FRENZY_MAX_QUEUED_PER_USER", min=1,
+        help="PENDING jobs one user may have; more submissions are refused (RESOURCE_EXHAUSTED).")] = 1000,
+    max_gpus_per_user: Annotated[int, typer.Option(
+        envvar="FRENZY_MAX_GPUS_PER_USER", min=0,
+        help="GPUs one user's jobs may hold: a submission is refused while the user holds this many, or when "
+             "its smallest plan needs more. 0: no limit.")] = 0,
+    submit_rate: Annotated[float, typer.Option(
+        envvar="FRENZY_SUBMIT_RATE", min=0.001, help="Submissions a second per user, sustained (token bucket).")]
+    = 20.0,
+    submit_burst: Annotated[int, typer.Option(
+        envvar="FRENZY_SUBMIT_BURST", min=1, help="Submissions one user may make at once before the rate applies.")]
+    = 200,
+    max_streams: Annotated[int, typer.Option(
+        envvar="FRENZY_MAX_STREAMS", min=1,
+        help="Open streams (watch, logs -f) in all; must stay below --grpc-workers so unary calls and health "
+             "checks always get a thread.")] = 16,
+    max_streams_per_user: Annotated[int, typer.Option(
+        envvar="FRENZY_MAX_STREAMS_PER_USER", min=1, help="Open streams one user may have.")] = 4,
+    grpc_workers: Annotated[int, typer.Option(
+        envvar="FRENZY_GRPC_WORKERS", min=2, help="Threads serving gRPC calls.")] = 32,
     log_level: Annotated[str, typer.Option()] = "INFO",
 ) -> None:
     """Run the Scheduler: gRPC API, placement loop (HAS), agent-event consumer and node reaper."""
-    from frenzy.scheduler.service import SchedulerServer, parse_port_range
+    from frenzy.rpc.limits import RateLimit, StreamCaps
+    from frenzy.scheduler.service import SchedulerServer, UserQuotas, parse_port_range
 
     _logging(log_level)
     try:
@@ -368,10 +390,17 @@ def scheduler_cmd(
                 "paper": QueuePolicy()}
     if policy not in policies:
         fail(f"--policy: unknown policy {policy!r}; one of {', '.join(policies)}", 2)
+    if max_streams >= grpc_workers:
+        fail(f"--max-streams ({max_streams}) must be below --grpc-workers ({grpc_workers}), or open streams can "
+             "take every thread", 2)
+    quotas = UserQuotas(max_queued=max_queued_per_user, max_gpus=max_gpus_per_user,
+                        rate=RateLimit(per_s=submit_rate, burst=submit_burst))
     stop = _stop_event()
     server = SchedulerServer(redis_url, predictor, address, prefix=prefix, tick_s=tick_s,
                              dead_after_s=node_dead_after_s, max_attempts=max_attempts,
-                             orphan_release_s=orphan_release_s, master_ports=ports, policy=policies[policy])
+                             orphan_release_s=orphan_release_s, master_ports=ports, policy=policies[policy],
+                             quotas=quotas, stream_caps=StreamCaps(max_streams, max_streams_per_user),
+                             max_workers=grpc_workers)
     logging.getLogger("frenzy.scheduler").info("scheduler listening on %s (port %d)", address, server.port)
     stop.wait()
     server.stop()
