@@ -24,7 +24,7 @@ from frenzy.state.keys import Keys
 # file the CLI reads): each run gets a config directory of its own, and no token from the shell.
 _CONFIG_HOME = tempfile.mkdtemp(prefix="frenzy-test-config-")
 os.environ["XDG_CONFIG_HOME"] = _CONFIG_HOME
-for _var in ("FRENZY_TOKEN", "FRENZY_CREDENTIALS", "FRENZY_SCHEDULER"):
+for _var in ("FRENZY_TOKEN", "FRENZY_TOKEN_FILE", "FRENZY_CREDENTIALS", "FRENZY_SCHEDULER", "REDIS_URL_FILE"):
     os.environ.pop(_var, None)
 
 
