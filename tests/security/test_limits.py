@@ -246,3 +246,23 @@ def test_predictor_failures_reach_clients_without_their_detail(redis_url: str, p
     with scheduler(redis_url, prefix, UserQuotas(), predictor_addr="127.0.0.1:1") as sched:
         why = refused(lambda: submit(stub(sched, "alice"), "p"), grpc.StatusCode.UNAVAILABLE)
         assert why == "predictor unavailable, try again"
+
+
+def test_open_health_watches_are_capped_too_and_health_checks_still_answer(servers: Servers) -> None:
+    # Health is open (no token): its Watch streams count as one "unauthenticated" user.
+    channel = grpc.insecure_channel(servers.scheduler_addr)
+    health = health_pb2_grpc.HealthStub(channel)
+    watches = []
+    try:
+        for _ in range(4):
+            it = health.Watch(health_pb2.HealthCheckRequest(), timeout=30)
+            assert next(it).status == health_pb2.HealthCheckResponse.SERVING
+            watches.append(it)
+        why = refused(lambda: health.Watch(health_pb2.HealthCheckRequest(), timeout=5))
+        assert "unauthenticated callers" in why
+        assert health.Check(health_pb2.HealthCheckRequest(), timeout=2).status == \
+            health_pb2.HealthCheckResponse.SERVING
+    finally:
+        for it in watches:
+            it.cancel()
+        channel.close()
