@@ -13,6 +13,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
+import redis
 
 from frenzy.agent.daemon import Agent
 from frenzy.agent.gpus import FakeBackend
@@ -23,8 +24,12 @@ from support.waiting import wait_for
 
 @dataclass
 class RestartableRedis:
-    """A redis-server of this test alone, with an append-only file, so ``stop`` then ``start``
-    is an outage that loses no data (the same port, password and directory come back)."""
+    """A redis-server of this test alone that ``stop`` then ``start`` takes away and brings back
+    with its data (same port, password and directory): an outage, as the clients see it.
+
+    ``stop`` is ``SHUTDOWN SAVE`` (a snapshot, loaded on start), not the append-only file:
+    Redis 7.0 loses every MULTI/EXEC of an AOF (each Lua script's writes) on load when the
+    ``default`` user is off (redis/redis#14541), and the stack's Redis turns it off."""
 
     workdir: str
     server: RedisProcess | None = None
@@ -37,14 +42,22 @@ class RestartableRedis:
         return self.server.url
 
     def start(self) -> None:
-        self.server = start_redis(port=self.port or None, workdir=self.workdir, appendonly=True,
-                                  password=self.password or None)
+        self.server = start_redis(port=self.port or None, workdir=self.workdir, password=self.password or None)
         parts = urlsplit(self.server.url)
         self.port, self.password = int(parts.port or 0), parts.password or ""
 
     def stop(self) -> None:
-        if self.server is not None:
-            self.server.stop()
+        if self.server is None or self.server.proc is None or self.server.proc.poll() is not None:
+            return
+        client = redis.Redis.from_url(self.server.url)
+        try:
+            client.shutdown(save=True)
+        except redis.ConnectionError:
+            pass  # it closed the connection as it went down
+        finally:
+            client.close()
+        self.server.proc.wait(timeout=10)
+        self.server.stop()
 
 
 @dataclass
@@ -87,12 +100,12 @@ def marking_command(marker: Path, tag: str, sleep_s: float = 0.0) -> list[str]:
 
 @pytest.fixture
 def outage_redis(tmp_path: Path) -> Iterator[RestartableRedis]:
-    redis = RestartableRedis(str(tmp_path / "redis"))
-    redis.start()
+    server = RestartableRedis(str(tmp_path / "redis"))
+    server.start()
     try:
-        yield redis
+        yield server
     finally:
-        redis.stop()
+        server.stop()
 
 
 @pytest.fixture
