@@ -76,10 +76,12 @@ class Cluster:
         return self.client.xadd(self.keys.launch_stream(node), fields)
 
     def launch(self, job_id: str, command: list[str], indices: list[int] | None = None, fence: int = 1,
-               reserve: bool = True, **fields) -> LaunchMessage:
+               reserve: bool = True, at: str = NODE, **fields) -> LaunchMessage:
+        """Reserve ``indices`` of node ``at`` and send its agent a launch (addressed to ``fields['node']``,
+        default ``at``)."""
         indices = [0, 1] if indices is None else indices
         msg = LaunchMessage(
-            job_id=job_id, attempt=fields.pop("attempt", 1), fence=fence, node=fields.pop("node", NODE),
+            job_id=job_id, attempt=fields.pop("attempt", 1), fence=fence, node=fields.pop("node", at),
             node_rank=fields.pop("node_rank", 0), nnodes=fields.pop("nnodes", 1), nproc_per_node=len(indices),
             gpu_indices=indices, gpu_uuids=fields.pop("gpu_uuids", [f"GPU-fake-{NODE}-{i}" for i in indices]),
             master_addr="127.0.0.1", master_port=fields.pop("master_port", 29500),
@@ -89,8 +91,8 @@ class Cluster:
             **fields,
         )
         if reserve:
-            self.reserve(job_id, fence, indices)
-        self.send(msg)
+            self.reserve(job_id, fence, indices, node=at)
+        self.send(msg, node=at)
         return msg
 
     def events(self, job_id: str | None = None) -> list[AgentEvent]:

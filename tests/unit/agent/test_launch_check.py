@@ -58,3 +58,22 @@ def test_a_busy_rendezvous_port_refuses_the_master_only_and_may_be_retried_elsew
     assert not verdict.ok and verdict.retryable and "rendezvous port 29500 on node a is in use" in str(verdict.problem)
     assert check_launch(launch(node_rank=1), busy).ok  # not the master
     assert check_launch(launch(nnodes=1), busy).ok  # single node: torchrun picks its own port
+
+
+def test_a_job_env_setting_a_reserved_variable_is_refused_naming_it() -> None:
+    verdict = check_launch(launch(env={"OK": "1", "CUDA_VISIBLE_DEVICES": "0,1,2,3", "FRENZY_LOG_DIR": "/x"}), FACTS)
+    assert not verdict.ok and not verdict.retryable
+    assert str(verdict.problem).startswith("the job's env sets CUDA_VISIBLE_DEVICES, FRENZY_LOG_DIR, which Frenzy")
+    assert "NUL" in str(check_launch(launch(env={"A=B": "1"}), FACTS).problem)
+
+
+def test_a_workdir_must_resolve_under_an_allowed_root() -> None:
+    facts = replace(FACTS, workdir_roots=("/home/u", "/tmp"))
+    assert check_launch(launch(workdir="/home/u/run"), replace(facts, workdir="/home/u/run")).ok
+    assert check_launch(launch(workdir="/tmp"), replace(facts, workdir="/tmp")).ok
+    verdict = check_launch(launch(workdir="/tmp/etc"), replace(facts, workdir="/etc"))
+    assert verdict.problem == ("working directory '/tmp/etc' (resolved: /etc) is outside the directories jobs may "
+                               "run in on node a (/home/u, /tmp); the node's operator can allow more with the "
+                               "agent's --workdir-root")
+    assert not check_launch(launch(workdir="/home/user2"), replace(facts, workdir="/home/user2")).ok  # not a prefix
+    assert check_launch(launch(), facts).ok  # no workdir: the agent's own directory
