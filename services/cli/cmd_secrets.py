@@ -7,7 +7,7 @@ already there, so a restart changes nothing and clients keep working.
 
 Files, in ``--dir``:
 
-    redis.acl   Redis' ACL file: ``default`` off, user ``frenzy`` with the password's SHA-256
+    redis.acl   Redis' ACL file: ``default`` locked, user ``frenzy`` with the password's SHA-256
                 (not the password, so Redis' own user may read the file), user ``health`` that
                 may only PING (for the container's health check, which has no password to give)
     redis-url   redis://frenzy:PASSWORD@HOST:PORT/DB, mode 0600: what services read through
@@ -30,6 +30,7 @@ import typer
 from frenzy.auth.roles import Role
 from frenzy.auth.tokens import AuthError, TokenStore
 from frenzy.cli.output import fail
+from frenzy.devstack.redis_server import unusable_default_user
 from frenzy.state.keys import Keys
 
 secrets_app = typer.Typer(help="Credentials a container stack makes for itself (compose.yaml's one-shot "
@@ -49,7 +50,8 @@ def acl_text(password: str) -> str:
     """Redis' ACL file for ``password``: nobody without a password has any right but PING."""
     digest = hashlib.sha256(password.encode()).hexdigest()
     # No comment line: Redis refuses an ACL file with anything but `user` lines.
-    return ("user default off resetpass resetkeys resetchannels -@all\n"
+    # `default` locked by a password nobody has, not turned off: see unusable_default_user.
+    return (f"{unusable_default_user()}\n"
             f"user {HEALTH_USER} on nopass resetkeys resetchannels -@all +ping\n"
             f"user {REDIS_USER} on #{digest} ~* &* +@all\n")
 

@@ -8,6 +8,7 @@ to Redis 6.2 features (EVAL, Streams, XAUTOCLAIM) so every option runs the same 
 
 from __future__ import annotations
 
+import hashlib
 import os
 import secrets
 import shutil
@@ -73,15 +74,28 @@ class RedisProcess:
 STACK_USER = "frenzy"
 
 
+def unusable_default_user() -> str:
+    """The ``default`` user's ACL line: full rights behind a password nobody has.
+
+    Why not ``user default off``: Redis replays an append-only file's MULTI/EXEC (every Lua
+    script's writes land there as one) as the ``default`` user and re-checks its rights at EXEC,
+    so with ``default`` off every transaction is silently dropped when Redis restarts
+    (redis/redis#14541, fixed by redis/redis#14545; valkey-io/valkey#3983). A random password
+    whose only copy is its hash here closes the door just as well: no client can become
+    ``default``."""
+    digest = hashlib.sha256(secrets.token_bytes(32)).hexdigest()
+    return f"user default on #{digest} ~* &* +@all"
+
+
 def _write_config(workdir: str, password: str) -> str:
-    """A config file, readable by us only, that turns the ``default`` user off and adds one user
+    """A config file, readable by us only, that locks the ``default`` user and adds one user
     with a password. The password goes in a file rather than on the command line, where any
     local user could read it from ``ps``."""
     path = os.path.join(workdir, "redis.conf")
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as fh:
         fh.write("# written by frenzy: no user without a password (issue 14)\n"
-                 "user default off nopass -@all\n"
+                 f"{unusable_default_user()}\n"
                  f"user {STACK_USER} on >{password} ~* &* +@all\n"
                  "protected-mode yes\n")
     return path
@@ -93,7 +107,7 @@ def start_redis(
 ) -> RedisProcess:
     """Start a private redis-server on 127.0.0.1 and wait until it answers PING.
 
-    Never open: the ``default`` user is off and the one user, ``frenzy``, has ``password``
+    Never open: no client can be the ``default`` user and the one user, ``frenzy``, has ``password``
     (a fresh random one when not given); the returned URL carries both."""
     binary = redis_binary()
     port = port or free_port()

@@ -41,3 +41,28 @@ def test_the_password_is_not_on_the_command_line_and_its_file_is_private(private
     assert password.encode() not in cmdline  # `ps` shows every local user the command line
     conf = Path(private_redis.workdir) / "redis.conf"
     assert os.stat(conf).st_mode & 0o077 == 0
+
+
+def test_locked_redis_keeps_scripted_writes_across_a_restart(tmp_path: Path) -> None:
+    """With the append-only file on, Redis replays each Lua script's writes as MULTI/EXEC under the
+    ``default`` user; a config with ``default`` off lost every one of them on restart."""
+    server = start_redis(workdir=str(tmp_path), appendonly=True)
+    password = urlsplit(server.url).password
+    try:
+        client = redis.Redis.from_url(server.url)
+        client.eval("redis.call('HSET', KEYS[1], 'state', 'RUNNING'); return 1", 1, "frenzy:job:j1")
+        pipe = client.pipeline(transaction=True)
+        pipe.set("frenzy:a", "1")
+        pipe.set("frenzy:b", "2")
+        pipe.execute()
+        client.close()
+    finally:
+        server.stop()
+    again = start_redis(workdir=str(tmp_path), appendonly=True, password=password)
+    try:
+        client = redis.Redis.from_url(again.url, decode_responses=True)
+        assert client.hget("frenzy:job:j1", "state") == "RUNNING"
+        assert client.mget("frenzy:a", "frenzy:b") == ["1", "2"]
+        client.close()
+    finally:
+        again.stop()
