@@ -47,6 +47,7 @@ from frenzy.auth.tokens import AuthError, bearer, parse_token
 from frenzy.rpc.auth import with_token
 from frenzy.rpc.jobspec import MAX_JSON_DEPTH, JobEntry, JobSpecError, json_depth, parse_entry
 from frenzy.rpc.protojson import to_json
+from frenzy.rpc.tls import ClientTls, open_channel
 from frenzy.v1 import scheduler_pb2, scheduler_pb2_grpc, types_pb2
 
 T = TypeVar("T")
@@ -178,7 +179,8 @@ def api_dependencies(extra: Sequence[Dependency] = ()) -> list[Dependency]:
 
 
 def create_app(scheduler_address: str, *, bind_host: str = "127.0.0.1", allowed_hosts: Sequence[str] = (),
-               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, dependencies: Sequence[Dependency] = ()) -> FastAPI:
+               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, dependencies: Sequence[Dependency] = (),
+               scheduler_tls: ClientTls | None = None) -> FastAPI:
     """The gateway for the scheduler at ``scheduler_address`` (host:port). One gRPC channel per app.
 
     Host headers allowed: localhost, 127.0.0.1, ::1, ``bind_host`` (unless a wildcard) and
@@ -188,7 +190,7 @@ def create_app(scheduler_address: str, *, bind_host: str = "127.0.0.1", allowed_
 
     def get_channel() -> grpc.Channel:
         if "c" not in channel:
-            channel["c"] = grpc.insecure_channel(scheduler_address)
+            channel["c"] = open_channel(scheduler_address, scheduler_tls)
         return channel["c"]
 
     def stub(token: str) -> scheduler_pb2_grpc.SchedulerStub:

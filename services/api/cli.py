@@ -23,6 +23,10 @@ def api_command(
                                "Other names are refused (421): this stops DNS rebinding.")] = None,
     max_body_bytes: Annotated[int, typer.Option(
         min=1024, help="Largest request body accepted (413 above it).")] = DEFAULT_MAX_BODY_BYTES,
+    tls_cert: Annotated[str | None, typer.Option(
+        "--tls-cert", envvar="FRENZY_TLS_SERVER_CERT", help="Serve HTTPS with this certificate (PEM).")] = None,
+    tls_key: Annotated[str | None, typer.Option(
+        "--tls-key", envvar="FRENZY_TLS_SERVER_KEY", help="The certificate's private key (PEM).")] = None,
 ) -> None:
     """Serve the REST API and the dashboard in front of the scheduler.
 
@@ -45,6 +49,15 @@ def api_command(
     import uvicorn
 
     from frenzy.api.app import create_app
+    from frenzy.cli.output import fail
+    from frenzy.rpc.client import client_tls
+    from frenzy.rpc.tls import ServerTls, TlsConfigError
 
-    app = create_app(scheduler, bind_host=host, allowed_hosts=allowed_host or (), max_body_bytes=max_body_bytes)
-    uvicorn.run(app, host=host, port=port, log_level=log_level.lower())
+    try:
+        ServerTls.from_files(tls_cert, tls_key)  # both or neither, readable PEM files
+        scheduler_tls = client_tls()  # the scheduler over TLS when FRENZY_TLS_CA is set
+    except TlsConfigError as exc:
+        fail(str(exc), 2)
+    app = create_app(scheduler, bind_host=host, allowed_hosts=allowed_host or (), max_body_bytes=max_body_bytes,
+                     scheduler_tls=scheduler_tls)
+    uvicorn.run(app, host=host, port=port, log_level=log_level.lower(), ssl_certfile=tls_cert, ssl_keyfile=tls_key)

@@ -33,6 +33,7 @@ class Credentials:
     token: str | None = None
     scheduler: str | None = None
     api: str | None = None
+    ca: str | None = None  # path of the CA certificate to trust (TLS); none: plaintext
 
 
 def credentials_path() -> Path:
@@ -61,7 +62,7 @@ def read_credentials(path: Path | None = None) -> Credentials:
         raise CredentialsError(f"credentials file {path}: not readable JSON ({type(exc).__name__})") from exc
     if not isinstance(data, dict):
         raise CredentialsError(f"credentials file {path}: expected a JSON object")
-    fields = {k: data.get(k) for k in ("token", "scheduler", "api")}
+    fields = {k: data.get(k) for k in ("token", "scheduler", "api", "ca")}
     for key, value in fields.items():
         if value is not None and not isinstance(value, str):
             raise CredentialsError(f"credentials file {path}: {key} must be a string")
@@ -75,8 +76,8 @@ def write_credentials(path: Path, creds: Credentials) -> None:
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         os.fchmod(fd, 0o600)
-        data = {k: v for k, v in (("token", creds.token), ("scheduler", creds.scheduler), ("api", creds.api))
-                if v is not None}
+        data = {k: v for k, v in (("token", creds.token), ("scheduler", creds.scheduler), ("api", creds.api),
+                                  ("ca", creds.ca)) if v is not None}
         os.write(fd, (json.dumps(data, indent=1) + "\n").encode())
     finally:
         os.close(fd)

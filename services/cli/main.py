@@ -29,6 +29,9 @@ from frenzy.cli.output import (  # noqa: F401
     EXIT_BY_CODE,
     JsonOpt,
     SchedulerOpt,
+    TlsCaOpt,
+    TlsCertOpt,
+    TlsKeyOpt,
     echo_json,
     fail,
     rpc_fail,
@@ -314,15 +317,24 @@ def _stop_event() -> threading.Event:
 @app.command("predictor")
 def predictor_cmd(
     address: Annotated[str, typer.Option(help="host:port to listen on.")] = DEFAULT_PREDICTOR,
+    tls_cert: TlsCertOpt = None,
+    tls_key: TlsKeyOpt = None,
+    tls_ca: TlsCaOpt = None,
     log_level: Annotated[str, typer.Option()] = "INFO",
 ) -> None:
-    """Run the Predictor gRPC server (MARP; stateless)."""
+    """Run the Predictor gRPC server (MARP; stateless). Keep it on a private address, or give it
+    --tls-ca so only the scheduler (with a client certificate) reaches it."""
     from frenzy.predictor.server import serve
     from frenzy.rpc.server import stop_server
+    from frenzy.rpc.tls import ServerTls, TlsConfigError
 
     _logging(log_level)
+    try:
+        tls = ServerTls.from_files(tls_cert, tls_key, tls_ca)
+    except TlsConfigError as exc:
+        fail(str(exc), 2)
     stop = _stop_event()
-    server, port, health = serve(address)
+    server, port, health = serve(address, tls=tls)
     logging.getLogger("frenzy.predictor").info("predictor listening on %s (port %d)", address, port)
     stop.wait()
     stop_server(server, health)
@@ -373,15 +385,23 @@ def scheduler_cmd(
         envvar="FRENZY_MAX_STREAMS_PER_USER", min=1, help="Open streams one user may have.")] = 4,
     grpc_workers: Annotated[int, typer.Option(
         envvar="FRENZY_GRPC_WORKERS", min=2, help="Threads serving gRPC calls.")] = 32,
+    tls_cert: TlsCertOpt = None,
+    tls_key: TlsKeyOpt = None,
+    tls_ca: TlsCaOpt = None,
     log_level: Annotated[str, typer.Option()] = "INFO",
 ) -> None:
-    """Run the Scheduler: gRPC API, placement loop (HAS), agent-event consumer and node reaper."""
+    """Run the Scheduler: gRPC API, placement loop (HAS), agent-event consumer and node reaper.
+
+    Its calls to the predictor use TLS when FRENZY_TLS_CA names the CA to trust (with
+    FRENZY_TLS_CERT/FRENZY_TLS_KEY as its client certificate for a predictor that asks)."""
     from frenzy.rpc.limits import RateLimit, StreamCaps
+    from frenzy.rpc.tls import ClientTls, ServerTls
     from frenzy.scheduler.service import SchedulerServer, UserQuotas, parse_port_range
 
     _logging(log_level)
     try:
         ports = parse_port_range(master_ports)
+        tls, predictor_tls = ServerTls.from_files(tls_cert, tls_key, tls_ca), ClientTls.from_env()
     except ValueError as exc:
         fail(str(exc), 2)
     from has import QueuePolicy
@@ -400,7 +420,7 @@ def scheduler_cmd(
                              dead_after_s=node_dead_after_s, max_attempts=max_attempts,
                              orphan_release_s=orphan_release_s, master_ports=ports, policy=policies[policy],
                              quotas=quotas, stream_caps=StreamCaps(max_streams, max_streams_per_user),
-                             max_workers=grpc_workers)
+                             max_workers=grpc_workers, tls=tls, predictor_tls=predictor_tls)
     logging.getLogger("frenzy.scheduler").info("scheduler listening on %s (port %d)", address, server.port)
     stop.wait()
     server.stop()

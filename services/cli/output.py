@@ -18,6 +18,13 @@ SchedulerOpt = Annotated[str, typer.Option("--scheduler", envvar="FRENZY_SCHEDUL
                                            help="Scheduler gRPC address [default: the credentials file's, else 127.0.0.1:50051].",
                                            show_default=False)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+# A server's TLS: serve with --tls-cert/--tls-key; --tls-ca also requires client certificates.
+TlsCertOpt = Annotated[str | None, typer.Option("--tls-cert", envvar="FRENZY_TLS_SERVER_CERT",
+                                                help="Serve TLS with this certificate (PEM; `frenzy certs create`).")]
+TlsKeyOpt = Annotated[str | None, typer.Option("--tls-key", envvar="FRENZY_TLS_SERVER_KEY",
+                                               help="The certificate's private key (PEM).")]
+TlsCaOpt = Annotated[str | None, typer.Option("--tls-ca", envvar="FRENZY_TLS_CLIENT_CA",
+                                              help="Require client certificates signed by this CA (mutual TLS).")]
 
 EXIT_BY_CODE = {
     grpc.StatusCode.INVALID_ARGUMENT: 2,

@@ -18,6 +18,7 @@ import marp
 from frenzy.rpc import convert
 from frenzy.rpc.server import start_server
 from frenzy.rpc.spec_limits import check_limits, check_model, check_pools, check_recipe
+from frenzy.rpc.tls import ServerTls
 from frenzy.v1 import predictor_pb2, predictor_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -63,8 +64,11 @@ class PredictorServicer(predictor_pb2_grpc.PredictorServicer):
         raise AssertionError("unreachable")
 
 
-def serve(address: str = "127.0.0.1:50052") -> tuple[grpc.Server, int, object]:
+def serve(address: str = "127.0.0.1:50052", tls: ServerTls | None = None) -> tuple[grpc.Server, int, object]:
+    """Start the predictor. It holds no state and no secret; in a cluster keep it on a private
+    address, or give it ``--tls-ca`` so that only holders of a client certificate (the
+    scheduler) reach it."""
     return start_server(
         [lambda s: predictor_pb2_grpc.add_PredictorServicer_to_server(PredictorServicer(), s)],
-        [SERVICE_NAME], address,
+        [SERVICE_NAME], address, tls=tls,
     )

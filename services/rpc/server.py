@@ -24,6 +24,7 @@ from grpc_reflection.v1alpha import reflection
 
 from frenzy.rpc.errors import CleanErrors
 from frenzy.rpc.limits import DEFAULT_WORKERS, StreamCaps, StreamLimit, StreamSlots
+from frenzy.rpc.tls import ServerTls
 
 
 def start_server(
@@ -33,8 +34,10 @@ def start_server(
     max_workers: int = DEFAULT_WORKERS,
     interceptors: Sequence[grpc.ServerInterceptor] = (),
     stream_caps: StreamCaps | None = None,
+    tls: ServerTls | None = None,
 ) -> tuple[grpc.Server, int, health.HealthServicer]:
-    """Build, bind and start a server. -> (server, bound port, health servicer)"""
+    """Build, bind and start a server (TLS when ``tls``, mutual when it has a client CA).
+    -> (server, bound port, health servicer)"""
     caps = stream_caps or StreamCaps()
     if caps.total >= max_workers:
         raise ValueError(f"the stream cap ({caps.total}) must be below the thread pool ({max_workers} workers), "
@@ -48,7 +51,7 @@ def start_server(
     reflection.enable_server_reflection(
         (*service_names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME), server
     )
-    port = server.add_insecure_port(address)
+    port = server.add_secure_port(address, tls.credentials()) if tls else server.add_insecure_port(address)
     if port == 0:
         raise RuntimeError(f"could not bind gRPC server to {address}")
     server.start()

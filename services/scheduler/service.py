@@ -48,6 +48,7 @@ from frenzy.rpc.listing import (
 )
 from frenzy.rpc.server import start_server
 from frenzy.rpc.spec_limits import check_spec
+from frenzy.rpc.tls import ClientTls, ServerTls, open_channel
 from frenzy.scheduler.loop import SchedulerLoop
 from frenzy.state.job_states import JobState
 from frenzy.state.keys import Keys
@@ -462,10 +463,11 @@ class SchedulerServer:
                  max_attempts: int | None = None, orphan_release_s: float | None = None,
                  master_ports: tuple[int, int] | None = None, policy: QueuePolicy | None = None,
                  quotas: UserQuotas | None = None, stream_caps: StreamCaps | None = None,
-                 max_workers: int = DEFAULT_WORKERS) -> None:
+                 max_workers: int = DEFAULT_WORKERS, tls: ServerTls | None = None,
+                 predictor_tls: ClientTls | None = None) -> None:
         self.client = redis.Redis.from_url(redis_url, decode_responses=True)
         self.keys = Keys(prefix)
-        self.channel = grpc.insecure_channel(predictor_addr)
+        self.channel = open_channel(predictor_addr, predictor_tls)
         ports = os.environ.get("FRENZY_MASTER_PORTS")
         self.loop = SchedulerLoop(
             self.client, self.keys, policy,
@@ -481,7 +483,7 @@ class SchedulerServer:
         self.tokens = TokenStore(self.client, self.keys)
         self.server, self.port, self.health = start_server(
             [lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(servicer, s)], [SERVICE_NAME], address,
-            interceptors=[TokenAuth(self.tokens)], max_workers=max_workers, stream_caps=stream_caps)
+            interceptors=[TokenAuth(self.tokens)], max_workers=max_workers, stream_caps=stream_caps, tls=tls)
         self.stop_event = threading.Event()
         self.thread = threading.Thread(target=self.loop.run, args=(self.stop_event, tick_s), name="scheduler-loop",
                                        daemon=True)
