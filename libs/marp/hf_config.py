@@ -201,7 +201,7 @@ def _from_neutral(cfg: Mapping[str, Any], name: str) -> ModelSpec:
     """Frenzy's neutral spec: every field of NEUTRAL_FIELDS is required (the spec states the
     architecture completely, nothing is guessed); ``num_labels`` is required with a classifier
     head; the other optional keys default to none / 0."""
-    unknown = sorted(set(cfg) - _NEUTRAL_KEYS)
+    unknown = sorted(set(cfg) - _NEUTRAL_KEYS, key=str)  # YAML keys need not be strings, nor sort together
     if unknown:
         raise ModelConfigError(_field(unknown[0]), f"unknown key {unknown[0]!r} in the neutral model spec.",
                                f"use only {', '.join(NEUTRAL_FIELDS + _NEUTRAL_OPTIONAL)}.")  # fmt: skip
@@ -247,7 +247,7 @@ def _architecture(cfg: Mapping[str, Any]) -> str:
             f"use one of {', '.join(SUPPORTED_ARCHITECTURES)}, or Frenzy's neutral spec.",
         )
     model_type = cfg.get("model_type")
-    if model_type in _MODEL_TYPES:
+    if isinstance(model_type, str) and model_type in _MODEL_TYPES:  # a list or dict would not hash
         return _MODEL_TYPES[model_type]
     if model_type is not None:
         raise ModelConfigError(_field("model_type"), f"model_type {model_type!r} is not supported yet.",
@@ -283,6 +283,8 @@ def model_from_json(text: str, name: str = "custom") -> ModelSpec:
         cfg = json.loads(text)
     except ValueError as exc:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise ModelConfigError("model.config", f"is not valid JSON ({exc}).") from None
+    except RecursionError:  # arrays or objects nested thousands deep
+        raise ModelConfigError("model.config", "is nested too deeply to be a model config.") from None
     if not isinstance(cfg, dict):
         raise ModelConfigError("model.config", f"must be a JSON object, got {type(cfg).__name__}.")
     return model_from_hf_config(cfg, name)
