@@ -14,6 +14,7 @@ is in the catalog is checked by the caller, which owns the catalog.
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,7 +74,8 @@ def parse_cluster(data: Any) -> ClusterSpec:
             raise ClusterSpecError(f"{where}: expected a mapping like {{gpu: A100-80GB, count: 2, gpus_per_node: 8}}")
         unknown = set(entry) - _ALLOWED
         if unknown:
-            raise ClusterSpecError(f"{where}: unknown field(s) {sorted(unknown)}; allowed: {sorted(_ALLOWED)}")
+            # sorted by text: YAML keys can be numbers, None or dates, which do not sort with strings
+            raise ClusterSpecError(f"{where}: unknown field(s) {sorted(unknown, key=str)}; allowed: {sorted(_ALLOWED)}")
         gpu = entry.get("gpu")
         if not isinstance(gpu, str) or not gpu.strip():
             raise ClusterSpecError(f"{where}.gpu: must name a GPU type (got {gpu!r})")
@@ -89,7 +91,9 @@ def parse_cluster(data: Any) -> ClusterSpec:
         if link is not None and link not in ("nvlink", "pcie"):
             raise ClusterSpecError(f"{where}.intra_node_link: 'nvlink' or 'pcie' (got {link!r})")
         gbps = entry.get("inter_node_gbps")
-        if gbps is not None and (isinstance(gbps, bool) or not isinstance(gbps, int | float) or gbps <= 0):
+        # Chained, so YAML's .nan and .inf and an int too large for a float are refused too.
+        if gbps is not None and (isinstance(gbps, bool) or not isinstance(gbps, int | float)
+                                 or not 0 < gbps <= sys.float_info.max):
             raise ClusterSpecError(f"{where}.inter_node_gbps: must be a positive number (got {gbps!r})")
         groups.append(NodeGroup(gpu=gpu.strip(), count=count, gpus_per_node=per_node, name_prefix=prefix,
                                 intra_node_link=link, inter_node_gbps=float(gbps) if gbps is not None else None))
