@@ -18,10 +18,12 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import redis
 
 from frenzy.devstack.procs import die_with_parent
+from frenzy.state import acl
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -103,13 +105,14 @@ def _write_config(workdir: str, password: str) -> str:
 
 def start_redis(
     port: int | None = None, workdir: str | None = None, appendonly: bool = False, timeout_s: float = 10.0,
-    password: str | None = None,
+    password: str | None = None, binary: str | None = None,
 ) -> RedisProcess:
     """Start a private redis-server on 127.0.0.1 and wait until it answers PING.
 
     Never open: no client can be the ``default`` user and the one user, ``frenzy``, has ``password``
-    (a fresh random one when not given); the returned URL carries both."""
-    binary = redis_binary()
+    (a fresh random one when not given); the returned URL carries both. ``binary``: a redis-server
+    to run instead of ``redis_binary()``'s (tests run the embedded 6.2 next to a newer one)."""
+    binary = binary or redis_binary()
     port = port or free_port()
     own = workdir is None
     workdir = os.path.abspath(workdir or tempfile.mkdtemp(prefix="frenzy-redis-"))
@@ -140,3 +143,60 @@ def start_redis(
         time.sleep(0.05)
     client.close()
     return RedisProcess(url=url, proc=proc, workdir=workdir, _own_dir=own)
+
+
+@dataclass(frozen=True)
+class RoleUrls:
+    """Each Frenzy service's own redis:// URL (``frenzy.state.acl``'s users)."""
+
+    scheduler: str
+    worker: str
+    agents: dict[str, str]  # node -> its agent's URL
+
+
+def role_url(admin_url: str, user: str, password: str) -> str:
+    """``admin_url`` with ``user`` and ``password`` in place of the admin's credentials."""
+    parts = urlsplit(admin_url)
+    host = parts.netloc.rsplit("@", 1)[-1]
+    netloc = f"{quote(user, safe='')}:{quote(password, safe='')}@{host}"
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+def _db_of(url: str) -> int:
+    path = urlsplit(url).path.strip("/")
+    return int(path) if path.isdigit() else 0
+
+
+def add_role_users(admin_url: str, prefix: str, nodes: list[str]) -> RoleUrls:
+    """Create (or redefine) the Redis users of the stack on ``prefix`` — its scheduler, its batch
+    worker and one agent per node of ``nodes`` — each with a fresh random password and only its
+    role's rights (``frenzy.state.acl``), through the admin's connection: no password is ever on a
+    command line. They live in the server (a private server's users die with it).
+
+    -> each role's URL. Raises redis.ResponseError when ``admin_url`` may not run ACL SETUSER."""
+    client = redis.Redis.from_url(admin_url, decode_responses=True)
+    try:
+        selectors = acl.supports_selectors(str(client.info("server").get("redis_version", "")))
+        db = _db_of(admin_url)
+
+        def add(role: acl.RedisRole, node: str | None = None) -> str:
+            user, password = acl.user_name(role, prefix, node), secrets.token_urlsafe(24)
+            rules = acl.role_rules(role, prefix, node, db=db, selectors=selectors)
+            client.execute_command("ACL", "SETUSER", *acl.setuser_args(user, password, rules))
+            return role_url(admin_url, user, password)
+
+        return RoleUrls(scheduler=add(acl.RedisRole.SCHEDULER), worker=add(acl.RedisRole.WORKER),
+                        agents={node: add(acl.RedisRole.AGENT, node) for node in nodes})
+    finally:
+        client.close()
+
+
+def remove_role_users(admin_url: str, prefix: str, nodes: list[str]) -> None:
+    """Delete the users ``add_role_users`` made (a shared server keeps no stale credentials)."""
+    users = [acl.user_name(acl.RedisRole.SCHEDULER, prefix), acl.user_name(acl.RedisRole.WORKER, prefix),
+             *(acl.user_name(acl.RedisRole.AGENT, prefix, node) for node in nodes)]
+    client = redis.Redis.from_url(admin_url, decode_responses=True)
+    try:
+        client.execute_command("ACL", "DELUSER", *users)
+    finally:
+        client.close()
