@@ -29,7 +29,14 @@ from frenzy.auth.credentials import Credentials, write_credentials
 from frenzy.auth.roles import Role
 from frenzy.auth.tokens import TokenStore
 from frenzy.devstack.procs import die_with_parent
-from frenzy.devstack.redis_server import RedisProcess, free_port, start_redis
+from frenzy.devstack.redis_server import (
+    RedisProcess,
+    RoleUrls,
+    add_role_users,
+    free_port,
+    remove_role_users,
+    start_redis,
+)
 from frenzy.rpc.auth import with_token
 from frenzy.rpc.client import wait_healthy
 from frenzy.state.keys import Keys
@@ -108,7 +115,10 @@ class LocalStack:
     redis: RedisProcess | None = None
     token: str = ""  # an admin token made for this stack (also in <run dir>/credentials.json)
     worker_token: str = ""  # the batch worker's own (role submit, user "batch")
+    # Each service's own Redis user and URL (frenzy.state.acl); redis_url stays the admin's (the operator's).
+    role_urls: RoleUrls | None = None
     _agent_cmds: dict[str, list[str]] = field(default_factory=dict)
+    _own_users: bool = False  # role users made on a server we did not start: removed at stop
 
     @classmethod
     def create(cls, cluster: ClusterSpec, run_dir: str | None = None, redis_url: str | None = None,
@@ -129,16 +139,17 @@ class LocalStack:
             else:
                 say(f"redis        {self.redis_url}")
             self._make_tokens()
+            urls = self._make_redis_users(say)
             self.predictor_addr = f"127.0.0.1:{free_port()}"
             self._spawn("predictor", ["predictor", "--address", self.predictor_addr])
             self.scheduler_addr = f"127.0.0.1:{free_port()}"
             sched = ["scheduler", "--address", self.scheduler_addr, "--predictor", self.predictor_addr,
-                     "--redis-url", self.redis_url, "--prefix", self.prefix]
+                     "--prefix", self.prefix]
             for flag, value in (("--node-dead-after-s", self.node_dead_after_s), ("--max-attempts", self.max_attempts),
                                 ("--orphan-release-s", self.orphan_release_s)):
                 if value is not None:
                     sched += [flag, str(value)]
-            self._spawn("scheduler", sched)
+            self._spawn("scheduler", sched, env={"REDIS_URL": urls.scheduler})
             self.write_credentials(self.credentials_file)
             for name, addr in (("predictor", self.predictor_addr), ("scheduler", self.scheduler_addr)):
                 if not wait_healthy(addr, timeout_s=30):
@@ -146,18 +157,18 @@ class LocalStack:
                 say(f"{name:<12} {addr} (healthy)")
             for node, group in self.cluster.nodes():
                 cmd = ["agent", "--node", node, "--fake-gpus", f"{group.gpu}:{group.gpus_per_node}",
-                       "--redis-url", self.redis_url, "--prefix", self.prefix, "--addr", "127.0.0.1",
+                       "--prefix", self.prefix, "--addr", "127.0.0.1",
                        "--heartbeat-s", str(self.heartbeat_s), "--ttl-s", str(self.ttl_s),
                        "--log-dir", str(self.run_dir / "jobs"), *self.agent_args]
                 if self.cancel_grace_s is not None:
                     cmd += ["--cancel-grace-s", str(self.cancel_grace_s)]
                 self._agent_cmds[node] = cmd
-                self._spawn(f"agent-{node}", cmd)
+                self._spawn(f"agent-{node}", cmd, env={"REDIS_URL": urls.agents[node]})
             self.wait_nodes(len(self.cluster.nodes()))
             say(f"agents       {len(self.cluster.nodes())} nodes, {self.cluster.total_gpus} fake GPUs registered")
             if self.with_worker:
-                self._spawn("worker", ["worker", "--redis-url", self.redis_url, "--scheduler", self.scheduler_addr,
-                                       "--concurrency", "2"], env={"FRENZY_TOKEN": self.worker_token})
+                self._spawn("worker", ["worker", "--scheduler", self.scheduler_addr, "--concurrency", "2"],
+                            env={"FRENZY_TOKEN": self.worker_token, "REDIS_URL": urls.worker})
                 say("worker       celery worker on the same Redis")
             if self.with_api:
                 self.api_port = self.api_port or free_port()
@@ -184,6 +195,24 @@ class LocalStack:
         finally:
             client.close()
 
+    def _make_redis_users(self, say: callable) -> RoleUrls:  # type: ignore[valid-type]
+        """A Redis user per role (scheduler, worker, each node's agent) with only its rights; the admin
+        URL stays the operator's. A Redis given from outside that refuses ACL SETUSER (its URL is not
+        an admin's) runs every service on that one URL, and says so."""
+        nodes = [node for node, _ in self.cluster.nodes()]
+        try:
+            self.role_urls = add_role_users(self.redis_url, self.prefix, nodes)
+        except redis.ResponseError as exc:
+            if self.redis is not None:
+                raise
+            say(f"redis        cannot make a user per service ({exc}); every service uses REDIS_URL's user")
+            self.role_urls = RoleUrls(self.redis_url, self.redis_url, dict.fromkeys(nodes, self.redis_url))
+            return self.role_urls
+        self._own_users = self.redis is None
+        say(f"redis        one user per service: {self.prefix}-scheduler, {self.prefix}-worker, "
+            f"{self.prefix}-agent-<node>")
+        return self.role_urls
+
     def write_credentials(self, path: Path) -> None:
         """The token and addresses in a 0600 file the CLI reads (FRENZY_CREDENTIALS or the default path)."""
         api = f"http://127.0.0.1:{self.api_port}" if self.api_port else None
@@ -191,9 +220,11 @@ class LocalStack:
 
     def _spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> Service:
         log_path = self.run_dir / f"{name}.log"
-        # No service inherits a token from whoever started the stack; only the worker gets one, its own.
-        base = {k: v for k, v in os.environ.items() if k not in ("FRENZY_TOKEN", "FRENZY_CREDENTIALS")}
-        env = dict(base, REDIS_URL=self.redis_url, FRENZY_PREFIX=self.prefix,
+        # No service inherits a token or a Redis URL from whoever started the stack: the worker gets
+        # its own token, and each service that uses Redis its own user's URL (``env``).
+        base = {k: v for k, v in os.environ.items()
+                if k not in ("FRENZY_TOKEN", "FRENZY_CREDENTIALS", "REDIS_URL", "REDIS_URL_FILE")}
+        env = dict(base, FRENZY_PREFIX=self.prefix,
                    FRENZY_SCHEDULER=self.scheduler_addr, PYTHONUNBUFFERED="1", **(env or {}))
         with open(log_path, "ab") as log:
             proc = subprocess.Popen([sys.executable, "-m", "frenzy.cli.main", *args], stdout=log,
@@ -222,7 +253,7 @@ class LocalStack:
         """Start ``node``'s agent again: same name, options and state directory (a restart)."""
         if self.agent(node) is not None:
             raise RuntimeError(f"the agent of {node!r} is still running")
-        return self._spawn(f"agent-{node}", self._agent_cmds[node])
+        return self._spawn(f"agent-{node}", self._agent_cmds[node], env={"REDIS_URL": self.role_urls.agents[node]})
 
     def wait_nodes(self, count: int, timeout_s: float = 30.0) -> None:
         deadline = time.monotonic() + timeout_s
@@ -264,6 +295,12 @@ class LocalStack:
                     pass
                 svc.proc.wait(timeout=5)
         self.services.clear()
+        if self._own_users:
+            try:
+                remove_role_users(self.redis_url, self.prefix, list(self.role_urls.agents))
+            except redis.RedisError:
+                pass  # the server is gone or refuses: nothing left to clean
+            self._own_users = False
         if self.redis is not None:
             self.redis.stop()
             self.redis = None
