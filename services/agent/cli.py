@@ -23,6 +23,7 @@ from frenzy.agent.drain import drain as drain_node
 from frenzy.agent.gpus import FakeBackend, GpuBackend, GpuDiscoveryError, NvmlBackend
 from frenzy.signals import stop_on_signals
 from frenzy.state.keys import Keys
+from frenzy.state.node_keys import NodeKeyMissing
 
 
 def agent_command(
@@ -143,6 +144,6 @@ def agent_command(
     stop_on_signals(stop, on_signal=lambda sig: logging.getLogger(__name__).info("received %s; stopping", sig.name))
     try:
         agent.run(stop)
-    except GpuDiscoveryError as exc:
+    except (GpuDiscoveryError, NodeKeyMissing) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None

@@ -15,6 +15,14 @@ becomes "already running", never a second start. Jobs outlive the agent; a
 restarted agent adopts them, reads the exit status their shim recorded, and
 resumes shipping their logs where the last run stopped.
 
+Nothing in the launch stream is trusted unsigned: every launch and cancel must be
+sealed with this node's key (``frenzy.state.signing``), in time and never seen
+before; anything else is refused before any other check, acknowledged, logged (one
+warning naming the node, the job and why) and counted in the node hash's
+``refused_launches``. The agent signs its own events with the same key. It reads the
+key from Redis at start (no key: it does not start, ``NodeKeyMissing``) and again
+with every heartbeat, so a rotation reaches it without a restart.
+
 Whether a launch may run here is judged by ``launch_check.check_launch`` (pure)
 over facts this module gathers (GPUs, the rendezvous port, owner and fence of
 the launch's GPUs in Redis, the job's resolved working directory).
@@ -50,7 +58,7 @@ from frenzy.agent.ledger import Ledger, LedgerEntry
 from frenzy.agent.logship import LogShipper
 from frenzy.agent.run_as import JobUser
 from frenzy.agent.run_as import resolve as resolve_user
-from frenzy.state import scripts
+from frenzy.state import node_keys, scripts
 from frenzy.state.keys import AGENT_GROUP, Keys
 from frenzy.state.messages import (
     SAFE_NAME,
@@ -59,9 +67,13 @@ from frenzy.state.messages import (
     CancelMessage,
     EventKind,
     LaunchMessage,
-    decode_command,
+    command_from,
     encode,
+    payload,
+    sealed,
 )
+from frenzy.state.node_keys import NodeKeyMissing
+from frenzy.state.signing import EVENT_TTL_S, KeyRing, Refusal, Verifier
 from frenzy.state.streams import ensure_group
 
 log = logging.getLogger(__name__)
@@ -165,6 +177,9 @@ class Agent:
         self._lock = threading.Lock()
         self._detached = threading.Event()  # set on stop: this run no longer reports anything
         self._threads: list[threading.Thread] = []
+        self._ring: KeyRing | None = None  # this node's signing keys (re-read every heartbeat)
+        self._key_read_at = float("-inf")  # monotonic time of the last read
+        self._verifier = Verifier()  # the launch stream's seals: signature, expiry, replay
 
     # ------------------------------------------------------------ lifecycle
 
@@ -176,6 +191,10 @@ class Agent:
                               daemon=True)
         ship = threading.Thread(target=self._logs.run, args=(hb_stop,), name=f"logs-{self.node}", daemon=True)
         try:
+            if not self._until_done(stop, self._read_key, "read the node key"):
+                return
+            if self._ring is None:
+                raise NodeKeyMissing(self.node)
             if not self._until_done(stop, self._register, "register"):
                 return
             if not self._until_done(stop, self._adopt, "adopt jobs of a previous run"):
@@ -276,11 +295,26 @@ class Agent:
                         self.node)
             self._register()
 
+    def _read_key(self) -> None:
+        """Read this node's key ring (cheap: one HMGET). A key removed while running is kept in use
+        (one warning): only ``frenzy node key create --force`` or a rotation replaces it."""
+        ring = node_keys.read(self._redis, self.keys, self.node)
+        self._key_read_at = time.monotonic()
+        if ring is None:
+            if self._ring is not None:
+                log.warning("node %s: its signing key is gone from Redis; still using the last one read. "
+                            "To fix: frenzy node key create %s", self.node, self.node)
+            return
+        if self._ring is not None and ring.current != self._ring.current:
+            log.info("node %s: signing key rotated", self.node)
+        self._ring = ring
+
     def _heartbeat_loop(self, stop: threading.Event) -> None:
         failing = False
         while not stop.wait(self.heartbeat_s):
             try:
                 self._heartbeat_once()
+                self._read_key()
                 if failing:
                     log.info("heartbeat: Redis is back")
                 failing = False
@@ -341,15 +375,33 @@ class Agent:
                         stream, entry_id)
         else:
             try:
-                cmd = decode_command(fields)
+                obj = payload(fields)
+                refusal = self._verify(obj, entry_id)
+                cmd = command_from(obj) if refusal is None else None
             except BadMessage as exc:
                 log.warning("launch stream %s: skipping bad entry %s: %s", stream, entry_id, exc)
             else:
-                if isinstance(cmd, LaunchMessage):
+                if refusal is not None:
+                    self._refuse(obj, entry_id, refusal)
+                elif isinstance(cmd, LaunchMessage):
                     self._launch(cmd, entry_id, redelivered)
                 elif isinstance(cmd, CancelMessage):
                     self._cancel(cmd)
         self._redis.xack(stream, AGENT_GROUP, entry_id)
+
+    def _verify(self, obj: dict, entry_id: str) -> Refusal | None:
+        """Whether a launch-stream entry is sealed with this node's key, in time and new."""
+        refusal = self._verifier.check(obj, self._ring, entry_id)
+        if refusal == Refusal.FORGED and time.monotonic() - self._key_read_at >= 1.0:
+            self._read_key()  # perhaps rotated since the last heartbeat (at most one read a second)
+            refusal = self._verifier.check(obj, self._ring, entry_id)
+        return refusal
+
+    def _refuse(self, obj: dict, entry_id: str, refusal: Refusal) -> None:
+        """An entry not signed for this node: nothing of it is acted on; logged and counted."""
+        log.warning("node %s: refusing %s %s for job %s: %s", self.node, str(obj.get("kind", "entry"))[:32],
+                    entry_id, str(obj.get("job_id"))[:128], refusal.value)
+        self._redis.hincrby(self.keys.node(self.node), "refused_launches", 1)
 
     # ------------------------------------------------------------ launch
 
@@ -603,7 +655,11 @@ class Agent:
         return AgentEvent(kind=kind, job_id=job_id, attempt=attempt, node=self.node, **fields)
 
     def _emit(self, event: AgentEvent) -> None:
-        self._redis.xadd(self.keys.events_stream(), encode(event))
+        """Send ``event``, sealed now with this node's key (a retry after an outage is sealed afresh)."""
+        assert self._ring is not None  # run() does not get this far without a key
+        now = time.time()
+        self._redis.xadd(self.keys.events_stream(),
+                         encode(sealed(event, self._ring.signing_key(now), now, ttl_s=EVENT_TTL_S)))
 
     # ------------------------------------------------------------ introspection (tests, tools)
 

@@ -39,6 +39,7 @@ from frenzy.devstack.redis_server import (
 )
 from frenzy.rpc.auth import with_token
 from frenzy.rpc.client import wait_healthy
+from frenzy.state import node_keys
 from frenzy.state.keys import Keys
 from frenzy.v1 import scheduler_pb2, scheduler_pb2_grpc
 from has.cluster_spec import ClusterSpec, ClusterSpecError, parse_cluster
@@ -139,6 +140,7 @@ class LocalStack:
             else:
                 say(f"redis        {self.redis_url}")
             self._make_tokens()
+            self._make_node_keys()
             urls = self._make_redis_users(say)
             self.predictor_addr = f"127.0.0.1:{free_port()}"
             self._spawn("predictor", ["predictor", "--address", self.predictor_addr])
@@ -192,6 +194,15 @@ class LocalStack:
             tokens = TokenStore(client, Keys(self.prefix))
             self.token, _ = tokens.create(_local_user(), Role.ADMIN, note=f"frenzy up in {self.run_dir}")
             self.worker_token, _ = tokens.create("batch", Role.SUBMIT, note="the stack's batch worker")
+        finally:
+            client.close()
+
+    def _make_node_keys(self) -> None:
+        """Every fake node's signing key, before its agent starts (`frenzy node key create`; kept if made)."""
+        client = redis.Redis.from_url(self.redis_url, decode_responses=True)
+        try:
+            for node, _ in self.cluster.nodes():
+                node_keys.create(client, Keys(self.prefix), node)
         finally:
             client.close()
 

@@ -23,7 +23,9 @@ when that is later than its last heartbeat: an outage of Redis kills no node. Wh
 decided without I/O in ``reaping.decide_reap``; ``reap`` only reads and writes through the store.
 
 ``drain_events`` consumes the agents' status events (consumer group, acked
-after handling); a malformed event is logged, acked and dropped; an event of
+after handling); an event not signed with the key of the node it names (forged,
+altered, replayed, expired: ``frenzy.state.signing``) or a malformed one is logged,
+acked and dropped without changing anything; an event of
 an older attempt only releases what that attempt still holds. What an event
 means is decided without I/O in ``agent_events.interpret``.
 
@@ -47,7 +49,8 @@ from frenzy.scheduler.outage import RedisContact
 from frenzy.scheduler.reaping import NodeLease, OrphanKey, ReapSettings, ReapSnapshot, decide_reap
 from frenzy.state.job_states import ACTIVE, JobState
 from frenzy.state.keys import Keys
-from frenzy.state.messages import AgentEvent, BadMessage, LaunchMessage, LayoutEnv, decode_event
+from frenzy.state.messages import AgentEvent, BadMessage, LaunchMessage, LayoutEnv, event_from, payload
+from frenzy.state.signing import Refusal, Verifier
 from frenzy.state.store import DEFAULT_MASTER_PORTS, JobRecord, StateStore
 from frenzy.v1 import types_pb2
 from has import Placement, QueuePolicy, schedule
@@ -109,6 +112,8 @@ class SchedulerLoop:
         self.contact = RedisContact()
         self._count_from = 0.0  # Redis time since which node silence counts (after an outage)
         self._last_read: float | None = None  # monotonic time of the reaper's last read
+        self._verifier = Verifier()  # agents' events: signature, expiry, replay
+        self.refused_events = 0
 
     # ---- placement ---------------------------------------------------------------------------
 
@@ -163,6 +168,11 @@ class SchedulerLoop:
         if job is None or job.state != JobState.PENDING:
             return False, "job no longer pending"
         plan = job.plans[placement.plan_index]
+        # Launches are signed with each node's key: without one, nothing is reserved.
+        keyless = [n for n, ring in self.store.node_keys.rings(n for n, _ in placement.nodes).items() if ring is None]
+        if keyless:
+            return False, (f"node(s) {', '.join(keyless)} have no signing key. To fix: frenzy node key create "
+                           f"{keyless[0]}")
         ok, fence_or_reason = self.store.reserve(placement, plan, self.master_ports)
         if not ok:
             return False, str(fence_or_reason)
@@ -183,6 +193,7 @@ class SchedulerLoop:
         return True, ""
 
     def launch_messages(self, job: JobRecord, fence: int) -> list[LaunchMessage]:
+        """One launch per node of the job's placement, each signed with its node's key."""
         assert job.plan is not None
         lay = job.plan.layout
         layout = LayoutEnv(gpu_type=job.plan.gpu_type, tp=lay.tp, pp=lay.pp, dp=lay.dp, zero_stage=lay.zero_stage,
@@ -194,13 +205,13 @@ class SchedulerLoop:
         out = []
         for rank, (node, idxs) in enumerate(job.placement):
             uuids = self.store.gpu_uuids(node, idxs)
-            out.append(LaunchMessage(
+            out.append(self.store.seal_for(node, LaunchMessage(
                 job_id=job.id, attempt=job.attempt, fence=fence, node=node, node_rank=rank,
                 nnodes=len(job.placement), nproc_per_node=len(idxs), gpu_indices=list(idxs), gpu_uuids=uuids,
                 master_addr=master_addr, master_port=master_port, rdzv_id=f"{job.id}-{job.attempt}",
                 command=list(job.spec.command), env=dict(job.spec.env), workdir=job.spec.workdir or None,
                 layout=layout,
-            ))
+            )))
         return out
 
     # ---- node loss and leaks -------------------------------------------------------------------
@@ -337,8 +348,9 @@ class SchedulerLoop:
             self._pending_checked = True
         for entry_id, fields in entries:
             try:
-                event = decode_event(fields)
-                self.handle_event(event)
+                event = self._verified(entry_id, fields)
+                if event is not None:
+                    self.handle_event(event)
             except BadMessage as exc:
                 log.warning("dropping malformed event %s: %s", entry_id, exc)
             except redis.RedisError:
@@ -351,6 +363,25 @@ class SchedulerLoop:
                 continue
             self.store.ack_event(entry_id)
         return len(entries)
+
+    def _verified(self, entry_id: str, fields: dict) -> AgentEvent | None:
+        """The event in this entry if it is signed with the key of the node it names, in time and
+        never seen before; else None (one log line, nothing changed). Raises BadMessage."""
+        obj = payload(fields)
+        node = obj.get("node")
+        ring = self.store.node_keys.ring(node) if isinstance(node, str) and node else None
+        refusal = self._verifier.check(obj, ring, entry_id)
+        if refusal in (Refusal.FORGED, Refusal.NO_KEY) and isinstance(node, str) and node:
+            # Perhaps rotated since the cache read it: read the node's key again (at most once a second).
+            fresh = self.store.node_keys.refresh(node)
+            if fresh != ring:
+                refusal = self._verifier.check(obj, fresh, entry_id)
+        if refusal is None:
+            return event_from(obj)
+        self.refused_events += 1
+        log.warning("refusing event %s from node %s for job %s: %s", entry_id, str(node)[:128],
+                    str(obj.get("job_id"))[:128], refusal.value)
+        return None
 
     def handle_event(self, event: AgentEvent) -> None:
         """Carry out what ``event`` means for its job (``agent_events.interpret``, pure)."""

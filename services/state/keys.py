@@ -11,6 +11,9 @@ the whole truth about what is in Redis.
                                         node's GPUs — owner, health, a free GPU's memory_free — so it re-reads
                                         only nodes whose rev moved; a direct HSET on a GPU hash must bump it too)
     {p}:node:{node}:alive        string heartbeat lease, expires after the heartbeat TTL
+    {p}:node:{node}:key          hash   the node's signing key (state/signing.py): current, previous (hex, 32 bytes),
+                                        rotated_at; made by `frenzy node key create|rotate`, read by the node's agent
+                                        and the scheduler only
     {p}:nodes                    set    names of every node that ever registered
     {p}:gpu:{node}:{index}       hash   one GPU: uuid, type, memory_total, memory_free, owner (job id or ""), fence,
                                         pci_bus_id, links (JSON), utilization, processes (JSON), health_reason
@@ -61,6 +64,9 @@ class Keys:
 
     def node_alive(self, node: str) -> str:
         return f"{self.prefix}:node:{node}:alive"
+
+    def node_key(self, node: str) -> str:
+        return f"{self.prefix}:node:{node}:key"
 
     def nodes(self) -> str:
         return f"{self.prefix}:nodes"

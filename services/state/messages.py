@@ -5,6 +5,11 @@ models. A reader that gets anything else (a missing field, bad JSON, a wrong
 type) raises ``BadMessage`` naming what is wrong; the caller logs it,
 acknowledges it so it is not redelivered forever, and carries on. A garbage
 entry must never stop a consumer or change state.
+
+Launches, cancels and agent events are sealed (``frenzy.state.signing``): they carry
+``nonce``, ``expires_at`` and ``sig``, set by ``sealed`` with the node's key. Readers
+check the seal on the entry's raw JSON object (``payload``) before they validate it
+into a model (``command_from``, ``event_from``) or act on it.
 """
 
 from __future__ import annotations
@@ -12,9 +17,11 @@ from __future__ import annotations
 import json
 import time
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from frenzy.state import signing
 
 
 class BadMessage(ValueError):
@@ -39,6 +46,14 @@ class _Msg(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class _Sealed(_Msg):
+    """A control message: signed with a node's key (``sealed``); unsigned ones are refused."""
+
+    nonce: str = ""
+    expires_at: int = 0  # unix seconds
+    sig: str = ""
+
+
 class LayoutEnv(_Msg):
     """The plan's parallel layout as the launched job sees it."""
 
@@ -55,7 +70,7 @@ class LayoutEnv(_Msg):
     peak_bytes_per_gpu: int = Field(default=0, ge=0)
 
 
-class LaunchMessage(_Msg):
+class LaunchMessage(_Sealed):
     """Scheduler -> one node's agent: start this node's share of a job."""
 
     kind: Literal["launch"] = "launch"
@@ -77,7 +92,7 @@ class LaunchMessage(_Msg):
     layout: LayoutEnv
 
 
-class CancelMessage(_Msg):
+class CancelMessage(_Sealed):
     """Scheduler -> agent: stop this job's processes on your node."""
 
     kind: Literal["cancel"] = "cancel"
@@ -95,7 +110,7 @@ class EventKind(StrEnum):
     LAUNCH_FAILED = "launch_failed"  # could not start at all (message says why)
 
 
-class AgentEvent(_Msg):
+class AgentEvent(_Sealed):
     """Agent -> scheduler: what happened to a job on one node."""
 
     kind: EventKind
@@ -130,6 +145,15 @@ class LogChunk(_Msg):
 _command_adapter: TypeAdapter[LaunchMessage | CancelMessage] = TypeAdapter(AgentCommand)
 
 
+Sealable = TypeVar("Sealable", LaunchMessage, CancelMessage, AgentEvent)
+
+
+def sealed(msg: Sealable, key: bytes, now: float | None = None, ttl_s: float = signing.LAUNCH_TTL_S) -> Sealable:
+    """``msg`` with a fresh nonce, an expiry ``ttl_s`` from ``now`` and its signature under ``key``."""
+    seal = signing.seal(msg.model_dump(mode="json"), key, time.time() if now is None else now, ttl_s)
+    return msg.model_copy(update={name: seal[name] for name in signing.SIGNED_FIELDS})
+
+
 def encode(msg: BaseModel) -> dict[str, str]:
     """Stream fields for one message."""
     return {"data": msg.model_dump_json()}
@@ -140,6 +164,33 @@ def _payload(fields: dict) -> str:
     if raw is None:
         raise BadMessage(f"stream entry has no 'data' field (fields: {sorted(map(str, fields))})")
     return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+
+def payload(fields: dict) -> dict[str, Any]:
+    """The JSON object of a stream entry, not yet validated (what a seal is checked on)."""
+    try:
+        obj = json.loads(_payload(fields))
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        raise BadMessage(f"stream entry is not JSON: {exc}") from exc
+    if not isinstance(obj, dict):
+        raise BadMessage(f"stream entry is not a JSON object but {type(obj).__name__}")
+    return obj
+
+
+def command_from(obj: dict[str, Any]) -> LaunchMessage | CancelMessage:
+    """Validate a launch-stream entry's JSON object; raises BadMessage naming what is wrong."""
+    try:
+        return _command_adapter.validate_python(obj)
+    except ValidationError as exc:
+        raise BadMessage(f"invalid agent command: {_first_error(exc)}") from exc
+
+
+def event_from(obj: dict[str, Any]) -> AgentEvent:
+    """Validate an events-stream entry's JSON object; raises BadMessage naming what is wrong."""
+    try:
+        return AgentEvent.model_validate(obj)
+    except ValidationError as exc:
+        raise BadMessage(f"invalid agent event: {_first_error(exc)}") from exc
 
 
 def decode_command(fields: dict) -> LaunchMessage | CancelMessage:

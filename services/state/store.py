@@ -20,10 +20,11 @@ from typing import Any
 import redis
 from google.protobuf import json_format
 
-from frenzy.state import scripts
+from frenzy.state import node_keys, scripts, signing
 from frenzy.state.job_states import ACTIVE, JobState, sources_of
 from frenzy.state.keys import SCHEDULER_GROUP, Keys
-from frenzy.state.messages import CancelMessage, LaunchMessage
+from frenzy.state.messages import CancelMessage, LaunchMessage, Sealable, sealed
+from frenzy.state.node_keys import NodeKeyMissing
 from frenzy.state.streams import ensure_group
 from frenzy.v1 import types_pb2
 from has import ClusterView, GpuSlot, NodeView, Placement, PlanOption, QueuedJob, RunningJob
@@ -176,6 +177,8 @@ class StateStore:
         self.full_read_s = full_read_s
         self._last_full_read = -math.inf
         self._unreadable: set[str] = set()  # jobs whose stored plans did not parse (logged once)
+        # Nodes' signing keys, re-read every few seconds: sealing a message costs no round trip.
+        self.node_keys = signing.KeyCache(lambda nodes: node_keys.read_many(self.r, self.k, nodes), time.monotonic)
 
     # ---- jobs -------------------------------------------------------------------------------
 
@@ -385,13 +388,12 @@ class StateStore:
         the same step.
 
         -> (done, new state: PENDING or FAILED; or the current state when nothing was done)."""
-        msg = CancelMessage(job_id=job.id, attempt=job.attempt, reason=why)
         res = self._requeue(
             keys=[self.k.job(job.id), self.k.job_history(job.id), self.k.queue(), self.k.ports(job.master_node or "-"),
                   *job.gpu_keys(self.k), *[self.k.launch_stream(n) for n, _ in job.placement]],
             args=[job.id, job.attempt, job.fence, max_attempts, repr(time.time()),
                   sum(len(idxs) for _, idxs in job.placement), ",".join(lost), why,
-                  msg.model_dump_json(), STREAM_MAXLEN,
+                  self._cancels(job, why), STREAM_MAXLEN,
                   json.dumps([json_format.MessageToDict(p) for p in plans]) if plans else "",
                   *[node for node, idxs in job.placement for _ in idxs], "1" if preempted else "0"],
         )
@@ -441,13 +443,31 @@ class StateStore:
         ``user=True`` marks a user cancel (the job ends CANCELLED); ``False`` is
         the scheduler stopping the other ranks after one failed (it ends FAILED)."""
         now = time.time()
-        msg = CancelMessage(job_id=job.id, attempt=job.attempt, reason=reason)
         res = self._cancel(
             keys=[self.k.job(job.id), self.k.job_history(job.id), *[self.k.launch_stream(n) for n, _ in job.placement]],
             args=[repr(now), history_entry(job.state, f"cancel requested: {reason}", now), STREAM_MAXLEN,
-                  msg.model_dump_json(), "cancel_requested" if user else "stop_requested"],
+                  self._cancels(job, reason), "cancel_requested" if user else "stop_requested"],
         )
         return int(res[0]) == 1, str(res[1])
+
+    def seal_for(self, node: str, msg: Sealable) -> Sealable:
+        """``msg`` signed with ``node``'s key (for its launch stream). Raises NodeKeyMissing."""
+        ring = self.node_keys.ring(node)
+        if ring is None:
+            raise NodeKeyMissing(node)
+        return sealed(msg, ring.signing_key(time.time()), ttl_s=signing.LAUNCH_TTL_S)
+
+    def _cancels(self, job: JobRecord, reason: str) -> str:
+        """One signed cancel per node of the job, as the JSON array the cancel scripts take."""
+        msg = CancelMessage(job_id=job.id, attempt=job.attempt, reason=reason)
+        out = []
+        for node, _ in job.placement:
+            try:
+                out.append(self.seal_for(node, msg).model_dump_json())
+            except NodeKeyMissing as exc:  # its agent cannot run without a key; sent for the record
+                log.warning("cancel of job %s sent unsigned: %s", job.id, exc)
+                out.append(msg.model_dump_json())
+        return json.dumps(out)
 
     def set_fields(self, job_id: str, **fields: str) -> None:
         self.r.hset(self.k.job(job_id), mapping=fields)

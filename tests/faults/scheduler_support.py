@@ -18,6 +18,7 @@ import redis
 from frenzy.agent.daemon import Agent
 from frenzy.agent.gpus import FakeBackend
 from frenzy.devstack.redis_server import RedisProcess, start_redis
+from frenzy.state import node_keys
 from frenzy.state.keys import Keys
 from support.waiting import wait_for
 
@@ -71,6 +72,8 @@ class Agents:
 
     def start(self, node: str, spec: str = "A100-80GB:1", **options: float) -> Agent:
         opts = {"heartbeat_s": 0.2, "ttl_s": 2.0, "block_s": 0.05, "cancel_grace_s": 2.0, **options}
+        with redis.Redis.from_url(self.url) as client:  # as `frenzy node key create` before an agent starts
+            node_keys.create(client, self.keys, node)
         agent = Agent(self.url, node, FakeBackend(spec, node), keys=self.keys, log_dir=self.log_dir,
                       state_dir=self.log_dir / ".agent" / node, **opts)  # type: ignore[arg-type]
         stop = threading.Event()

@@ -37,6 +37,7 @@ def agent_process(redis_url: str, redis_client: redis.Redis, keys: Keys, tmp_pat
            "FRENZY_CREDENTIALS": str(tmp_path / "creds"), "S3_SECRET_ACCESS_KEY": "s3-secret",
            "DB_PASSWORD": "db-pw", "NCCL_DEBUG": "INFO", "NCCL_AUTH_TOKEN": "nccl-tok", "SITE_ONLY": "agent-only"}
     cluster = Cluster(redis_url, redis_client, keys, tmp_path)
+    cluster.node_key(NODE)  # the operator's `frenzy node key create`: an agent does not start without one
     proc = subprocess.Popen(
         [sys.executable, "-m", "frenzy.agent", "--node", NODE, "--fake-gpus", "L4:1", "--log-dir",
          str(cluster.log_dir), "--heartbeat-s", "0.2", "--ttl-s", "2", "--pass-env", "NCCL_*",

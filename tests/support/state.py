@@ -7,7 +7,9 @@ import time
 
 import redis
 
+from frenzy.state import node_keys
 from frenzy.state.keys import Keys
+from frenzy.state.messages import AgentEvent, encode, sealed
 from frenzy.v1 import types_pb2
 
 GiB = 1024**3
@@ -27,6 +29,16 @@ def add_node(client: redis.Redis, keys: Keys, node: str, gpu_type: str, count: i
     if alive:
         pipe.set(keys.node_alive(node), "1", ex=60)
     pipe.execute()
+    node_keys.create(client, keys, node)  # as an operator does before starting its agent
+
+
+def send_event(client: redis.Redis, keys: Keys, event: AgentEvent, signed: bool = True) -> str:
+    """XADD ``event`` to the events stream as the agent of ``event.node`` does: signed with its key."""
+    if signed:
+        ring = node_keys.read(client, keys, event.node)
+        assert ring is not None, f"node {event.node} has no key (add_node makes one)"
+        event = sealed(event, ring.current)
+    return client.xadd(keys.events_stream(), encode(event))
 
 
 def set_gpu(client: redis.Redis, keys: Keys, node: str, index: int, **fields: object) -> None:

@@ -6,7 +6,9 @@
 -- reported its exit (record_exit), which also releases the GPUs.
 --
 -- KEYS[1] job hash  KEYS[2] job history  KEYS[3 ..] launch streams of the job's nodes
--- ARGV[1] now  ARGV[2] history note JSON  ARGV[3] stream MAXLEN  ARGV[4] cancel message JSON
+-- ARGV[1] now  ARGV[2] history note JSON  ARGV[3] stream MAXLEN
+-- ARGV[4] JSON array: the cancel message for each launch stream, same order as KEYS[3 ..]
+--         (each is signed with its node's key)
 -- ARGV[5] flag field to set: "cancel_requested" (a user cancel: the job ends
 --         cancelled) or "stop_requested" (a rank failed: the job ends failed)
 -- Returns {1, state} or {0, state}
@@ -21,8 +23,9 @@ if redis.call("HGET", KEYS[1], ARGV[5]) == "1" then
   return {1, state}
 end
 redis.call("HSET", KEYS[1], ARGV[5], "1", "updated_at", ARGV[1])
+local cancels = cjson.decode(ARGV[4])
 for i = 3, #KEYS do
-  redis.call("XADD", KEYS[i], "MAXLEN", "~", ARGV[3], "*", "data", ARGV[4])
+  redis.call("XADD", KEYS[i], "MAXLEN", "~", ARGV[3], "*", "data", cancels[i - 2])
 end
 redis.call("RPUSH", KEYS[2], ARGV[2])
 return {1, state}

@@ -25,7 +25,8 @@
 -- KEYS[5+2n ..]    the launch stream of every node of the job
 -- ARGV[1] job id  ARGV[2] attempt  ARGV[3] fence  ARGV[4] max attempts  ARGV[5] now
 -- ARGV[6] n  ARGV[7] lost nodes, comma separated  ARGV[8] why (for history and the failure)
--- ARGV[9] cancel message JSON  ARGV[10] stream MAXLEN  ARGV[11] new plans JSON ("" keeps the old ones)
+-- ARGV[9] JSON array: the cancel message for each launch stream, same order as those KEYS (each
+--         signed with its node's key)  ARGV[10] stream MAXLEN  ARGV[11] new plans JSON ("" keeps the old ones)
 -- ARGV[12 .. 11+n] the node of each GPU key, same order
 -- ARGV[12+n] (optional) "1": HAS preempted the job — its `preemptions` count goes up with the
 --            requeue (the caller does not count preemptions against the attempt limit)
@@ -47,8 +48,9 @@ local lost = {}
 for node in string.gmatch(ARGV[7], "[^,]+") do
   lost[node] = true
 end
+local cancels = cjson.decode(ARGV[9])
 for i = 5 + 2 * n, #KEYS do
-  redis.call("XADD", KEYS[i], "MAXLEN", "~", ARGV[10], "*", "data", ARGV[9])
+  redis.call("XADD", KEYS[i], "MAXLEN", "~", ARGV[10], "*", "data", cancels[i - 4 - 2 * n])
 end
 for g = 1, n do
   local node = ARGV[11 + g]

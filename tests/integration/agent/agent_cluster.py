@@ -15,6 +15,7 @@ import redis
 
 from frenzy.agent.daemon import Agent
 from frenzy.agent.gpus import FakeBackend, GpuBackend
+from frenzy.state import node_keys
 from frenzy.state.keys import AGENT_GROUP, Keys
 from frenzy.state.messages import (
     AgentEvent,
@@ -24,6 +25,7 @@ from frenzy.state.messages import (
     LayoutEnv,
     decode_event,
     encode,
+    sealed,
 )
 from support.waiting import wait_for  # noqa: F401 - re-exported for the tests
 
@@ -55,6 +57,7 @@ class Cluster:
     def start(self, node: str = NODE, spec: str = SPEC, wait: bool = True, backend: GpuBackend | None = None,
               **overrides) -> Running:
         opts = {**FAST, **overrides}
+        self.node_key(node)
         agent = Agent(self.url, node, backend or FakeBackend(spec, node), keys=self.keys, log_dir=self.log_dir,
                       **opts)
         stop = threading.Event()
@@ -71,8 +74,20 @@ class Cluster:
         for i in indices:
             self.client.hset(self.keys.gpu(node, i), mapping={"owner": job_id, "fence": str(fence)})
 
-    def send(self, msg: LaunchMessage | CancelMessage | dict, node: str = NODE) -> str:
-        fields = msg if isinstance(msg, dict) else encode(msg)
+    def node_key(self, node: str = NODE) -> bytes:
+        """``node``'s current signing key, made first if it has none (as `frenzy node key create`)."""
+        node_keys.create(self.client, self.keys, node)
+        ring = node_keys.read(self.client, self.keys, node)
+        assert ring is not None
+        return ring.current
+
+    def send(self, msg: LaunchMessage | CancelMessage | dict, node: str = NODE, key: bytes | None = None) -> str:
+        """XADD ``msg`` to ``node``'s launch stream, signed as the scheduler signs it (with ``key``,
+        default the node's own); a dict is sent as the entry's fields, untouched."""
+        if isinstance(msg, dict):
+            fields = msg
+        else:
+            fields = encode(sealed(msg, key if key is not None else self.node_key(node)))
         return self.client.xadd(self.keys.launch_stream(node), fields)
 
     def launch(self, job_id: str, command: list[str], indices: list[int] | None = None, fence: int = 1,

@@ -20,7 +20,7 @@ import redis
 from integration.agent.agent_cluster import NODE, SLEEPER, Cluster, wait_for
 
 from frenzy.agent import launcher
-from frenzy.state import scripts
+from frenzy.state import node_keys, scripts
 from frenzy.state.keys import AGENT_GROUP, Keys
 from frenzy.state.messages import CancelMessage, EventKind
 
@@ -208,8 +208,9 @@ def test_garbage_entries_are_acked_and_the_next_message_still_runs(cluster: Clus
     assert cluster.wait_event("job-good", EventKind.EXITED).exit_code == 0
     wait_for(lambda: cluster.pending() == 0, what="all acked")
     text = caplog.text
-    for entry_id in (bad1, bad2, bad3):
+    for entry_id in (bad1, bad2):
         assert f"skipping bad entry {entry_id}" in text
+    assert f"refusing reboot {bad3} for job None: unsigned" in text  # JSON, but not signed: refused first
     assert "no 'data' field" in text
 
 
@@ -266,6 +267,12 @@ def test_cli_runs_registers_and_stops_on_sigterm(redis_url: str, redis_client: r
     cmd = [sys.executable, "-m", "frenzy.agent", "--node", "cli-n", "--fake-gpus", "L4:2",
            "--redis-url", redis_url, "--prefix", keys.prefix, "--heartbeat-s", "0.2", "--ttl-s", "2",
            "--log-dir", str(tmp_path)]
+    # No signing key yet: the agent does not start, and says how to make one.
+    refused = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "To fix: frenzy node key create cli-n" in refused.stderr
+    assert not redis_client.exists(keys.node("cli-n"))
+    node_keys.create(redis_client, keys, "cli-n")
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         wait_for(lambda: redis_client.exists(keys.node_alive("cli-n")) or proc.poll() is not None,

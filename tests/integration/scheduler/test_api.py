@@ -14,11 +14,11 @@ import pytest
 import redis
 
 from frenzy.state.keys import AGENT_GROUP, Keys
-from frenzy.state.messages import AgentEvent, EventKind, decode_command, encode
+from frenzy.state.messages import AgentEvent, EventKind, decode_command
 from frenzy.state.store import StateStore
 from frenzy.v1 import scheduler_pb2, types_pb2
 from support.servers import Servers, running_servers
-from support.state import add_node, make_plan, make_spec, set_gpu
+from support.state import add_node, make_plan, make_spec, send_event, set_gpu
 
 DONE = (types_pb2.JOB_STATE_SUCCEEDED, types_pb2.JOB_STATE_FAILED, types_pb2.JOB_STATE_CANCELLED)
 
@@ -61,7 +61,7 @@ def _wait(stub, job_id: str, states: tuple[int, ...], timeout_s: float = 15) -> 
 
 
 def _event(client: redis.Redis, keys: Keys, **kw: object) -> None:
-    client.xadd(keys.events_stream(), encode(AgentEvent(**kw)))  # type: ignore[arg-type]
+    send_event(client, keys, AgentEvent(**kw))  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
