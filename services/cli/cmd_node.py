@@ -44,19 +44,23 @@ def _checked(node: str) -> str:
 
 
 @key_app.command("create")
-def create(node: NodeArg, force: Annotated[bool, typer.Option(
+def create(nodes: Annotated[list[str], typer.Argument(help="The nodes' names (their agents' --node).")],
+           force: Annotated[bool, typer.Option(
                "--force", help="Replace an existing key (what is in flight signed with it is refused).")] = False,
            redis_url: RedisOpt = "redis://127.0.0.1:6379/0", prefix: PrefixOpt = "frenzy") -> None:
-    """Give NODE a signing key (before its agent starts). Keeps an existing one unless --force.
+    """Give each NODE a signing key (before its agent starts). Keeps an existing one unless --force.
 
     \b
     Examples:
       frenzy node key create gpu-017          # then start: frenzy agent --node gpu-017
+      frenzy node key create gpu-017 gpu-018  # several at once
       frenzy node key create gpu-017 --force  # a key leaked: cut it off now
     """
-    made = _redis_errors(node_keys.create)(_client(redis_url), Keys(prefix), _checked(node), force=force)
-    render.console().print(f"node {node}: " + ("new signing key made" if made else
-                                               "already has a signing key (kept; --force replaces it)"))
+    client = _client(redis_url)
+    for node in nodes:
+        made = _redis_errors(node_keys.create)(client, Keys(prefix), _checked(node), force=force)
+        render.console().print(f"node {node}: " + ("new signing key made" if made else
+                                                   "already has a signing key (kept; --force replaces it)"))
 
 
 @key_app.command("rotate")
