@@ -34,6 +34,15 @@ _MODEL_TYPES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
 
 _MISSING = object()
 
+# Far beyond any model trained today (about 2e12 parameters, 200 layers, widths under 2^18), and small
+# enough that MARP's byte counts, which run in int64 arrays, cannot overflow for any recipe.
+MAX_PARAMS = 10**15
+MAX_LAYERS = 2**14
+MAX_WIDTH = 2**24  # hidden, ffn, heads, vocab, positions, labels, token types
+MAX_EXPERTS = 2**12  # the router's logits are tokens x experts per layer
+_WIDTHS = ("hidden", "heads", "kv_heads", "ffn", "vocab", "max_positions", "num_labels", "type_vocab",
+           "expert_ffn")  # fmt: skip
+
 
 def _field(key: str) -> str:
     return f"model.config.{key}"
@@ -266,13 +275,27 @@ def model_from_hf_config(cfg: dict[str, Any], name: str = "custom") -> ModelSpec
     if not isinstance(name, str) or not name.strip():
         raise ModelConfigError("model.name", f"must be a non-empty string, got {name!r}.")
     if "arch" in cfg and "architectures" not in cfg:
-        return _from_neutral(cfg, name)
+        return _within_limits(_from_neutral(cfg, name))
     arch = _architecture(cfg)
     if arch == "GPT2LMHeadModel":
-        return _from_gpt2(cfg, name)
+        return _within_limits(_from_gpt2(cfg, name))
     if arch.startswith("Bert"):
-        return _from_bert(cfg, name, arch)
-    return _from_llama_like(cfg, name, arch)
+        return _within_limits(_from_bert(cfg, name, arch))
+    return _within_limits(_from_llama_like(cfg, name, arch))
+
+
+def _within_limits(spec: ModelSpec) -> ModelSpec:
+    """``spec`` if MARP can size it without overflowing; else a ModelConfigError naming the field."""
+    if spec.n_layers > MAX_LAYERS:
+        raise ModelConfigError("model.n_layers", f"{spec.n_layers} layers; at most {MAX_LAYERS} are supported.")
+    if spec.experts > MAX_EXPERTS:
+        raise ModelConfigError("model.experts", f"{spec.experts} experts; at most {MAX_EXPERTS} are supported.")
+    for attr in _WIDTHS:
+        if getattr(spec, attr) > MAX_WIDTH:
+            raise ModelConfigError(f"model.{attr}", f"{getattr(spec, attr)} is too large; at most {MAX_WIDTH}.")
+    if spec.param_count() > MAX_PARAMS:
+        raise ModelConfigError("model.config", f"{spec.param_count():.3g} parameters; at most {MAX_PARAMS:.0e}.")
+    return spec
 
 
 def model_from_json(text: str, name: str = "custom") -> ModelSpec:

@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from marp import MarpError, ModelSpec, model_from_hf_config, model_from_json, resolve_model
+from marp.hf_config import MAX_EXPERTS, MAX_LAYERS, MAX_PARAMS
 
 SETTINGS = settings(max_examples=300, deadline=2000, suppress_health_check=[HealthCheck.too_slow],
                     derandomize=True)
@@ -93,6 +94,7 @@ def _sane(spec: ModelSpec) -> None:
     for attr in ("n_layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "max_positions"):
         assert isinstance(getattr(spec, attr), int) and getattr(spec, attr) >= 1
     assert 0.0 <= spec.dropout < 1.0
+    assert spec.n_layers <= MAX_LAYERS and spec.experts <= MAX_EXPERTS and spec.param_count() <= MAX_PARAMS
 
 
 @SETTINGS
@@ -109,6 +111,8 @@ def test_any_value_is_a_spec_or_a_marp_error(value: object) -> None:
 @given(near_valid())
 @example({**NEUTRAL_MOE, 1: "x", "y": 2})  # unknown keys that do not sort together (YAML)
 @example({**VALID_CONFIGS[0], "model_type": ["gpt2"], "architectures": None})
+@example({**NEUTRAL_MOE, "n_layers": 2**40, "hidden": 2**40, "ffn": 2**40})  # overflowed MARP's int64 sizes
+@example({**NEUTRAL_MOE, "experts": 2**24})
 def test_near_valid_configs(cfg: dict) -> None:
     _check_value(cfg)
     if all(isinstance(k, str) for k in cfg):
