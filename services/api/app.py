@@ -75,6 +75,7 @@ MAX_DETAIL_CHARS = 2000
 MAX_REASON_CHARS = 1024
 JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 READ_TIMEOUT_S = 10.0
+MAX_INT32 = 2**31 - 1  # the proto's int32 fields: a larger query value would not fit the request
 SUBMIT_TIMEOUT_S = 60.0  # the scheduler asks the predictor before answering
 
 
@@ -300,7 +301,7 @@ def create_app(scheduler_address: str, *, bind_host: str = "127.0.0.1", allowed_
         token: Caller,
         job_id: str = JobIdPath,
         node: str = Query(default="", max_length=256, description="one node's output (empty: every node)"),
-        attempt: int = Query(default=0, ge=0, description="one attempt (0: every attempt)"),
+        attempt: int = Query(default=0, ge=0, le=MAX_INT32, description="one attempt (0: every attempt)"),
         tail_lines: int = Query(default=200, ge=0, le=100_000, description="last lines per node (0: all kept)"),
     ) -> dict[str, Any]:
         """The job's output as the agents shipped it (stdout and stderr together), per node and
