@@ -173,7 +173,7 @@ class Verifier:
         written_at = entry_time(entry_id)
         try:
             expires_at = float(payload["expires_at"])
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # an int past any float is no expiry
             return Refusal.FORGED  # cannot be: it was signed so; refused all the same
         if written_at > expires_at:
             return Refusal.EXPIRED
