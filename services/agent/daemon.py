@@ -290,10 +290,30 @@ class Agent:
         for g in self._gpus:
             args += [g.memory_free, int(g.healthy), g.health_reason, g.utilization, _processes_json(g)]
         keys = [self.keys.node(self.node), self.keys.node_alive(self.node), *self._gpu_keys(self._gpus)]
-        if not self._heartbeat_script(keys=keys, args=args):
+        renewed = self._heartbeat_script(keys=keys, args=args)
+        if not renewed:
             log.warning("node %s is missing from Redis (data lost or node deleted); registering again",
                         self.node)
             self._register()
+        elif int(renewed) == 2:
+            self._stop_moved_jobs()
+
+    def _stop_moved_jobs(self) -> None:
+        """The scheduler declared this node dead while it was cut off, freed its GPUs and requeued
+        every job it ran: those jobs now run (or will) elsewhere, so the copies here must stop —
+        a job never runs in two places (issue 14, D5). Their exits are reported as usual; the
+        scheduler drops them as stale (an attempt it has moved past)."""
+        with self._lock:
+            jobs = [j for j in self._jobs.values() if not j.exited.is_set() and not j.cancelled]
+        if not jobs:
+            log.warning("node %s had been declared dead; no job of it runs here", self.node)
+            return
+        log.warning("node %s had been declared dead and its jobs moved; stopping %d job(s) here: %s", self.node,
+                    len(jobs), ", ".join(f"{j.job_id}/{j.attempt}" for j in jobs))
+        for job in jobs:
+            job.cancelled = True
+            self._signal_job(job, signal.SIGTERM)
+            threading.Thread(target=self._escalate, args=(job,), name=f"kill-{job.job_id}", daemon=True).start()
 
     def _read_key(self) -> None:
         """Read this node's key ring (cheap: one HMGET). A key removed while running is kept in use

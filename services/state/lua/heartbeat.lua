@@ -8,7 +8,9 @@
 --     memory_free / healthy / health_reason / utilization / processes are
 --     written together; `owner`, `fence`, `draining` and everything else the
 --     scheduler owns are never touched. A `dead_at` mark is cleared: a node
---     that heartbeats is not dead (e.g. after a network partition healed);
+--     that heartbeats is not dead (e.g. after a network partition healed); the
+--     reply then says so (2), because the scheduler moved every job the node ran
+--     when it declared it dead, and the agent must stop those copies;
 --   * the node's `rev` goes up when a GPU's health or a free GPU's memory_free
 --     changed (what the scheduler's view is built from), not on every beat.
 -- heartbeat_at is the Redis server clock (TIME), like registered_at.
@@ -17,7 +19,8 @@
 -- ARGV[1] lease TTL in ms  ARGV[2] lease value (agent instance id)  ARGV[3] node health_reason
 -- ARGV[4 ..] 5 fields per GPU, in KEYS order: memory_free, healthy ("1"/"0"), health_reason,
 --            utilization, processes (JSON)
--- Returns 1 (renewed) or 0 (node unknown: register again).
+-- Returns 1 (renewed), 2 (renewed, and the node had been declared dead: its jobs were moved)
+-- or 0 (node unknown: register again).
 
 local head = 3
 local per_gpu = 5
@@ -49,9 +52,12 @@ for g = 1, n do
     "health_reason", ARGV[a + 3], "utilization", ARGV[a + 4], "processes", ARGV[a + 5])
 end
 redis.call("HSET", KEYS[1], "heartbeat_at", now, "health_reason", ARGV[3])
-redis.call("HDEL", KEYS[1], "dead_at")
+local was_dead = redis.call("HDEL", KEYS[1], "dead_at")
 if changed then
   redis.call("HINCRBY", KEYS[1], "rev", 1)
 end
 redis.call("SET", KEYS[2], ARGV[2], "PX", ttl)
+if was_dead == 1 then
+  return 2
+end
 return 1
