@@ -1,9 +1,10 @@
-"""How fast MARP ranks plans: a 70B model over 12 GPU types with up to 1,024 GPUs each.
+"""How fast MARP ranks plans: a 70B model over GPU types with up to 1,024 GPUs each.
 
 Runs ``enumerate_plans`` (the vectorised layout grid: TP x PP x DP x ZeRO x micro-batch x
 recompute, memory for every layout, step time for every layout, ranking and explanations)
-repeatedly and prints the median and other percentiles as JSON. Target: median < 20 ms.
-Run: ``.venv/bin/python bench/marp_speed.py [--repeats N]``.
+repeatedly and prints the median and other percentiles as JSON. Target: median < 20 ms over the
+12 GPU types the target was set on (``BENCH_GPUS``); ``--all-gpus`` times the whole catalog.
+Run: ``.venv/bin/python bench/marp_speed.py [--repeats N] [--all-gpus]``.
 """
 
 from __future__ import annotations
@@ -21,12 +22,16 @@ sys.path.insert(0, str(ROOT / "libs"))
 
 from marp import GpuPool, TrainingRecipe, enumerate_plans, get_model, list_gpus  # noqa: E402
 
+# The 12 types of the catalog when the 20 ms target was set, so timings stay comparable as it grows.
+BENCH_GPUS: tuple[str, ...] = ("V100-16GB", "V100-32GB", "T4", "A10", "A10G", "L4", "L40S", "A100-40GB",
+                               "A100-80GB", "H100-80GB", "H200", "RTX-4090")  # fmt: skip
 
-def run(repeats: int = 50) -> dict[str, object]:
+
+def run(repeats: int = 50, all_gpus: bool = False) -> dict[str, object]:
     model = get_model("llama-3-70b")
     recipe = TrainingRecipe(seq_len=4096, global_batch=1024, train_steps=10_000)
-    pools = [GpuPool(g.name, 1024, 8) for g in list_gpus()]
-    assert len(pools) == 12
+    names = [g.name for g in list_gpus()] if all_gpus else list(BENCH_GPUS)
+    pools = [GpuPool(name, 1024, 8) for name in names]
     plans = enumerate_plans(model, recipe, pools)  # warm-up (imports, caches)
     times = []
     for _ in range(repeats):
@@ -46,7 +51,8 @@ def run(repeats: int = 50) -> dict[str, object]:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeats", type=int, default=50)
+    parser.add_argument("--all-gpus", action="store_true", help="every catalog GPU type, not the 12")
     args = parser.parse_args()
-    out = run(args.repeats)
+    out = run(args.repeats, args.all_gpus)
     out.pop("best")
     print(json.dumps(out, indent=2))

@@ -13,6 +13,7 @@ from marp.errors import (
     ModelConfigError,
     UnknownGpuError,
     UnknownModelError,
+    UnsupportedPrecisionError,
 )
 from marp.gpus import GpuType, get_gpu, gpu_from_nvml_name, list_gpus
 from marp.hf_config import model_from_hf_config, model_from_json, resolve_model
@@ -38,6 +39,7 @@ __all__ = [
     "TrainingRecipe",
     "UnknownGpuError",
     "UnknownModelError",
+    "UnsupportedPrecisionError",
     "enumerate_plans",
     "estimate_step_time",
     "get_gpu",

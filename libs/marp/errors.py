@@ -69,6 +69,10 @@ class InvalidRecipeError(MarpError):
     """A training recipe field is out of range or inconsistent."""
 
 
+class UnsupportedPrecisionError(InvalidRecipeError):
+    """The GPU cannot run the recipe's precision (no bf16 tensor cores before Ampere)."""
+
+
 class InvalidLayoutError(MarpError):
     """A parallel layout is malformed or does not fit the model / recipe."""
 
@@ -80,4 +84,5 @@ __all__ = [
     "ModelConfigError",
     "UnknownGpuError",
     "UnknownModelError",
+    "UnsupportedPrecisionError",
 ]

@@ -6,8 +6,11 @@ reports (``nvmlDeviceGetMemoryInfo().total``, what ``nvidia-smi`` prints as
 "MiB" total) -- slightly less than the marketing size, and still including the
 CUDA context, which the memory model reserves separately. Throughputs are the
 *dense* (no 2:4 sparsity) tensor-core peaks from the vendor datasheets cited
-next to each entry; 0.0 means the format is not supported (no bf16 before Ampere).
-``intra_node_gbps`` is the per-direction GPU-to-GPU bandwidth inside one node.
+next to each entry (datasheets that quote "with sparsity" figures are halved);
+0.0 means the format is not supported (no bf16 before Ampere, no fp8 before
+Ada / Hopper), and ``check_precision`` refuses such a pairing by name rather
+than let a planner give it zero speed. ``intra_node_gbps`` is the per-direction
+GPU-to-GPU bandwidth inside one node (``xgmi``: AMD Infinity Fabric).
 
 ``gpu_from_nvml_name`` maps what an agent discovers through NVML onto a catalog
 name, using the reported memory to split variants (A100 40 vs 80 GB, V100 16 vs 32 GB).
@@ -21,18 +24,20 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from marp._check import check_choice, check_int, check_number
-from marp.errors import UnknownGpuError
+from marp.errors import UnknownGpuError, UnsupportedPrecisionError
 from marp.recipe import compute_dtype
 
 MiB = 1024**2
 GiB = 1024**3
 
-Link = Literal["nvlink", "pcie"]
+Link = Literal["nvlink", "pcie", "xgmi"]
+LINKS: tuple[str, ...] = ("nvlink", "pcie", "xgmi")
 
 
 @dataclass(frozen=True)
 class GpuType:
-    """One GPU model. ``memory_bytes`` is NVML's total; TFLOPS are dense peaks."""
+    """One GPU model. ``memory_bytes`` is NVML's total (ROCm's for AMD); TFLOPS are dense peaks,
+    0.0 where the format is not supported (``fp8_tflops``: float8 e4m3 / e5m2 matmuls)."""
 
     name: str
     memory_bytes: int
@@ -43,6 +48,7 @@ class GpuType:
     intra_node_link: Link
     intra_node_gbps: float
     nvml_names: tuple[str, ...]
+    fp8_tflops: float = 0.0
 
     def __post_init__(self) -> None:
         err = UnknownGpuError
@@ -50,9 +56,10 @@ class GpuType:
             raise err("gpu_type", f"name must be a non-empty string, got {self.name!r}.")
         check_int(self.memory_bytes, "gpu_type.memory_bytes", err)
         check_number(self.bf16_tflops, "gpu_type.bf16_tflops", err, 0.0, 1e6)
+        check_number(self.fp8_tflops, "gpu_type.fp8_tflops", err, 0.0, 1e6)
         for attr in ("fp16_tflops", "fp32_tflops", "mem_bw_gbps", "intra_node_gbps"):
             check_number(getattr(self, attr), f"gpu_type.{attr}", err, 1e-9, 1e6)
-        check_choice(self.intra_node_link, "gpu_type.intra_node_link", err, ("nvlink", "pcie"))
+        check_choice(self.intra_node_link, "gpu_type.intra_node_link", err, LINKS)
         if not isinstance(self.nvml_names, tuple) or not all(isinstance(n, str) for n in self.nvml_names):
             raise err("gpu_type.nvml_names", "must be a tuple of strings.")
 
@@ -64,12 +71,30 @@ class GpuType:
     def supports(self, precision: str) -> bool:
         return self.peak_tflops(precision) > 0.0
 
+    @property
+    def supports_fp8(self) -> bool:
+        return self.fp8_tflops > 0.0
+
+    def check_precision(self, precision: str) -> None:
+        """Refuse a precision policy whose matmul dtype this GPU cannot run (V100 and bf16)."""
+        if self.supports(precision):
+            return
+        dtype = compute_dtype(precision)
+        raise UnsupportedPrecisionError(
+            "recipe.precision",
+            f"{self.name} cannot run {precision}: it has no {dtype} tensor-core support "
+            "(bf16 needs Ampere or newer).",
+            f"use an fp16 or fp32 precision policy (amp-fp16, master-fp16, fp32) on {self.name}, "
+            "or a GPU with bf16.",
+        )
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name, "memory_bytes": self.memory_bytes, "bf16_tflops": self.bf16_tflops,
             "fp16_tflops": self.fp16_tflops, "fp32_tflops": self.fp32_tflops,
             "mem_bw_gbps": self.mem_bw_gbps, "intra_node_link": self.intra_node_link,
             "intra_node_gbps": self.intra_node_gbps, "nvml_names": list(self.nvml_names),
+            "fp8_tflops": self.fp8_tflops,
         }  # fmt: skip
 
 
@@ -94,10 +119,13 @@ _GPUS: tuple[GpuType, ...] = (
     GpuType("A10G", 23028 * MiB, 70.0, 70.0, 35.0, 600.0, "pcie", 32.0, ("NVIDIA A10G",)),
     # NVIDIA L4 datasheet: bf16/fp16 tensor 121 TFLOPS dense (242 sparse), fp32 30.3,
     # GDDR6 300 GB/s, PCIe Gen4 x16 64 GB/s bidirectional. NVML total 23034 MiB.
-    GpuType("L4", 23034 * MiB, 121.0, 121.0, 30.3, 300.0, "pcie", 32.0, ("NVIDIA L4",)),
+    # fp8 tensor 242.5 TFLOPS dense (485 sparse), same datasheet.
+    GpuType("L4", 23034 * MiB, 121.0, 121.0, 30.3, 300.0, "pcie", 32.0, ("NVIDIA L4",), fp8_tflops=242.5),
     # NVIDIA L40S datasheet: bf16/fp16 tensor 362.05 TFLOPS dense (733 sparse), fp32 91.6,
     # GDDR6 864 GB/s, PCIe Gen4 x16 64 GB/s bidirectional. NVML total 46068 MiB.
-    GpuType("L40S", 46068 * MiB, 362.05, 362.05, 91.6, 864.0, "pcie", 32.0, ("NVIDIA L40S",)),
+    # fp8 tensor 733 TFLOPS dense (1,466 sparse), same datasheet
+    # (https://www.nvidia.com/en-us/data-center/l40s/).
+    GpuType("L40S", 46068 * MiB, 362.05, 362.05, 91.6, 864.0, "pcie", 32.0, ("NVIDIA L40S",), fp8_tflops=733.0),
     # NVIDIA A100 datasheet (2021): bf16/fp16 tensor 312 TFLOPS dense, fp32 19.5, HBM2 1555 GB/s
     # (40 GB), NVLink 3 600 GB/s total (300 per direction). NVML total 40960 MiB.
     GpuType("A100-40GB", 40960 * MiB, 312.0, 312.0, 19.5, 1555.0, "nvlink", 300.0,
@@ -108,17 +136,51 @@ _GPUS: tuple[GpuType, ...] = (
              "A100-SXM4-80GB", "A100-SXM-80GB")),
     # NVIDIA H100 datasheet (SXM5): bf16/fp16 tensor 1979 TFLOPS with sparsity = 989.5 dense,
     # fp32 67, HBM3 3.35 TB/s, NVLink 4 900 GB/s total (450 per direction). NVML total 81559 MiB.
+    # fp8 3,958 TFLOPS with sparsity = 1979 dense.
     GpuType("H100-80GB", 81559 * MiB, 989.5, 989.5, 67.0, 3350.0, "nvlink", 450.0,
-            ("NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe", "NVIDIA H100")),
+            ("NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe", "NVIDIA H100"), fp8_tflops=1979.0),
+    # NVIDIA H100 datasheet, H100 NVL column (https://resources.nvidia.com/en-us-tensor-core/
+    # nvidia-tensor-core-gpu-datasheet): 94 GB HBM3 (96 GB on the package), 3.9 TB/s; bf16/fp16
+    # tensor 1,671 TFLOPS with sparsity = 835.5 dense, fp8 3,341 = 1670.5 dense, fp32 60. Its
+    # NVLink bridge (600 GB/s) joins pairs of cards only, so a node's collectives run over PCIe
+    # Gen5 (128 GB/s bidirectional). NVML total 95830 MiB (nvidia-smi on H100 NVL hosts).
+    GpuType("H100-96GB", 95830 * MiB, 835.5, 835.5, 60.0, 3900.0, "pcie", 64.0,
+            ("NVIDIA H100 NVL",), fp8_tflops=1670.5),
     # NVIDIA H200 datasheet (SXM): H100 compute (989.5 dense bf16/fp16, 67 fp32), 141 GB HBM3e
     # at 4.8 TB/s, NVLink 900 GB/s total. NVML total 143771 MiB.
     GpuType("H200", 143771 * MiB, 989.5, 989.5, 67.0, 4800.0, "nvlink", 450.0,
-            ("NVIDIA H200", "NVIDIA H200 NVL")),
+            ("NVIDIA H200", "NVIDIA H200 NVL"), fp8_tflops=1979.0),
+    # NVIDIA HGX platform specifications, HGX B200 (https://www.nvidia.com/en-us/data-center/hgx/),
+    # per GPU of the 8: bf16/fp16 tensor 36 PFLOPS with sparsity / 8 / 2 = 2250 TFLOPS dense,
+    # fp8 72 PFLOPS / 8 / 2 = 4500 dense, fp32 600 TFLOPS / 8 = 75, HBM3e 64 TB/s / 8 = 8 TB/s,
+    # NVLink 5 1.8 TB/s per GPU (900 per direction); DGX B200 datasheet: 1,440 GB for 8 GPUs.
+    # NVML total 183359 MiB (nvidia-smi on B200 hosts).
+    GpuType("B200", 183359 * MiB, 2250.0, 2250.0, 75.0, 8000.0, "nvlink", 900.0,
+            ("NVIDIA B200",), fp8_tflops=4500.0),
     # NVIDIA Ada Lovelace architecture whitepaper (RTX 4090): bf16/fp16 tensor with fp32
     # accumulate 165.2 TFLOPS dense (training accumulates in fp32), fp32 82.6, GDDR6X
     # 1008 GB/s, no NVLink: PCIe Gen4 x16. NVML total 24564 MiB.
+    # Same whitepaper: fp8 tensor with fp32 accumulate 330.3 TFLOPS dense.
     GpuType("RTX-4090", 24564 * MiB, 165.2, 165.2, 82.6, 1008.0, "pcie", 32.0,
-            ("NVIDIA GeForce RTX 4090",)),
+            ("NVIDIA GeForce RTX 4090",), fp8_tflops=330.3),
+    # NVIDIA Ampere GA102 GPU architecture whitepaper (https://www.nvidia.com/content/PDF/
+    # nvidia-ampere-ga-102-gpu-architecture-whitepaper-v2.pdf), RTX 3090: bf16/fp16 tensor with
+    # fp32 accumulate 71 TFLOPS dense (142 sparse), fp32 35.6, GDDR6X 936 GB/s; its NVLink
+    # bridge joins pairs only: PCIe Gen4 x16. No fp8. NVML total 24576 MiB (nvidia-smi).
+    GpuType("RTX-3090", 24576 * MiB, 71.0, 71.0, 35.6, 936.0, "pcie", 32.0, ("NVIDIA GeForce RTX 3090",)),
+    # NVIDIA RTX A6000 datasheet (https://www.nvidia.com/content/dam/en-zz/Solutions/design-
+    # visualization/quadro-product-literature/proviz-print-nvidia-rtx-a6000-datasheet-us-nvidia-
+    # 1454980-r9-web%20(1).pdf): tensor 309.7 TFLOPS with sparsity = 154.8 dense (bf16/fp16, fp32
+    # accumulate at full rate on the professional part, GA102 whitepaper), fp32 38.7, 48 GB GDDR6
+    # at 768 GB/s, NVLink bridge for pairs only: PCIe Gen4 x16. No fp8. NVML total 49140 MiB.
+    GpuType("RTX-A6000", 49140 * MiB, 154.8, 154.8, 38.7, 768.0, "pcie", 32.0, ("NVIDIA RTX A6000",)),
+    # AMD Instinct MI300X data sheet (https://www.amd.com/content/dam/amd/en/documents/
+    # instinct-tech-docs/data-sheets/amd-instinct-mi300x-data-sheet.pdf): bf16/fp16 matrix
+    # 1,307.4 TFLOPS dense (2,614.9 with sparsity), fp8 2,614.9 dense, fp32 163.4, 192 GB HBM3 at
+    # 5.3 TB/s; Infinity Fabric 128 GB/s per link, 7 links to the other 7 GPUs of a platform
+    # (896 GB/s, 448 per direction). Total 205822885888 B = 196288 MiB (rocm-smi "VRAM Total").
+    GpuType("MI300X", 196288 * MiB, 1307.4, 1307.4, 163.4, 5300.0, "xgmi", 448.0,
+            ("AMD Instinct MI300X", "AMD Instinct MI300X VF"), fp8_tflops=2614.9),
 )  # fmt: skip
 
 
@@ -135,7 +197,12 @@ _BY_NAME: dict[str, GpuType] = {g.name: g for g in _GPUS}
 # Longer / more specific tokens first (a100 before a10, a10g before a10, l40s before l4).
 _FAMILIES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("h200", ("H200",)),
+    ("h100nvl", ("H100-96GB",)),
     ("h100", ("H100-80GB",)),
+    ("b200", ("B200",)),
+    ("mi300x", ("MI300X",)),
+    ("a6000", ("RTX-A6000",)),
+    ("3090", ("RTX-3090",)),
     ("a100", ("A100-40GB", "A100-80GB")),
     ("a10g", ("A10G",)),
     ("a10", ("A10",)),

@@ -251,11 +251,14 @@ def predict_memory(
 
     ``stage`` picks the pipeline stage: "first", "last" or "max" (the worse of the two; middle
     stages lie between). ``gpu`` changes the runtime reserve (None: the default 1 GiB context)
-    and Transformer Engine's workspace size. The layout must match the recipe (dp x micro_batch
-    x grad_accum = global batch) and the model (tp divides heads and kv_heads, pp <= layers).
+    and Transformer Engine's workspace size; a GPU that cannot run the recipe's precision (V100
+    and bf16) is refused. The layout must match the recipe (dp x micro_batch x grad_accum = global
+    batch) and the model (tp divides heads and kv_heads, pp <= layers).
     """
     if isinstance(gpu, str):
         gpu = get_gpu(gpu)
+    if gpu is not None:
+        gpu.check_precision(recipe.precision)
     validate_layout(model, recipe, layout)
     return breakdown_at(memory_for_grid(model, recipe, LayoutGrid.of(layout), gpu, stage), 0)
 

@@ -343,11 +343,20 @@ def _weight_copies(job: _Job, st: _Stage) -> _WeightCopies:
 
 
 def _optimizer_transient(job: _Job, states: _States) -> FloatArray:
-    """The optimizer step's temporaries (memory-notes D.3)."""
+    """The optimizer step's temporaries (memory-notes D.3).
+
+    torch.optim's Adam / AdamW (torch/optim/adam.py, _multi_tensor_adam) always allocate one
+    state-sized temporary, ``exp_avg_sq_sqrt = _foreach_sqrt(...)`` (Adam's L2 weight decay makes
+    a gradient-sized copy first, freed before the sqrt, so it does not add). SGD, with or without
+    momentum (torch/optim/sgd.py), updates in place and allocates only for weight decay: ``grads
+    = _foreach_add(grads, params, alpha=weight_decay)``, a gradient-sized copy -- absent at
+    torch's default weight decay of 0.
+    """
     recipe = job.recipe
     state_elem = 2 if recipe.policy == "pure-bf16" else 4
     impl = recipe.resolved_optimizer_impl
-    if recipe.offload_optimizer or recipe.optimizer in ("sgd", "adam8bit") or impl == "fused":
+    sgd_in_place = recipe.optimizer in ("sgd", "sgd-momentum") and recipe.resolved_weight_decay == 0.0
+    if recipe.offload_optimizer or recipe.optimizer == "adam8bit" or impl == "fused" or sgd_in_place:
         return np.zeros_like(states.params)
     if impl == "foreach":
         return states.opt_params * state_elem  # one state-sized temporary of the local shard

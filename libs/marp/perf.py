@@ -58,14 +58,17 @@ PCIE_EFFICIENCY = 0.28 / (125.0 / 312.0)
 
 
 def sustained_flops(gpu: GpuType, precision: str, mfu: float | None = None) -> float:
-    """Sustained training FLOP/s of one GPU for a precision policy (see the module docstring)."""
+    """Sustained training FLOP/s of one GPU for a precision policy (see the module docstring).
+
+    A GPU that cannot run the policy's matmul dtype (V100 and bf16) is refused
+    (UnsupportedPrecisionError naming both) rather than given zero speed.
+    """
+    gpu.check_precision(precision)
     dtype = compute_dtype(precision)
     if mfu is not None:
         return gpu.peak_tflops(precision) * 1e12 * mfu
     if dtype == "fp32":
         return gpu.fp32_tflops * 1e12 * ANCHOR_MFU
-    if gpu.peak_tflops(precision) <= 0.0:
-        return 0.0
     ratio = SPEED_VS_A100.get(gpu.name)
     if ratio is None:
         ratio = gpu.peak_tflops(precision) / ANCHOR_PEAK_TFLOPS * PCIE_EFFICIENCY

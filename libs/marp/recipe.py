@@ -45,6 +45,9 @@ FINETUNES: tuple[str, ...] = ("full", "lora", "qlora")
 GRAD_BUFFERS: tuple[str, ...] = ("persistent", "transient")
 LORA_TARGETS: tuple[str, ...] = ("q", "k", "v", "o", "gate", "up", "down")
 ZERO_STAGES: tuple[int, ...] = (0, 1, 2, 3)
+# The optimizers' own defaults (torch.optim.AdamW 1e-2; Adam and SGD 0; bitsandbytes Adam8bit 0):
+# what a training script that does not set weight decay runs with.
+DEFAULT_WEIGHT_DECAY: dict[str, float] = {"adamw": 0.01}
 
 
 def canonical_precision(precision: str) -> str:
@@ -84,7 +87,9 @@ class TrainingRecipe:
     contiguous buffer or ``zero_grad(set_to_none=False)``; ``transient``: PyTorch >= 2.0
     ``zero_grad()`` frees them), ``dropout`` (the model config's). ``finetune`` LoRA / QLoRA
     trains rank-``lora_rank`` adapters on ``lora_targets``. ``offload_optimizer`` keeps the
-    optimizer states (and fp32 master weights) in CPU memory (ZeRO-Offload).
+    optimizer states (and fp32 master weights) in CPU memory (ZeRO-Offload). ``weight_decay``
+    None is the optimizer's own default (AdamW 0.01, the others 0); it decides whether torch's
+    SGD allocates a gradient-sized temporary in its step (``marp.memory_terms``).
     """
 
     seq_len: int
@@ -108,6 +113,7 @@ class TrainingRecipe:
     lora_targets: tuple[str, ...] = ("q", "k", "v", "o")
     offload_optimizer: bool = False
     kv_repeat: bool | None = None
+    weight_decay: float | None = None
 
     def __post_init__(self) -> None:
         err = InvalidRecipeError
@@ -167,6 +173,8 @@ class TrainingRecipe:
         check_bool(self.offload_optimizer, "recipe.offload_optimizer", err)
         if self.kv_repeat is not None:
             check_bool(self.kv_repeat, "recipe.kv_repeat", err)
+        if self.weight_decay is not None:
+            check_number(self.weight_decay, "recipe.weight_decay", err, 0.0, 1e3)
         if self.policy == "fsdp-bf16" and self.finetune == "qlora":
             raise err("recipe.finetune", "qlora keeps a 4-bit frozen base; it cannot use the fsdp-bf16 policy.",
                       "use precision pure-bf16 or amp-bf16 with qlora.")  # fmt: skip
@@ -212,6 +220,12 @@ class TrainingRecipe:
         return self.kv_repeat if self.kv_repeat is not None else not self.fused_kernels
 
     @property
+    def resolved_weight_decay(self) -> float:
+        if self.weight_decay is not None:
+            return float(self.weight_decay)
+        return DEFAULT_WEIGHT_DECAY.get(self.optimizer, 0.0)
+
+    @property
     def tokens_per_step(self) -> int:
         return self.global_batch * self.seq_len
 
@@ -227,6 +241,7 @@ class TrainingRecipe:
             "finetune": self.finetune,
             "lora_rank": self.lora_rank, "lora_targets": list(self.lora_targets),
             "offload_optimizer": self.offload_optimizer, "kv_repeat": self.resolved_kv_repeat,
+            "weight_decay": self.resolved_weight_decay,
         }  # fmt: skip
 
 
@@ -379,7 +394,7 @@ class LayoutGrid:
 
 
 __all__ = [
-    "FINETUNES", "GRAD_BUFFERS", "KERNELS", "LORA_TARGETS", "LOSSES", "OPTIMIZERS", "OPTIMIZER_IMPLS", "PRECISIONS",
+    "DEFAULT_WEIGHT_DECAY", "FINETUNES", "GRAD_BUFFERS", "KERNELS", "LORA_TARGETS", "LOSSES", "OPTIMIZERS", "OPTIMIZER_IMPLS", "PRECISIONS",
     "PRECISION_ALIASES", "RECOMPUTE", "ZERO_STAGES", "Layout", "LayoutGrid", "TrainingRecipe", "canonical_precision",
     "compute_dtype",
 ]  # fmt: skip

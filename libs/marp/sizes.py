@@ -37,8 +37,9 @@ FRAGMENTATION = 0.10
 # Transformer Engine allocates one cuBLAS workspace per GEMM stream through the caching
 # allocator (transformer_engine/pytorch/cpp_extensions/gemm.py: get_cublas_workspace_size_bytes
 # = 32 MiB on compute capability >= 9.0, else 4 MiB; 4 streams). Counted for master-* policies.
+# HOPPER names the catalog's compute capability >= 9.0 parts (Hopper and Blackwell).
 TE_STREAMS = 4
-HOPPER = ("H100-80GB", "H200")
+HOPPER = ("H100-80GB", "H100-96GB", "H200", "B200")
 
 RECOMPUTE_CODE: dict[str, int] = {name: i for i, name in enumerate(RECOMPUTE)}  # none 0, selective 1, ...
 

@@ -77,9 +77,9 @@ def test_an_unknown_name_is_planned_by_its_memory() -> None:
                              Device("NVIDIA B300 (someday)", "GPU-b3", 180 * GiB, 180 * GiB)])
     ada, b300 = NvmlBackend(nvml).discover()
     assert ada.healthy and ada.type_from_memory and ada.nvml_name == "NVIDIA RTX 6000 Ada Generation"
-    assert ada.gpu_type == "L40S"  # the catalog GPU with the most memory it can match (45 GiB)
+    assert ada.gpu_type == "RTX-A6000"  # the catalog GPU with the most memory it can match (48 GiB)
     assert marp.get_gpu(ada.gpu_type).memory_bytes <= ada.memory_total
-    assert b300.gpu_type == "H200" and b300.type_from_memory
+    assert b300.gpu_type == "B200" and b300.type_from_memory
     assert type_by_memory(80 * GiB) == "A100-80GB"  # A100 and H100 both 80 GB: the slower one
 
 
