@@ -28,7 +28,9 @@ and the numbers come from its history, stamped by the scheduler:
 * ``succeeded``, ``failed``, ``cancelled``, ``lost`` (not ended at the deadline),
   ``ran_twice`` (more than one attempt, or RUNNING twice), ``refused`` (SubmitJob errors);
 * ``offered_rate_per_s``: the rate submissions really started at;
-* ``cpu_s``: CPU seconds (user + system) per service process over the run (agents summed).
+* ``cpu_s``: CPU seconds (user + system) per service process over the run (agents summed);
+* ``scheduler_metrics``: the scheduler's own counts from its Prometheus /metrics at the end
+  (placements, submit-to-RUNNING observations and sum, ticks, events by outcome).
 
 Sizes this 2-core machine handles in a few minutes: ``--agents 30 --gpus 216 --jobs 300``.
 """
@@ -50,7 +52,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
+import httpx
 import redis
+from prometheus_client.parser import text_string_to_metric_families
 
 from frenzy.devstack.stack import LocalStack
 from frenzy.rpc.auth import with_token
@@ -115,6 +119,21 @@ def service_cpu(stack: LocalStack) -> dict[str, float]:
         out[name] = out.get(name, 0.0) + cpu_seconds(svc.proc.pid)
     if stack.redis is not None and stack.redis.proc is not None:
         out["redis"] = cpu_seconds(stack.redis.proc.pid)
+    return out
+
+
+def scheduler_metrics(port: int) -> dict[str, float]:
+    """The scheduler's counters from its /metrics (what a Prometheus would scrape)."""
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    wanted = {"frenzy_placements_total", "frenzy_reservation_conflicts_total",
+              "frenzy_job_submit_to_running_seconds_count", "frenzy_job_submit_to_running_seconds_sum",
+              "frenzy_scheduler_tick_seconds_count", "frenzy_scheduler_tick_seconds_sum", "frenzy_agent_events_total"}
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name in wanted:
+                key = s.name + "".join(f"_{v}" for v in s.labels.values())
+                out[key] = s.value
     return out
 
 
@@ -230,6 +249,7 @@ def run(args: argparse.Namespace, say: callable) -> dict:  # type: ignore[valid-
             run_s = time.monotonic() - t_submit
             cpu1 = service_cpu(stack)
             jobs = [stub.GetJob(scheduler_pb2.GetJobRequest(job_id=j), timeout=30) for j in ids]
+        counted = scheduler_metrics(stack.metrics_port)
         version = admin.info("server")["redis_version"]
         admin.close()
         errors = sorted({s.error for s in subs if s.error})[:5]
@@ -242,7 +262,7 @@ def run(args: argparse.Namespace, say: callable) -> dict:  # type: ignore[valid-
         "agents": args.agents, "gpus": cluster.total_gpus, "gpu_type": args.gpu_type, "jobs": args.jobs,
         "rate_per_s": args.rate, "job_s": args.job_s, "startup_s": startup_s, "submit_s": submit_s,
         "run_s": run_s, "cpu_s": {k: round(cpu1.get(k, 0.0) - cpu0.get(k, 0.0), 2) for k in sorted(cpu1)},
-        "submit_errors": errors, "redis": version,
+        "submit_errors": errors, "redis": version, "scheduler_metrics": counted,
     })  # fmt: skip
     return out
 

@@ -385,6 +385,10 @@ def scheduler_cmd(
         envvar="FRENZY_MAX_STREAMS_PER_USER", min=1, help="Open streams one user may have.")] = 4,
     grpc_workers: Annotated[int, typer.Option(
         envvar="FRENZY_GRPC_WORKERS", min=2, help="Threads serving gRPC calls.")] = 32,
+    metrics_address: Annotated[str, typer.Option(
+        envvar="FRENZY_METRICS_ADDRESS",
+        help="Serve Prometheus metrics at http://HOST:PORT/metrics (a bare PORT: 127.0.0.1). Without "
+             "authentication: keep it on loopback or a private network. Empty: no metrics endpoint.")] = "",
     tls_cert: TlsCertOpt = None,
     tls_key: TlsKeyOpt = None,
     tls_ca: TlsCaOpt = None,
@@ -396,11 +400,14 @@ def scheduler_cmd(
     FRENZY_TLS_CERT/FRENZY_TLS_KEY as its client certificate for a predictor that asks)."""
     from frenzy.rpc.limits import RateLimit, StreamCaps
     from frenzy.rpc.tls import ClientTls, ServerTls
+    from frenzy.scheduler.metrics import parse_metrics_address
     from frenzy.scheduler.service import SchedulerServer, UserQuotas, parse_port_range
 
     _logging(log_level)
     try:
         ports = parse_port_range(master_ports)
+        if metrics_address:
+            parse_metrics_address(metrics_address)
         tls, predictor_tls = ServerTls.from_files(tls_cert, tls_key, tls_ca), ClientTls.from_env()
     except ValueError as exc:
         fail(str(exc), 2)
@@ -420,8 +427,12 @@ def scheduler_cmd(
                              dead_after_s=node_dead_after_s, max_attempts=max_attempts,
                              orphan_release_s=orphan_release_s, master_ports=ports, policy=policies[policy],
                              quotas=quotas, stream_caps=StreamCaps(max_streams, max_streams_per_user),
-                             max_workers=grpc_workers, tls=tls, predictor_tls=predictor_tls)
+                             max_workers=grpc_workers, tls=tls, predictor_tls=predictor_tls,
+                             metrics_address=metrics_address or None)
     logging.getLogger("frenzy.scheduler").info("scheduler listening on %s (port %d)", address, server.port)
+    if server.metrics is not None:
+        logging.getLogger("frenzy.scheduler").info("metrics on http://%s:%d/metrics", server.metrics.host,
+                                                   server.metrics.port)
     stop.wait()
     server.stop()
 

@@ -102,6 +102,7 @@ class LocalStack:
     scheduler_addr: str = ""
     predictor_addr: str = ""
     api_port: int = 0
+    metrics_port: int = 0  # the scheduler's Prometheus /metrics on 127.0.0.1 (0: a free port)
     with_worker: bool = True
     with_api: bool = False
     prefix: str = "frenzy"
@@ -145,8 +146,9 @@ class LocalStack:
             self.predictor_addr = f"127.0.0.1:{free_port()}"
             self._spawn("predictor", ["predictor", "--address", self.predictor_addr])
             self.scheduler_addr = f"127.0.0.1:{free_port()}"
+            self.metrics_port = self.metrics_port or free_port()
             sched = ["scheduler", "--address", self.scheduler_addr, "--predictor", self.predictor_addr,
-                     "--prefix", self.prefix]
+                     "--prefix", self.prefix, "--metrics-address", f"127.0.0.1:{self.metrics_port}"]
             for flag, value in (("--node-dead-after-s", self.node_dead_after_s), ("--max-attempts", self.max_attempts),
                                 ("--orphan-release-s", self.orphan_release_s)):
                 if value is not None:
@@ -157,6 +159,7 @@ class LocalStack:
                 if not wait_healthy(addr, timeout_s=30):
                     raise RuntimeError(f"{name} did not become healthy on {addr}; see {self.run_dir}/{name}.log")
                 say(f"{name:<12} {addr} (healthy)")
+            say(f"metrics      http://127.0.0.1:{self.metrics_port}/metrics (the scheduler's, Prometheus)")
             for node, group in self.cluster.nodes():
                 cmd = ["agent", "--node", node, "--fake-gpus", f"{group.gpu}:{group.gpus_per_node}",
                        "--prefix", self.prefix, "--addr", "127.0.0.1",
@@ -166,7 +169,9 @@ class LocalStack:
                     cmd += ["--cancel-grace-s", str(self.cancel_grace_s)]
                 self._agent_cmds[node] = cmd
                 self._spawn(f"agent-{node}", cmd, env={"REDIS_URL": urls.agents[node]})
-            self.wait_nodes(len(self.cluster.nodes()))
+            # Each agent is a Python process that takes a second or so of CPU to start: on a small
+            # machine a hundred of them need longer than a handful.
+            self.wait_nodes(len(self.cluster.nodes()), timeout_s=max(30.0, 0.6 * len(self.cluster.nodes())))
             say(f"agents       {len(self.cluster.nodes())} nodes, {self.cluster.total_gpus} fake GPUs registered")
             if self.with_worker:
                 self._spawn("worker", ["worker", "--scheduler", self.scheduler_addr, "--concurrency", "2"],

@@ -30,7 +30,9 @@ an older attempt only releases what that attempt still holds. What an event
 means is decided without I/O in ``agent_events.interpret``.
 
 All state is read and written through ``StateStore``; the loop sends no Redis
-command itself. While Redis is out of reach every thread retries quietly: one log line
+command itself. What it does is counted in ``metrics`` (Prometheus counters and histograms), and
+what it last read is kept in ``seen`` for the gauges built when /metrics is scraped
+(``frenzy.scheduler.metrics``): no Redis command of its own. While Redis is out of reach every thread retries quietly: one log line
 when the outage starts and one when it ends (``outage.RedisContact``).
 """
 
@@ -45,6 +47,7 @@ from dataclasses import dataclass, field, replace
 import redis
 
 from frenzy.scheduler.agent_events import Exited, LaunchRefused, Stale, Started, UnknownJob, interpret
+from frenzy.scheduler.metrics import ClusterCollector, SchedulerMetrics, Snapshots
 from frenzy.scheduler.outage import RedisContact
 from frenzy.scheduler.reaping import NodeLease, OrphanKey, ReapSettings, ReapSnapshot, decide_reap
 from frenzy.state.job_states import ACTIVE, JobState
@@ -114,15 +117,20 @@ class SchedulerLoop:
         self._last_read: float | None = None  # monotonic time of the reaper's last read
         self._verifier = Verifier()  # agents' events: signature, expiry, replay
         self.refused_events = 0
+        self.metrics = SchedulerMetrics()
+        self.seen = Snapshots()
+        self.metrics.registry.register(ClusterCollector(self.seen))
 
     # ---- placement ---------------------------------------------------------------------------
 
     def tick(self, now: float | None = None) -> TickReport:
         now = time.time() if now is None else now
         queue = self.store.queue()
+        self.seen.queue_length = len(queue)
         if not queue:
             return TickReport([], [], 0)
         cluster = self.store.cluster()
+        self.seen.view = (time.time(), cluster)
         # Pending reasons cost several times the decision itself (docs/simulator.md), and
         # people read them at human speed: build them at most once a second.
         explain = now - self._last_explained >= self.explain_every_s
@@ -161,6 +169,9 @@ class SchedulerLoop:
             self.store.set_pending_reasons(reasons)
         for c in conflicts:
             log.info("reservation lost a race, retrying next tick: %s", c)
+        self.metrics.placements.inc(len(placed))
+        self.metrics.conflicts.inc(len(conflicts))
+        self.metrics.preemptions.inc(len(preempted))
         return TickReport(placed, conflicts, len(result.pending) + len(later), preempted)
 
     def _reserve_and_dispatch(self, placement: Placement) -> tuple[bool, str]:
@@ -272,6 +283,11 @@ class SchedulerLoop:
             else:
                 log.info("job %s moved on before its stuck reservation was rolled back: %s now", job.id, state)
         self._orphans = plan.orphans
+        for action, count in (("declared_dead", len(report.declared_dead)), ("requeued", len(report.requeued)),
+                              ("failed", len(report.failed)), ("released", report.released),
+                              ("unreserved", len(report.unreserved))):
+            if count:
+                self.metrics.reaper.labels(action).inc(count)
         return report
 
     def _reap_snapshot(self) -> ReapSnapshot:
@@ -283,7 +299,9 @@ class SchedulerLoop:
         if self.contact.take_recovery() or (self._last_read is not None and mono - self._last_read > self.dead_after_s):
             self._count_from = max(self._count_from, now)
         self._last_read = mono
-        nodes = tuple(NodeLease.from_hashes(info, alive, gpus) for info, alive, gpus in self.store.load_nodes())
+        rows = self.store.load_nodes()
+        self.seen.nodes = (time.time(), rows)
+        nodes = tuple(NodeLease.from_hashes(info, alive, gpus) for info, alive, gpus in rows)
         # Read the port tables before any job: a port taken after this read is not looked at.
         ports = self.store.port_tables(n.name for n in nodes if n.name)
         owners = [g.owner for n in nodes for g in n.gpus if g.owner]
@@ -292,6 +310,11 @@ class SchedulerLoop:
         for job_id in owners:
             if job_id not in jobs:
                 jobs[job_id] = self.store.get(job_id)
+        held: dict[str, int] = {}
+        for job in jobs.values():
+            if job is not None and job.state in ACTIVE:
+                held[job.state.value] = held.get(job.state.value, 0) + 1
+        self.seen.jobs = (time.time(), held)
         return ReapSnapshot(now, nodes, ports, jobs, self._count_from)
 
     def preempt(self, job_id: str, for_job: str) -> bool:
@@ -351,8 +374,10 @@ class SchedulerLoop:
                 event = self._verified(entry_id, fields)
                 if event is not None:
                     self.handle_event(event)
+                    self.metrics.events.labels("handled").inc()
             except BadMessage as exc:
                 log.warning("dropping malformed event %s: %s", entry_id, exc)
+                self.metrics.events.labels("malformed").inc()
             except redis.RedisError:
                 # Redis went away mid-batch: the rest stays pending and is read again first.
                 self._pending_checked = False
@@ -360,6 +385,7 @@ class SchedulerLoop:
             except Exception:
                 # Leave it pending: it is retried on restart, never silently lost.
                 log.exception("failed to handle event %s", entry_id)
+                self.metrics.events.labels("failed").inc()
                 continue
             self.store.ack_event(entry_id)
         return len(entries)
@@ -379,6 +405,7 @@ class SchedulerLoop:
         if refusal is None:
             return event_from(obj)
         self.refused_events += 1
+        self.metrics.events.labels("refused").inc()
         log.warning("refusing event %s from node %s for job %s: %s", entry_id, str(node)[:128],
                     str(obj.get("job_id"))[:128], refusal.value)
         return None
@@ -405,7 +432,9 @@ class SchedulerLoop:
             if meaning.fields:
                 self.store.set_fields(job.id, **meaning.fields)
             if meaning.to_running is not None:
-                self.store.transition(job, JobState.RUNNING, meaning.to_running)
+                moved, _ = self.store.transition(job, JobState.RUNNING, meaning.to_running)
+                if moved and job.submitted_at > 0:
+                    self.metrics.submit_to_running.observe(max(0.0, time.time() - job.submitted_at))
         elif isinstance(meaning, LaunchRefused):
             self.requeue(job, list(meaning.lost), meaning.why)
         else:
@@ -454,7 +483,9 @@ class SchedulerLoop:
                     self._last_reap = time.monotonic()
                     self.reap(reservation_timeout_s=None if started else 0.0)
                     started = True
+                started_tick = time.perf_counter()
                 self.tick()
+                self.metrics.tick_seconds.observe(time.perf_counter() - started_tick)
                 self.contact.reached()
             except redis.RedisError as exc:
                 self.contact.lost("scheduling loop", exc)

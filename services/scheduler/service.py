@@ -47,9 +47,11 @@ from frenzy.rpc.listing import (
     job_summary,
 )
 from frenzy.rpc.server import start_server
+from frenzy.rpc.server import stop_server as stop_grpc
 from frenzy.rpc.spec_limits import check_spec
 from frenzy.rpc.tls import ClientTls, ServerTls, open_channel
 from frenzy.scheduler.loop import SchedulerLoop
+from frenzy.scheduler.metrics import MetricsServer, serve_metrics
 from frenzy.state.job_states import JobState
 from frenzy.state.keys import Keys
 from frenzy.state.messages import BadMessage, LogChunk, decode_log_chunk
@@ -454,6 +456,9 @@ def env_float(name: str, default: float) -> float:
 class SchedulerServer:
     """Scheduler process: gRPC API + placement loop + event consumer + node reaper.
 
+    ``metrics_address`` (host:port, port 0 for a free one): serve Prometheus metrics there
+    (``frenzy.scheduler.metrics``); None: no metrics endpoint.
+
     Node-loss settings default to ``FRENZY_NODE_DEAD_AFTER_S`` (30), ``FRENZY_MAX_ATTEMPTS`` (3),
     ``FRENZY_ORPHAN_RELEASE_S`` (120) and ``FRENZY_MASTER_PORTS`` (29500-32767) when not given.
     """
@@ -464,7 +469,7 @@ class SchedulerServer:
                  master_ports: tuple[int, int] | None = None, policy: QueuePolicy | None = None,
                  quotas: UserQuotas | None = None, stream_caps: StreamCaps | None = None,
                  max_workers: int = DEFAULT_WORKERS, tls: ServerTls | None = None,
-                 predictor_tls: ClientTls | None = None) -> None:
+                 predictor_tls: ClientTls | None = None, metrics_address: str | None = None) -> None:
         self.client = redis.Redis.from_url(redis_url, decode_responses=True)
         self.keys = Keys(prefix)
         self.channel = open_channel(predictor_addr, predictor_tls)
@@ -484,6 +489,13 @@ class SchedulerServer:
         self.server, self.port, self.health = start_server(
             [lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(servicer, s)], [SERVICE_NAME], address,
             interceptors=[TokenAuth(self.tokens)], max_workers=max_workers, stream_caps=stream_caps, tls=tls)
+        self.metrics: MetricsServer | None = None
+        if metrics_address:
+            try:
+                self.metrics = serve_metrics(self.loop.metrics.registry, metrics_address)
+            except BaseException:
+                stop_grpc(self.server, self.health)
+                raise
         self.stop_event = threading.Event()
         self.thread = threading.Thread(target=self.loop.run, args=(self.stop_event, tick_s), name="scheduler-loop",
                                        daemon=True)
@@ -495,6 +507,8 @@ class SchedulerServer:
         self.stop_event.set()
         self.loop.wake.set()
         stop_server(self.server, self.health)
+        if self.metrics is not None:
+            self.metrics.stop()
         self.thread.join(timeout=5)
         self.channel.close()
         self.client.close()

@@ -32,5 +32,9 @@ def test_bench_at_toy_size_prints_json_and_every_job_succeeds(tmp_path: Path) ->
     assert out["submit_p50_ms"] <= out["submit_p99_ms"]
     assert out["submit_to_running_p50_s"] <= out["submit_to_running_p99_s"]
     assert {"scheduler", "predictor", "agents"} <= set(out["cpu_s"])
+    # the scheduler's own /metrics (LocalStack serves it on loopback) agrees
+    assert out["scheduler_metrics"]["frenzy_placements_total"] == 5
+    assert out["scheduler_metrics"]["frenzy_job_submit_to_running_seconds_count"] == 5
+    assert out["scheduler_metrics"]["frenzy_agent_events_total_refused"] == 0
     assert "submitted 5/5" in proc.stderr  # progress goes to stderr
     assert "://***@" in proc.stderr and ":" + "//frenzy:" not in proc.stderr  # no admin password printed
