@@ -13,7 +13,8 @@ in some configuration), not as a sum of maxima:
 Terms and sources:
 
 * model states by precision policy and optimizer (ZeRO paper, Rajbhandari et al. 2020, sec. 3.1
-  and Fig. 1 for the sharding of optimizer states / gradients / parameters over the DP group;
+  and Fig. 1 for the sharding of optimizer states / gradients / parameters over the DP group,
+  which includes the context-parallel ranks: dp x cp, as FSDP2 and Megatron shard;
   memory-notes D.2 for the per-policy bytes), sharded over TP by Megatron-LM (Shoeybi et al.
   2019, sec. 3) and over pipeline stages by layers;
 * activations per layer from ``marp.activations`` (Korthikanti et al. 2022), divided by TP

@@ -214,8 +214,12 @@ def _model_states(job: _Job, st: _Stage) -> _States:
     else:
         frozen = np.zeros_like(dense)
         trainable = dense
-    sd = np.maximum(g.shard, 1).astype(np.float64)
-    sd_e = np.maximum(g.shard // g.ep, 1).astype(np.float64)
+    # ZeRO / FSDP shard over the data-parallel group *with* the context-parallel ranks: cp ranks
+    # hold the same parameters (they split the sequence, not the model), so FSDP2 shards over
+    # torchtitan's dp_shard x cp mesh ("dp_shard_cp", torchtitan parallel_dims.py) and Megatron's
+    # distributed optimizer over get_data_parallel_group(with_context_parallel=True).
+    sd = np.maximum(g.shard * g.cp, 1).astype(np.float64)
+    sd_e = np.maximum(g.shard * g.cp // g.ep, 1).astype(np.float64)
     p_div = np.where(zs >= 3, sd, 1.0)
     g_div = np.where(zs >= 2, sd, 1.0)
     o_div = np.where(zs >= 1, sd, 1.0)

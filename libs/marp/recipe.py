@@ -251,8 +251,11 @@ class Layout:
 
     ``zero_stage`` shards model states over the data-parallel group (Rajbhandari et al. 2020):
     1 optimizer states (Megatron's distributed optimizer), 2 also gradients, 3 also parameters
-    (FSDP FULL_SHARD). ``shard_degree`` (default: dp) shards over a smaller group -- FSDP
-    HYBRID_SHARD, or Megatron's ``--num-distributed-optimizer-instances`` -- and must divide dp.
+    (FSDP FULL_SHARD). The group includes the context-parallel ranks, which hold the same
+    parameters: states shard over dp x cp (torchtitan's dp_shard x cp FSDP mesh, Megatron's
+    data-parallel group with context parallel). ``shard_degree`` (default: dp) shards over a
+    smaller group (x cp) -- FSDP HYBRID_SHARD, or Megatron's
+    ``--num-distributed-optimizer-instances`` -- and must divide dp.
     ``recompute``: "selective" recomputes the attention core (Korthikanti et al. 2022, sec. 5),
     "op-sac" saves every other matmul output and the attention output (torchtitan's op-level
     selective activation checkpointing), "full" checkpoints every layer (Chen et al. 2016).
