@@ -64,7 +64,8 @@ class _Job:
     layer_local: NDArray[np.int64]  # one layer's parameters on one TP rank
     vocab_local: NDArray[np.int64]  # the vocab matrix on one TP rank
     layers_stage: NDArray[np.int64]
-    expert_local: NDArray[np.int64]
+    expert_all: NDArray[np.int64]  # every expert's parameters on one TP rank of a stage
+    expert_local: NDArray[np.int64]  # ... the rank's own share, 1 / ep of them
     tokens: FloatArray  # tokens of one micro-batch on one rank (context parallelism splits s)
     keys: FloatArray  # keys each query attends to on one rank
     sp_div: NDArray[np.int64]  # what divides the replicated activations (tp under sequence parallelism)
@@ -89,13 +90,13 @@ def _job(model: ModelSpec, recipe: TrainingRecipe, grid: LayoutGrid, gpu: GpuTyp
     first_params, last_params, layer_local, vocab_local = stage_param_counts(model, grid.tp, grid.pp)
     layers_stage = ceil_div(np.full_like(grid.pp, model.n_layers), grid.pp)
     # Experts are divided over the expert-parallel group (Lepikhin et al. 2021, GShard sec. 2).
-    expert_local = np.where(model.experts > 0,
-                            layers_stage * ceil_div(np.full_like(grid.tp, model.expert_params()), grid.tp), 0)  # fmt: skip
-    expert_local = expert_local - expert_local // grid.ep
+    expert_all = np.where(model.experts > 0,
+                          layers_stage * ceil_div(np.full_like(grid.tp, model.expert_params()), grid.tp), 0)  # fmt: skip
+    expert_local = ceil_div(expert_all, grid.ep)
     return _Job(
         model=model, recipe=recipe, grid=grid, gpu=gpu, coef=coef, e=element_bytes(policy), pb=pb, gb=gb, ob=ob,
         first_params=first_params, last_params=last_params, layer_local=layer_local, vocab_local=vocab_local,
-        layers_stage=layers_stage, expert_local=expert_local, tokens=grid.micro_batch * s / grid.cp,
+        layers_stage=layers_stage, expert_all=expert_all, expert_local=expert_local, tokens=grid.micro_batch * s / grid.cp,
         keys=s / grid.cp, sp_div=np.where(grid.sp > 0, grid.tp, 1), chunk_layers=layers_stage / grid.vpp,
     )  # fmt: skip
 
@@ -200,16 +201,18 @@ class _States:
 def _model_states(job: _Job, st: _Stage) -> _States:
     model, recipe, g, pb = job.model, job.recipe, job.grid, job.pb
     zs = g.zero_stage
-    dense = (st.n_params - job.expert_local).astype(np.float64)
+    # The stage's parameters count every expert; the rank holds its 1 / ep share of them.
+    dense = (st.n_params - job.expert_all).astype(np.float64)
+    own = dense + job.expert_local
     if job.lora:
         adapters = job.layers_stage * lora_params(model, recipe.lora_rank, recipe.lora_targets) / g.tp
         if recipe.finetune == "qlora":
             # NF4 base: 0.5 B/param plus double-quantised constants, 0.127 bit/param (Dettmers
             # et al. 2023, sec. 3); embeddings, norms and the head stay in bf16.
-            quant = job.layers_stage * job.layer_local * (0.5 + 0.127 / 8)
-            frozen = quant + (dense - job.layers_stage * job.layer_local) * 2.0
+            layers = job.layers_stage * job.layer_local - job.expert_all + job.expert_local
+            frozen = layers * (0.5 + 0.127 / 8) + (own - layers) * 2.0
         else:
-            frozen = dense * (2.0 if pb == 2.0 else pb)
+            frozen = own * (2.0 if pb == 2.0 else pb)
         trainable = adapters
     else:
         frozen = np.zeros_like(dense)
@@ -261,7 +264,10 @@ def _layer_grads(job: _Job, st: _Stage, states: _States) -> _LayerGrads:
         grads = states.grads
         return _LayerGrads(layer=grads / job.layers_stage, post=np.zeros_like(grads), own_mlp=np.zeros_like(grads),
                            own_attn=np.zeros_like(grads))  # fmt: skip
-    g_layer = job.layer_local * gb / g_div + states.ex * gb / np.where(g.zero_stage >= 2, states.sd_e, 1) / job.layers_stage
+    # One layer's gradients: its dense part over the shard group, its own experts over theirs.
+    dense_layer = job.layer_local - job.expert_all / job.layers_stage
+    g_layer = (dense_layer * gb / g_div
+               + states.ex * gb / np.where(g.zero_stage >= 2, states.sd_e, 1) / job.layers_stage)  # fmt: skip
     g_post = np.where(st.is_last, _head_side_params(job) * gb / g_div, 0.0)
     if job.grads_persistent and job.recipe.megatron_style:
         # Megatron accumulates into its fp32 main_grad buffer with fused wgrad kernels.

@@ -18,7 +18,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from marp._check import check_int
-from marp.errors import MarpError
+from marp.errors import InvalidRecipeError, MarpError
 from marp.gpus import GiB, GpuType, get_gpu, list_gpus
 from marp.memory import MemoryBreakdown, breakdown_at, check_seq_len, memory_grid
 from marp.models import ModelSpec
@@ -126,9 +126,10 @@ def _candidate_grid(model: ModelSpec, recipe: TrainingRecipe, cap: int, gpus_per
     fsdp = recipe.policy == "fsdp-bf16"
     zeros = (3,) if fsdp else recipe.zero_stages
     blocks = []
+    ep = recipe.ep
     for m in mbs:
         per_replica = recipe.global_batch // m
-        dps = np.array(_divisors(per_replica, cap), dtype=np.int64)
+        dps = np.array([d for d in _divisors(per_replica, cap) if d % ep == 0], dtype=np.int64)
         t, p, d, z, r = np.meshgrid(np.array(tps, dtype=np.int64), np.array(pps, dtype=np.int64), dps,
                                     np.array(zeros, dtype=np.int64), np.array(rcs, dtype=np.int64),
                                     indexing="ij")  # fmt: skip
@@ -154,12 +155,12 @@ def _lex_argmin(keys: tuple[NDArray, ...], idx: NDArray[np.int64]) -> int | None
     return int(idx[0])
 
 
-def _layout_at(grid: dict[str, NDArray[np.int64]], i: int, megatron: bool) -> Layout:
+def _layout_at(grid: dict[str, NDArray[np.int64]], i: int, megatron: bool, ep: int = 1) -> Layout:
     tp = int(grid["tp"][i])
     return Layout(
         tp=tp, pp=int(grid["pp"][i]), dp=int(grid["dp"][i]), zero_stage=int(grid["zero"][i]),
         micro_batch=int(grid["mb"][i]), grad_accum=int(grid["ga"][i]),
-        recompute=_RC_NAMES[int(grid["rc"][i])], sp=megatron and tp > 1,  # type: ignore[arg-type]
+        recompute=_RC_NAMES[int(grid["rc"][i])], sp=megatron and tp > 1, ep=ep,  # type: ignore[arg-type]
     )  # fmt: skip
 
 
@@ -208,6 +209,13 @@ def enumerate_plans(
     if rank_by not in RANK_BY:
         raise MarpError("rank_by", f"must be one of {', '.join(RANK_BY)}, got {rank_by!r}.")
     check_seq_len(model, recipe)
+    if recipe.ep > 1 and (not model.experts or model.experts % recipe.ep):
+        raise InvalidRecipeError(
+            "recipe.ep",
+            f"ep {recipe.ep} needs a mixture-of-experts model whose experts it divides "
+            f"({model.name} has {model.experts or 'no'} experts).",
+            "use ep 1, or a divisor of the expert count.",
+        )
     if pools is None:
         pools = [GpuPool(g.name, DEFAULT_MAX_GPUS, DEFAULT_GPUS_PER_NODE) for g in list_gpus()]
     megatron = recipe.megatron_style
@@ -238,7 +246,7 @@ def enumerate_plans(
         if mkey not in mems:
             sp = (grid["tp"] > 1) & megatron
             mems[mkey] = memory_grid(model, recipe, grid["tp"], grid["pp"], grid["dp"], grid["zero"], grid["mb"],
-                                     grid["ga"], False, gpu, recompute=grid["rc"], sp=sp)  # fmt: skip
+                                     grid["ga"], False, gpu, recompute=grid["rc"], sp=sp, ep=recipe.ep)  # fmt: skip
         mem = mems[mkey]
         usable = gpu.memory_bytes * (1.0 - safety_margin)
         fit_mask = mem["total"] <= usable
@@ -246,7 +254,7 @@ def enumerate_plans(
             i = int(np.argmin(mem["total"]))
             rejected.append(
                 f"{gpu.name}: needs at least {_gib(mem['total'][i])} per GPU "
-                f"({_describe(_layout_at(grid, i, megatron))}) > {_gib(usable)} usable "
+                f"({_describe(_layout_at(grid, i, megatron, recipe.ep))}) > {_gib(usable)} usable "
                 f"({_gib(gpu.memory_bytes)} x {1.0 - safety_margin:.2f})"
             )
             continue
@@ -273,10 +281,10 @@ def enumerate_plans(
         best_unfit = _lex_argmin(keys, np.flatnonzero(~fit_mask))
         unfit_key = tuple(float(k[best_unfit]) for k in reversed(keys)) if best_unfit is not None else None
         for j in fit_order[first].tolist():
-            layout = _layout_at(grid, j, megatron)
+            layout = _layout_at(grid, j, megatron, recipe.ep)
             why = f"{_gib(headroom[j])} headroom"
             if unfit_key is not None and unfit_key < tuple(float(k[j]) for k in reversed(keys)):
-                why += (f"; better-ranked {_describe(_layout_at(grid, best_unfit, megatron))} on "
+                why += (f"; better-ranked {_describe(_layout_at(grid, best_unfit, megatron, recipe.ep))} on "
                         f"{int(n_gpus[best_unfit])} GPUs rejected: needs {_gib(mem['total'][best_unfit])} "
                         f"> {_gib(usable)} usable")  # fmt: skip
             plan = Plan(

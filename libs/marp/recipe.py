@@ -89,7 +89,9 @@ class TrainingRecipe:
     trains rank-``lora_rank`` adapters on ``lora_targets``. ``offload_optimizer`` keeps the
     optimizer states (and fp32 master weights) in CPU memory (ZeRO-Offload). ``weight_decay``
     None is the optimizer's own default (AdamW 0.01, the others 0); it decides whether torch's
-    SGD allocates a gradient-sized temporary in its step (``marp.memory_terms``).
+    SGD allocates a gradient-sized temporary in its step (``marp.memory_terms``). ``ep`` is the
+    expert-parallel degree the job runs with (a mixture-of-experts model): the planner keeps it
+    fixed and considers only layouts whose dp it divides.
     """
 
     seq_len: int
@@ -114,6 +116,7 @@ class TrainingRecipe:
     offload_optimizer: bool = False
     kv_repeat: bool | None = None
     weight_decay: float | None = None
+    ep: int = 1
 
     def __post_init__(self) -> None:
         err = InvalidRecipeError
@@ -175,6 +178,7 @@ class TrainingRecipe:
             check_bool(self.kv_repeat, "recipe.kv_repeat", err)
         if self.weight_decay is not None:
             check_number(self.weight_decay, "recipe.weight_decay", err, 0.0, 1e3)
+        check_int(self.ep, "recipe.ep", err, fix="use 1, or an expert-parallel degree that divides the experts.")
         if self.policy == "fsdp-bf16" and self.finetune == "qlora":
             raise err("recipe.finetune", "qlora keeps a 4-bit frozen base; it cannot use the fsdp-bf16 policy.",
                       "use precision pure-bf16 or amp-bf16 with qlora.")  # fmt: skip
@@ -241,7 +245,7 @@ class TrainingRecipe:
             "finetune": self.finetune,
             "lora_rank": self.lora_rank, "lora_targets": list(self.lora_targets),
             "offload_optimizer": self.offload_optimizer, "kv_repeat": self.resolved_kv_repeat,
-            "weight_decay": self.resolved_weight_decay,
+            "weight_decay": self.resolved_weight_decay, "ep": self.ep,
         }  # fmt: skip
 
 
