@@ -26,7 +26,8 @@ FLAG_OF_FIELD: dict[str, str] = {
     "layout.tp": "--tp", "layout.pp": "--pp", "layout.dp": "--dp", "layout.cp": "--cp", "layout.vpp": "--vpp",
     "layout.zero_stage": "--zero", "layout.sp": "--sequence-parallel", "layout.recompute": "--recompute",
     "layout.grad_accum": "--global-batch", "layout.micro_batch": "--micro-batch", "layout.stage": "--stage",
-    "gpu_type": "--gpu", "rank_by": "--rank-by",
+    "gpu_type": "--gpu", "rank_by": "--rank-by", "recipe.finetune": "--finetune", "recipe.lora_rank": "--lora-rank",
+    "recipe.weight_decay": "--weight-decay", "recipe.ep": "--ep", "layout.ep": "--ep",
 }  # fmt: skip
 SINGLE_PRECISIONS: dict[str, str] = {
     "fp32": "fp32", "amp-fp16": "amp-fp16", "amp-bf16": "amp-bf16", "master-fp16": "master-fp16",
@@ -76,6 +77,12 @@ def predict(
     dropout: Annotated[float | None, typer.Option(help="Dropout probability (default: the model config's).")
                        ] = None,
     loss: Annotated[str | None, typer.Option(help="torch | fused | chunked | megatron-fused | inplace.")] = None,
+    finetune: Annotated[str, typer.Option(help="full | lora | qlora (frozen base, trained adapters; qlora: "
+                                          "NF4 base).")] = "full",
+    lora_rank: Annotated[int, typer.Option(help="Rank of the LoRA / QLoRA adapters.")] = 16,
+    weight_decay: Annotated[float | None, typer.Option(help="Optimizer weight decay (default: the optimizer's "
+                                                       "own, AdamW 0.01, others 0).")] = None,
+    ep: Annotated[int, typer.Option(help="Expert-parallel degree (mixture-of-experts models; divides dp).")] = 1,
     dp: Annotated[int | None, typer.Option(help="Single layout: data-parallel degree.")] = None,
     tp: Annotated[int | None, typer.Option(help="Single layout: tensor-parallel degree.")] = None,
     pp: Annotated[int | None, typer.Option(help="Single layout: pipeline-parallel degree.")] = None,
@@ -117,11 +124,19 @@ def predict(
     if loss is not None:
         _choice(loss, "--loss", marp.recipe.LOSSES)
     _choice(rank_by, "--rank-by", marp.plans.RANK_BY)
+    _choice(finetune, "--finetune", marp.recipe.FINETUNES)
+    if lora_rank < 1:
+        fail(f"--lora-rank: must be >= 1, got {lora_rank}.", 2)
+    if ep < 1:
+        fail(f"--ep: must be >= 1, got {ep}.", 2)
+    if weight_decay is not None and not 0.0 <= weight_decay < 1000.0:
+        fail(f"--weight-decay: must be in [0, 1000), got {weight_decay}.", 2)
+    tuning = {"finetune": finetune, "lora_rank": lora_rank, "weight_decay": weight_decay, "ep": ep}
     if single:
         _single(model, seq_len, global_batch, micro_batch, precision, optimizer, optimizer_impl, train_steps,
                 recompute or "none", flash, dropout, loss, dp or 1, tp or 1, pp or 1, vpp or 1, cp or 1,
                 0 if zero is None else zero, sequence_parallel, stage or "max", gpu, cluster, gpu_types, max_gpus,
-                no_recompute)  # fmt: skip
+                no_recompute, tuning)  # fmt: skip
         return
     if not global_batch:
         fail("--global-batch: global_batch must be >= 1; it is required without layout flags (the ranked plans "
@@ -131,7 +146,7 @@ def predict(
               and optimizer_impl is None and loss is None and dropout is None and rank_by == "time")  # fmt: skip
     if legacy:
         _ranked_via_predictor(model, seq_len, global_batch, micro_batch, precision, optimizer, train_steps,
-                              allow_recompute, flash, cluster, gpu_types, max_gpus, top, as_json)  # fmt: skip
+                              allow_recompute, flash, cluster, gpu_types, max_gpus, top, as_json, tuning)  # fmt: skip
         return
     try:
         spec = marp.resolve_model(model)
@@ -139,7 +154,7 @@ def predict(
             seq_len=seq_len, global_batch=global_batch, micro_batch=micro_batch or None, precision=precision,  # type: ignore[arg-type]
             optimizer=optimizer, optimizer_impl=optimizer_impl, loss=loss, dropout=dropout,  # type: ignore[arg-type]
             allow_recompute=allow_recompute, flash_attention=flash, train_steps=train_steps,
-            max_gpus=max_gpus or None,
+            max_gpus=max_gpus or None, **tuning,  # type: ignore[arg-type]
         )  # fmt: skip
         pools = _pools(cluster, gpu_types)
         plan_set = marp.enumerate_plans(spec, recipe, pools, rank_by=rank_by)
@@ -184,6 +199,7 @@ def _single(
     optimizer_impl: str | None, train_steps: int, recompute: str, flash: bool, dropout: float | None,
     loss: str | None, dp: int, tp: int, pp: int, vpp: int, cp: int, zero: int, sp: bool, stage: str,
     gpu: str | None, cluster: Path | None, gpu_types: list[str] | None, max_gpus: int, no_recompute: bool,
+    tuning: dict[str, Any],
 ) -> None:  # fmt: skip
     for value, flag in ((cluster, "--cluster"), (gpu_types, "--gpu-type"), (max_gpus, "--max-gpus")):
         if value:
@@ -214,11 +230,11 @@ def _single(
             seq_len=seq_len, global_batch=gb, micro_batch=micro_batch,
             precision=SINGLE_PRECISIONS[precision],  # type: ignore[arg-type]
             optimizer=optimizer, optimizer_impl=optimizer_impl, loss=loss, dropout=dropout,  # type: ignore[arg-type]
-            flash_attention=flash, train_steps=train_steps,
+            flash_attention=flash, train_steps=train_steps, **tuning,
         )  # fmt: skip
         layout = marp.Layout(tp=tp, pp=pp, dp=dp, zero_stage=zero, micro_batch=micro_batch,
                              grad_accum=gb // (dp * micro_batch), recompute=recompute,  # type: ignore[arg-type]
-                             sp=sp, cp=cp, vpp=vpp)  # fmt: skip
+                             sp=sp, cp=cp, vpp=vpp, ep=tuning["ep"])  # fmt: skip
         mem = marp.predict_memory(spec, recipe, layout, gpu_type, stage=stage)
         step = marp.estimate_step_time(spec, recipe, layout, gpu_type)
     except marp.MarpError as exc:
@@ -269,7 +285,7 @@ def _print_ranked(name: str, n_params: int, plans: list, rejected: list[str], se
 def _ranked_via_predictor(
     model: str, seq_len: int, global_batch: int, micro_batch: int, precision: str, optimizer: str,
     train_steps: int, recompute: bool, flash: bool, cluster: Path | None, gpu_types: list[str] | None,
-    max_gpus: int, top: int, as_json: bool,
+    max_gpus: int, top: int, as_json: bool, tuning: dict[str, Any],
 ) -> None:  # fmt: skip
     """The job-spec path (same validation and JSON as the predictor service)."""
     from frenzy.predictor.server import predict as run_predict
@@ -279,7 +295,8 @@ def _ranked_via_predictor(
         entry = parse_entry({"model": model, "seq_len": seq_len, "global_batch": global_batch,
                              "micro_batch": micro_batch, "precision": precision, "optimizer": optimizer,
                              "train_steps": train_steps, "allow_recompute": recompute, "flash_attention": flash,
-                             "command": ["-"], "max_gpus": max_gpus, "gpu_types": gpu_types or []})
+                             "command": ["-"], "max_gpus": max_gpus, "gpu_types": gpu_types or [],
+                             **{k: v for k, v in tuning.items() if v is not None}})
         spec = entry.to_proto()
         pools = []
         if cluster is not None:
@@ -288,7 +305,7 @@ def _ranked_via_predictor(
         resp = run_predict(predictor_pb2.PredictRequest(model=spec.model, recipe=spec.recipe, limits=spec.limits,
                                                         pools=pools))
     except (JobSpecError, marp.MarpError, ValueError) as exc:
-        fail(str(exc), 2)
+        fail(_flag_error(exc) if isinstance(exc, marp.MarpError) else str(exc), 2)
     if as_json:
         echo_json([render.to_dict(p) for p in resp.plans])
     else:

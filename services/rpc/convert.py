@@ -26,6 +26,10 @@ _PRECISION = {types_pb2.PRECISION_UNSPECIFIED: "bf16", types_pb2.PRECISION_FP16:
 _PRECISION.update({v: k for k, v in PRECISION_BY_NAME.items() if not k.startswith("master-")
                    and v not in _PRECISION})
 _OPTIMIZER = {types_pb2.OPTIMIZER_UNSPECIFIED: "adamw", **{v: k for k, v in OPTIMIZER_BY_NAME.items()}}
+FINETUNE_BY_NAME = {"full": types_pb2.FINETUNE_FULL, "lora": types_pb2.FINETUNE_LORA,
+                    "qlora": types_pb2.FINETUNE_QLORA}
+_FINETUNE = {types_pb2.FINETUNE_UNSPECIFIED: "full", **{v: k for k, v in FINETUNE_BY_NAME.items()}}
+DEFAULT_LORA_RANK = 16  # marp.TrainingRecipe's
 
 
 def model_from_proto(model: types_pb2.ModelSpec) -> marp.ModelSpec:
@@ -45,6 +49,12 @@ def recipe_from_proto(recipe: types_pb2.TrainingRecipe, limits: types_pb2.JobLim
         raise marp.InvalidRecipeError(f"recipe.precision: unknown value {recipe.precision}", field="recipe.precision")
     if recipe.optimizer not in _OPTIMIZER:
         raise marp.InvalidRecipeError(f"recipe.optimizer: unknown value {recipe.optimizer}", field="recipe.optimizer")
+    if recipe.finetune not in _FINETUNE:
+        raise marp.InvalidRecipeError(f"recipe.finetune: unknown value {recipe.finetune}", field="recipe.finetune")
+    for name in ("lora_rank", "ep"):
+        if getattr(recipe, name) < 0:
+            raise marp.InvalidRecipeError(f"recipe.{name}: must be >= 0 (got {getattr(recipe, name)}; 0: the default)",
+                                          field=f"recipe.{name}")  # fmt: skip
     max_gpus = limits.max_gpus if limits is not None and limits.max_gpus else None
     if limits is not None and limits.max_gpus < 0:
         raise marp.InvalidRecipeError(f"limits.max_gpus: must be >= 0 (got {limits.max_gpus})", field="limits.max_gpus")
@@ -59,6 +69,10 @@ def recipe_from_proto(recipe: types_pb2.TrainingRecipe, limits: types_pb2.JobLim
         zero_stages=tuple(int(z) for z in recipe.zero_stages) or (0, 1, 2, 3),
         train_steps=int(recipe.train_steps) or 1000,
         max_gpus=max_gpus,
+        finetune=_FINETUNE[recipe.finetune],  # type: ignore[arg-type]
+        lora_rank=int(recipe.lora_rank) or DEFAULT_LORA_RANK,
+        weight_decay=float(recipe.weight_decay) if recipe.HasField("weight_decay") else None,
+        ep=int(recipe.ep) or 1,
     )
 
 
@@ -75,6 +89,20 @@ def pools_from_proto(pools: list[types_pb2.GpuPool], allowed: list[str] | None =
         if allowed_names is not None and name not in allowed_names:
             continue
         out.append(marp.GpuPool(gpu_type=name, total_gpus=int(p.total_gpus), gpus_per_node=int(p.gpus_per_node)))
+    return out
+
+
+def recipe_to_proto(recipe: marp.TrainingRecipe) -> types_pb2.TrainingRecipe:
+    """The wire form of a recipe (the fields the TrainingRecipe proto carries)."""
+    out = types_pb2.TrainingRecipe(
+        seq_len=recipe.seq_len, global_batch=recipe.global_batch, micro_batch=recipe.micro_batch or 0,
+        precision=PRECISION_BY_NAME[recipe.precision], optimizer=OPTIMIZER_BY_NAME[recipe.optimizer],
+        allow_recompute=recipe.allow_recompute, flash_attention=recipe.flash_attention,
+        train_steps=recipe.train_steps, zero_stages=list(recipe.zero_stages),
+        finetune=FINETUNE_BY_NAME[recipe.finetune], lora_rank=recipe.lora_rank, ep=recipe.ep,
+    )  # fmt: skip
+    if recipe.weight_decay is not None:
+        out.weight_decay = recipe.weight_decay
     return out
 
 

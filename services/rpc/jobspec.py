@@ -28,7 +28,7 @@ from pydantic import (
     field_validator,
 )
 
-from frenzy.rpc.convert import OPTIMIZER_BY_NAME, PRECISION_BY_NAME
+from frenzy.rpc.convert import DEFAULT_LORA_RANK, FINETUNE_BY_NAME, OPTIMIZER_BY_NAME, PRECISION_BY_NAME
 from frenzy.v1 import types_pb2
 
 # Limits: generous for any real training run, small enough that one job fits comfortably in a gRPC
@@ -43,10 +43,12 @@ MAX_MICRO_TOKENS = 1 << 24  # micro_batch x seq_len: keeps MARP's byte counts fa
 MAX_TRAIN_STEPS = 10**9
 MAX_GPUS = 1 << 20
 MAX_GPU_TYPES = 64
+MAX_LORA_RANK = 1 << 16  # adapters far past any real rank (r <= 256 in the LoRA / QLoRA papers)
+MAX_WEIGHT_DECAY = 1000.0  # marp.TrainingRecipe's bound
 MAX_SHORT_CHARS = 256  # idempotency key, catalog name, GPU type
 MAX_WORKDIR_CHARS = 4096  # PATH_MAX
 _INT_BOUNDS = {"seq_len": MAX_SEQ_LEN, "global_batch": MAX_BATCH, "micro_batch": MAX_BATCH,
-               "train_steps": MAX_TRAIN_STEPS, "max_gpus": MAX_GPUS}
+               "train_steps": MAX_TRAIN_STEPS, "max_gpus": MAX_GPUS, "lora_rank": MAX_LORA_RANK, "ep": MAX_GPUS}
 ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,255}")
 CATALOG_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,255}")
 
@@ -127,6 +129,12 @@ class JobEntry(BaseModel):
     train_steps: int = Field(default=1000, gt=0, le=MAX_TRAIN_STEPS)
     allow_recompute: bool = True
     flash_attention: bool = True
+    finetune: Literal["full", "lora", "qlora"] = "full"
+    lora_rank: int = Field(default=DEFAULT_LORA_RANK, gt=0, le=MAX_LORA_RANK,
+                           description="rank of the LoRA / QLoRA adapters")
+    weight_decay: float | None = Field(default=None, ge=0.0, lt=MAX_WEIGHT_DECAY, allow_inf_nan=False,
+                                       description="unset: the optimizer's own default (AdamW 0.01, others 0)")
+    ep: int = Field(default=1, gt=0, le=MAX_GPUS, description="expert-parallel degree (mixture-of-experts models)")
     command: list[Text] = Field(min_length=1)
     env: dict[Text, Text] = Field(default_factory=dict)
     workdir: Text = Field(default="", max_length=MAX_WORKDIR_CHARS)
@@ -159,7 +167,8 @@ class JobEntry(BaseModel):
             raise ValueError(f"a name or path of {len(v)} characters; the limit is {MAX_WORKDIR_CHARS}")
         return v
 
-    @field_validator("seq_len", "global_batch", "micro_batch", "train_steps", "max_gpus", mode="before")
+    @field_validator("seq_len", "global_batch", "micro_batch", "train_steps", "max_gpus", "lora_rank", "ep",
+                     mode="before")
     @classmethod
     def _no_float_overflow(cls, v: object, info: ValidationInfo) -> object:
         # 1e23 arrives as a float; name the bound rather than pydantic's "unable to parse".
@@ -226,7 +235,10 @@ class JobEntry(BaseModel):
             seq_len=self.seq_len, global_batch=self.global_batch, micro_batch=self.micro_batch,
             precision=PRECISION_BY_NAME[self.precision], optimizer=OPTIMIZER_BY_NAME[self.optimizer],
             train_steps=self.train_steps, allow_recompute=self.allow_recompute, flash_attention=self.flash_attention,
+            finetune=FINETUNE_BY_NAME[self.finetune], lora_rank=self.lora_rank, ep=self.ep,
         )
+        if self.weight_decay is not None:
+            recipe.weight_decay = self.weight_decay
         return types_pb2.JobSpec(
             name=self.name, model=model, recipe=recipe, command=self.command, env=self.env, workdir=self.workdir,
             limits=types_pb2.JobLimits(max_gpus=self.max_gpus, allowed_gpu_types=self.gpu_types),

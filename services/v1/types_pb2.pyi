@@ -27,6 +27,13 @@ class Optimizer(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     OPTIMIZER_SGD_MOMENTUM: _ClassVar[Optimizer]
     OPTIMIZER_ADAM8BIT: _ClassVar[Optimizer]
 
+class Finetune(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    FINETUNE_UNSPECIFIED: _ClassVar[Finetune]
+    FINETUNE_FULL: _ClassVar[Finetune]
+    FINETUNE_LORA: _ClassVar[Finetune]
+    FINETUNE_QLORA: _ClassVar[Finetune]
+
 class JobState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     JOB_STATE_UNSPECIFIED: _ClassVar[JobState]
@@ -51,6 +58,10 @@ OPTIMIZER_ADAM: Optimizer
 OPTIMIZER_SGD: Optimizer
 OPTIMIZER_SGD_MOMENTUM: Optimizer
 OPTIMIZER_ADAM8BIT: Optimizer
+FINETUNE_UNSPECIFIED: Finetune
+FINETUNE_FULL: Finetune
+FINETUNE_LORA: Finetune
+FINETUNE_QLORA: Finetune
 JOB_STATE_UNSPECIFIED: JobState
 JOB_STATE_PENDING: JobState
 JOB_STATE_RESERVED: JobState
@@ -71,7 +82,7 @@ class ModelSpec(_message.Message):
     def __init__(self, catalog_name: _Optional[str] = ..., config_json: _Optional[str] = ..., display_name: _Optional[str] = ...) -> None: ...
 
 class TrainingRecipe(_message.Message):
-    __slots__ = ("seq_len", "global_batch", "micro_batch", "precision", "optimizer", "allow_recompute", "flash_attention", "train_steps", "zero_stages")
+    __slots__ = ("seq_len", "global_batch", "micro_batch", "precision", "optimizer", "allow_recompute", "flash_attention", "train_steps", "zero_stages", "finetune", "lora_rank", "weight_decay", "ep")
     SEQ_LEN_FIELD_NUMBER: _ClassVar[int]
     GLOBAL_BATCH_FIELD_NUMBER: _ClassVar[int]
     MICRO_BATCH_FIELD_NUMBER: _ClassVar[int]
@@ -81,6 +92,10 @@ class TrainingRecipe(_message.Message):
     FLASH_ATTENTION_FIELD_NUMBER: _ClassVar[int]
     TRAIN_STEPS_FIELD_NUMBER: _ClassVar[int]
     ZERO_STAGES_FIELD_NUMBER: _ClassVar[int]
+    FINETUNE_FIELD_NUMBER: _ClassVar[int]
+    LORA_RANK_FIELD_NUMBER: _ClassVar[int]
+    WEIGHT_DECAY_FIELD_NUMBER: _ClassVar[int]
+    EP_FIELD_NUMBER: _ClassVar[int]
     seq_len: int
     global_batch: int
     micro_batch: int
@@ -90,7 +105,11 @@ class TrainingRecipe(_message.Message):
     flash_attention: bool
     train_steps: int
     zero_stages: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, seq_len: _Optional[int] = ..., global_batch: _Optional[int] = ..., micro_batch: _Optional[int] = ..., precision: _Optional[_Union[Precision, str]] = ..., optimizer: _Optional[_Union[Optimizer, str]] = ..., allow_recompute: _Optional[bool] = ..., flash_attention: _Optional[bool] = ..., train_steps: _Optional[int] = ..., zero_stages: _Optional[_Iterable[int]] = ...) -> None: ...
+    finetune: Finetune
+    lora_rank: int
+    weight_decay: float
+    ep: int
+    def __init__(self, seq_len: _Optional[int] = ..., global_batch: _Optional[int] = ..., micro_batch: _Optional[int] = ..., precision: _Optional[_Union[Precision, str]] = ..., optimizer: _Optional[_Union[Optimizer, str]] = ..., allow_recompute: _Optional[bool] = ..., flash_attention: _Optional[bool] = ..., train_steps: _Optional[int] = ..., zero_stages: _Optional[_Iterable[int]] = ..., finetune: _Optional[_Union[Finetune, str]] = ..., lora_rank: _Optional[int] = ..., weight_decay: _Optional[float] = ..., ep: _Optional[int] = ...) -> None: ...
 
 class JobLimits(_message.Message):
     __slots__ = ("max_gpus", "allowed_gpu_types")

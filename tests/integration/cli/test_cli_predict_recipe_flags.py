@@ -1,0 +1,86 @@
+"""`frenzy predict` flags for what MARP already models (issue 16): --finetune, --lora-rank,
+--weight-decay and --ep, in single-layout and ranked mode; bad values exit 2 naming the flag,
+and a GPU that cannot run the precision is refused by name."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from frenzy.cli.main import app
+
+RUN = CliRunner()
+SINGLE = ["predict", "--model", "llama-3-8b", "--seq-len", "4096", "--micro-batch", "1", "--dp", "8", "--zero", "3",
+          "--precision", "bf16", "--gpu", "H100-80GB", "--json"]  # fmt: skip
+RANKED = ["predict", "--model", "llama-3-8b", "--seq-len", "2048", "--global-batch", "16", "--gpu-type", "A100-80GB",
+          "--max-gpus", "8", "--json"]  # fmt: skip
+MOE = ('{"arch": "decoder", "head": "lm", "n_layers": 8, "hidden": 1024, "heads": 8, "kv_heads": 8, "ffn": 2048, '
+       '"mlp": "swiglu", "vocab": 32000, "tied_embeddings": false, "pos_emb": "rope", "max_positions": 8192, '
+       '"norm": "rmsnorm", "bias": false, "experts": 8, "top_k": 2}')  # fmt: skip
+
+
+def _run(*args: str) -> tuple[int, str]:
+    res = RUN.invoke(app, list(args))
+    return res.exit_code, res.output
+
+
+def _json(*args: str) -> object:
+    code, out = _run(*args)
+    assert code == 0, out
+    return json.loads(out)
+
+
+def test_single_layout_finetune_and_weight_decay() -> None:
+    full = _json(*SINGLE)
+    lora = _json(*SINGLE, "--finetune", "lora", "--lora-rank", "8")
+    qlora = _json(*SINGLE, "--finetune", "qlora", "--lora-rank", "8")
+    assert isinstance(full, dict) and isinstance(lora, dict) and isinstance(qlora, dict)
+    assert lora["recipe"]["finetune"] == "lora" and lora["recipe"]["lora_rank"] == 8
+    assert qlora["device_bytes"] < lora["device_bytes"] < full["device_bytes"]
+    sgd = _json(*SINGLE, "--optimizer", "sgd-momentum")
+    sgd_wd = _json(*SINGLE, "--optimizer", "sgd-momentum", "--weight-decay", "0.1")
+    assert isinstance(sgd, dict) and isinstance(sgd_wd, dict)
+    assert sgd["recipe"]["weight_decay"] == 0.0 and sgd_wd["recipe"]["weight_decay"] == 0.1
+    assert sgd_wd["peak_allocated_bytes"] >= sgd["peak_allocated_bytes"]
+
+
+def test_single_layout_ep_spreads_the_experts() -> None:
+    args = ["predict", "--model", MOE, "--seq-len", "2048", "--micro-batch", "1", "--dp", "8", "--zero", "1",
+            "--precision", "master-bf16", "--gpu", "A100-80GB", "--json"]  # fmt: skip
+    one, four = _json(*args), _json(*args, "--ep", "4")
+    assert isinstance(one, dict) and isinstance(four, dict)
+    assert four["layout"]["ep"] == 4 and four["recipe"]["ep"] == 4
+    assert four["breakdown"]["parameters"] < one["breakdown"]["parameters"]
+
+
+def test_ranked_mode_takes_the_flags() -> None:
+    # bf16 + adamw: the job-spec path through the predictor; amp-bf16: MARP directly.
+    for precision in ("bf16", "amp-bf16"):
+        full = _json(*RANKED, "--precision", precision)
+        lora = _json(*RANKED, "--precision", precision, "--finetune", "lora")
+        assert isinstance(full, list) and isinstance(lora, list) and full and lora
+        # Only the adapters are trained: their optimizer states are a sliver of the full model's.
+        assert max(p["memory"]["optimizer_states"] for p in lora) * 10 < min(
+            p["memory"]["optimizer_states"] for p in full)
+    plans = _json("predict", "--model", MOE, "--seq-len", "2048", "--global-batch", "32", "--gpu-type", "A100-80GB",
+                  "--max-gpus", "16", "--ep", "4", "--json")  # fmt: skip
+    assert isinstance(plans, list) and plans and all(p["layout"]["dp"] % 4 == 0 for p in plans)
+
+
+@pytest.mark.parametrize(
+    ("args", "flag"),
+    [(["--finetune", "dora"], "--finetune"), (["--lora-rank", "0"], "--lora-rank"),
+     (["--weight-decay", "-1"], "--weight-decay"), (["--ep", "0"], "--ep"), (["--ep", "2"], "--ep")],
+)  # fmt: skip
+@pytest.mark.parametrize("mode", ["single", "ranked"])
+def test_bad_values_name_the_flag(args: list[str], flag: str, mode: str) -> None:
+    code, out = _run(*(SINGLE if mode == "single" else RANKED), *args)
+    assert code == 2 and flag in out, out
+
+
+def test_gpu_without_bf16_is_refused_by_name() -> None:
+    code, out = _run("predict", "--model", "gpt2", "--seq-len", "512", "--micro-batch", "4", "--dp", "1",
+                     "--precision", "amp-bf16", "--gpu", "V100-32GB", "--json")  # fmt: skip
+    assert code == 2 and "--precision" in out and "V100-32GB" in out and "bf16" in out, out
