@@ -34,6 +34,8 @@ ring exchanges (overlapped with attention), kernel-launch overheads, stragglers.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
@@ -92,6 +94,82 @@ def _ring_allreduce_s(
                     + 2.0 * (n_f - 1) / n_f * nbytes / (np.asarray(gbps, dtype=np.float64) * 1e9), 0.0)  # fmt: skip
 
 
+@dataclass(frozen=True)
+class StepShape:
+    """The GPU-independent part of the step time of a grid of layouts: FLOPs, bytes and group sizes.
+
+    ``step_time_grid`` is ``StepShape.of(...)`` priced on one GPU type (``seconds_on``); the
+    planner builds the shape once per layout grid and prices it on every GPU type.
+    """
+
+    flop: NDArray[np.float64]  # FLOPs one GPU runs per step, bubble included
+    tp_n: NDArray[np.int64]
+    tp_bytes: NDArray[np.float64]  # one TP collective's buffer
+    tp_count: NDArray[np.float64]  # TP collectives per step
+    p2p_bytes: NDArray[np.float64]  # pipeline sends per step (0 without PP)
+    p2p_inter: NDArray[np.bool_]  # ... across nodes
+    dp_n: NDArray[np.int64]
+    grad_bytes: NDArray[np.float64]
+    dp_inter: NDArray[np.bool_]  # the DP group spans nodes
+    nodes: NDArray[np.float64]
+
+    @classmethod
+    def of(
+        cls, model: ModelSpec, recipe: TrainingRecipe, tp: ArrayLike, pp: ArrayLike, dp: ArrayLike,
+        zero_stage: ArrayLike, micro_batch: ArrayLike, grad_accum: ArrayLike, recompute_full: ArrayLike,
+        gpus_per_node: int = 8, *, recompute: ArrayLike | None = None, cp: ArrayLike = 1, vpp: ArrayLike = 1,
+    ) -> StepShape:
+        rc_in = (np.asarray(recompute, dtype=np.int64) if recompute is not None
+                 else np.where(np.asarray(recompute_full, dtype=bool), RECOMPUTE_CODE["full"], 0))  # fmt: skip
+        tp_, pp_, dp_, zs, mb, ga, rc, cp_, vpp_ = np.broadcast_arrays(
+            *(np.asarray(x, dtype=np.int64) for x in (tp, pp, dp, zero_stage, micro_batch, grad_accum, rc_in, cp, vpp))
+        )
+        n_gpus = tp_ * pp_ * dp_ * cp_
+        s, h = recipe.seq_len, model.hidden
+        e = element_bytes(recipe.policy)
+        full = rc == RECOMPUTE_CODE["full"]
+        selective = rc == RECOMPUTE_CODE["selective"]
+        sac = rc == RECOMPUTE_CODE["op-sac"]
+
+        per_token = np.where(full | sac, flops_per_token(model, s, True), flops_per_token(model, s, False))
+        per_token = per_token + np.where(selective, 4 * model.n_layers * model.hidden * s, 0.0)
+        flop = recipe.tokens_per_step * per_token / n_gpus
+        flop = flop * (1.0 + (pp_ - 1) / (ga * vpp_))  # (interleaved) 1F1B bubble
+
+        layers = -(-model.n_layers // pp_)
+        n_collectives = np.where(full | sac, 6, 4)  # per layer and micro-batch: 2 fwd + 2 bwd (+ 2 recomputed)
+        tp_bytes = (mb * s / cp_ * h * e).astype(np.float64)
+        p2p_bytes = np.where(pp_ > 1, 2.0 * ga * vpp_ * tp_bytes / tp_, 0.0)
+
+        first, _last, _layer, _vocab = stage_param_counts(model, tp_, pp_)
+        _pb, gb, _ob = state_bytes_per_param(recipe.policy, recipe.optimizer)
+        trainable = first if recipe.finetune == "full" else first * 0.01  # adapters: a sliver of the model
+        grad_bytes = (trainable * gb).astype(np.float64) * np.where(zs >= 3, 1.5, 1.0)
+        return cls(
+            flop=flop, tp_n=tp_, tp_bytes=tp_bytes, tp_count=(ga * layers * n_collectives).astype(np.float64),
+            p2p_bytes=p2p_bytes, p2p_inter=n_gpus > gpus_per_node, dp_n=dp_, grad_bytes=grad_bytes,
+            dp_inter=tp_ * dp_ * cp_ > gpus_per_node, nodes=np.maximum(np.ceil(n_gpus / gpus_per_node), 1),
+        )  # fmt: skip
+
+    def seconds_on(
+        self, gpu: GpuType, precision: str, mfu: float | None = None, inter_node_gbps: float = DEFAULT_INTER_NODE_GBPS,
+    ) -> NDArray[np.float64]:
+        """Seconds per optimizer step of every layout of the shape on ``gpu``."""
+        compute = self.flop / sustained_flops(gpu, precision, mfu)
+        tp_time = self.tp_count * _ring_allreduce_s(self.tp_bytes, self.tp_n, gpu.intra_node_gbps, ALPHA_INTRA_S)
+        p2p = self.p2p_bytes / (np.where(self.p2p_inter, inter_node_gbps, gpu.intra_node_gbps) * 1e9)
+        dp_, grad_bytes = self.dp_n, self.grad_bytes
+        bw = np.where(self.dp_inter, inter_node_gbps, gpu.intra_node_gbps)
+        alpha = np.where(self.dp_inter, ALPHA_INTER_S, ALPHA_INTRA_S)
+        dp_time = _ring_allreduce_s(grad_bytes, dp_, bw, alpha)
+        # gamma: the reduction reads two buffers and writes one per received chunk (memory-access term)
+        dp_time = dp_time + np.where(dp_ > 1, (dp_ - 1) / dp_ * grad_bytes * 3 / (gpu.mem_bw_gbps * 1e9), 0.0)
+        nodes = self.nodes
+        dp_time = dp_time + np.where(self.dp_inter, INCAST * (nodes - 1) / nodes * grad_bytes / dp_
+                                     / (inter_node_gbps * 1e9), 0.0)  # fmt: skip
+        return compute + tp_time + p2p + dp_time
+
+
 def step_time_grid(
     model: ModelSpec,
     recipe: TrainingRecipe,
@@ -113,47 +191,9 @@ def step_time_grid(
     vpp: ArrayLike = 1,
 ) -> NDArray[np.float64]:
     """Estimated seconds per optimizer step for a grid of layouts (arguments broadcast)."""
-    rc_in = (np.asarray(recompute, dtype=np.int64) if recompute is not None
-             else np.where(np.asarray(recompute_full, dtype=bool), RECOMPUTE_CODE["full"], 0))  # fmt: skip
-    tp_, pp_, dp_, zs, mb, ga, rc, cp_, vpp_ = np.broadcast_arrays(
-        *(np.asarray(x, dtype=np.int64) for x in (tp, pp, dp, zero_stage, micro_batch, grad_accum, rc_in, cp, vpp))
-    )
-    n_gpus = tp_ * pp_ * dp_ * cp_
-    flops = sustained_flops(gpu, recipe.precision, mfu)
-    s, h = recipe.seq_len, model.hidden
-    e = element_bytes(recipe.policy)
-    full = rc == RECOMPUTE_CODE["full"]
-    selective = rc == RECOMPUTE_CODE["selective"]
-    sac = rc == RECOMPUTE_CODE["op-sac"]
-
-    per_token = np.where(full | sac, flops_per_token(model, s, True), flops_per_token(model, s, False))
-    per_token = per_token + np.where(selective, 4 * model.n_layers * model.hidden * s, 0.0)
-    compute = recipe.tokens_per_step * per_token / (n_gpus * flops)
-    compute = compute * (1.0 + (pp_ - 1) / (ga * vpp_))  # (interleaved) 1F1B bubble
-
-    layers = -(-model.n_layers // pp_)
-    n_collectives = np.where(full | sac, 6, 4)  # per layer and micro-batch: 2 fwd + 2 bwd (+ 2 recomputed)
-    tp_bytes = (mb * s / cp_ * h * e).astype(np.float64)
-    tp_time = ga * layers * n_collectives * _ring_allreduce_s(tp_bytes, tp_, gpu.intra_node_gbps, ALPHA_INTRA_S)
-
-    p2p = np.where(pp_ > 1, 2.0 * ga * vpp_ * tp_bytes / tp_ / (np.where(n_gpus > gpus_per_node,
-                                                                         inter_node_gbps, gpu.intra_node_gbps) * 1e9),
-                   0.0)  # fmt: skip
-
-    first, _last, _layer, _vocab = stage_param_counts(model, tp_, pp_)
-    _pb, gb, _ob = state_bytes_per_param(recipe.policy, recipe.optimizer)
-    trainable = first if recipe.finetune == "full" else first * 0.01  # adapters: a sliver of the model
-    grad_bytes = (trainable * gb).astype(np.float64) * np.where(zs >= 3, 1.5, 1.0)
-    dp_spans_nodes = tp_ * dp_ * cp_ > gpus_per_node
-    bw = np.where(dp_spans_nodes, inter_node_gbps, gpu.intra_node_gbps)
-    alpha = np.where(dp_spans_nodes, ALPHA_INTER_S, ALPHA_INTRA_S)
-    dp_time = _ring_allreduce_s(grad_bytes, dp_, bw, alpha)
-    # gamma: the reduction reads two buffers and writes one per received chunk (memory-access term)
-    dp_time = dp_time + np.where(dp_ > 1, (dp_ - 1) / dp_ * grad_bytes * 3 / (gpu.mem_bw_gbps * 1e9), 0.0)
-    nodes = np.maximum(np.ceil(n_gpus / gpus_per_node), 1)
-    dp_time = dp_time + np.where(dp_spans_nodes, INCAST * (nodes - 1) / nodes * grad_bytes / dp_
-                                 / (inter_node_gbps * 1e9), 0.0)  # fmt: skip
-    return compute + tp_time + p2p + dp_time
+    shape = StepShape.of(model, recipe, tp, pp, dp, zero_stage, micro_batch, grad_accum, recompute_full,
+                         gpus_per_node, recompute=recompute, cp=cp, vpp=vpp)  # fmt: skip
+    return shape.seconds_on(gpu, recipe.precision, mfu, inter_node_gbps)
 
 
 def estimate_step_time(
@@ -175,6 +215,6 @@ def estimate_step_time(
 
 
 __all__ = [
-    "ANCHOR_MFU", "DEFAULT_INTER_NODE_GBPS", "DEFAULT_MFU", "SPEED_VS_A100", "estimate_step_time",
+    "ANCHOR_MFU", "DEFAULT_INTER_NODE_GBPS", "DEFAULT_MFU", "SPEED_VS_A100", "StepShape", "estimate_step_time",
     "flops_per_token", "step_time_grid", "sustained_flops",
 ]  # fmt: skip

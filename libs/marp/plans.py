@@ -22,7 +22,7 @@ from marp.errors import InvalidRecipeError, MarpError
 from marp.gpus import GiB, GpuType, get_gpu, list_gpus
 from marp.memory import MemoryBreakdown, breakdown_at, check_seq_len, memory_grid
 from marp.models import ModelSpec
-from marp.perf import DEFAULT_INTER_NODE_GBPS, step_time_grid
+from marp.perf import DEFAULT_INTER_NODE_GBPS, StepShape
 from marp.recipe import Layout, TrainingRecipe
 from marp.sizes import CONTEXT_BYTES, CONTEXT_BYTES_DEFAULT, HOPPER
 
@@ -221,6 +221,7 @@ def enumerate_plans(
     megatron = recipe.megatron_style
 
     grids: dict[tuple[int, int], dict[str, NDArray[np.int64]]] = {}
+    shapes: dict[tuple[int, int], StepShape] = {}  # the step time's GPU-independent part, per grid
     mems: dict[tuple[tuple[int, int], tuple[int, bool]], dict[str, NDArray[np.int64]]] = {}
     candidates: list[tuple[tuple[float, ...], Plan]] = []
     rejected: list[str] = []
@@ -258,9 +259,10 @@ def enumerate_plans(
                 f"({_gib(gpu.memory_bytes)} x {1.0 - safety_margin:.2f})"
             )
             continue
-        step = step_time_grid(model, recipe, gpu, grid["tp"], grid["pp"], grid["dp"], grid["zero"], grid["mb"],
-                              grid["ga"], False, pool.gpus_per_node, mfu, inter_node_gbps,
-                              recompute=grid["rc"])  # fmt: skip
+        if gkey not in shapes:
+            shapes[gkey] = StepShape.of(model, recipe, grid["tp"], grid["pp"], grid["dp"], grid["zero"], grid["mb"],
+                                        grid["ga"], False, pool.gpus_per_node, recompute=grid["rc"])  # fmt: skip
+        step = shapes[gkey].seconds_on(gpu, recipe.precision, mfu, inter_node_gbps)
         n_gpus = grid["tp"] * grid["pp"] * grid["dp"]
         completion = step * recipe.train_steps
         hours = n_gpus * completion / 3600.0
