@@ -181,6 +181,9 @@ def _service(loop_class: type, store: _FakeStore) -> Any:
     service.store = store
     service.policy = QueuePolicy.frenzy()
     service.explain_every_s, service._last_explained = 1.0, float("-inf")
+    from frenzy.scheduler.metrics import SchedulerMetrics, Snapshots
+
+    service.metrics, service.seen = SchedulerMetrics(), Snapshots()  # what tick() counts into
     return service
 
 
