@@ -17,6 +17,13 @@ Answers never carry internals (issue 14 item 10): a job id is checked against
 "predictor unavailable" with the detail only in the log, and whatever escapes a
 servicer is mapped to a clean status by ``frenzy.rpc.errors.CleanErrors``.
 Listings are summaries capped in count and bytes (``frenzy.rpc.listing``).
+
+A submission costs a handful of Redis commands, not a read of every node and GPU (issue 15):
+the pools it plans for come from a cluster view at most ``pools_max_age_s`` old
+(``ClusterPools``: the loop's last tick, else one incremental ``StateStore.cluster()`` read
+shared by the submissions of that moment), and the predictor's answers are kept per (model,
+recipe, limits, pools) (``Predictions``). A refusal is only given after the pools were read
+afresh, so a node that has just joined is never missed.
 """
 
 from __future__ import annotations
@@ -27,7 +34,8 @@ import os
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,7 +65,7 @@ from frenzy.state.keys import Keys
 from frenzy.state.messages import BadMessage, LogChunk, decode_log_chunk
 from frenzy.state.store import DEFAULT_MASTER_PORTS, JobRecord, StateStore
 from frenzy.v1 import predictor_pb2, predictor_pb2_grpc, scheduler_pb2, scheduler_pb2_grpc, types_pb2
-from has import QueuePolicy
+from has import ClusterView, QueuePolicy
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +76,14 @@ GiB = 1024**3
 JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 DEFAULT_MAX_QUEUED_PER_USER = 1000
 DEFAULT_MAX_GPUS_PER_USER = 0  # 0: no limit; the right number depends on the cluster, as in Slurm
+# How old a cluster view may be for a submission's pools: the loop reads the cluster on every
+# tick while jobs wait, so under load the pools cost nothing; a node that dies or drains drops
+# out of them within this.
+DEFAULT_POOLS_MAX_AGE_S = 1.0
+# Predictor answers kept: a sweep submits the same few (model, recipe, limits) many times.
+DEFAULT_PREDICTIONS_KEPT = 512
+# A predictor restarted with a new catalog or model is heard within this, whatever the pools do.
+PREDICTION_TTL_S = 300.0
 
 
 @dataclass(frozen=True)
@@ -119,9 +135,141 @@ def parse_port_range(text: str) -> tuple[int, int]:
     return lo, hi
 
 
+def pools_of(view: ClusterView) -> list[types_pb2.GpuPool]:
+    """One pool per GPU type among live, schedulable nodes: its GPUs in all and the most one node
+    has. Every GPU with a type counts, healthy or not (as the predictor has always been told)."""
+    total: dict[str, int] = {}
+    per_node: dict[str, int] = {}
+    for node in view.nodes:
+        if not node.schedulable:
+            continue
+        counts: dict[str, int] = {}
+        for gpu in node.gpus:
+            if gpu.gpu_type:
+                counts[gpu.gpu_type] = counts.get(gpu.gpu_type, 0) + 1
+        for t, c in counts.items():
+            total[t] = total.get(t, 0) + c
+            per_node[t] = max(per_node.get(t, 0), c)
+    return [types_pb2.GpuPool(gpu_type=t, total_gpus=total[t], gpus_per_node=per_node[t]) for t in sorted(total)]
+
+
+class ClusterPools:
+    """The GPU pools a submission plans for, from a cluster view at most ``max_age_s`` old.
+
+    ``latest`` gives the loop's last tick view as ``(time.time(), view)`` (or None): recent while
+    jobs wait, since every such tick reads the cluster. Otherwise the view comes from one
+    incremental ``store.cluster()`` read (two or three round trips: node heads, the GPUs of nodes
+    that changed, their owners), which concurrent submissions share. Pools are built once per view.
+    """
+
+    def __init__(self, store: StateStore, latest: Callable[[], tuple[float, ClusterView] | None],
+                 max_age_s: float = DEFAULT_POOLS_MAX_AGE_S, clock: Callable[[], float] = time.time) -> None:
+        if max_age_s < 0:
+            raise ValueError(f"pools max age must be >= 0 s (got {max_age_s})")
+        self.store = store
+        self.latest = latest
+        self.max_age_s = max_age_s
+        self.clock = clock
+        self.reads = 0  # cluster reads of our own (the loop's views cost nothing)
+        self._read_lock = threading.Lock()  # one read at a time: the store's view caches are not shared-safe
+        self._own: tuple[float, ClusterView] | None = None
+        self._built: tuple[ClusterView, list[types_pb2.GpuPool]] | None = None
+
+    def current(self, fresh: bool = False) -> list[types_pb2.GpuPool]:
+        """The pools now; ``fresh``: from a read made after this call began, whatever the age."""
+        view = None if fresh else self._recent()
+        if view is None:
+            with self._read_lock:
+                view = None if fresh else self._recent()  # another submission may just have read
+                if view is None:
+                    at = self.clock()
+                    view = self.store.cluster()
+                    self.reads += 1
+                    self._own = (at, view)
+        built = self._built
+        if built is None or built[0] is not view:
+            built = (view, pools_of(view))
+            self._built = built
+        return list(built[1])
+
+    def _recent(self) -> ClusterView | None:
+        seen = [s for s in (self.latest(), self._own) if s is not None]
+        if not seen:
+            return None
+        at, view = max(seen, key=lambda s: s[0])
+        return view if self.clock() - at <= self.max_age_s else None
+
+
+class Predictions:
+    """The predictor's answers by request (model, recipe, limits, pools): the last ``size`` used,
+    each for at most ``ttl_s``, all dropped when the pools change (an answer holds for the pools
+    it was planned on). Thread-safe; hands out copies, so no caller can change a kept answer."""
+
+    def __init__(self, size: int = DEFAULT_PREDICTIONS_KEPT, ttl_s: float = PREDICTION_TTL_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if size < 0 or ttl_s < 0:
+            raise ValueError(f"predictions kept and their lifetime must be >= 0 (got {size}, {ttl_s} s)")
+        self.size = size
+        self.ttl_s = ttl_s
+        self.clock = clock
+        self.hits = 0
+        self.misses = 0
+        self._lock = threading.Lock()
+        self._pools: bytes | None = None
+        self._kept: OrderedDict[bytes, tuple[float, predictor_pb2.PredictResponse]] = OrderedDict()
+
+    @staticmethod
+    def key(request: predictor_pb2.PredictRequest) -> bytes:
+        return request.SerializeToString(deterministic=True)
+
+    def get(self, request: predictor_pb2.PredictRequest) -> predictor_pb2.PredictResponse | None:
+        key = self.key(request)
+        with self._lock:
+            self._for_pools(request)
+            hit = self._kept.get(key)
+            if hit is None or self.clock() - hit[0] > self.ttl_s:
+                self._kept.pop(key, None)
+                self.misses += 1
+                return None
+            self._kept.move_to_end(key)
+            self.hits += 1
+        out = predictor_pb2.PredictResponse()
+        out.CopyFrom(hit[1])
+        return out
+
+    def put(self, request: predictor_pb2.PredictRequest, answer: predictor_pb2.PredictResponse) -> None:
+        if not self.size:
+            return
+        kept = predictor_pb2.PredictResponse()
+        kept.CopyFrom(answer)
+        key = self.key(request)
+        with self._lock:
+            if self._pools_of(request) != self._pools:
+                return  # planned on pools other than the latest asked for: not worth keeping
+            self._kept[key] = (self.clock(), kept)
+            self._kept.move_to_end(key)
+            while len(self._kept) > self.size:
+                self._kept.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    @staticmethod
+    def _pools_of(request: predictor_pb2.PredictRequest) -> bytes:
+        return b"".join(p.SerializeToString(deterministic=True) for p in request.pools)
+
+    def _for_pools(self, request: predictor_pb2.PredictRequest) -> None:
+        """Forget every answer when ``request``'s pools are not the last asked for."""
+        pools = self._pools_of(request)
+        if pools != self._pools:
+            self._kept.clear()
+            self._pools = pools
+
+
 class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
     def __init__(self, client: redis.Redis, keys: Keys, predictor: predictor_pb2_grpc.PredictorStub,
-                 loop: SchedulerLoop | None = None, quotas: UserQuotas | None = None) -> None:
+                 loop: SchedulerLoop | None = None, quotas: UserQuotas | None = None,
+                 pools_max_age_s: float = DEFAULT_POOLS_MAX_AGE_S) -> None:
         self.store = StateStore(client, keys)
         self.quotas = quotas or UserQuotas()
         self.submit_rate = SubmitRate(self.quotas.rate)
@@ -131,46 +279,52 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         self._admission_lock = threading.Lock()
         self.loop = loop or SchedulerLoop(client, keys)
         self.predictor = predictor
+        seen = getattr(self.loop, "seen", None)
+        self.pools = ClusterPools(self.store, lambda: seen.view if seen is not None else None, pools_max_age_s)
+        self.predictions = Predictions()
         if self.loop.replan is None:
             self.loop.replan = self.replan
 
     # ---- helpers -------------------------------------------------------------------------------
 
-    def predict(self, spec: types_pb2.JobSpec, timeout_s: float = 30.0,
+    def predict(self, spec: types_pb2.JobSpec, timeout_s: float = 30.0, fresh: bool = False,
                 ) -> tuple[predictor_pb2.PredictResponse, list[types_pb2.GpuPool]]:
-        """Ranked plans for ``spec`` on the GPU types live, schedulable nodes have now. Raises grpc.RpcError."""
-        pools = self._pools()
-        pred = self.predictor.Predict(
-            predictor_pb2.PredictRequest(model=spec.model, recipe=spec.recipe, limits=spec.limits, pools=pools),
-            timeout=timeout_s,
-        )
+        """Ranked plans for ``spec`` on the GPU types live, schedulable nodes have now. Raises grpc.RpcError.
+
+        ``fresh``: pools from a cluster read made now, not a recent view. No plan on a recent
+        view is checked against a fresh one before it is believed (a node may just have joined)."""
+        pools = self._pools(fresh)
+        pred = self._ask(spec, pools, timeout_s)
+        if not pred.plans and not fresh:
+            latest = self._pools(fresh=True)
+            if latest != pools:
+                pools, pred = latest, self._ask(spec, latest, timeout_s)
         return pred, pools
+
+    def _ask(self, spec: types_pb2.JobSpec, pools: list[types_pb2.GpuPool],
+             timeout_s: float) -> predictor_pb2.PredictResponse:
+        request = predictor_pb2.PredictRequest(model=spec.model, recipe=spec.recipe, limits=spec.limits, pools=pools)
+        kept = self.predictions.get(request)
+        if kept is not None:
+            return kept
+        pred = self.predictor.Predict(request, timeout=timeout_s)
+        self.predictions.put(request, pred)
+        return pred
 
     def replan(self, job: JobRecord) -> list[types_pb2.Plan] | None:
         """New plans for a requeued job on the cluster that is left; None keeps its old plans."""
         # Short timeout: this runs on the scheduling loop; without an answer the old plans stay.
-        pred, pools = self.predict(job.spec, timeout_s=5.0)
+        # Fresh pools: the node just declared dead must not be planned on.
+        pred, pools = self.predict(job.spec, timeout_s=5.0, fresh=True)
         if not pred.plans:
             log.warning("no plan for %s fits the remaining cluster (%s); keeping its plans until it grows", job.id,
                         ", ".join(f"{p.total_gpus} x {p.gpu_type}" for p in pools) or "no live nodes")
             return None
         return list(pred.plans)
 
-    def _pools(self) -> list[types_pb2.GpuPool]:
-        """One pool per GPU type among live, schedulable nodes."""
-        total: dict[str, int] = {}
-        per_node: dict[str, int] = {}
-        for info, alive, gpus in self.store.load_nodes():
-            if not alive or info.get("draining") == "1":
-                continue
-            counts: dict[str, int] = {}
-            for g in gpus:
-                if g.get("type"):
-                    counts[g["type"]] = counts.get(g["type"], 0) + 1
-            for t, c in counts.items():
-                total[t] = total.get(t, 0) + c
-                per_node[t] = max(per_node.get(t, 0), c)
-        return [types_pb2.GpuPool(gpu_type=t, total_gpus=total[t], gpus_per_node=per_node[t]) for t in sorted(total)]
+    def _pools(self, fresh: bool = False) -> list[types_pb2.GpuPool]:
+        """One pool per GPU type among live, schedulable nodes (``ClusterPools``)."""
+        return self.pools.current(fresh)
 
     def _job(self, job_id: str, context: grpc.ServicerContext):  # -> JobRecord
         try:
