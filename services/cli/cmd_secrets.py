@@ -1,26 +1,33 @@
 """``frenzy secrets init|tokens``: the credentials a container stack makes for itself at first start.
 
 compose.yaml runs these as one-shot services so no secret is ever written in a
-file under version control: ``init`` makes Redis' password before Redis starts,
-``tokens`` makes the first API tokens once Redis answers. Both keep what is
+file under version control: ``init`` makes Redis' users and passwords before Redis
+starts, ``tokens`` makes the first API tokens once Redis answers. Both keep what is
 already there, so a restart changes nothing and clients keep working.
 
-Files, in ``--dir``:
+Each service gets its own least-privilege Redis user, with the rules the dev stack
+gives it (``frenzy.state.acl.role_rules``: one policy, one place): the operator (the
+admin: the one-shot ``bootstrap`` and ``node-keys`` services), the scheduler, the
+batch worker and one agent per node (``--node``). Files, in ``--dir``:
 
-    redis.acl   Redis' ACL file: ``default`` locked, user ``frenzy`` with the password's SHA-256
-                (not the password, so Redis' own user may read the file), user ``health`` that
-                may only PING (for the container's health check, which has no password to give)
-    redis-url   redis://frenzy:PASSWORD@HOST:PORT/DB, mode 0600: what services read through
-                REDIS_URL_FILE
+    redis.acl   Redis' ACL file: ``default`` locked, user ``health`` that may only PING (for
+                the container's health check, which has no password to give), then one user
+                per role with its password's SHA-256 (not the password, so Redis' own user may
+                read the file; mode 0644)
+    redis-url   the operator's redis://{prefix}-operator:PASSWORD@HOST:PORT/DB, mode 0600
+    redis-url-scheduler, redis-url-worker, redis-url-agent-<node>
+                each role's own URL, mode 0600: what its service reads through REDIS_URL_FILE
     admin-token, worker-token (``tokens``), mode 0600: an admin token for the operator and the
                 batch worker's own (role submit, user "batch")
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
+import re
 import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -31,29 +38,87 @@ from frenzy.auth.roles import Role
 from frenzy.auth.tokens import AuthError, TokenStore
 from frenzy.cli.output import fail
 from frenzy.devstack.redis_server import unusable_default_user
+from frenzy.state import acl
 from frenzy.state.keys import Keys
+from frenzy.state.messages import SAFE_NAME
 
 secrets_app = typer.Typer(help="Credentials a container stack makes for itself (compose.yaml's one-shot "
                                "services).", no_args_is_help=True)
 
 ACL_FILE = "redis.acl"
-URL_FILE = "redis-url"
+URL_FILE = "redis-url"  # the operator's (the admin's): only the one-shot services read it
 ADMIN_TOKEN_FILE = "admin-token"
 WORKER_TOKEN_FILE = "worker-token"
-REDIS_USER = "frenzy"
 HEALTH_USER = "health"
+HEALTH_LINE = f"user {HEALTH_USER} on nopass resetkeys resetchannels -@all +ping"
+_AGENT_URL_PREFIX = f"{URL_FILE}-agent-"
 
 DirOpt = Annotated[Path, typer.Option("--dir", help="Where the files live (a volume).")]
 
 
-def acl_text(password: str) -> str:
-    """Redis' ACL file for ``password``: nobody without a password has any right but PING."""
-    digest = hashlib.sha256(password.encode()).hexdigest()
+def url_file(role: acl.RedisRole, node: str | None = None) -> str:
+    """The name of the file holding ``role``'s redis:// URL (per node for agents)."""
+    if role is acl.RedisRole.OPERATOR:
+        return URL_FILE
+    if role is acl.RedisRole.AGENT:
+        if not node:
+            raise ValueError("an agent's URL file is per node: give the node name")
+        return f"{_AGENT_URL_PREFIX}{node}"
+    return f"{URL_FILE}-{role.value}"
+
+
+@dataclass(frozen=True)
+class RoleUser:
+    """One service's Redis user in a container stack: its role, name, rules and URL file."""
+
+    role: acl.RedisRole
+    node: str | None
+    name: str
+    rules: tuple[str, ...]
+    url_file: str
+
+
+def role_users(prefix: str, nodes: Sequence[str], db: int = 0, selectors: bool = True) -> list[RoleUser]:
+    """The operator, the scheduler, the worker and one agent per node of ``nodes``, each with
+    ``frenzy.state.acl``'s rules for its role. ``selectors``: the server is Redis 7.0+."""
+    bad = [n for n in nodes if not re.fullmatch(SAFE_NAME, n) or ".." in n]
+    if bad:
+        raise ValueError(f"node name(s) {', '.join(map(repr, bad))}: use letters, digits, '.', '_' and '-' "
+                         "(at most 128, starting with a letter or digit, no '..'), as `frenzy agent --node`")
+    wanted = [(acl.RedisRole.OPERATOR, None), (acl.RedisRole.SCHEDULER, None), (acl.RedisRole.WORKER, None),
+              *((acl.RedisRole.AGENT, n) for n in dict.fromkeys(nodes))]
+    return [RoleUser(role, node, acl.user_name(role, prefix, node),
+                     acl.role_rules(role, prefix, node, db=db, selectors=selectors), url_file(role, node))
+            for role, node in wanted]
+
+
+def acl_text(passwords: Sequence[tuple[RoleUser, str]]) -> str:
+    """Redis' ACL file giving each user its rules behind its password (as a hash): nobody without
+    a password has any right but PING."""
     # No comment line: Redis refuses an ACL file with anything but `user` lines.
     # `default` locked by a password nobody has, not turned off: see unusable_default_user.
-    return (f"{unusable_default_user()}\n"
-            f"user {HEALTH_USER} on nopass resetkeys resetchannels -@all +ping\n"
-            f"user {REDIS_USER} on #{digest} ~* &* +@all\n")
+    return "\n".join([unusable_default_user(), *_user_lines(passwords)]) + "\n"
+
+
+def _user_lines(passwords: Sequence[tuple[RoleUser, str]]) -> list[str]:
+    return [HEALTH_LINE, *(acl.acl_file_line(u.name, pw, u.rules) for u, pw in passwords)]
+
+
+def role_url(user: RoleUser, password: str, host: str, port: int, db: int) -> str:
+    """The redis:// URL ``user`` connects with (the password is URL-safe: it goes in unquoted)."""
+    return f"redis://{user.name}:{password}@{host}:{port}/{db}"
+
+
+def _password_in(path: Path, user: RoleUser, host: str, port: int, db: int) -> str | None:
+    """The password in ``user``'s URL file when it is the URL this stack would write, else None."""
+    try:
+        text = path.read_text(encoding="utf-8").strip()
+    except (FileNotFoundError, UnicodeDecodeError):
+        return None
+    m = re.fullmatch(rf"redis://{re.escape(user.name)}:([A-Za-z0-9_-]{{32,}})@(.+)", text)
+    if m is None or text != role_url(user, m.group(1), host, port, db):
+        return None
+    return m.group(1)
 
 
 def write_private(path: Path, text: str, mode: int = 0o600) -> None:
@@ -68,19 +133,36 @@ def write_private(path: Path, text: str, mode: int = 0o600) -> None:
     os.replace(tmp, path)
 
 
-def init_redis_secrets(directory: Path, host: str = "redis", port: int = 6379, db: int = 0) -> bool:
-    """Make Redis' password, ACL file and URL file in ``directory`` unless both files are there.
+def init_redis_secrets(directory: Path, host: str = "redis", port: int = 6379, db: int = 0, *,
+                       prefix: str = "frenzy", nodes: Sequence[str] = (), selectors: bool = True) -> bool:
+    """Make each role's password, its URL file and Redis' ACL file in ``directory`` unless they are
+    all there and agree.
 
-    -> True when it made them. A half-made pair (one file lost) is made again as a pair, so the
-    ACL and the URL always agree."""
-    acl, url = directory / ACL_FILE, directory / URL_FILE
-    if acl.is_file() and url.is_file():
-        return False
+    -> True when it wrote anything. A URL file that is there (and names this stack's user, host,
+    port and database) keeps its password, so its service keeps working; a missing one gets a new
+    password. The ACL file is rewritten from the URL files whenever its users differ from what they
+    and ``acl.role_rules`` say (a lost file, a node added, a rule changed), so the ACL and the URLs
+    always agree. An agent URL file for a node no longer listed is removed with its user."""
+    users = role_users(prefix, nodes, db, selectors)
+    found = {u: _password_in(directory / u.url_file, u, host, port, db) for u in users}
+    acl_path = directory / ACL_FILE
+    if all(found.values()) and acl_path.is_file():
+        kept = [ln for ln in acl_path.read_text(encoding="utf-8").splitlines() if not ln.startswith("user default ")]
+        if kept == _user_lines([(u, pw) for u, pw in found.items() if pw]):
+            return False
     directory.mkdir(parents=True, exist_ok=True)
-    password = secrets.token_urlsafe(32)  # URL-safe: goes into redis:// unquoted
-    write_private(url, f"redis://{REDIS_USER}:{password}@{host}:{port}/{db}\n")
-    # Only a hash: readable by Redis' own user (another uid in its container), useless to anyone else.
-    write_private(acl, acl_text(password), mode=0o644)
+    passwords: list[tuple[RoleUser, str]] = []
+    for user, password in found.items():
+        if password is None:
+            password = secrets.token_urlsafe(32)  # URL-safe: goes into redis:// unquoted
+            write_private(directory / user.url_file, role_url(user, password, host, port, db) + "\n")
+        passwords.append((user, password))
+    # Only hashes: readable by Redis' own user (another uid in its container), useless to anyone else.
+    write_private(acl_path, acl_text(passwords), mode=0o644)
+    wanted = {u.url_file for u in users}
+    for stale in directory.glob(f"{_AGENT_URL_PREFIX}*"):
+        if stale.name not in wanted:
+            stale.unlink()
     return True
 
 
@@ -105,18 +187,31 @@ def init(
     redis_host: Annotated[str, typer.Option(help="Redis' host name, as services reach it.")] = "redis",
     redis_port: Annotated[int, typer.Option(help="Redis' port.")] = 6379,
     redis_db: Annotated[int, typer.Option(help="Redis database number.")] = 0,
+    node: Annotated[list[str] | None, typer.Option(
+        "--node", help="An agent's node name: it gets its own Redis user (repeat for each agent).")] = None,
+    prefix: Annotated[str, typer.Option(envvar="FRENZY_PREFIX", help="Redis key prefix.")] = "frenzy",
+    selectors: Annotated[bool, typer.Option(
+        "--selectors/--no-selectors",
+        help="Redis is 7.0+ (ACL selectors: an agent may only read its launch stream and only append "
+             "events); --no-selectors for Redis 6.2.")] = True,
 ) -> None:
-    """Make Redis' password (its ACL file and a redis:// URL file) unless they exist.
+    """Make each service's Redis user and password (Redis' ACL file and one redis:// URL file per
+    role) unless they exist.
 
     \b
     Example (compose.yaml's `init` service):
-      frenzy secrets init --dir /secrets
+      frenzy secrets init --dir /secrets --node agent-a --node agent-b
     """
+    nodes = node or []
     try:
-        made = init_redis_secrets(directory, redis_host, redis_port, redis_db)
+        made = init_redis_secrets(directory, redis_host, redis_port, redis_db, prefix=prefix, nodes=nodes,
+                                  selectors=selectors)
+    except ValueError as exc:
+        fail(f"{exc}", 2)
     except OSError as exc:
         fail(f"cannot write Redis' secrets in {directory}: {exc.strerror}. To fix: make it writable by this user", 1)
-    typer.echo(f"{'made' if made else 'kept'} {directory / ACL_FILE} and {directory / URL_FILE}")
+    files = ", ".join(u.url_file for u in role_users(prefix, nodes, redis_db, selectors))
+    typer.echo(f"{'made' if made else 'kept'} {directory / ACL_FILE} and {files}")
 
 
 @secrets_app.command("tokens")

@@ -12,7 +12,8 @@ Roles, least privilege first:
   only the commands the agent and its Lua scripts (register_node, heartbeat, append_log,
   set_draining) call. No job record, no other node, no token, no queue.
 * ``worker`` (Celery's batch worker): kombu's and Celery's own keys (``_kombu.*``, ``unacked*``,
-  ``celery-task-meta-*``, its pidbox queue), the batch queue, ``batch:*`` and ``batches``.
+  ``celery-task-meta-*``, its pidbox queue and the remote-control reply queues
+  ``<id>.reply.celery.pidbox``), the batch queue, ``batch:*`` and ``batches``.
 * ``scheduler``: every key under the prefix, but no administration (FLUSHALL, CONFIG, KEYS,
   SHUTDOWN, DEBUG, ACL, MONITOR, SCRIPT FLUSH, ...).
 * ``operator`` (``frenzy token``, ``frenzy secrets``, ``frenzy batch``, ``frenzy agent --drain``):
@@ -102,7 +103,9 @@ def role_rules(role: RedisRole, prefix: str, node: str | None = None, *, db: int
     if role is RedisRole.WORKER:
         return ("resetchannels",
                 *_keys(f"{p}:batch:*", f"{p}:batches", f"{p}:batch-queue*", "_kombu.*", "unacked", "unacked_index",
-                       "unacked_mutex", "celery-task-meta-*", "frenzy-worker@*.celery.pidbox*"),
+                       "unacked_mutex", "celery-task-meta-*", "frenzy-worker@*.celery.pidbox*",
+                       # remote-control replies (`celery inspect ping`, its health check): a queue per caller
+                       "*.reply.celery.pidbox*"),
                 # kombu PSUBSCRIBEs its pidbox channel by its exact name (ACL compares patterns literally).
                 f"&/{db}.celery.pidbox", f"&/{db}.celeryev/*", "&celery-task-meta-*",
                 *(r for r in _NO_ADMIN if r != "-@pubsub"), *functions)

@@ -8,7 +8,9 @@ long-running service needs a health check, and Redis must persist with AOF.
 And nothing is open (issue 14): no port is published beyond loopback, Redis is not
 published and lets in only a password it reads from a file that a one-shot service
 generates, no secret is written in compose.yaml, every Redis client gets the password
-through REDIS_URL_FILE, and only the batch worker holds a token (agents none).
+through REDIS_URL_FILE -- each its own role's least-privilege user, agents their node's, the
+operator's (admin) URL only for the one-shot administration -- and only the batch worker holds a
+token (agents none).
 """
 
 from __future__ import annotations
@@ -357,7 +359,7 @@ def test_redis_is_not_published_and_lets_in_only_a_password() -> None:
     assert mount and mount[2], f"Redis' ACL file {acl} must come from a volume mounted read-only"
     assert mount[0] in (COMPOSE.get("volumes") or {}), f"{mount[0]} must be a named volume"
 
-    from frenzy.cli.cmd_secrets import ACL_FILE, acl_text
+    from frenzy.cli.cmd_secrets import ACL_FILE, acl_text, role_users
 
     init = _the_service_running("secrets", "init")
     directory = str(_params(init)["directory"])
@@ -366,7 +368,8 @@ def test_redis_is_not_published_and_lets_in_only_a_password() -> None:
         f"`{init}` must write its --dir into the volume Redis reads"
     assert "init" in (redis.get("depends_on") or {}), "Redis starts once its ACL file is made"
     # What init writes: no user with rights without a password (the health user may only PING).
-    for line in acl_text("pw").splitlines():
+    users = role_users("frenzy", _params(init)["node"] or [])
+    for line in acl_text([(u, "pw") for u in users]).splitlines():
         user, *rules = line.split()[1:]
         if user == "default":  # locked behind the hash of a password nobody has (redis/redis#14541)
             assert "nopass" not in rules and not any(r.startswith(">") for r in rules), line
@@ -393,7 +396,7 @@ def test_no_secret_is_written_in_compose() -> None:
 
 @pytest.mark.parametrize("name", FRENZY_SERVICES)
 def test_redis_clients_get_the_url_from_the_file_init_writes(name: str) -> None:
-    from frenzy.cli.cmd_secrets import URL_FILE
+    from frenzy.cli.cmd_secrets import role_users, url_file
 
     env = SERVICES[name].get("environment") or {}
     init = _the_service_running("secrets", "init")
@@ -406,8 +409,12 @@ def test_redis_clients_get_the_url_from_the_file_init_writes(name: str) -> None:
         assert "REDIS_URL_FILE" not in env and mount is None, \
             f"{name} does not use Redis: it gets neither its password nor the volume holding it"
         return
-    assert env.get("REDIS_URL_FILE") == f"{directory}/{URL_FILE}", \
-        f"{name} talks to Redis: REDIS_URL_FILE={directory}/{URL_FILE} (what `{init}` writes)"
+    role, node = _redis_role(name)
+    wanted = url_file(role, node)
+    made = {u.url_file for u in role_users("frenzy", _params(init)["node"] or [])}
+    assert wanted in made, f"`{init}` makes no {wanted} for {name}: add its node with --node"
+    assert env.get("REDIS_URL_FILE") == f"{directory}/{wanted}", \
+        f"{name} talks to Redis as {role.value}: REDIS_URL_FILE={directory}/{wanted} (its own role's user)"
     assert mount == (secrets_volume, directory, True), \
         f"{name}: mount the {secrets_volume} volume read-only at {directory}"
     assert (SERVICES[name].get("depends_on") or {}).get("redis"), f"{name} must wait for Redis"
@@ -417,6 +424,52 @@ def test_redis_clients_get_the_url_from_the_file_init_writes(name: str) -> None:
     # The URL init writes names the Redis service and the port Redis listens on.
     params = _params(init)
     assert params["redis_host"] == "redis" and params["redis_port"] == 6379
+
+
+def _redis_role(name: str) -> tuple[Any, str | None]:
+    """The Redis role (``frenzy.state.acl.RedisRole``) a frenzy service acts in, and its node for
+    an agent: the one-shot administration (tokens, node keys) is the operator's."""
+    from frenzy.state.acl import RedisRole
+
+    argv = _argv(SERVICES[name]["command"])
+    if argv[0] == "agent":
+        return RedisRole.AGENT, _option_values(argv)["--node"]
+    if argv[0] in ("scheduler", "worker"):
+        return RedisRole(argv[0]), None
+    return RedisRole.OPERATOR, None
+
+
+def test_only_the_one_shot_administration_reads_the_operator_url() -> None:
+    """The operator's user is the admin of Frenzy's keys: no long-running service may hold it."""
+    from frenzy.cli.cmd_secrets import URL_FILE
+
+    directory = str(_params(_the_service_running("secrets", "init"))["directory"])
+    readers = sorted(n for n, s in SERVICES.items()
+                     if (s.get("environment") or {}).get("REDIS_URL_FILE") == f"{directory}/{URL_FILE}")
+    assert readers == sorted({_the_service_running("secrets", "tokens"), _the_service_running("node", "key", "create")}), \
+        f"only bootstrap and node-keys may read the operator's URL; read by {readers}"
+    assert all(n in ONE_SHOT for n in readers), readers
+    for name in FRENZY_SERVICES:
+        health = str(SERVICES[name].get("healthcheck", {}).get("test", ""))
+        assert directory not in health, f"{name}: its health check must use its own role's URL (REDIS_URL_FILE)"
+
+
+def test_every_agent_has_its_own_redis_user_and_init_makes_only_those() -> None:
+    from frenzy.state.acl import RedisRole, role_rules
+    from frenzy.state.keys import Keys
+
+    init = _the_service_running("secrets", "init")
+    nodes = _params(init)["node"] or []
+    agents = {_redis_role(n)[1]: n for n in FRENZY_SERVICES if _runs(n, "agent")}
+    assert sorted(nodes) == sorted(agents), f"`{init}` --node {nodes} must be exactly the agents' nodes {sorted(agents)}"
+    for node, name in agents.items():
+        env = SERVICES[name].get("environment") or {}
+        assert env["REDIS_URL_FILE"].endswith(f"-agent-{node}"), f"{name} must read node {node}'s URL"
+        # Its health check runs EXISTS on its own lease: within the agent user's keys and commands.
+        rules = role_rules(RedisRole.AGENT, "frenzy", node, selectors=True)
+        assert "+exists" in rules and f"~{Keys().node_alive(node)}" in rules, rules
+    prefixes = {(SERVICES[n].get("environment") or {}).get("FRENZY_PREFIX") for n in FRENZY_SERVICES}
+    assert prefixes == {"frenzy"}, f"the ACL's key patterns are made for prefix frenzy; services use {prefixes}"
 
 
 def test_init_service_uses_the_url_host_of_the_redis_service() -> None:
