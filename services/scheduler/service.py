@@ -244,7 +244,10 @@ class Predictions:
         kept.CopyFrom(answer)
         key = self.key(request)
         with self._lock:
-            if self._pools_of(request) != self._pools:
+            pools = self._pools_of(request)
+            if self._pools is None:
+                self._pools = pools
+            elif pools != self._pools:
                 return  # planned on pools other than the latest asked for: not worth keeping
             self._kept[key] = (self.clock(), kept)
             self._kept.move_to_end(key)
