@@ -5,14 +5,17 @@ what the event means, and carries that out through the store. An event is
 current when it comes from the job's live attempt, on one of its nodes, under its
 reservation's fence (agents of an older version send none); anything else is
 stale: the process it talks about belongs to an older attempt or an ended job, so
-at most what that reservation still holds on the node can be freed.
+at most what that reservation still holds on the node can be freed — except a clean
+exit 0 of the attempt the last requeue ended (its node was cut off and declared dead,
+its copy ran to the end): that work is done, so it may finish the job (``LateSuccess``)
+rather than have the next attempt run the whole training again.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from frenzy.state.job_states import ACTIVE, JobState
+from frenzy.state.job_states import ACTIVE, TERMINAL, JobState
 from frenzy.state.messages import AgentEvent, EventKind
 from frenzy.state.store import JobRecord
 
@@ -28,6 +31,17 @@ class Stale:
     reservation still holds on the event's node (its process is gone); None: nothing to free."""
 
     release_fence: int | None
+
+
+@dataclass(frozen=True)
+class LateSuccess:
+    """A node of the attempt the last requeue ended (``attempt``, under ``fence``) exited 0 on its
+    own (not told to stop) while the job is on the next attempt: count it; once every node of that
+    attempt has, the job ends SUCCEEDED and the next attempt is stopped. Its GPUs on the node are
+    freed as for a stale exit."""
+
+    attempt: int
+    fence: int
 
 
 @dataclass(frozen=True)
@@ -58,7 +72,7 @@ class Exited:
     stop_others: bool
 
 
-EventMeaning = UnknownJob | Stale | Started | LaunchRefused | Exited
+EventMeaning = UnknownJob | Stale | LateSuccess | Started | LaunchRefused | Exited
 
 
 def is_current(event: AgentEvent, job: JobRecord) -> bool:
@@ -68,11 +82,24 @@ def is_current(event: AgentEvent, job: JobRecord) -> bool:
             and (event.fence is None or event.fence == job.fence))
 
 
+def is_late_success(event: AgentEvent, job: JobRecord) -> bool:
+    """A clean exit 0 of the attempt just before the job's current one, under the fence and on a
+    node the last requeue recorded for it, while the job has not ended. A cancelled exit (the agent
+    stopped the copy: it had not finished) or an attempt further back never is."""
+    return (event.kind == EventKind.EXITED and event.exit_code == 0 and not event.cancelled
+            and event.fence is not None and job.state not in TERMINAL
+            and event.attempt == job.attempt - 1 == job.previous_attempt
+            and event.fence == job.previous_fence and event.node in job.previous_nodes)
+
+
 def interpret(event: AgentEvent, job: JobRecord | None) -> EventMeaning:
     """What ``event`` means for ``job`` (as read when the event is handled)."""
     if job is None:
         return UnknownJob()
     if not is_current(event, job):
+        if is_late_success(event, job):
+            assert event.fence is not None
+            return LateSuccess(event.attempt, event.fence)
         # A RUNNING of an old attempt says nothing has ended; without a fence we cannot
         # tell which reservation's GPUs would be freed.
         ended = event.kind != EventKind.RUNNING and event.fence is not None

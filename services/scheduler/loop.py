@@ -26,7 +26,9 @@ decided without I/O in ``reaping.decide_reap``; ``reap`` only reads and writes t
 after handling); an event not signed with the key of the node it names (forged,
 altered, replayed, expired: ``frenzy.state.signing``) or a malformed one is logged,
 acked and dropped without changing anything; an event of
-an older attempt only releases what that attempt still holds. What an event
+an older attempt only releases what that attempt still holds, except a clean exit 0 of
+the attempt a requeue ended: once every node of it reported one, the job ends SUCCEEDED
+and its next attempt is stopped (``finish_from_earlier_attempt.lua``). What an event
 means is decided without I/O in ``agent_events.interpret``.
 
 All state is read and written through ``StateStore``; the loop sends no Redis
@@ -46,7 +48,15 @@ from dataclasses import dataclass, field, replace
 
 import redis
 
-from frenzy.scheduler.agent_events import Exited, LaunchRefused, Stale, Started, UnknownJob, interpret
+from frenzy.scheduler.agent_events import (
+    Exited,
+    LateSuccess,
+    LaunchRefused,
+    Stale,
+    Started,
+    UnknownJob,
+    interpret,
+)
 from frenzy.scheduler.metrics import ClusterCollector, SchedulerMetrics, Snapshots
 from frenzy.scheduler.outage import RedisContact
 from frenzy.scheduler.reaping import NodeLease, OrphanKey, ReapSettings, ReapSnapshot, decide_reap
@@ -428,6 +438,8 @@ class SchedulerLoop:
                     return
             log.info("stale event for %s (%s, attempt %s, node %s) ignored", job.id, event.kind, event.attempt,
                      event.node)
+        elif isinstance(meaning, LateSuccess):
+            self._late_success(job, event, meaning)
         elif isinstance(meaning, Started):
             if meaning.fields:
                 self.store.set_fields(job.id, **meaning.fields)
@@ -439,6 +451,27 @@ class SchedulerLoop:
             self.requeue(job, list(meaning.lost), meaning.why)
         else:
             self._record_exit(job, event, meaning)
+
+    def _late_success(self, job: JobRecord, event: AgentEvent, late: LateSuccess) -> None:
+        """Count a late exit 0 of the attempt a requeue ended; the last one finishes the job."""
+        status, state = "retry", job.state.value
+        for _ in range(3):  # "retry": the current attempt moved on between our read and the script
+            status, state = self.store.finish_from_earlier_attempt(job, late.attempt, late.fence, event.node)
+            if status != "retry":
+                break
+            fresh = self.store.get(job.id)
+            if fresh is None or not isinstance(interpret(event, fresh), LateSuccess):
+                break
+            job = fresh
+        if status == "finished":
+            log.warning("job %s: attempt %d succeeded late (its node %s was declared dead, its copy ran to the "
+                        "end); SUCCEEDED, attempt %d stopped", job.id, late.attempt, event.node, job.attempt)
+            self.wake.set()
+        else:
+            log.info("job %s: late exit 0 of attempt %d on %s: %s", job.id, late.attempt, event.node, status)
+        # Its process is gone: what that reservation still holds on the node can go.
+        if self.store.release_stale(job.id, event.node, late.fence):
+            self.wake.set()
 
     def _record_exit(self, job: JobRecord, event: AgentEvent, ended: Exited) -> None:
         status, state = self.store.record_exit(job, event.attempt, event.node, ended.code, ended.reason,

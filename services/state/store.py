@@ -74,6 +74,11 @@ class JobRecord:
     preemptions: int = 0  # times HAS stopped it for a shorter job (not counted against attempts)
     reserved_at: float = 0.0  # when its current (or last) reservation was made
     user: str = ""  # who submitted it ("" for jobs from before tokens)
+    # The attempt the last requeue ended (0: none), its fence and nodes: a late exit 0 of it
+    # can still finish the job (finish_from_earlier_attempt.lua).
+    previous_attempt: int = 0
+    previous_fence: int = 0
+    previous_nodes: tuple[str, ...] = ()
 
     def to_proto(self) -> types_pb2.Job:
         job = types_pb2.Job(
@@ -155,6 +160,7 @@ class StateStore:
         self._record_exit = scripts.register(client, "record_exit")
         self._cancel = scripts.register(client, "request_cancel")
         self._requeue = scripts.register(client, "requeue_job")
+        self._finish_earlier = scripts.register(client, "finish_from_earlier_attempt")
         self._release_stale = scripts.register(client, "release_stale")
         self._declare_dead = scripts.register(client, "declare_node_dead")
         self._set_draining = scripts.register(client, "set_draining")
@@ -262,6 +268,8 @@ class StateStore:
             failed_exit_code=int(raw.get("failed_exit_code", 0) or 0),
             max_attempts=int(raw.get("max_attempts", 0) or 0), stop_requested=raw.get("stop_requested") == "1",
             preemptions=int(raw.get("preemptions", 0) or 0), reserved_at=float(raw.get("reserved_at", 0) or 0),
+            previous_attempt=int(raw.get("prev_attempt", 0) or 0), previous_fence=int(raw.get("prev_fence", 0) or 0),
+            previous_nodes=tuple(n for n in raw.get("prev_nodes", "").split(",") if n),
         )
 
     def queue(self) -> list[QueuedJob]:
@@ -377,6 +385,21 @@ class StateStore:
                   *job.gpu_keys(self.k)],
             args=[job.id, str(attempt), node, str(exit_code), len(job.placement), repr(time.time()), reason,
                   job.node_rank(node), "1" if told_to_stop else "0"],
+        )
+        return str(res[0]), str(res[1])
+
+    def finish_from_earlier_attempt(self, job: JobRecord, attempt: int, fence: int, node: str) -> tuple[str, str]:
+        """Count ``node``'s late exit 0 of ``attempt`` (the one the last requeue ended, under
+        ``fence``); once every node of it has one, the job ends SUCCEEDED and its current attempt
+        (as ``job`` was read) is stopped. -> (ignored|recorded|retry|finished, state); "retry":
+        the current attempt moved on since ``job`` was read (read it again)."""
+        res = self._finish_earlier(
+            keys=[self.k.job(job.id), self.k.job_history(job.id), self.k.queue(), self.k.ports(job.master_node or "-"),
+                  *job.gpu_keys(self.k), *[self.k.launch_stream(n) for n, _ in job.placement]],
+            args=[job.id, str(attempt), str(fence), node, repr(time.time()),
+                  sum(len(idxs) for _, idxs in job.placement), job.state.value, str(job.fence),
+                  self._cancels(job, f"attempt {attempt} of the job already succeeded"), STREAM_MAXLEN,
+                  *[n for n, idxs in job.placement for _ in idxs]],
         )
         return str(res[0]), str(res[1])
 

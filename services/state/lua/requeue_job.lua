@@ -17,6 +17,10 @@
 --     position with attempt + 1, its reservation fields cleared and (when the
 --     caller re-planned for the remaining cluster) its new ranked plans;
 --     at the limit it ends failed naming the lost node;
+--   * a requeue records the attempt it ends (`prev_attempt`, `prev_fence`, `prev_nodes`, and a
+--     `prev_exit:<node>` of 0 for each node that had already ended with 0, not told to stop), so
+--     a late exit 0 of that attempt can still finish the job (finish_from_earlier_attempt);
+--     what an earlier requeue recorded is replaced;
 --   * one history entry says which.
 --
 -- KEYS[1] job hash  KEYS[2] job history  KEYS[3] queue zset  KEYS[4] ports hash of the master node
@@ -74,11 +78,30 @@ if attempt >= tonumber(ARGV[4]) then
   return {1, JOB_STATE.failed, attempt}
 end
 
+-- What finish_from_earlier_attempt needs to recognise this attempt's late success.
+local prev = {"prev_attempt", attempt, "prev_fence", ARGV[3]}
+local nodes, seen = {}, {}
+local clean = redis.call("HGET", KEYS[1], "cancel_requested") ~= "1"
+  and redis.call("HGET", KEYS[1], "stop_requested") ~= "1"
+for g = 1, n do
+  local node = ARGV[11 + g]
+  if not seen[node] then
+    seen[node] = true
+    nodes[#nodes + 1] = node
+    if clean and redis.call("HGET", KEYS[1], "exit:" .. node) == "0" then
+      prev[#prev + 1] = "prev_exit:" .. node
+      prev[#prev + 1] = "0"
+    end
+  end
+end
+prev[#prev + 1] = "prev_nodes"
+prev[#prev + 1] = table.concat(nodes, ",")
+
 local drop = {"plan", "placement", "fence", "master_node", "master_addr", "master_port", "exited_nodes",
               "failed_nodes", "cancel_requested", "stop_requested", "failed_node", "failed_rank",
               "failed_exit_code"}
 for _, f in ipairs(redis.call("HKEYS", KEYS[1])) do
-  if string.sub(f, 1, 5) == "exit:" or string.sub(f, 1, 4) == "pid:" then
+  if string.sub(f, 1, 5) == "exit:" or string.sub(f, 1, 4) == "pid:" or string.sub(f, 1, 10) == "prev_exit:" then
     drop[#drop + 1] = f
   end
 end
@@ -86,6 +109,7 @@ redis.call("HDEL", KEYS[1], unpack(drop))
 if ARGV[12 + n] == "1" then
   redis.call("HINCRBY", KEYS[1], "preemptions", 1)
 end
+redis.call("HSET", KEYS[1], unpack(prev))
 redis.call("HSET", KEYS[1], "state", JOB_STATE.pending, "attempt", attempt + 1, "updated_at", ARGV[5],
   "pending_reason", "requeued: " .. ARGV[8])
 if ARGV[11] ~= "" then

@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from unit.scheduler.job_records import job_record
 
-from frenzy.scheduler.agent_events import Exited, LaunchRefused, Stale, Started, UnknownJob, interpret
+from frenzy.scheduler.agent_events import (
+    Exited,
+    LateSuccess,
+    LaunchRefused,
+    Stale,
+    Started,
+    UnknownJob,
+    interpret,
+)
 from frenzy.state.job_states import JobState
 from frenzy.state.messages import AgentEvent, EventKind
 
@@ -62,3 +72,44 @@ def test_exits() -> None:
         -15, "a exited with code -15 (cancelled)", told_to_stop=True, stop_others=False)
     assert interpret(event(EventKind.EXITED, exit_code=None, message="left no status"), JOB) == Exited(
         -1, "a exited with code -1: left no status", told_to_stop=False, stop_others=True)
+
+
+# ---- a late exit 0 of the attempt a requeue ended (issue 14, D2)
+
+# Attempt 1 (fence 5, on nodes a and b) was requeued when a node was declared dead; attempt 2 runs.
+REQUEUED = replace(JOB, previous_attempt=1, previous_fence=5, previous_nodes=("a", "b"))
+
+
+def late(**fields) -> AgentEvent:
+    return event(EventKind.EXITED, **{"attempt": 1, "fence": 5, "exit_code": 0, **fields})
+
+
+def test_a_clean_exit_0_of_the_requeued_attempt_may_finish_the_job() -> None:
+    assert interpret(late(), REQUEUED) == LateSuccess(attempt=1, fence=5)
+    assert interpret(late(node="b"), REQUEUED) == LateSuccess(attempt=1, fence=5)
+    # whatever the next attempt is doing: queued, reserved, launching
+    for state in (JobState.PENDING, JobState.RESERVED, JobState.LAUNCHING):
+        assert interpret(late(), replace(REQUEUED, state=state)) == LateSuccess(attempt=1, fence=5)
+
+
+def test_a_late_exit_that_did_not_finish_the_work_stays_stale() -> None:
+    # a failure, or a copy the agent stopped (declared dead: it had not finished), or no code
+    assert interpret(late(exit_code=1), REQUEUED) == Stale(5)
+    assert interpret(late(exit_code=0, cancelled=True), REQUEUED) == Stale(5)
+    assert interpret(late(exit_code=-15, cancelled=True), REQUEUED) == Stale(5)
+    assert interpret(late(exit_code=None), REQUEUED) == Stale(5)
+    assert interpret(event(EventKind.LAUNCH_FAILED, attempt=1, fence=5), REQUEUED) == Stale(5)
+    assert interpret(event(EventKind.RUNNING, attempt=1, fence=5), REQUEUED) == Stale(None)
+
+
+def test_a_late_exit_of_another_attempt_fence_or_node_or_of_an_ended_job_stays_stale() -> None:
+    assert interpret(late(fence=4), REQUEUED) == Stale(4)
+    assert interpret(late(fence=None), REQUEUED) == Stale(None)  # an old agent: which reservation is unknown
+    assert interpret(late(node="z"), REQUEUED) == Stale(5)
+    # two steps back: the job is on attempt 3, the requeue recorded attempt 2
+    third = replace(REQUEUED, attempt=3, previous_attempt=2, previous_fence=6)
+    assert interpret(late(), third) == Stale(5)
+    for state in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED):
+        assert interpret(late(), replace(REQUEUED, state=state)) == Stale(5)
+    # no requeue recorded (a job from before this field): never
+    assert interpret(late(), JOB) == Stale(5)
