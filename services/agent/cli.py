@@ -5,14 +5,19 @@ registers it (``app.command("agent")(agent_command)``) and ``python -m
 frenzy.agent`` runs it alone. It only turns options into an ``Agent`` and
 signals into a stop event; all behaviour lives in ``daemon``. ``--drain`` /
 ``--undrain`` do not start an agent: they are the operator's client for the
-node's drain flag (``drain``).
+node's drain flag (``drain``). ``--join-file`` reads the node's name, Redis URL and prefix from
+the file ``frenzy node join`` wrote (``read_join_file``).
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import re
 import socket
+import stat
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -23,14 +28,63 @@ from frenzy.agent.drain import drain as drain_node
 from frenzy.agent.gpus import FakeBackend, GpuBackend, GpuDiscoveryError, NvmlBackend
 from frenzy.signals import stop_on_signals
 from frenzy.state.keys import Keys
+from frenzy.state.messages import SAFE_NAME
 from frenzy.state.node_keys import NodeKeyMissing
 
 
+@dataclass(frozen=True)
+class JoinFile:
+    """What ``frenzy node join`` gives a node: who it is and how it reaches Redis."""
+
+    node: str
+    redis_url: str
+    prefix: str
+
+
+class JoinFileError(ValueError):
+    """A join file the agent will not use (the message names the option and the fix)."""
+
+
+def read_join_file(path: Path) -> JoinFile:
+    """The join file at ``path``. Refused when group or others may read it, as ssh refuses a private
+    key: it holds the node's Redis password."""
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode)
+        raw = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise JoinFileError(f"--join-file {path}: cannot read it ({exc.strerror})") from None
+    if mode & 0o077:
+        raise JoinFileError(f"--join-file {path}: its mode is {mode:04o}, so other users may read the node's Redis "
+                            f"password; refusing to use it. To fix: chmod 600 {path}")
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError:
+        data = None
+    if not isinstance(data, dict) or not all(isinstance(data.get(k), str) for k in ("node", "redis_url", "prefix")):
+        raise JoinFileError(f"--join-file {path}: not a join file (JSON with node, redis_url and prefix). "
+                            "To fix: write it with `frenzy node join NODE`")
+    node, url = data["node"], data["redis_url"]
+    if not re.fullmatch(SAFE_NAME, node) or ".." in node or not url.startswith(("redis://", "rediss://")):
+        raise JoinFileError(f"--join-file {path}: bad node name or Redis URL. To fix: write it again with "
+                            "`frenzy node join NODE`")
+    return JoinFile(node=data["node"], redis_url=data["redis_url"], prefix=data["prefix"])
+
+
+def _from_command_line(ctx: typer.Context, name: str) -> bool:
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name == "COMMANDLINE"  # not REDIS_URL / FRENZY_PREFIX or a default
+
+
 def agent_command(
+    ctx: typer.Context,
     redis_url: Annotated[str, typer.Option(envvar="REDIS_URL", help="Redis holding the cluster state.")]
     = "redis://127.0.0.1:6379/0",
     node: Annotated[str | None, typer.Option(help="Node name (unique in the cluster). Default: hostname.")]
     = None,
+    join_file: Annotated[Path | None, typer.Option(
+        "--join-file", dir_okay=False,
+        help="The file `frenzy node join NODE` wrote (mode 0600): gives the node name, Redis URL and prefix "
+        "instead of --node, --redis-url and --prefix.")] = None,
     fake_gpus: Annotated[str | None, typer.Option(
         "--fake-gpus", metavar="TYPE:N,...",
         help='Pretend to have these catalog GPUs instead of asking NVML, e.g. "A100-80GB:4,L4:2".')] = None,
@@ -94,6 +148,7 @@ def agent_command(
     \b
     Examples:
       frenzy agent                     # real GPUs (NVML); node name = hostname
+      frenzy agent --join-file /etc/frenzy/join.json   # from `frenzy node join`
       frenzy agent --node n1 --fake-gpus "A100-80GB:4,L4:2"
       frenzy agent --node n2 --fake-gpus-file gpus.yaml --addr 10.0.0.2
       REDIS_URL=redis://head:6379/0 frenzy agent --log-dir /data/frenzy/logs
@@ -106,6 +161,17 @@ def agent_command(
     scheduler's node timeout, the node is declared dead and its jobs are requeued.
     """
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if join_file is not None:
+        given = [f"--{n.replace('_', '-')}" for n in ("node", "redis_url", "prefix") if _from_command_line(ctx, n)]
+        if given:
+            typer.echo(f"error: --join-file gives the node, Redis URL and prefix: drop {', '.join(given)}", err=True)
+            raise typer.Exit(2)
+        try:
+            joined = read_join_file(join_file)
+        except JoinFileError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from None
+        node, redis_url, prefix = joined.node, joined.redis_url, joined.prefix  # over REDIS_URL / FRENZY_PREFIX
     node = node or socket.gethostname()
     if drain or undrain:
         if drain and undrain:

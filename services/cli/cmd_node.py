@@ -1,4 +1,7 @@
-"""``frenzy node key create|rotate|show``: the per-node keys that sign control messages.
+"""``frenzy node join`` and ``frenzy node key create|rotate|show``: setting up a cluster node.
+
+``join`` gives a new node everything it needs in one file (like ``kubeadm token create
+--print-join-command``): its own Redis user (``frenzy.state.acl``'s agent rules) and signing key.
 
 Every launch and cancel the scheduler sends a node, and every event the node's agent
 sends back, is signed with that node's key (``frenzy.state.signing``); an agent does not
@@ -9,16 +12,22 @@ unless asked with ``--reveal``.
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import time
+from pathlib import Path
 from typing import Annotated
+from urllib.parse import urlsplit, urlunsplit
 
 import redis
 import typer
 
 from frenzy.cli import render
+from frenzy.cli.cmd_secrets import write_private
 from frenzy.cli.cmd_token import PrefixOpt, RedisOpt, _redis_errors
 from frenzy.cli.output import JsonOpt, echo_json, fail
+from frenzy.devstack.redis_server import reset_agent_user
 from frenzy.state import node_keys
 from frenzy.state.keys import Keys
 from frenzy.state.messages import SAFE_NAME
@@ -104,6 +113,60 @@ def show(node: NodeArg, reveal: Annotated[bool, typer.Option(
     if reveal:
         con.print(f"current  {out['current']}", markup=False, highlight=False)
         con.print(f"previous {out['previous'] or '-'}", markup=False, highlight=False)
+
+
+def _with_host(url: str, host: str) -> str:
+    """``url`` pointing at ``host`` (same port, user and database)."""
+    parts = urlsplit(url)
+    auth, _, hostport = parts.netloc.rpartition("@")
+    port = f":{parts.port}" if parts.port else ""
+    name = f"[{host}]" if ":" in host and not host.startswith("[") else host
+    return urlunsplit((parts.scheme, f"{auth}@{name}{port}" if auth else f"{name}{port}", parts.path, parts.query,
+                       parts.fragment))
+
+
+@node_app.command("join")
+def join(node: NodeArg, redis_url: RedisOpt = "redis://127.0.0.1:6379/0", prefix: PrefixOpt = "frenzy",
+         out: Annotated[Path | None, typer.Option(
+             "--out", help="Where to write the join file (0600). Default: ./frenzy-join-NODE.json.")] = None,
+         redis_host: Annotated[str | None, typer.Option(
+             "--redis-host", help="Host the node reaches Redis at (default: --redis-url's host).")] = None,
+         print_file: Annotated[bool, typer.Option(
+             "--print", help="Also print the join file (it holds the node's Redis password).")] = False) -> None:
+    """Make NODE's Redis user (agent rights only, a fresh password) and signing key, and write a join
+    file for its agent: copy it to the node and run `frenzy agent --join-file FILE`.
+
+    Running join again for the same node rotates its Redis password: the old file stops working and
+    an agent connected with it is disconnected (restart it with the new file). The signing key is
+    kept (rotate it with `frenzy node key rotate`). --redis-url must be an admin's (ACL SETUSER).
+
+    \b
+    Examples:
+      frenzy node join gpu-017 --redis-url "$ADMIN_REDIS_URL" --redis-host redis.internal
+      scp frenzy-join-gpu-017.json gpu-017:/etc/frenzy/join.json    # keep it 0600
+      frenzy agent --join-file /etc/frenzy/join.json                # on gpu-017
+    """
+    _checked(node)
+    path = out or Path(f"frenzy-join-{node}.json")
+    # Checked before the password changes, so a bad --out never leaves the node with no usable file.
+    if path.is_dir() or not os.access(path.parent or Path("."), os.W_OK):
+        fail(f"--out {path}: cannot write a file there. To fix: give a writable file path", 2)
+    try:
+        url = _redis_errors(reset_agent_user)(redis_url, prefix, node)
+        _redis_errors(node_keys.create)(_client(redis_url), Keys(prefix), node)
+    except redis.ResponseError as exc:
+        fail(f"Redis refused to make the node's user ({exc}). To fix: --redis-url must be an admin's "
+             "(allowed ACL SETUSER and CLIENT KILL)", 1)
+    if redis_host:
+        url = _with_host(url, redis_host)
+    text = json.dumps({"node": node, "redis_url": url, "prefix": prefix}, indent=2) + "\n"
+    write_private(path, text)
+    con = render.console()
+    con.print(f"node {node}: Redis user and signing key ready; join file written to {path} (0600, holds the "
+              f"node's Redis password). On the node: frenzy agent --join-file {path.name}", markup=False,
+              highlight=False)
+    if print_file:
+        typer.echo(text, nl=False)
 
 
 def register(app: typer.Typer) -> None:

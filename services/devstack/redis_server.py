@@ -176,17 +176,42 @@ def add_role_users(admin_url: str, prefix: str, nodes: list[str]) -> RoleUrls:
     -> each role's URL. Raises redis.ResponseError when ``admin_url`` may not run ACL SETUSER."""
     client = redis.Redis.from_url(admin_url, decode_responses=True)
     try:
-        selectors = acl.supports_selectors(str(client.info("server").get("redis_version", "")))
-        db = _db_of(admin_url)
+        selectors = _selectors(client)
 
         def add(role: acl.RedisRole, node: str | None = None) -> str:
-            user, password = acl.user_name(role, prefix, node), secrets.token_urlsafe(24)
-            rules = acl.role_rules(role, prefix, node, db=db, selectors=selectors)
-            client.execute_command("ACL", "SETUSER", *acl.setuser_args(user, password, rules))
-            return role_url(admin_url, user, password)
+            return _set_role_user(client, admin_url, role, prefix, node, selectors=selectors)
 
         return RoleUrls(scheduler=add(acl.RedisRole.SCHEDULER), worker=add(acl.RedisRole.WORKER),
                         agents={node: add(acl.RedisRole.AGENT, node) for node in nodes})
+    finally:
+        client.close()
+
+
+def _selectors(client: redis.Redis) -> bool:
+    return acl.supports_selectors(str(client.info("server").get("redis_version", "")))
+
+
+def _set_role_user(client: redis.Redis, admin_url: str, role: acl.RedisRole, prefix: str, node: str | None,
+                   *, selectors: bool) -> str:
+    """(Re)define ``role``'s user from nothing with a fresh random password. -> its URL."""
+    user, password = acl.user_name(role, prefix, node), secrets.token_urlsafe(24)
+    rules = acl.role_rules(role, prefix, node, db=_db_of(admin_url), selectors=selectors)
+    client.execute_command("ACL", "SETUSER", *acl.setuser_args(user, password, rules))
+    return role_url(admin_url, user, password)
+
+
+def reset_agent_user(admin_url: str, prefix: str, node: str) -> str:
+    """Create or reset ``node``'s agent user with a fresh random password (``frenzy node join``) and
+    disconnect whoever is connected as it: the old password stops working at once, not only for the
+    next connection (Redis keeps an authenticated connection through a password change).
+
+    -> the user's URL (``admin_url``'s host). Raises redis.ResponseError when ``admin_url`` may not
+    run ACL SETUSER or CLIENT KILL."""
+    client = redis.Redis.from_url(admin_url, decode_responses=True)
+    try:
+        url = _set_role_user(client, admin_url, acl.RedisRole.AGENT, prefix, node, selectors=_selectors(client))
+        client.execute_command("CLIENT", "KILL", "USER", acl.user_name(acl.RedisRole.AGENT, prefix, node))
+        return url
     finally:
         client.close()
 
