@@ -26,6 +26,7 @@ import marp
 from frenzy.auth.credentials import credentials_path
 from frenzy.cli import render
 from frenzy.cli.output import (  # noqa: F401
+    EXIT_ALREADY_ENDED,
     EXIT_BY_CODE,
     JsonOpt,
     SchedulerOpt,
@@ -279,13 +280,31 @@ def cancel(
     scheduler: SchedulerOpt = "",
     as_json: JsonOpt = False,
 ) -> None:
-    """Cancel a job: a pending job leaves the queue, a running one is stopped on every node."""
+    """Cancel a job: a pending job leaves the queue, a running one is stopped on every node.
+
+    A job that already ended is left as it is: exit 0 if it is CANCELLED (cancelling twice is
+    harmless), 5 if it SUCCEEDED or FAILED (it ended some other way)."""
     with scheduler_call(scheduler) as stub:
-        resp = stub.CancelJob(scheduler_pb2.CancelJobRequest(job_id=job_id, reason=reason), timeout=30)
+        try:
+            resp = stub.CancelJob(scheduler_pb2.CancelJobRequest(job_id=job_id, reason=reason), timeout=30)
+        except grpc.RpcError as exc:
+            if exc.code() != grpc.StatusCode.FAILED_PRECONDITION:
+                raise
+            _already_ended(stub.GetJob(scheduler_pb2.GetJobRequest(job_id=job_id), timeout=30), as_json)
     if as_json:
         echo_json(render.to_dict(resp.job))
     else:
         render.console().print(f"{job_id}: {render.styled_state(resp.job.state)} (cancel requested)")
+
+
+def _already_ended(j: types_pb2.Job, as_json: bool) -> None:
+    """The scheduler refused the cancel because the job had ended: say how, and exit 0 only when
+    the job is CANCELLED, so `cancel` can be repeated safely in scripts."""
+    state = render.state_name(j.state)
+    if as_json:
+        echo_json(render.to_dict(j))
+    render.console(stderr=as_json).print(f"{j.id}: already ended: {render.styled_state(j.state)} (nothing to cancel)")
+    raise typer.Exit(0 if state == "CANCELLED" else EXIT_ALREADY_ENDED)
 
 
 @app.command()

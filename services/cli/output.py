@@ -31,6 +31,9 @@ EXIT_BY_CODE = {
     grpc.StatusCode.FAILED_PRECONDITION: 3,
     grpc.StatusCode.NOT_FOUND: 4,
 }
+# `cancel` of a job that already SUCCEEDED or FAILED: not "the cluster cannot hold the job" (3);
+# the caller asked to stop work that had ended some other way, which a script may want to know.
+EXIT_ALREADY_ENDED = 5
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
