@@ -2,7 +2,7 @@
 
 Single-layout mode starts as soon as any layout flag is given (--dp --tp --pp --vpp --cp --zero
 --sequence-parallel --stage --gpu): it always prints the prediction, also when the layout does not
-fit (``"fits": false``). Without layout flags the ranked plans are printed, as before.
+fit (``"fits": false``, then exit 3). Without layout flags the ranked plans are printed, as before.
 """
 
 from __future__ import annotations
@@ -136,7 +136,7 @@ def predict(
         _single(model, seq_len, global_batch, micro_batch, precision, optimizer, optimizer_impl, train_steps,
                 recompute or "none", flash, dropout, loss, dp or 1, tp or 1, pp or 1, vpp or 1, cp or 1,
                 0 if zero is None else zero, sequence_parallel, stage or "max", gpu, cluster, gpu_types, max_gpus,
-                no_recompute, tuning)  # fmt: skip
+                no_recompute, tuning, as_json)  # fmt: skip
         return
     if not global_batch:
         fail("--global-batch: global_batch must be >= 1; it is required without layout flags (the ranked plans "
@@ -199,7 +199,7 @@ def _single(
     optimizer_impl: str | None, train_steps: int, recompute: str, flash: bool, dropout: float | None,
     loss: str | None, dp: int, tp: int, pp: int, vpp: int, cp: int, zero: int, sp: bool, stage: str,
     gpu: str | None, cluster: Path | None, gpu_types: list[str] | None, max_gpus: int, no_recompute: bool,
-    tuning: dict[str, Any],
+    tuning: dict[str, Any], as_json: bool = False,
 ) -> None:  # fmt: skip
     for value, flag in ((cluster, "--cluster"), (gpu_types, "--gpu-type"), (max_gpus, "--max-gpus")):
         if value:
@@ -239,7 +239,15 @@ def _single(
         step = marp.estimate_step_time(spec, recipe, layout, gpu_type)
     except marp.MarpError as exc:
         fail(_flag_error(exc), 2)
-    echo_json(prediction_dict(spec, recipe, layout, gpu_type, mem, step, stage))
+    prediction = prediction_dict(spec, recipe, layout, gpu_type, mem, step, stage)
+    echo_json(prediction)
+    if not prediction["fits"]:
+        # Printed first so the breakdown shows what to shrink; the exit code is the README's 3.
+        # With --json the object says it (``"fits": false``): nothing else, so merged output still parses.
+        if as_json:
+            raise typer.Exit(3)
+        fail(f"this layout needs {mem.device / 1024**3:.1f} GiB per GPU; {gpu_type.name} has "
+             f"{gpu_type.memory_bytes / 1024**3:.1f} GiB.", 3)
 
 
 def prediction_dict(

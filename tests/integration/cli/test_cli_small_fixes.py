@@ -51,3 +51,14 @@ def test_cancel_of_a_failed_job_exits_5_naming_the_state(servers: Servers, store
     as_json = RUN.invoke(app, ["cancel", job_id, "--scheduler", servers.scheduler_addr, "--json"])
     assert as_json.exit_code == 5
     assert json.loads(as_json.stdout)["state"] == "FAILED"
+
+
+def test_single_layout_that_does_not_fit_exits_3_after_printing_it() -> None:
+    res = RUN.invoke(app, ["predict", "--model", "llama-2-70b", "--seq-len", "4096", "--micro-batch", "1",
+                           "--dp", "1", "--gpu", "L4", "--json"])  # fmt: skip
+    assert res.exit_code == 3, res.output
+    d = json.loads(res.stdout)
+    assert d["fits"] is False and d["breakdown"]
+    fits = RUN.invoke(app, ["predict", "--model", "gpt2-124m", "--seq-len", "1024", "--micro-batch", "1",
+                            "--dp", "1", "--gpu", "A100-80GB", "--json"])  # fmt: skip
+    assert fits.exit_code == 0 and json.loads(fits.stdout)["fits"] is True
