@@ -231,13 +231,35 @@ def job(
     scheduler: SchedulerOpt = "",
     as_json: JsonOpt = False,
 ) -> None:
-    """Show one job: its plan, placement, state history and logs."""
+    """Show one job: its plan, placement, state history and the last lines of its output."""
     with scheduler_call(scheduler) as stub:
         j = stub.GetJob(scheduler_pb2.GetJobRequest(job_id=job_id), timeout=30)
-    if as_json:
-        echo_json(render.to_dict(j))
-        return
+        if as_json:
+            echo_json(render.to_dict(j))
+            return
+        chunks = list(stub.StreamLogs(scheduler_pb2.StreamLogsRequest(job_id=job_id, tail_lines=JOB_TAIL_LINES),
+                                      timeout=30))
     show_job(j)
+    show_output_tail(j, chunks)
+
+
+JOB_TAIL_LINES = 20  # enough to show a traceback's end; `frenzy logs` has the rest
+
+
+def show_output_tail(j: types_pb2.Job, chunks: list[scheduler_pb2.LogChunk]) -> None:
+    """The job's last output lines as the log stream holds them, tagged with their node when the
+    job ran on several nodes or attempts, so a failure's cause shows without a second command."""
+    con = render.console()
+    text_chunks = [c for c in chunks if c.text]
+    if not text_chunks:
+        con.print("output: no output yet")
+        return
+    tagged = len({(c.node, c.attempt) for c in text_chunks}) > 1
+    con.rule(f"last {JOB_TAIL_LINES} lines of output (all of it: frenzy logs {j.id})")
+    for c in text_chunks:
+        tag = f"[{c.node}{'' if j.attempt <= 1 else f' #{c.attempt}'}] " if tagged else ""
+        for line in c.text.rstrip("\n").split("\n"):
+            con.print(render.user_text(tag + line), highlight=False)  # job output: escapes shown, not run
 
 
 def show_job(j: types_pb2.Job, plans_limit: int = 8) -> None:

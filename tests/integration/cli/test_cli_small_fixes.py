@@ -10,10 +10,14 @@ import json
 from collections.abc import Iterator
 
 import pytest
+import redis
 from typer.testing import CliRunner
 
 from frenzy.cli.main import app
+from frenzy.state import scripts
 from frenzy.state.job_states import JobState
+from frenzy.state.keys import Keys
+from frenzy.state.messages import LogChunk
 from frenzy.state.store import StateStore
 from support.servers import Servers, running_servers
 from support.state import make_plan, make_spec
@@ -62,3 +66,26 @@ def test_single_layout_that_does_not_fit_exits_3_after_printing_it() -> None:
     fits = RUN.invoke(app, ["predict", "--model", "gpt2-124m", "--seq-len", "1024", "--micro-batch", "1",
                             "--dp", "1", "--gpu", "A100-80GB", "--json"])  # fmt: skip
     assert fits.exit_code == 0 and json.loads(fits.stdout)["fits"] is True
+
+
+def _ship(client: redis.Redis, keys: Keys, job_id: str, node: str, text: str) -> None:
+    """Append output the way an agent does (its own script)."""
+    append = scripts.register(client, "append_log")
+    chunk = LogChunk(node=node, attempt=1, offset=0, text=text)
+    append(keys=[keys.job_logs(job_id), keys.job_log_offsets(job_id)],
+           args=[f"{node}/1", 0, len(text.encode()), 1000, chunk.model_dump_json(), 60_000])
+
+
+def test_job_shows_the_last_lines_of_its_output(servers: Servers, store: StateStore, redis_client: redis.Redis,
+                                                keys: Keys) -> None:
+    job_id = _ended_job(store, JobState.FAILED)
+    store.set_fields(job_id, **{"log:gpu-0": "/var/log/frenzy/job.log"})
+    quiet = RUN.invoke(app, ["job", job_id, "--scheduler", servers.scheduler_addr])
+    assert quiet.exit_code == 0, quiet.output
+    assert "no output yet" in quiet.output
+    _ship(redis_client, keys, job_id, "gpu-0", "".join(f"step {i}\n" for i in range(1, 31)))
+    res = RUN.invoke(app, ["job", job_id, "--scheduler", servers.scheduler_addr])
+    assert res.exit_code == 0, res.output
+    assert "/var/log/frenzy/job.log" in res.output  # the path stays
+    assert "step 30" in res.output and "step 11" in res.output
+    assert "step 10\n" not in res.output  # only the last 20 lines
