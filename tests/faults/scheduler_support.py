@@ -5,6 +5,8 @@ shows)."""
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -18,8 +20,10 @@ import redis
 from frenzy.agent.daemon import Agent
 from frenzy.agent.gpus import FakeBackend
 from frenzy.devstack.redis_server import RedisProcess, start_redis
+from frenzy.devstack.stack import LocalStack
 from frenzy.state import node_keys
 from frenzy.state.keys import Keys
+from has.cluster_spec import parse_cluster
 from support.waiting import wait_for
 
 
@@ -28,9 +32,10 @@ class RestartableRedis:
     """A redis-server of this test alone that ``stop`` then ``start`` takes away and brings back
     with its data (same port, password and directory): an outage, as the clients see it.
 
-    ``stop`` is ``SHUTDOWN SAVE`` (a snapshot, loaded on start), not the append-only file:
-    Redis 7.0 loses every MULTI/EXEC of an AOF (each Lua script's writes) on load when the
-    ``default`` user is off (redis/redis#14541), and the stack's Redis turns it off."""
+    ``stop`` is ``SHUTDOWN SAVE`` (a snapshot, loaded on start), not the append-only file, so
+    the outage tests do not depend on how Redis replays an AOF (Redis 7.0 dropped every
+    MULTI/EXEC of one with the ``default`` user off: redis/redis#14541; the stack now locks
+    ``default`` instead, see ``frenzy.devstack.redis_server.unusable_default_user``)."""
 
     workdir: str
     server: RedisProcess | None = None
@@ -122,3 +127,38 @@ def make_agents(tmp_path: Path) -> Iterator[Callable[[str, Keys], Agents]]:
     yield make
     for agents in made:
         agents.stop_all()
+
+
+# ---- a whole local stack whose agents can be frozen (a node cut off) ------------------------
+
+TWO_L4 = {"nodes": [{"gpu": "L4", "count": 2, "gpus_per_node": 1, "name_prefix": "l4"}]}
+
+
+@pytest.fixture
+def frozen_node_stack(redis_url: str, prefix: str, tmp_path: Path) -> Iterator[LocalStack]:
+    """Two one-GPU L4 nodes, short leases (a node is dead 1.5 s after its lease lapses). A test
+    freezes an agent with SIGSTOP; teardown wakes every service first (a frozen one cannot stop)."""
+    s = LocalStack.create(parse_cluster(TWO_L4), run_dir=str(tmp_path / "run"), redis_url=redis_url, prefix=prefix,
+                          with_worker=False, heartbeat_s=0.25, ttl_s=1.0, node_dead_after_s=1.5, cancel_grace_s=2.0)
+    s.start()
+    try:
+        yield s
+    finally:
+        for svc in s.services:
+            try:
+                os.killpg(svc.proc.pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        s.stop()
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False

@@ -12,52 +12,23 @@ and it stops the old copy."""
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
-import pytest
 import redis
+from faults import scheduler_support
+from faults.scheduler_support import alive
 
 from frenzy.devstack.stack import LocalStack
 from frenzy.rpc.auth import with_token
 from frenzy.rpc.jobspec import parse_entry
 from frenzy.state.keys import Keys
 from frenzy.v1 import scheduler_pb2, scheduler_pb2_grpc, types_pb2
-from has.cluster_spec import parse_cluster
 from support.waiting import wait_for
 
-TWO_L4 = {"nodes": [{"gpu": "L4", "count": 2, "gpus_per_node": 1, "name_prefix": "l4"}]}
-
-
-@pytest.fixture
-def stack(redis_url: str, prefix: str, tmp_path: Path) -> Iterator[LocalStack]:
-    s = LocalStack.create(parse_cluster(TWO_L4), run_dir=str(tmp_path / "run"), redis_url=redis_url, prefix=prefix,
-                          with_worker=False, heartbeat_s=0.25, ttl_s=1.0, node_dead_after_s=1.5, cancel_grace_s=2.0)
-    s.start()
-    try:
-        yield s
-    finally:
-        for svc in s.services:  # a frozen agent cannot stop
-            try:
-                os.killpg(svc.proc.pid, signal.SIGCONT)
-            except ProcessLookupError:
-                pass
-        s.stop()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie is not running
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except OSError:
-        return False
+stack = scheduler_support.frozen_node_stack  # the fixture
 
 
 def test_a_node_declared_dead_stops_its_moved_jobs_when_it_comes_back(stack: LocalStack, tmp_path: Path) -> None:
@@ -84,13 +55,13 @@ def test_a_node_declared_dead_stops_its_moved_jobs_when_it_comes_back(stack: Loc
         try:
             wait_for(lambda: job().attempt == 2 and marker.with_name(marker.name + "-2").exists(), 30,
                      "the job moved to the other node as attempt 2")
-            assert _alive(first_pid), "attempt 1 kept running while its agent was frozen (as a cut-off node's would)"
+            assert alive(first_pid), "attempt 1 kept running while its agent was frozen (as a cut-off node's would)"
             admin = redis.Redis.from_url(stack.redis_url)
             admin.xtrim(Keys(stack.prefix).launch_stream(victim), maxlen=0)  # the cancel never arrives
             admin.close()
         finally:
             agent.proc.send_signal(signal.SIGCONT)
-        wait_for(lambda: not _alive(first_pid), 15, "the returning agent to stop attempt 1")
+        wait_for(lambda: not alive(first_pid), 15, "the returning agent to stop attempt 1")
         done = wait_for(lambda: (j := job()).state in (types_pb2.JOB_STATE_SUCCEEDED, types_pb2.JOB_STATE_FAILED)
                         and j, 30, "attempt 2 to finish")
         assert done.state == types_pb2.JOB_STATE_SUCCEEDED and done.attempt == 2, done

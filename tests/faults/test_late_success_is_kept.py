@@ -11,54 +11,27 @@ starts and when it has done its work, so a second complete run shows."""
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
-import pytest
 import redis
+from faults import scheduler_support
+from faults.scheduler_support import alive
 
 from frenzy.devstack.stack import LocalStack
 from frenzy.rpc.auth import with_token
 from frenzy.rpc.jobspec import parse_entry
 from frenzy.state.keys import Keys
 from frenzy.v1 import scheduler_pb2, scheduler_pb2_grpc, types_pb2
-from has.cluster_spec import parse_cluster
 from support.waiting import wait_for
 
-TWO_L4 = {"nodes": [{"gpu": "L4", "count": 2, "gpus_per_node": 1, "name_prefix": "l4"}]}
 TERMINAL = (types_pb2.JOB_STATE_SUCCEEDED, types_pb2.JOB_STATE_FAILED, types_pb2.JOB_STATE_CANCELLED)
 
 
-@pytest.fixture
-def stack(redis_url: str, prefix: str, tmp_path: Path) -> Iterator[LocalStack]:
-    s = LocalStack.create(parse_cluster(TWO_L4), run_dir=str(tmp_path / "run"), redis_url=redis_url, prefix=prefix,
-                          with_worker=False, heartbeat_s=0.25, ttl_s=1.0, node_dead_after_s=1.5, cancel_grace_s=2.0)
-    s.start()
-    try:
-        yield s
-    finally:
-        for svc in s.services:  # a frozen agent cannot stop
-            try:
-                os.killpg(svc.proc.pid, signal.SIGCONT)
-            except ProcessLookupError:
-                pass
-        s.stop()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie is not running
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except OSError:
-        return False
+stack = scheduler_support.frozen_node_stack  # the fixture
 
 
 def test_a_late_exit_0_of_a_requeued_job_is_its_result_and_the_next_attempt_stops(
@@ -103,6 +76,6 @@ def test_a_late_exit_0_of_a_requeued_job_is_its_result_and_the_next_attempt_stop
         time.sleep(2.0)  # a launch of attempt 2 still in its node's stream is read, then its cancel
         if (runs / "started-2").exists():
             second = int((runs / "started-2").read_text())
-            wait_for(lambda: not _alive(second), 15, "attempt 2 to be stopped")
+            wait_for(lambda: not alive(second), 15, "attempt 2 to be stopped")
         assert not (runs / "done-2").exists(), "attempt 2 ran the whole job again"
         assert job().state == types_pb2.JOB_STATE_SUCCEEDED
