@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import asynccontextmanager
 from functools import cache
@@ -48,6 +47,7 @@ from frenzy.rpc.auth import with_token
 from frenzy.rpc.jobspec import MAX_JSON_DEPTH, JobEntry, JobSpecError, json_depth, parse_entry
 from frenzy.rpc.protojson import to_json
 from frenzy.rpc.tls import ClientTls, open_channel
+from frenzy.state.messages import SAFE_NAME_RE
 from frenzy.v1 import scheduler_pb2, scheduler_pb2_grpc, types_pb2
 
 T = TypeVar("T")
@@ -73,7 +73,7 @@ FIXED_ANSWER = {
 INTERNAL_ERROR = "internal error, see the server log"
 MAX_DETAIL_CHARS = 2000
 MAX_REASON_CHARS = 1024
-JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+JOB_ID = SAFE_NAME_RE  # one rule for job ids: frenzy.state.messages
 READ_TIMEOUT_S = 10.0
 MAX_INT32 = 2**31 - 1  # the proto's int32 fields: a larger query value would not fit the request
 SUBMIT_TIMEOUT_S = 60.0  # the scheduler asks the predictor before answering

@@ -31,7 +31,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import threading
 import time
 from collections import OrderedDict
@@ -62,7 +61,7 @@ from frenzy.scheduler.loop import SchedulerLoop
 from frenzy.scheduler.metrics import MetricsServer, serve_metrics
 from frenzy.state.job_states import JobState
 from frenzy.state.keys import Keys
-from frenzy.state.messages import BadMessage, LogChunk, decode_log_chunk
+from frenzy.state.messages import SAFE_NAME_RE, BadMessage, LogChunk, decode_log_chunk
 from frenzy.state.store import DEFAULT_MASTER_PORTS, JobRecord, StateStore
 from frenzy.v1 import predictor_pb2, predictor_pb2_grpc, scheduler_pb2, scheduler_pb2_grpc, types_pb2
 from has import ClusterView, QueuePolicy
@@ -71,9 +70,7 @@ log = logging.getLogger(__name__)
 
 SERVICE_NAME = scheduler_pb2.DESCRIPTOR.services_by_name["Scheduler"].full_name
 GiB = 1024**3
-# The REST edge checks the same pattern: every job id the scheduler makes (job-<12 hex>) matches,
-# and nothing that could reach another key or a path ("../", ":", spaces) does.
-JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+JOB_ID = SAFE_NAME_RE  # one rule for job ids: frenzy.state.messages
 DEFAULT_MAX_QUEUED_PER_USER = 1000
 DEFAULT_MAX_GPUS_PER_USER = 0  # 0: no limit; the right number depends on the cluster, as in Slurm
 # How old a cluster view may be for a submission's pools: the loop reads the cluster on every

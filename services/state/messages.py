@@ -15,6 +15,7 @@ into a model (``command_from``, ``event_from``) or act on it.
 from __future__ import annotations
 
 import json
+import re
 import time
 from enum import StrEnum
 from typing import Annotated, Any, Literal, TypeVar
@@ -29,6 +30,9 @@ class BadMessage(ValueError):
 
 
 SAFE_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+# The same rule for job ids wherever they come in (REST path, gRPC request): every id the
+# scheduler makes (job-<12 hex>) matches, nothing that could reach another key or a path does.
+SAFE_NAME_RE = re.compile(SAFE_NAME)
 
 
 def _no_dot_dot(name: str) -> str:
