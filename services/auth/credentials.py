@@ -69,19 +69,25 @@ def read_credentials(path: Path | None = None) -> Credentials:
     return Credentials(**fields)
 
 
-def write_credentials(path: Path, creds: Credentials) -> None:
-    """Write ``creds`` readable by the owner only, atomically (never a moment world-readable)."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+def write_private(path: Path, content: str | bytes, mode: int = 0o600) -> None:
+    """Write ``content`` with ``mode`` atomically: never a moment with other content or wider rights.
+    Every secret Frenzy writes (credentials, tokens, Redis URLs and config, keys) goes through here."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
-        os.fchmod(fd, 0o600)
-        data = {k: v for k, v in (("token", creds.token), ("scheduler", creds.scheduler), ("api", creds.api),
-                                  ("ca", creds.ca)) if v is not None}
-        os.write(fd, (json.dumps(data, indent=1) + "\n").encode())
+        os.fchmod(fd, mode)
+        os.write(fd, content.encode() if isinstance(content, str) else content)
     finally:
         os.close(fd)
     os.replace(tmp, path)
+
+
+def write_credentials(path: Path, creds: Credentials) -> None:
+    """Write ``creds`` readable by the owner only, atomically (never a moment world-readable)."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    data = {k: v for k, v in (("token", creds.token), ("scheduler", creds.scheduler), ("api", creds.api),
+                              ("ca", creds.ca)) if v is not None}
+    write_private(path, json.dumps(data, indent=1) + "\n")
 
 
 def read_token_file(path: Path) -> str:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import datetime as dt
 import ipaddress
-import os
 from pathlib import Path
 from typing import Annotated
 
@@ -22,6 +21,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from frenzy.auth.credentials import write_private
 from frenzy.cli import render
 from frenzy.cli.output import fail
 
@@ -33,12 +33,7 @@ def _key() -> ec.EllipticCurvePrivateKey:
 
 
 def _write(path: Path, data: bytes, private: bool) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if private else 0o644)
-    try:
-        os.fchmod(fd, 0o600 if private else 0o644)
-        os.write(fd, data)
-    finally:
-        os.close(fd)
+    write_private(path, data, 0o600 if private else 0o644)
 
 
 def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:

@@ -23,8 +23,8 @@ from urllib.parse import urlsplit, urlunsplit
 import redis
 import typer
 
+from frenzy.auth.credentials import write_private
 from frenzy.cli import render
-from frenzy.cli.cmd_secrets import write_private
 from frenzy.cli.cmd_token import PrefixOpt, RedisOpt, _redis_errors
 from frenzy.cli.output import JsonOpt, echo_json, fail
 from frenzy.devstack.redis_server import reset_agent_user

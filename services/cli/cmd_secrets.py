@@ -23,7 +23,6 @@ batch worker and one agent per node (``--node``). Files, in ``--dir``:
 
 from __future__ import annotations
 
-import os
 import re
 import secrets
 from collections.abc import Sequence
@@ -34,6 +33,7 @@ from typing import Annotated
 import redis
 import typer
 
+from frenzy.auth.credentials import write_private
 from frenzy.auth.roles import Role
 from frenzy.auth.tokens import AuthError, TokenStore
 from frenzy.cli.output import fail
@@ -119,18 +119,6 @@ def _password_in(path: Path, user: RoleUser, host: str, port: int, db: int) -> s
     if m is None or text != role_url(user, m.group(1), host, port, db):
         return None
     return m.group(1)
-
-
-def write_private(path: Path, text: str, mode: int = 0o600) -> None:
-    """Write ``text`` with ``mode`` atomically: never a moment with other content or wider rights."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        os.fchmod(fd, mode)
-        os.write(fd, text.encode())
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
 
 
 def init_redis_secrets(directory: Path, host: str = "redis", port: int = 6379, db: int = 0, *,

@@ -22,6 +22,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 import redis
 
+from frenzy.auth.credentials import write_private
 from frenzy.devstack.procs import die_with_parent
 from frenzy.state import acl
 
@@ -94,12 +95,10 @@ def _write_config(workdir: str, password: str) -> str:
     with a password. The password goes in a file rather than on the command line, where any
     local user could read it from ``ps``."""
     path = os.path.join(workdir, "redis.conf")
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write("# written by frenzy: no user without a password (issue 14)\n"
-                 f"{unusable_default_user()}\n"
-                 f"user {STACK_USER} on >{password} ~* &* +@all\n"
-                 "protected-mode yes\n")
+    write_private(Path(path), "# written by frenzy: no user without a password (issue 14)\n"
+                              f"{unusable_default_user()}\n"
+                              f"user {STACK_USER} on >{password} ~* &* +@all\n"
+                              "protected-mode yes\n")
     return path
 
 
