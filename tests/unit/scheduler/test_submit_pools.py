@@ -1,12 +1,12 @@
 """The pools a submission plans for and the predictor answers kept for it, without Redis:
-``pools_of`` (a view -> one GpuPool per type), ``ClusterPools`` (which view, how old) and
+``frenzy.scheduler.submit_pools``: ``pools_of`` (a view -> one GpuPool per type), ``ClusterPools`` (which view, how old) and
 ``Predictions`` (the LRU by model, recipe, limits and pools)."""
 
 from __future__ import annotations
 
 import pytest
 
-from frenzy.scheduler.service import ClusterPools, Predictions, pools_of
+from frenzy.scheduler.submit_pools import ClusterPools, Predictions, pools_of
 from frenzy.v1 import predictor_pb2, types_pb2
 from has import ClusterView, GpuSlot, NodeView
 

@@ -1,0 +1,161 @@
+"""What a submission plans for, cheaply (issue 15): the GPU pools of the live cluster from a
+recent view, and the predictor's answers kept per (model, recipe, limits, pools).
+
+A submission used to read every node and GPU from Redis (``load_nodes``: ~500 commands on 50
+nodes) and ask the predictor each time; now the pools come from a cluster view at most
+``DEFAULT_POOLS_MAX_AGE_S`` old and a sweep's repeated requests are answered from ``Predictions``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+
+from frenzy.state.store import StateStore
+from frenzy.v1 import predictor_pb2, types_pb2
+from has import ClusterView
+
+# How old a cluster view may be for a submission's pools: the loop reads the cluster on every
+# tick while jobs wait, so under load the pools cost nothing; a node that dies or drains drops
+# out of them within this.
+DEFAULT_POOLS_MAX_AGE_S = 1.0
+# Predictor answers kept: a sweep submits the same few (model, recipe, limits) many times.
+DEFAULT_PREDICTIONS_KEPT = 512
+# A predictor restarted with a new catalog or model is heard within this, whatever the pools do.
+PREDICTION_TTL_S = 300.0
+
+
+def pools_of(view: ClusterView) -> list[types_pb2.GpuPool]:
+    """One pool per GPU type among live, schedulable nodes: its GPUs in all and the most one node
+    has. Every GPU with a type counts, healthy or not (as the predictor has always been told)."""
+    total: dict[str, int] = {}
+    per_node: dict[str, int] = {}
+    for node in view.nodes:
+        if not node.schedulable:
+            continue
+        counts: dict[str, int] = {}
+        for gpu in node.gpus:
+            if gpu.gpu_type:
+                counts[gpu.gpu_type] = counts.get(gpu.gpu_type, 0) + 1
+        for t, c in counts.items():
+            total[t] = total.get(t, 0) + c
+            per_node[t] = max(per_node.get(t, 0), c)
+    return [types_pb2.GpuPool(gpu_type=t, total_gpus=total[t], gpus_per_node=per_node[t]) for t in sorted(total)]
+
+
+class ClusterPools:
+    """The GPU pools a submission plans for, from a cluster view at most ``max_age_s`` old.
+
+    ``latest`` gives the loop's last tick view as ``(time.time(), view)`` (or None): recent while
+    jobs wait, since every such tick reads the cluster. Otherwise the view comes from one
+    incremental ``store.cluster()`` read (two or three round trips: node heads, the GPUs of nodes
+    that changed, their owners), which concurrent submissions share. Pools are built once per view.
+    """
+
+    def __init__(self, store: StateStore, latest: Callable[[], tuple[float, ClusterView] | None],
+                 max_age_s: float = DEFAULT_POOLS_MAX_AGE_S, clock: Callable[[], float] = time.time) -> None:
+        if max_age_s < 0:
+            raise ValueError(f"pools max age must be >= 0 s (got {max_age_s})")
+        self.store = store
+        self.latest = latest
+        self.max_age_s = max_age_s
+        self.clock = clock
+        self.reads = 0  # cluster reads of our own (the loop's views cost nothing)
+        self._read_lock = threading.Lock()  # one read at a time: the store's view caches are not shared-safe
+        self._own: tuple[float, ClusterView] | None = None
+        self._built: tuple[ClusterView, list[types_pb2.GpuPool]] | None = None
+
+    def current(self, fresh: bool = False) -> list[types_pb2.GpuPool]:
+        """The pools now; ``fresh``: from a read made after this call began, whatever the age."""
+        view = None if fresh else self._recent()
+        if view is None:
+            with self._read_lock:
+                view = None if fresh else self._recent()  # another submission may just have read
+                if view is None:
+                    at = self.clock()
+                    view = self.store.cluster()
+                    self.reads += 1
+                    self._own = (at, view)
+        built = self._built
+        if built is None or built[0] is not view:
+            built = (view, pools_of(view))
+            self._built = built
+        return list(built[1])
+
+    def _recent(self) -> ClusterView | None:
+        seen = [s for s in (self.latest(), self._own) if s is not None]
+        if not seen:
+            return None
+        at, view = max(seen, key=lambda s: s[0])
+        return view if self.clock() - at <= self.max_age_s else None
+
+
+class Predictions:
+    """The predictor's answers by request (model, recipe, limits, pools): the last ``size`` used,
+    each for at most ``ttl_s``, all dropped when the pools change (an answer holds for the pools
+    it was planned on). Thread-safe; hands out copies, so no caller can change a kept answer."""
+
+    def __init__(self, size: int = DEFAULT_PREDICTIONS_KEPT, ttl_s: float = PREDICTION_TTL_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if size < 0 or ttl_s < 0:
+            raise ValueError(f"predictions kept and their lifetime must be >= 0 (got {size}, {ttl_s} s)")
+        self.size = size
+        self.ttl_s = ttl_s
+        self.clock = clock
+        self.hits = 0
+        self.misses = 0
+        self._lock = threading.Lock()
+        self._pools: bytes | None = None
+        self._kept: OrderedDict[bytes, tuple[float, predictor_pb2.PredictResponse]] = OrderedDict()
+
+    @staticmethod
+    def key(request: predictor_pb2.PredictRequest) -> bytes:
+        return request.SerializeToString(deterministic=True)
+
+    def get(self, request: predictor_pb2.PredictRequest) -> predictor_pb2.PredictResponse | None:
+        key = self.key(request)
+        with self._lock:
+            self._for_pools(request)
+            hit = self._kept.get(key)
+            if hit is None or self.clock() - hit[0] > self.ttl_s:
+                self._kept.pop(key, None)
+                self.misses += 1
+                return None
+            self._kept.move_to_end(key)
+            self.hits += 1
+        out = predictor_pb2.PredictResponse()
+        out.CopyFrom(hit[1])
+        return out
+
+    def put(self, request: predictor_pb2.PredictRequest, answer: predictor_pb2.PredictResponse) -> None:
+        if not self.size:
+            return
+        kept = predictor_pb2.PredictResponse()
+        kept.CopyFrom(answer)
+        key = self.key(request)
+        with self._lock:
+            pools = self._pools_of(request)
+            if self._pools is None:
+                self._pools = pools
+            elif pools != self._pools:
+                return  # planned on pools other than the latest asked for: not worth keeping
+            self._kept[key] = (self.clock(), kept)
+            self._kept.move_to_end(key)
+            while len(self._kept) > self.size:
+                self._kept.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    @staticmethod
+    def _pools_of(request: predictor_pb2.PredictRequest) -> bytes:
+        return b"".join(p.SerializeToString(deterministic=True) for p in request.pools)
+
+    def _for_pools(self, request: predictor_pb2.PredictRequest) -> None:
+        """Forget every answer when ``request``'s pools are not the last asked for."""
+        pools = self._pools_of(request)
+        if pools != self._pools:
+            self._kept.clear()
+            self._pools = pools
