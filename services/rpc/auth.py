@@ -20,6 +20,7 @@ import grpc
 
 from frenzy.auth.roles import Role, allows, is_open
 from frenzy.auth.tokens import AuthError, Identity, TokenStore, bearer
+from frenzy.rpc.handlers import rewrapped
 
 HOW_TO_GET_ONE = ("To fix: set FRENZY_TOKEN, or run `frenzy up` (it writes a credentials file the CLI "
                   "finds), or ask an admin for one (`frenzy token create --user NAME --role submit`)")
@@ -45,13 +46,7 @@ def _refusal(handler: grpc.RpcMethodHandler, code: grpc.StatusCode, message: str
     def deny(request: Any, context: grpc.ServicerContext) -> Any:
         context.abort(code, message)
 
-    if handler.request_streaming and handler.response_streaming:
-        return grpc.stream_stream_rpc_method_handler(deny, handler.request_deserializer, handler.response_serializer)
-    if handler.request_streaming:
-        return grpc.stream_unary_rpc_method_handler(deny, handler.request_deserializer, handler.response_serializer)
-    if handler.response_streaming:
-        return grpc.unary_stream_rpc_method_handler(deny, handler.request_deserializer, handler.response_serializer)
-    return grpc.unary_unary_rpc_method_handler(deny, handler.request_deserializer, handler.response_serializer)
+    return rewrapped(handler, lambda _behaviour, _streaming: deny)
 
 
 def _as(identity: Identity, behaviour: Callable[..., Any], streaming_response: bool) -> Callable[..., Any]:
@@ -75,14 +70,7 @@ def _as(identity: Identity, behaviour: Callable[..., Any], streaming_response: b
 
 
 def _with_identity(handler: grpc.RpcMethodHandler, identity: Identity) -> grpc.RpcMethodHandler:
-    ser, de = handler.response_serializer, handler.request_deserializer
-    if handler.unary_unary:
-        return grpc.unary_unary_rpc_method_handler(_as(identity, handler.unary_unary, False), de, ser)
-    if handler.unary_stream:
-        return grpc.unary_stream_rpc_method_handler(_as(identity, handler.unary_stream, True), de, ser)
-    if handler.stream_unary:
-        return grpc.stream_unary_rpc_method_handler(_as(identity, handler.stream_unary, False), de, ser)
-    return grpc.stream_stream_rpc_method_handler(_as(identity, handler.stream_stream, True), de, ser)
+    return rewrapped(handler, lambda behaviour, streaming: _as(identity, behaviour, streaming))
 
 
 class TokenAuth(grpc.ServerInterceptor):

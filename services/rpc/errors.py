@@ -24,6 +24,8 @@ from typing import Any
 import grpc
 import redis
 
+from frenzy.rpc.handlers import rewrapped
+
 log = logging.getLogger(__name__)
 
 STORE_UNAVAILABLE = "state store unavailable, try again"
@@ -97,11 +99,5 @@ class CleanErrors(grpc.ServerInterceptor):
         if handler is None:
             return None
         method = handler_call_details.method
-        ser, de = handler.response_serializer, handler.request_deserializer
-        if handler.unary_unary:
-            return grpc.unary_unary_rpc_method_handler(_unary(self.outage, method, handler.unary_unary), de, ser)
-        if handler.unary_stream:
-            return grpc.unary_stream_rpc_method_handler(_streaming(self.outage, method, handler.unary_stream), de, ser)
-        if handler.stream_unary:
-            return grpc.stream_unary_rpc_method_handler(_unary(self.outage, method, handler.stream_unary), de, ser)
-        return grpc.stream_stream_rpc_method_handler(_streaming(self.outage, method, handler.stream_stream), de, ser)
+        return rewrapped(handler, lambda behaviour, streaming: (_streaming if streaming else _unary)(
+            self.outage, method, behaviour))

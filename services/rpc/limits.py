@@ -25,6 +25,7 @@ from typing import Any
 import grpc
 
 from frenzy.rpc.auth import current_identity
+from frenzy.rpc.handlers import rewrapped
 
 # Defaults: a pool twice the stream cap leaves half the threads to unary calls and health.
 DEFAULT_WORKERS = 32
@@ -100,12 +101,9 @@ def _limited(slots: StreamSlots, behaviour: Callable[..., Iterator[Any]]) -> Cal
 
 
 def _wrap_behaviour(handler: Any, slots: StreamSlots) -> grpc.RpcMethodHandler:
-    ser, de = handler.response_serializer, handler.request_deserializer
-    if handler.unary_stream:
-        return grpc.unary_stream_rpc_method_handler(_limited(slots, handler.unary_stream), de, ser)
-    if handler.stream_stream:
-        return grpc.stream_stream_rpc_method_handler(_limited(slots, handler.stream_stream), de, ser)
-    return handler
+    if not handler.response_streaming:
+        return handler  # unary answers hold no thread for long
+    return rewrapped(handler, lambda behaviour, _streaming: _limited(slots, behaviour))
 
 
 class StreamLimit(grpc.ServerInterceptor):
