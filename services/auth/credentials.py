@@ -44,6 +44,13 @@ def credentials_path() -> Path:
     return Path(base) / "frenzy" / "credentials.json"
 
 
+def _refuse_if_shared(st: os.stat_result, what: str, path: Path) -> None:
+    """A file holding a secret that group or others may read is refused, as ssh refuses such a key."""
+    if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise CredentialsError(f"{what} can be read by other users (mode {stat.S_IMODE(st.st_mode):o}). "
+                               f"To fix: chmod 600 {path}")
+
+
 def read_credentials(path: Path | None = None) -> Credentials:
     """The file's contents; an empty ``Credentials`` when there is no file."""
     path = path or credentials_path()
@@ -53,9 +60,7 @@ def read_credentials(path: Path | None = None) -> Credentials:
         return Credentials()
     except OSError as exc:
         raise CredentialsError(f"credentials file {path}: {exc.strerror}") from exc
-    if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise CredentialsError(f"credentials file {path} can be read by other users (mode "
-                               f"{stat.S_IMODE(st.st_mode):o}). To fix: chmod 600 {path}")
+    _refuse_if_shared(st, f"credentials file {path}", path)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -94,9 +99,7 @@ def read_token_file(path: Path) -> str:
     """The token on the first line of ``path`` (FRENZY_TOKEN_FILE), a file only its owner may read."""
     try:
         st = path.stat()
-        if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-            raise CredentialsError(f"FRENZY_TOKEN_FILE={path} can be read by other users (mode "
-                                   f"{stat.S_IMODE(st.st_mode):o}). To fix: chmod 600 {path}")
+        _refuse_if_shared(st, f"FRENZY_TOKEN_FILE={path}", path)
         with path.open(encoding="utf-8") as fh:
             token = fh.readline().strip()
     except (OSError, UnicodeDecodeError) as exc:
