@@ -126,7 +126,6 @@ class SchedulerLoop:
         self._count_from = 0.0  # Redis time since which node silence counts (after an outage)
         self._last_read: float | None = None  # monotonic time of the reaper's last read
         self._verifier = Verifier()  # agents' events: signature, expiry, replay
-        self.refused_events = 0
         self.metrics = SchedulerMetrics()
         self.seen = Snapshots()
         self.metrics.registry.register(ClusterCollector(self.seen))
@@ -414,7 +413,6 @@ class SchedulerLoop:
                 refusal = self._verifier.check(obj, fresh, entry_id)
         if refusal is None:
             return event_from(obj)
-        self.refused_events += 1
         self.metrics.events.labels("refused").inc()
         log.warning("refusing event %s from node %s for job %s: %s", entry_id, str(node)[:128],
                     str(obj.get("job_id"))[:128], refusal.value)

@@ -59,7 +59,8 @@ def _deliver(loop: SchedulerLoop, client: redis.Redis, keys: Keys, event: AgentE
         handled += loop.drain_events(block_ms=50)
         if handled:
             break
-    assert handled == 1 and loop.refused_events == 0
+    refused = loop.metrics.registry.get_sample_value("frenzy_agent_events_total", {"outcome": "refused"})
+    assert handled == 1 and not refused
 
 
 def _kill(client: redis.Redis, keys: Keys, node: str) -> None:
