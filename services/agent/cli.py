@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import socket
 import stat
 import threading
@@ -28,7 +27,7 @@ from frenzy.agent.drain import drain as drain_node
 from frenzy.agent.gpus import FakeBackend, GpuBackend, GpuDiscoveryError, NvmlBackend
 from frenzy.signals import stop_on_signals
 from frenzy.state.keys import Keys
-from frenzy.state.messages import SAFE_NAME
+from frenzy.state.messages import is_safe_name
 from frenzy.state.node_keys import NodeKeyMissing
 
 
@@ -64,7 +63,7 @@ def read_join_file(path: Path) -> JoinFile:
         raise JoinFileError(f"--join-file {path}: not a join file (JSON with node, redis_url and prefix). "
                             "To fix: write it with `frenzy node join NODE`")
     node, url = data["node"], data["redis_url"]
-    if not re.fullmatch(SAFE_NAME, node) or ".." in node or not url.startswith(("redis://", "rediss://")):
+    if not is_safe_name(node) or not url.startswith(("redis://", "rediss://")):
         raise JoinFileError(f"--join-file {path}: bad node name or Redis URL. To fix: write it again with "
                             "`frenzy node join NODE`")
     return JoinFile(node=data["node"], redis_url=data["redis_url"], prefix=data["prefix"])

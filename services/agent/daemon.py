@@ -39,7 +39,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import signal
 import tempfile
 import threading
@@ -61,7 +60,6 @@ from frenzy.agent.run_as import resolve as resolve_user
 from frenzy.state import node_keys, scripts
 from frenzy.state.keys import AGENT_GROUP, Keys
 from frenzy.state.messages import (
-    SAFE_NAME,
     AgentEvent,
     BadMessage,
     CancelMessage,
@@ -69,6 +67,7 @@ from frenzy.state.messages import (
     LaunchMessage,
     command_from,
     encode,
+    is_safe_name,
     payload,
     sealed,
 )
@@ -138,7 +137,7 @@ class Agent:
         workdir_roots: list[str | os.PathLike[str]] | None = None,
         run_as: str | None = None,
     ) -> None:
-        if not re.fullmatch(SAFE_NAME, node) or ".." in node:
+        if not is_safe_name(node):
             raise ValueError(f"node name {node!r}: use letters, digits, '.', '_' and '-' (at most 128, starting "
                              "with a letter or digit, no '..'); give one with --node")
         if heartbeat_s <= 0 or ttl_s <= heartbeat_s:
@@ -311,9 +310,7 @@ class Agent:
         log.warning("node %s had been declared dead and its jobs moved; stopping %d job(s) here: %s", self.node,
                     len(jobs), ", ".join(f"{j.job_id}/{j.attempt}" for j in jobs))
         for job in jobs:
-            job.cancelled = True
-            self._signal_job(job, signal.SIGTERM)
-            threading.Thread(target=self._escalate, args=(job,), name=f"kill-{job.job_id}", daemon=True).start()
+            self._stop(job)
 
     def _read_key(self) -> None:
         """Read this node's key ring (cheap: one HMGET). A key removed while running is kept in use
@@ -602,12 +599,15 @@ class Agent:
         if job.cancelled:
             log.info("cancel for job %s attempt %d: already stopping", msg.job_id, msg.attempt)
             return
-        job.cancelled = True
         log.info("cancelling job %s attempt %d (pid %d)%s: SIGTERM, SIGKILL after %.1fs", msg.job_id,
                  msg.attempt, job.pid, f" because {msg.reason}" if msg.reason else "", self.cancel_grace_s)
+        self._stop(job)
+
+    def _stop(self, job: JobProcess) -> None:
+        """SIGTERM to the job now, SIGKILL after ``cancel_grace_s`` if it is still there."""
+        job.cancelled = True
         self._signal_job(job, signal.SIGTERM)
-        t = threading.Thread(target=self._escalate, args=(job,), name=f"kill-{job.job_id}", daemon=True)
-        t.start()
+        threading.Thread(target=self._escalate, args=(job,), name=f"kill-{job.job_id}", daemon=True).start()
 
     def _escalate(self, job: JobProcess) -> None:
         if not job.exited.wait(self.cancel_grace_s):

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import time
 from pathlib import Path
 from typing import Annotated
@@ -30,7 +29,7 @@ from frenzy.cli.output import JsonOpt, echo_json, fail
 from frenzy.devstack.redis_server import reset_agent_user
 from frenzy.state import node_keys
 from frenzy.state.keys import Keys
-from frenzy.state.messages import SAFE_NAME
+from frenzy.state.messages import is_safe_name
 from frenzy.state.node_keys import NodeKeyMissing
 from frenzy.state.signing import SWITCH_AFTER_S
 
@@ -47,7 +46,7 @@ def _client(redis_url: str) -> redis.Redis:
 
 
 def _checked(node: str) -> str:
-    if not re.fullmatch(SAFE_NAME, node) or ".." in node:
+    if not is_safe_name(node):
         fail(f"node name {render.user_text(node)!r}: use letters, digits, '.', '_' and '-' (at most 128)", 2)
     return node
 

@@ -40,7 +40,7 @@ from frenzy.cli.output import fail
 from frenzy.devstack.redis_server import unusable_default_user
 from frenzy.state import acl
 from frenzy.state.keys import Keys
-from frenzy.state.messages import SAFE_NAME
+from frenzy.state.messages import is_safe_name
 
 secrets_app = typer.Typer(help="Credentials a container stack makes for itself (compose.yaml's one-shot "
                                "services).", no_args_is_help=True)
@@ -81,7 +81,7 @@ class RoleUser:
 def role_users(prefix: str, nodes: Sequence[str], db: int = 0, selectors: bool = True) -> list[RoleUser]:
     """The operator, the scheduler, the worker and one agent per node of ``nodes``, each with
     ``frenzy.state.acl``'s rules for its role. ``selectors``: the server is Redis 7.0+."""
-    bad = [n for n in nodes if not re.fullmatch(SAFE_NAME, n) or ".." in n]
+    bad = [n for n in nodes if not is_safe_name(n)]
     if bad:
         raise ValueError(f"node name(s) {', '.join(map(repr, bad))}: use letters, digits, '.', '_' and '-' "
                          "(at most 128, starting with a letter or digit, no '..'), as `frenzy agent --node`")

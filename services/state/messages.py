@@ -35,6 +35,11 @@ SAFE_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 SAFE_NAME_RE = re.compile(SAFE_NAME)
 
 
+def is_safe_name(name: str) -> bool:
+    """Whether ``name`` may be a job id or node name: the pattern, and no ``..``."""
+    return SAFE_NAME_RE.fullmatch(name) is not None and ".." not in name
+
+
 def _no_dot_dot(name: str) -> str:
     if ".." in name:
         raise ValueError("must not contain '..'")
