@@ -24,8 +24,7 @@ import typer
 
 from frenzy.auth.credentials import write_private
 from frenzy.cli import render
-from frenzy.cli.cmd_token import PrefixOpt, RedisOpt, _redis_errors
-from frenzy.cli.output import JsonOpt, echo_json, fail
+from frenzy.cli.output import JsonOpt, PrefixOpt, RedisOpt, echo_json, fail, operator_redis, redis_errors
 from frenzy.devstack.redis_server import reset_agent_user
 from frenzy.state import node_keys
 from frenzy.state.keys import Keys
@@ -42,7 +41,7 @@ NodeArg = Annotated[str, typer.Argument(help="The node's name (its agent's --nod
 
 
 def _client(redis_url: str) -> redis.Redis:
-    return redis.Redis.from_url(redis_url, decode_responses=True, socket_timeout=10)
+    return operator_redis(redis_url)
 
 
 def _checked(node: str) -> str:
@@ -66,7 +65,7 @@ def create(nodes: Annotated[list[str], typer.Argument(help="The nodes' names (th
     """
     client = _client(redis_url)
     for node in nodes:
-        made = _redis_errors(node_keys.create)(client, Keys(prefix), _checked(node), force=force)
+        made = redis_errors(node_keys.create)(client, Keys(prefix), _checked(node), force=force)
         render.console().print(f"node {node}: " + ("new signing key made" if made else
                                                    "already has a signing key (kept; --force replaces it)"))
 
@@ -78,7 +77,7 @@ def rotate(node: NodeArg, redis_url: RedisOpt = "redis://127.0.0.1:6379/0", pref
     The agent and the scheduler pick it up within seconds, without a restart. Rotate again no
     sooner than a minute later (the previous key is then replaced)."""
     try:
-        _redis_errors(node_keys.rotate)(_client(redis_url), Keys(prefix), _checked(node))
+        redis_errors(node_keys.rotate)(_client(redis_url), Keys(prefix), _checked(node))
     except NodeKeyMissing as exc:
         fail(str(exc), 4)
     render.console().print(f"node {node}: key rotated; signers switch to it after {SWITCH_AFTER_S:.0f} s, "
@@ -92,12 +91,12 @@ def show(node: NodeArg, reveal: Annotated[bool, typer.Option(
          as_json: JsonOpt = False) -> None:
     """Whether NODE has a key and when it was made or last rotated (the key itself only with --reveal)."""
     client = _client(redis_url)
-    info = _redis_errors(node_keys.info)(client, Keys(prefix), _checked(node))
+    info = redis_errors(node_keys.info)(client, Keys(prefix), _checked(node))
     if info is None:
         fail(f"node {node} has no signing key. To fix: frenzy node key create {node}", 4)
     out: dict[str, str] = dict(info)
     if reveal:
-        ring = _redis_errors(node_keys.read)(client, Keys(prefix), node)
+        ring = redis_errors(node_keys.read)(client, Keys(prefix), node)
         if ring is not None:
             out["current"] = ring.current.hex()
             out["previous"] = ring.previous.hex() if ring.previous else ""
@@ -151,8 +150,8 @@ def join(node: NodeArg, redis_url: RedisOpt = "redis://127.0.0.1:6379/0", prefix
     if path.is_dir() or not os.access(path.parent or Path("."), os.W_OK):
         fail(f"--out {path}: cannot write a file there. To fix: give a writable file path", 2)
     try:
-        url = _redis_errors(reset_agent_user)(redis_url, prefix, node)
-        _redis_errors(node_keys.create)(_client(redis_url), Keys(prefix), node)
+        url = redis_errors(reset_agent_user)(redis_url, prefix, node)
+        redis_errors(node_keys.create)(_client(redis_url), Keys(prefix), node)
     except redis.ResponseError as exc:
         fail(f"Redis refused to make the node's user ({exc}). To fix: --redis-url must be an admin's "
              "(allowed ACL SETUSER and CLIENT KILL)", 1)

@@ -10,19 +10,16 @@ from __future__ import annotations
 import time
 from typing import Annotated
 
-import redis
 import typer
 
 from frenzy.auth.roles import Role
 from frenzy.auth.tokens import AuthError, TokenStore
 from frenzy.cli import render
-from frenzy.cli.output import JsonOpt, echo_json, fail
+from frenzy.cli.output import JsonOpt, PrefixOpt, RedisOpt, echo_json, fail, operator_redis, redis_errors
 from frenzy.state.keys import Keys
 
 token_app = typer.Typer(help="API tokens: who may call the scheduler, and as which role.", no_args_is_help=True)
 
-RedisOpt = Annotated[str, typer.Option("--redis-url", envvar="REDIS_URL", help="The cluster's Redis (with credentials).")]
-PrefixOpt = Annotated[str, typer.Option(envvar="FRENZY_PREFIX", help="Redis key prefix.")]
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
@@ -43,20 +40,7 @@ def parse_ttl(text: str) -> float:
 
 
 def _store(redis_url: str, prefix: str) -> TokenStore:
-    return TokenStore(redis.Redis.from_url(redis_url, decode_responses=True, socket_timeout=10), Keys(prefix))
-
-
-def _redis_errors(fn):  # noqa: ANN001, ANN202
-    def wrapped(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
-        try:
-            return fn(*args, **kwargs)
-        except redis.AuthenticationError:
-            fail("Redis refused the credentials in --redis-url / REDIS_URL", 1)
-        except redis.ConnectionError:
-            fail("cannot reach Redis at --redis-url / REDIS_URL. To fix: point it at the cluster's Redis", 1)
-    wrapped.__name__, wrapped.__doc__ = fn.__name__, fn.__doc__
-    wrapped.__wrapped__ = fn
-    return wrapped
+    return TokenStore(operator_redis(redis_url), Keys(prefix))
 
 
 @token_app.command("create")
@@ -79,7 +63,7 @@ def create(
     """
     try:
         parsed_role, seconds = Role.parse(role), parse_ttl(ttl)
-        token, info = _redis_errors(_store(redis_url, prefix).create)(user, parsed_role, note=note, ttl_s=seconds)
+        token, info = redis_errors(_store(redis_url, prefix).create)(user, parsed_role, note=note, ttl_s=seconds)
     except ValueError as exc:
         fail(str(exc), 2)
     if as_json:
@@ -98,7 +82,7 @@ def create(
 def list_tokens(redis_url: RedisOpt = "redis://127.0.0.1:6379/0", prefix: PrefixOpt = "frenzy",
                 as_json: JsonOpt = False) -> None:
     """Every token: id, user, role, created, expires (never the secret)."""
-    infos = _redis_errors(_store(redis_url, prefix).list)()
+    infos = redis_errors(_store(redis_url, prefix).list)()
     if as_json:
         echo_json([{"id": t.token_id, "user": t.user, "role": t.role.value, "created_at": t.created_at,
                     "expires_at": t.expires_at, "note": t.note} for t in infos])
@@ -119,7 +103,7 @@ def revoke(token_id: Annotated[str, typer.Argument(help="The token's id (from li
            redis_url: RedisOpt = "redis://127.0.0.1:6379/0", prefix: PrefixOpt = "frenzy") -> None:
     """Revoke a token; servers stop accepting it within a few seconds."""
     try:
-        found = _redis_errors(_store(redis_url, prefix).revoke)(token_id)
+        found = redis_errors(_store(redis_url, prefix).revoke)(token_id)
     except AuthError as exc:
         fail(str(exc), 2)
     if not found:

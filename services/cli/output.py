@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from typing import Annotated, NoReturn
 
 import grpc
+import redis
 import typer
 
 from frenzy.cli import render
@@ -66,3 +67,28 @@ def scheduler_call(address: str) -> Iterator[scheduler_pb2_grpc.SchedulerStub]:
             yield stub
     except grpc.RpcError as exc:
         rpc_fail(exc)
+
+
+# ---- operator commands on the cluster's Redis (frenzy token, frenzy node) -----------------------
+
+RedisOpt = Annotated[str, typer.Option("--redis-url", envvar="REDIS_URL", help="The cluster's Redis (with credentials).")]
+PrefixOpt = Annotated[str, typer.Option(envvar="FRENZY_PREFIX", help="Redis key prefix.")]
+
+
+def operator_redis(redis_url: str) -> redis.Redis:
+    """A client on the cluster's Redis for an operator command (decoded replies, a bounded wait)."""
+    return redis.Redis.from_url(redis_url, decode_responses=True, socket_timeout=10)
+
+
+def redis_errors(fn):  # noqa: ANN001, ANN202
+    """``fn`` with Redis' refusals and absence ending the command as a clear error (exit 1)."""
+    def wrapped(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        try:
+            return fn(*args, **kwargs)
+        except redis.AuthenticationError:
+            fail("Redis refused the credentials in --redis-url / REDIS_URL", 1)
+        except redis.ConnectionError:
+            fail("cannot reach Redis at --redis-url / REDIS_URL. To fix: point it at the cluster's Redis", 1)
+    wrapped.__name__, wrapped.__doc__ = fn.__name__, fn.__doc__
+    wrapped.__wrapped__ = fn
+    return wrapped
