@@ -135,6 +135,8 @@ def _candidate_grid(model: ModelSpec, recipe: TrainingRecipe, cap: int, gpus_per
                                     indexing="ij")  # fmt: skip
         t, p, d, z, r = (x.ravel() for x in (t, p, d, z, r))
         ok = (t * p * d <= cap) & ((d > 1) | (z == 0) | fsdp) & ((p == 1) | (z <= 1))
+        if recipe.min_gpus is not None:
+            ok &= t * p * d >= recipe.min_gpus
         if fsdp:
             ok &= p == 1
         blocks.append(np.stack([t[ok], p[ok], d[ok], z[ok], np.full(int(ok.sum()), m), per_replica // d[ok], r[ok]]))
@@ -240,7 +242,8 @@ def enumerate_plans(
         if grid["tp"].size == 0:
             rejected.append(
                 f"{gpu.name}: no valid layout on {pool.total_gpus} GPU(s) (global batch {recipe.global_batch}, "
-                f"zero stages {list(recipe.zero_stages)}, max_gpus {recipe.max_gpus})"
+                f"zero stages {list(recipe.zero_stages)}, max_gpus {recipe.max_gpus}"
+                + (f", min_gpus {recipe.min_gpus}" if recipe.min_gpus is not None else "") + ")"
             )
             continue
         mkey = (gkey, _memory_class(gpu))

@@ -104,6 +104,8 @@ class TrainingRecipe:
     zero_stages: tuple[int, ...] = ZERO_STAGES
     train_steps: int = 1000
     max_gpus: int | None = None
+    # At least this many GPUs (None: any): a job written for a fixed world size says so.
+    min_gpus: int | None = None
     optimizer_impl: OptimizerImpl | None = None
     loss: Loss | None = None
     loss_chunks: int = 8
@@ -152,6 +154,11 @@ class TrainingRecipe:
         check_int(self.train_steps, "recipe.train_steps", err)
         if self.max_gpus is not None:
             check_int(self.max_gpus, "recipe.max_gpus", err)
+        if self.min_gpus is not None:
+            check_int(self.min_gpus, "recipe.min_gpus", err)
+            if self.max_gpus is not None and self.min_gpus > self.max_gpus:
+                raise err("recipe.min_gpus", f"min_gpus {self.min_gpus} is above max_gpus {self.max_gpus}.",
+                          "set min_gpus <= max_gpus.")
         if self.optimizer_impl is not None:
             check_choice(self.optimizer_impl, "recipe.optimizer_impl", err, OPTIMIZER_IMPLS)
         if self.loss is not None:

@@ -145,7 +145,9 @@ def submit(
     env: Annotated[list[str] | None, typer.Option(help="KEY=VALUE for the job's environment (repeat).")] = None,
     workdir: Annotated[str, typer.Option(help="Working directory on the nodes.")] = "",
     gpu_types: Annotated[list[str] | None, typer.Option("--gpu-type", help="Only these GPU types.")] = None,
-    max_gpus: Annotated[int, typer.Option()] = 0,
+    max_gpus: Annotated[int, typer.Option(help="At most this many GPUs (0: no limit).")] = 0,
+    min_gpus: Annotated[int, typer.Option(help="At least this many GPUs (0: no minimum); with --max-gpus "
+                                          "the same, a fixed world size.")] = 0,
     idempotency_key: Annotated[str, typer.Option(help="Same key, same job (safe retries).")] = "",
     wait: Annotated[bool, typer.Option(help="Follow the job until it ends.")] = False,
     scheduler: SchedulerOpt = "",
@@ -167,7 +169,7 @@ def submit(
                             "micro_batch": micro_batch, "precision": precision, "optimizer": optimizer,
                             "train_steps": train_steps, "command": command, "env": env_map, "workdir": workdir,
                             "gpu_types": gpu_types or [], "max_gpus": max_gpus,
-                            "idempotency_key": idempotency_key}).to_proto()
+                            "min_gpus": min_gpus, "idempotency_key": idempotency_key}).to_proto()
     except JobSpecError as exc:
         msg = str(exc)
         if msg.startswith("command"):

@@ -58,6 +58,12 @@ def recipe_from_proto(recipe: types_pb2.TrainingRecipe, limits: types_pb2.JobLim
     max_gpus = limits.max_gpus if limits is not None and limits.max_gpus else None
     if limits is not None and limits.max_gpus < 0:
         raise marp.InvalidRecipeError(f"limits.max_gpus: must be >= 0 (got {limits.max_gpus})", field="limits.max_gpus")
+    min_gpus = limits.min_gpus if limits is not None and limits.min_gpus else None
+    if limits is not None and limits.min_gpus < 0:
+        raise marp.InvalidRecipeError(f"limits.min_gpus: must be >= 0 (got {limits.min_gpus})", field="limits.min_gpus")
+    if min_gpus is not None and max_gpus is not None and min_gpus > max_gpus:
+        raise marp.InvalidRecipeError(f"limits.min_gpus: {min_gpus} is above limits.max_gpus {max_gpus}. "
+                                      "To fix: set min_gpus <= max_gpus", field="limits.min_gpus")
     return marp.TrainingRecipe(
         seq_len=int(recipe.seq_len),
         global_batch=int(recipe.global_batch),
@@ -69,6 +75,7 @@ def recipe_from_proto(recipe: types_pb2.TrainingRecipe, limits: types_pb2.JobLim
         zero_stages=tuple(int(z) for z in recipe.zero_stages) or (0, 1, 2, 3),
         train_steps=int(recipe.train_steps) or 1000,
         max_gpus=max_gpus,
+        min_gpus=min_gpus,
         finetune=_FINETUNE[recipe.finetune],  # type: ignore[arg-type]
         lora_rank=int(recipe.lora_rank) or DEFAULT_LORA_RANK,
         weight_decay=float(recipe.weight_decay) if recipe.HasField("weight_decay") else None,

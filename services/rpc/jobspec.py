@@ -48,7 +48,7 @@ MAX_WEIGHT_DECAY = 1000.0  # marp.TrainingRecipe's bound
 MAX_SHORT_CHARS = 256  # idempotency key, catalog name, GPU type
 MAX_WORKDIR_CHARS = 4096  # PATH_MAX
 _INT_BOUNDS = {"seq_len": MAX_SEQ_LEN, "global_batch": MAX_BATCH, "micro_batch": MAX_BATCH,
-               "train_steps": MAX_TRAIN_STEPS, "max_gpus": MAX_GPUS, "lora_rank": MAX_LORA_RANK, "ep": MAX_GPUS}
+               "train_steps": MAX_TRAIN_STEPS, "max_gpus": MAX_GPUS, "min_gpus": MAX_GPUS, "lora_rank": MAX_LORA_RANK, "ep": MAX_GPUS}
 ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,255}")
 CATALOG_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,255}")
 
@@ -139,6 +139,7 @@ class JobEntry(BaseModel):
     env: dict[Text, Text] = Field(default_factory=dict)
     workdir: Text = Field(default="", max_length=MAX_WORKDIR_CHARS)
     max_gpus: int = Field(default=0, ge=0, le=MAX_GPUS)
+    min_gpus: int = Field(default=0, ge=0, le=MAX_GPUS, description="at least this many GPUs (0: no minimum)")
     gpu_types: list[Annotated[Text, Field(max_length=MAX_SHORT_CHARS)]] = Field(
         default_factory=list, max_length=MAX_GPU_TYPES)
     idempotency_key: Text = Field(default="", max_length=MAX_SHORT_CHARS)
@@ -167,7 +168,7 @@ class JobEntry(BaseModel):
             raise ValueError(f"a name or path of {len(v)} characters; the limit is {MAX_WORKDIR_CHARS}")
         return v
 
-    @field_validator("seq_len", "global_batch", "micro_batch", "train_steps", "max_gpus", "lora_rank", "ep",
+    @field_validator("seq_len", "global_batch", "micro_batch", "train_steps", "max_gpus", "min_gpus", "lora_rank", "ep",
                      mode="before")
     @classmethod
     def _no_float_overflow(cls, v: object, info: ValidationInfo) -> object:
@@ -241,7 +242,8 @@ class JobEntry(BaseModel):
             recipe.weight_decay = self.weight_decay
         return types_pb2.JobSpec(
             name=self.name, model=model, recipe=recipe, command=self.command, env=self.env, workdir=self.workdir,
-            limits=types_pb2.JobLimits(max_gpus=self.max_gpus, allowed_gpu_types=self.gpu_types),
+            limits=types_pb2.JobLimits(max_gpus=self.max_gpus, min_gpus=self.min_gpus,
+                                       allowed_gpu_types=self.gpu_types),
             idempotency_key=self.idempotency_key,
         )
 

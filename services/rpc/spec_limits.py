@@ -60,6 +60,11 @@ def check_model(model: types_pb2.ModelSpec, prefix: str = "model") -> None:
 def check_limits(limits: types_pb2.JobLimits, prefix: str = "limits") -> None:
     if not 0 <= limits.max_gpus <= MAX_GPUS:
         raise ValueError(f"{prefix}.max_gpus: out of range (got {limits.max_gpus}; must be 0 to {MAX_GPUS})")
+    if not 0 <= limits.min_gpus <= MAX_GPUS:
+        raise ValueError(f"{prefix}.min_gpus: out of range (got {limits.min_gpus}; must be 0 to {MAX_GPUS})")
+    if limits.min_gpus and limits.max_gpus and limits.min_gpus > limits.max_gpus:
+        raise ValueError(f"{prefix}.min_gpus: {limits.min_gpus} is above max_gpus {limits.max_gpus}. "
+                         "To fix: set min_gpus <= max_gpus")
     if len(limits.allowed_gpu_types) > MAX_GPU_TYPES:
         raise ValueError(f"{prefix}.allowed_gpu_types: {len(limits.allowed_gpu_types)} types; the limit is "
                          f"{MAX_GPU_TYPES}")

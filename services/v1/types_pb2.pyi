@@ -112,12 +112,14 @@ class TrainingRecipe(_message.Message):
     def __init__(self, seq_len: _Optional[int] = ..., global_batch: _Optional[int] = ..., micro_batch: _Optional[int] = ..., precision: _Optional[_Union[Precision, str]] = ..., optimizer: _Optional[_Union[Optimizer, str]] = ..., allow_recompute: _Optional[bool] = ..., flash_attention: _Optional[bool] = ..., train_steps: _Optional[int] = ..., zero_stages: _Optional[_Iterable[int]] = ..., finetune: _Optional[_Union[Finetune, str]] = ..., lora_rank: _Optional[int] = ..., weight_decay: _Optional[float] = ..., ep: _Optional[int] = ...) -> None: ...
 
 class JobLimits(_message.Message):
-    __slots__ = ("max_gpus", "allowed_gpu_types")
+    __slots__ = ("max_gpus", "allowed_gpu_types", "min_gpus")
     MAX_GPUS_FIELD_NUMBER: _ClassVar[int]
     ALLOWED_GPU_TYPES_FIELD_NUMBER: _ClassVar[int]
+    MIN_GPUS_FIELD_NUMBER: _ClassVar[int]
     max_gpus: int
     allowed_gpu_types: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, max_gpus: _Optional[int] = ..., allowed_gpu_types: _Optional[_Iterable[str]] = ...) -> None: ...
+    min_gpus: int
+    def __init__(self, max_gpus: _Optional[int] = ..., allowed_gpu_types: _Optional[_Iterable[str]] = ..., min_gpus: _Optional[int] = ...) -> None: ...
 
 class JobSpec(_message.Message):
     __slots__ = ("name", "model", "recipe", "command", "env", "workdir", "limits", "idempotency_key")

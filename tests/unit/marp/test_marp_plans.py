@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -195,3 +196,18 @@ def test_no_valid_layout_is_explained() -> None:
     ps = enumerate_plans(get_model("gpt2-124m"), recipe, pools=[GpuPool("A100-80GB", 1, 1)])
     assert ps.plans == []
     assert ps.rejected and ps.rejected[0].startswith("A100-80GB: no valid layout on 1 GPU(s)")
+
+
+def test_min_gpus_keeps_only_plans_at_least_that_wide() -> None:
+    # A command written for a fixed world size (min = max) gets exactly that many GPUs.
+    recipe = TrainingRecipe(seq_len=128, global_batch=8, min_gpus=4, max_gpus=4)
+    ps = enumerate_plans(get_model("gpt2-124m"), recipe, pools=[GpuPool("A100-80GB", 16, 8)], max_plans=None)
+    assert ps.plans and {p.num_gpus for p in ps.plans} == {4}
+    wide = enumerate_plans(get_model("gpt2-124m"), replace(recipe, max_gpus=None), pools=[GpuPool("A100-80GB", 16, 8)],
+                           max_plans=None)
+    assert min(p.num_gpus for p in wide.plans) >= 4 and max(p.num_gpus for p in wide.plans) > 4
+
+
+def test_min_gpus_above_max_is_refused() -> None:
+    with pytest.raises(InvalidRecipeError, match="min_gpus"):
+        TrainingRecipe(seq_len=128, global_batch=8, min_gpus=8, max_gpus=4)

@@ -97,3 +97,9 @@ def test_a_server_never_opens_a_model_path(tmp_path: Path) -> None:
     big.write_text(json.dumps({"pad": "x" * MAX_MODEL_CONFIG_BYTES}))
     with pytest.raises(JobSpecError, match="1 MiB"):
         parse_entry({**GOOD, "model": str(big)}).to_proto()
+
+
+def test_min_gpus_travels_and_is_checked() -> None:
+    spec = parse_entry({**GOOD, "min_gpus": 4, "max_gpus": 4}).to_proto(read_model_files=False)
+    assert spec.limits.min_gpus == 4 and spec.limits.max_gpus == 4
+    assert "min_gpus" in error(min_gpus=-1)
