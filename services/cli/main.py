@@ -38,6 +38,7 @@ from frenzy.cli.output import (  # noqa: F401
     rpc_fail,
     scheduler_call,
 )
+from frenzy.cli.service_opts import LogFormatOpt, MetricsAddressOpt
 from frenzy.rpc.client import DEFAULT_PREDICTOR, DEFAULT_SCHEDULER, scheduler_stub
 from frenzy.rpc.jobspec import JobSpecError, parse_entry
 from frenzy.signals import stop_on_signals
@@ -78,9 +79,10 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-def _logging(level: str) -> None:
-    logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+def _logging(level: str, fmt: str = "text") -> None:
+    from frenzy.cli.service_opts import setup_logging
+
+    setup_logging(level, fmt)
 
 
 # ---- catalogs ----------------------------------------------------------------------------------
@@ -363,24 +365,39 @@ def predictor_cmd(
     tls_cert: TlsCertOpt = None,
     tls_key: TlsKeyOpt = None,
     tls_ca: TlsCaOpt = None,
+    metrics_address: MetricsAddressOpt = "",
     log_level: Annotated[str, typer.Option()] = "INFO",
+    log_format: LogFormatOpt = "text",
 ) -> None:
     """Run the Predictor gRPC server (MARP; stateless). Keep it on a private address, or give it
     --tls-ca so only the scheduler (with a client certificate) reaches it."""
-    from frenzy.predictor.server import serve
+    from frenzy.cli.service_opts import check_metrics_address, start_metrics
+    from frenzy.predictor.server import PredictorMetrics, serve
     from frenzy.rpc.server import stop_server
     from frenzy.rpc.tls import ServerTls, TlsConfigError
 
-    _logging(log_level)
+    _logging(log_level, log_format)
+    check_metrics_address(metrics_address)
     try:
         tls = ServerTls.from_files(tls_cert, tls_key, tls_ca)
     except TlsConfigError as exc:
         fail(str(exc), 2)
     stop = _stop_event()
-    server, port, health = serve(address, tls=tls)
-    logging.getLogger("frenzy.predictor").info("predictor listening on %s (port %d)", address, port)
+    metrics = PredictorMetrics()
+    server, port, health = serve(address, tls=tls, metrics=metrics)
+    try:
+        endpoint = start_metrics(metrics.registry, metrics_address, "predictor")
+    except BaseException:
+        stop_server(server, health)
+        raise
+    log = logging.getLogger("frenzy.predictor")
+    log.info("predictor listening on %s (port %d)", address, port)
+    if endpoint is not None:
+        log.info("metrics on %s", endpoint.url)
     stop.wait()
     stop_server(server, health)
+    if endpoint is not None:
+        endpoint.stop()
 
 
 @app.command("scheduler")
@@ -428,29 +445,26 @@ def scheduler_cmd(
         envvar="FRENZY_MAX_STREAMS_PER_USER", min=1, help="Open streams one user may have.")] = 4,
     grpc_workers: Annotated[int, typer.Option(
         envvar="FRENZY_GRPC_WORKERS", min=2, help="Threads serving gRPC calls.")] = 32,
-    metrics_address: Annotated[str, typer.Option(
-        envvar="FRENZY_METRICS_ADDRESS",
-        help="Serve Prometheus metrics at http://HOST:PORT/metrics (a bare PORT: 127.0.0.1). Without "
-             "authentication: keep it on loopback or a private network. Empty: no metrics endpoint.")] = "",
+    metrics_address: MetricsAddressOpt = "",
     tls_cert: TlsCertOpt = None,
     tls_key: TlsKeyOpt = None,
     tls_ca: TlsCaOpt = None,
     log_level: Annotated[str, typer.Option()] = "INFO",
+    log_format: LogFormatOpt = "text",
 ) -> None:
     """Run the Scheduler: gRPC API, placement loop (HAS), agent-event consumer and node reaper.
 
     Its calls to the predictor use TLS when FRENZY_TLS_CA names the CA to trust (with
     FRENZY_TLS_CERT/FRENZY_TLS_KEY as its client certificate for a predictor that asks)."""
+    from frenzy.cli.service_opts import check_metrics_address
     from frenzy.rpc.limits import RateLimit, StreamCaps
     from frenzy.rpc.tls import ClientTls, ServerTls
-    from frenzy.scheduler.metrics import parse_metrics_address
     from frenzy.scheduler.service import SchedulerServer, UserQuotas, parse_port_range
 
-    _logging(log_level)
+    _logging(log_level, log_format)
+    check_metrics_address(metrics_address)
     try:
         ports = parse_port_range(master_ports)
-        if metrics_address:
-            parse_metrics_address(metrics_address)
         tls, predictor_tls = ServerTls.from_files(tls_cert, tls_key, tls_ca), ClientTls.from_env()
     except ValueError as exc:
         fail(str(exc), 2)
@@ -474,8 +488,7 @@ def scheduler_cmd(
                              metrics_address=metrics_address or None)
     logging.getLogger("frenzy.scheduler").info("scheduler listening on %s (port %d)", address, server.port)
     if server.metrics is not None:
-        logging.getLogger("frenzy.scheduler").info("metrics on http://%s:%d/metrics", server.metrics.host,
-                                                   server.metrics.port)
+        logging.getLogger("frenzy.scheduler").info("metrics on %s", server.metrics.url)
     stop.wait()
     server.stop()
 

@@ -12,27 +12,23 @@ default); ``frenzy_cluster_snapshot_age_seconds`` says how old they are.
 Scraping sends no Redis command and adds nothing to a tick but a few attribute writes.
 
 No job id or user appears in a label (a GPU's owner is 0/1): the endpoint has no
-authentication, so ``serve_metrics`` listens on loopback unless an address says otherwise.
+authentication, so ``serve_metrics`` (``frenzy.metrics_http``, shared by every service) listens on
+loopback unless an address says otherwise.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily, Metric
-from prometheus_client.exposition import start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from frenzy.metrics_http import MetricsServer, parse_metrics_address, serve_metrics  # noqa: F401 (re-exported)
 from has import ClusterView
-
-if TYPE_CHECKING:
-    from wsgiref.simple_server import WSGIServer
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +36,9 @@ log = logging.getLogger(__name__)
 ACTIVE_STATES = ("PENDING", "RESERVED", "LAUNCHING", "RUNNING")
 # Seconds; from a job placed on the next tick of an idle cluster to one that waited for GPUs.
 WAIT_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
+# Seconds from an agent's XADD to the loop handling the event: ms when the loop keeps up, seconds
+# when a tick or an outage holds the consumer back.
+LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 TICK_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 EVENT_OUTCOMES = ("handled", "refused", "malformed", "failed")
 REAP_ACTIONS = ("declared_dead", "requeued", "failed", "released", "unreserved")
@@ -66,12 +65,21 @@ class SchedulerMetrics:
                                            buckets=WAIT_BUCKETS, registry=r)
         self.events = Counter("frenzy_agent_events", "Agent events consumed, by outcome (refused: not signed "
                               "with the key of the node it names, expired or replayed).", ["outcome"], registry=r)
+        self.event_lag = Histogram("frenzy_agent_event_lag_seconds",
+                                   "From an agent event's entry in the events stream (the time in its entry id) to "
+                                   "the scheduler handling it.", buckets=LAG_BUCKETS, registry=r)
         self.reaper = Counter("frenzy_reaper_actions", "What the reaper did: nodes declared dead, jobs requeued "
                               "or failed, GPUs and ports released, reservations rolled back.", ["action"], registry=r)
         for outcome in EVENT_OUTCOMES:
             self.events.labels(outcome)
         for action in REAP_ACTIONS:
             self.reaper.labels(action)
+
+    def observe_event_lag(self, entry_id: str, now: float | None = None) -> None:
+        """Record one event's lag (``event_lag_seconds``); an id that is not a stream id is skipped."""
+        lag = event_lag_seconds(entry_id, time.time() if now is None else now)
+        if lag is not None:
+            self.event_lag.observe(lag)
 
 
 @dataclass(frozen=True)
@@ -194,49 +202,33 @@ class ClusterCollector(Collector):
         yield queue
 
 
-@dataclass
-class MetricsServer:
-    """The /metrics endpoint; ``stop()`` closes it."""
+class PredictionCacheCollector(Collector):
+    """The submit path's cache of predictor answers (``submit_pools.Predictions``): hits, misses and
+    answers kept, read from its own counters at scrape time (the hit ratio is
+    ``rate(hits) / (rate(hits) + rate(misses))``)."""
 
-    httpd: WSGIServer
-    host: str
-    port: int
+    def __init__(self, predictions: object) -> None:
+        self.predictions = predictions  # a submit_pools.Predictions (not imported: it pulls in the store)
 
-    def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
-def parse_metrics_address(text: str) -> tuple[str, int]:
-    """``"127.0.0.1:9464"``, ``"[::1]:9464"`` or a bare port (loopback) -> (host, port); ValueError naming it."""
-    host, sep, port = text.strip().rpartition(":")
-    if not sep:
-        host, port = "127.0.0.1", text.strip()
-    host = host.strip("[]") or "127.0.0.1"
-    try:
-        number = int(port)
-    except ValueError:
-        raise ValueError(f"metrics address {text!r}: expected HOST:PORT, e.g. 127.0.0.1:9464") from None
-    if not 0 <= number <= 65535:
-        raise ValueError(f"metrics address {text!r}: port must be 0-65535")
-    return host, number
+    def collect(self) -> Iterator[Metric]:
+        p = self.predictions
+        hits = CounterMetricFamily("frenzy_prediction_cache_hits", "Submissions answered from the scheduler's "
+                                   "cache of predictor answers.")
+        hits.add_metric([], float(p.hits))  # type: ignore[attr-defined]
+        misses = CounterMetricFamily("frenzy_prediction_cache_misses", "Submissions that had to ask the predictor "
+                                     "(nothing kept for the request, or kept too long).")
+        misses.add_metric([], float(p.misses))  # type: ignore[attr-defined]
+        kept = GaugeMetricFamily("frenzy_prediction_cache_entries", "Predictor answers the scheduler keeps now.")
+        kept.add_metric([], float(len(p)))  # type: ignore[arg-type]
+        yield from (hits, misses, kept)
 
 
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def serve_metrics(registry: CollectorRegistry, address: str) -> MetricsServer:
-    """Serve ``registry`` at http://``address``/metrics from a daemon thread (port 0: a free one)."""
-    host, port = parse_metrics_address(address)
-    httpd, _thread = start_http_server(port, addr=host, registry=registry)
-    bound = httpd.server_port
-    if not _loopback(host):
-        log.warning("metrics served on %s:%d without authentication: anyone who reaches it sees node names and "
-                    "cluster state (no job ids or users)", host, bound)
-    return MetricsServer(httpd, host, bound)
+def event_lag_seconds(entry_id: str, now: float) -> float | None:
+    """Seconds from an agent event's entry in the events stream to ``now`` (``time.time()``): a
+    stream entry id is ``<milliseconds since the epoch>-<sequence>`` as Redis stamped it on XADD
+    (https://redis.io/docs/latest/develop/data-types/streams/#entry-ids). None for an id that is
+    not one; never below 0 (the hosts' clocks may differ a little)."""
+    ms, _, _seq = entry_id.partition("-")
+    if not ms.isdigit():
+        return None
+    return max(0.0, now - int(ms) / 1000.0)

@@ -57,7 +57,7 @@ from frenzy.rpc.server import stop_server as stop_grpc
 from frenzy.rpc.spec_limits import check_spec
 from frenzy.rpc.tls import ClientTls, ServerTls, open_channel
 from frenzy.scheduler.loop import SchedulerLoop
-from frenzy.scheduler.metrics import MetricsServer, serve_metrics
+from frenzy.scheduler.metrics import MetricsServer, PredictionCacheCollector, serve_metrics
 from frenzy.scheduler.submit_pools import DEFAULT_POOLS_MAX_AGE_S, ClusterPools, Predictions
 from frenzy.state.job_states import JobState
 from frenzy.state.keys import Keys
@@ -501,10 +501,11 @@ class SchedulerServer:
         self.server, self.port, self.health = start_server(
             [lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(servicer, s)], [SERVICE_NAME], address,
             interceptors=[TokenAuth(self.tokens)], max_workers=max_workers, stream_caps=stream_caps, tls=tls)
+        self.loop.metrics.registry.register(PredictionCacheCollector(servicer.predictions))
         self.metrics: MetricsServer | None = None
         if metrics_address:
             try:
-                self.metrics = serve_metrics(self.loop.metrics.registry, metrics_address)
+                self.metrics = serve_metrics(self.loop.metrics.registry, metrics_address, "scheduler")
             except BaseException:
                 stop_grpc(self.server, self.health)
                 raise
