@@ -138,6 +138,12 @@ class SchedulerLoop:
         self.seen.queue_length = len(queue)
         if not queue:
             return TickReport([], [], 0)
+        if self.store.hold is not None:
+            if now - self._last_explained >= self.explain_every_s:
+                self._last_explained = now
+                self.store.set_pending_reasons({q.job_id: f"the queue is held: {self.store.hold}. "
+                                                          "To release: frenzy queue release" for q in queue})
+            return TickReport([], [], len(queue))
         cluster = self.store.cluster()
         self.seen.view = (time.time(), cluster)
         # Pending reasons cost several times the decision itself (docs/simulator.md), and

@@ -23,6 +23,8 @@ the whole truth about what is in Redis.
     {p}:job:{job}:history        list   JSON state transitions, oldest first
     {p}:jobs                     zset   every job id, scored by submit time
     {p}:queue                    zset   PENDING job ids, scored by submit sequence (FIFO order)
+    {p}:queue:hold               string set while an operator holds the queue (`frenzy queue hold`): its text is
+                                        the reason; jobs are accepted and wait, none is placed until it is deleted
     {p}:idem:{key}               string idempotency key -> job id (submission dedup)
     {p}:seq                      string monotonically increasing submit sequence / fencing token
     {p}:launch:{node}            stream launch and cancel commands for one node's agent
@@ -86,6 +88,9 @@ class Keys:
 
     def queue(self) -> str:
         return f"{self.prefix}:queue"
+
+    def queue_hold(self) -> str:
+        return f"{self.prefix}:queue:hold"
 
     def idempotency(self, key: str) -> str:
         return f"{self.prefix}:idem:{key}"

@@ -183,6 +183,7 @@ class StateStore:
         self.full_read_s = full_read_s
         self._last_full_read = -math.inf
         self._unreadable: set[str] = set()  # jobs whose stored plans did not parse (logged once)
+        self.hold: str | None = None  # as the last ``queue()`` read it: why an operator holds the queue
         # Nodes' signing keys, re-read every few seconds: sealing a message costs no round trip.
         self.node_keys = signing.KeyCache(lambda nodes: node_keys.read_many(self.r, self.k, nodes), time.monotonic)
 
@@ -279,7 +280,11 @@ class StateStore:
         jobs not seen before, or whose attempt changed (a requeue may bring new plans). The same
         ``QueuedJob`` object is handed out while a job waits, so HAS's per-job caches hold.
         """
-        entries = self.r.zrange(self.k.queue(), 0, -1, withscores=True)
+        pipe = self.r.pipeline(transaction=False)
+        pipe.zrange(self.k.queue(), 0, -1, withscores=True)
+        pipe.get(self.k.queue_hold())
+        entries, hold = pipe.execute()
+        self.hold = hold  # the operator's reason while the queue is held, else None
         heads = self._read_hashes(keys=[self.k.job(job_id) for job_id, _ in entries],
                                   args=("attempt", "submitted_at", "state")) if entries else []
         pending: list[tuple[str, tuple[str, str, int]]] = []
@@ -311,6 +316,10 @@ class StateStore:
             keep = {job_id for job_id, _ in pending}
             self._queued = {j: v for j, v in cached.items() if j in keep}
         return out
+
+    def queue_hold(self) -> str | None:
+        """Why the queue is held now, or None."""
+        return self.r.get(self.k.queue_hold())
 
     def set_pending_reasons(self, reasons: dict[str, str]) -> None:
         if not reasons:
