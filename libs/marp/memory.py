@@ -43,7 +43,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from marp.activations import layer_coefficients
-from marp.errors import InvalidLayoutError, InvalidRecipeError
+from marp.errors import InvalidLayoutError, InvalidRecipeError, MarpError
 from marp.gpus import GiB, GpuType, get_gpu
 from marp.memory_terms import FIELDS, PHASES, STAGES, memory_for_grid
 from marp.models import ModelSpec
@@ -179,21 +179,41 @@ def memory_grid(
     vpp: ArrayLike = 1,
     ep: ArrayLike = 1,
     shard: ArrayLike | None = None,
+    stage_layers: ArrayLike = 0,
+    chunk_layers: ArrayLike = 0,
     stage: str = "max",
 ) -> dict[str, NDArray[np.int64]]:
     """Memory terms (int64 arrays: every FIELDS entry, "total", "peak_allocated", "reserved",
     "phase" as an index into PHASES, "stage" 0 first / 1 last) for a grid of layouts.
 
     Layout arguments broadcast against each other; ``recompute`` (codes of RECOMPUTE_CODE)
-    overrides the boolean ``recompute_full``. Each layout must be a valid ``Layout`` (LayoutGrid
+    overrides the boolean ``recompute_full``; ``stage_layers`` / ``chunk_layers`` carry an uneven
+    pipeline split's maxima (``marp.recipe.split_maxima``; 0: even). Each layout must be a valid ``Layout`` (LayoutGrid
     checks); its fit with the model and the recipe is the caller's (predict_memory validates,
     enumerate_plans only generates valid layouts).
     """
     rc = (np.asarray(recompute, dtype=np.int64) if recompute is not None
           else np.where(np.asarray(recompute_full, dtype=bool), RECOMPUTE_CODE["full"], 0))  # fmt: skip
     grid = LayoutGrid.broadcast(tp, pp, dp, zero_stage, micro_batch, grad_accum, rc, sp=sp, cp=cp, vpp=vpp, ep=ep,
-                                shard=shard)  # fmt: skip
+                                shard=shard, stage_layers=stage_layers, chunk_layers=chunk_layers)  # fmt: skip
     return memory_for_grid(model, recipe, grid, gpu, stage)
+
+
+def check_split_covers(model: ModelSpec, split: tuple[int, ...], field: str,
+                       err: type[MarpError] = InvalidLayoutError) -> None:  # fmt: skip
+    """A pipeline split must place every transformer layer of the model exactly once."""
+    if sum(split) != model.n_layers:
+        raise err(field, f"the split {','.join(map(str, split))} places {sum(split)} layers; "
+                                 f"{model.name} has {model.n_layers}.", "give layer counts that sum to the model's layers.")
+
+
+def check_pp_split(model: ModelSpec, recipe: TrainingRecipe, layout: Layout) -> None:
+    """The layout's split covers the model and is the recipe's, when the recipe fixes one."""
+    if recipe.pp_layers is not None and layout.pp_layers != recipe.pp_layers:
+        raise InvalidLayoutError("layout.pp_layers", f"the recipe fixes the pipeline split {list(recipe.pp_layers)}, "
+                                 f"the layout has {layout.pp_layers}.", "give the layout the recipe's split.")
+    if layout.pp_layers is not None:
+        check_split_covers(model, layout.pp_layers, "layout.pp_layers")
 
 
 def validate_layout(model: ModelSpec, recipe: TrainingRecipe, layout: Layout) -> None:
@@ -209,10 +229,11 @@ def validate_layout(model: ModelSpec, recipe: TrainingRecipe, layout: Layout) ->
         raise InvalidLayoutError(
             "layout.pp", f"pp {layout.pp} exceeds the model's {model.n_layers} layers.", "use pp <= n_layers."
         )
-    if layout.vpp > 1 and model.n_layers % (layout.pp * layout.vpp):
+    check_pp_split(model, recipe, layout)
+    if layout.vpp > 1 and layout.pp_layers is None and model.n_layers % (layout.pp * layout.vpp):
         raise InvalidLayoutError(
-            "layout.vpp", f"pp {layout.pp} x vpp {layout.vpp} must divide the model's {model.n_layers} layers.",
-            "interleaved 1F1B gives every virtual stage the same number of layers.",
+            "layout.vpp", f"pp {layout.pp} x vpp {layout.vpp} must divide the model's {model.n_layers} layers "
+            "for an even split.", "give the layers of each virtual stage (--pp-layers), or a pp x vpp that divides them.",
         )
     if layout.vpp > 1 and layout.grad_accum % layout.pp:
         raise InvalidLayoutError(
@@ -277,7 +298,7 @@ def describe(breakdown: MemoryBreakdown) -> dict[str, Any]:
 __all__ = [
     "CONTEXT_BYTES", "CONTEXT_BYTES_DEFAULT", "ELEMENT_BYTES", "FIELDS", "FRAGMENTATION", "HOPPER",
     "NCCL_BYTES", "PHASES", "RECOMPUTE_CODE", "STAGES", "TE_STREAMS", "MemoryBreakdown", "breakdown_at",
-    "check_seq_len", "layer_activation_bytes", "layer_activation_parts", "memory_for_grid", "memory_grid",
+    "check_pp_split", "check_seq_len", "check_split_covers", "layer_activation_bytes", "layer_activation_parts", "memory_for_grid", "memory_grid",
     "model_state_bytes", "predict_memory", "runtime_reserve_bytes", "stage_param_counts",
     "state_bytes_per_param", "validate_layout",
 ]  # fmt: skip

@@ -31,6 +31,7 @@ from marp.sizes import (
     lora_params,
     loss_bytes_per_logit,
     runtime_reserve_bytes,
+    stage_layer_count,
     stage_param_counts,
     state_bytes_per_param,
 )
@@ -87,8 +88,11 @@ def _job(model: ModelSpec, recipe: TrainingRecipe, grid: LayoutGrid, gpu: GpuTyp
                               kv_repeat=recipe.resolved_kv_repeat)  # fmt: skip
     s = recipe.seq_len
     pb, gb, ob = state_bytes_per_param(policy, recipe.optimizer)
-    first_params, last_params, layer_local, vocab_local = stage_param_counts(model, grid.tp, grid.pp)
-    layers_stage = ceil_div(np.full_like(grid.pp, model.n_layers), grid.pp)
+    first_params, last_params, layer_local, vocab_local = stage_param_counts(model, grid.tp, grid.pp,
+                                                                             grid.stage_layers)  # fmt: skip
+    layers_stage = stage_layer_count(model.n_layers, grid.pp, grid.stage_layers)
+    # One forward / backward pass of a model chunk: an uneven split's fullest virtual stage.
+    chunk_layers = np.where(grid.chunk_layers > 0, grid.chunk_layers, layers_stage / grid.vpp)
     # Experts are divided over the expert-parallel group (Lepikhin et al. 2021, GShard sec. 2).
     expert_all = np.where(model.experts > 0,
                           layers_stage * ceil_div(np.full_like(grid.tp, model.expert_params()), grid.tp), 0)  # fmt: skip
@@ -97,7 +101,7 @@ def _job(model: ModelSpec, recipe: TrainingRecipe, grid: LayoutGrid, gpu: GpuTyp
         model=model, recipe=recipe, grid=grid, gpu=gpu, coef=coef, e=element_bytes(policy), pb=pb, gb=gb, ob=ob,
         first_params=first_params, last_params=last_params, layer_local=layer_local, vocab_local=vocab_local,
         layers_stage=layers_stage, expert_all=expert_all, expert_local=expert_local, tokens=grid.micro_batch * s / grid.cp,
-        keys=s / grid.cp, sp_div=np.where(grid.sp > 0, grid.tp, 1), chunk_layers=layers_stage / grid.vpp,
+        keys=s / grid.cp, sp_div=np.where(grid.sp > 0, grid.tp, 1), chunk_layers=chunk_layers,
     )  # fmt: skip
 
 
@@ -155,7 +159,7 @@ def _stage(job: _Job, last: bool) -> _Stage:
     g = job.grid
     single = g.pp == 1
     rank = g.pp - 1 if last else np.zeros_like(g.pp)
-    units, mbs = in_flight(job.model.n_layers, g.pp, g.vpp, g.grad_accum, rank)
+    units, mbs = in_flight(job.model.n_layers, g.pp, g.vpp, g.grad_accum, rank, g.stage_layers, g.chunk_layers)
     return _Stage(
         is_first=single if last else np.ones_like(single), is_last=np.ones_like(single) if last else single,
         n_params=job.last_params if last else job.first_params, units=units, mbs=mbs,

@@ -20,10 +20,10 @@ from numpy.typing import NDArray
 from marp._check import check_int
 from marp.errors import InvalidRecipeError, MarpError
 from marp.gpus import GiB, GpuType, get_gpu, list_gpus
-from marp.memory import MemoryBreakdown, breakdown_at, check_seq_len, memory_grid
+from marp.memory import MemoryBreakdown, breakdown_at, check_seq_len, check_split_covers, memory_grid
 from marp.models import ModelSpec
 from marp.perf import DEFAULT_INTER_NODE_GBPS, StepShape
-from marp.recipe import Layout, TrainingRecipe
+from marp.recipe import Layout, TrainingRecipe, split_maxima
 from marp.sizes import CONTEXT_BYTES, CONTEXT_BYTES_DEFAULT, HOPPER
 
 DEFAULT_GPUS_PER_NODE = 8
@@ -115,7 +115,7 @@ def _candidate_grid(model: ModelSpec, recipe: TrainingRecipe, cap: int, gpus_per
     """
     tps = [t for t in (1, 2, 4, 8, 16, 32, 64) if t <= min(gpus_per_node, cap)
            and model.heads % t == 0 and model.kv_heads % t == 0]  # fmt: skip
-    pps = [p for p in _divisors(model.n_layers, 16)]
+    pps = _divisors(model.n_layers, 16) if recipe.pp_layers is None else _split_pps(recipe.pp_layers)
     if recipe.micro_batch is not None:
         mbs = [recipe.micro_batch]
     else:
@@ -141,7 +141,32 @@ def _candidate_grid(model: ModelSpec, recipe: TrainingRecipe, cap: int, gpus_per
             ok &= p == 1
         blocks.append(np.stack([t[ok], p[ok], d[ok], z[ok], np.full(int(ok.sum()), m), per_replica // d[ok], r[ok]]))
     arr = np.concatenate(blocks, axis=1) if blocks else np.zeros((7, 0), dtype=np.int64)
-    return {"tp": arr[0], "pp": arr[1], "dp": arr[2], "zero": arr[3], "mb": arr[4], "ga": arr[5], "rc": arr[6]}
+    grid = {"tp": arr[0], "pp": arr[1], "dp": arr[2], "zero": arr[3], "mb": arr[4], "ga": arr[5], "rc": arr[6]}
+    return _with_split(grid, recipe.pp_layers)
+
+
+def _split_pps(split: tuple[int, ...]) -> list[int]:
+    """Pipeline degrees a fixed split of len(split) (virtual) stages can run on: pp x vpp = len,
+    interleaving (vpp > 1) only with pp > 1."""
+    n = len(split)
+    return [p for p in _divisors(n, n) if p > 1 or n == 1]
+
+
+def _with_split(grid: dict[str, NDArray[np.int64]], split: tuple[int, ...] | None) -> dict[str, NDArray[np.int64]]:
+    """The grid with each layout's vpp and its split's maxima (``stage``, ``chunk``; 0: even split).
+    A fixed split sets vpp = len(split) / pp and keeps only the interleaved layouts whose micro-
+    batch count is a multiple of pp (Megatron's interleaved schedule needs it)."""
+    if split is None:
+        zeros = np.zeros_like(grid["pp"])
+        return {**grid, "vpp": np.ones_like(grid["pp"]), "stage": zeros, "chunk": zeros}
+    pp = grid["pp"]
+    vpp = len(split) // np.maximum(pp, 1)
+    maxima = {p: split_maxima(split, p) for p in np.unique(pp).tolist()}
+    stage = np.array([maxima[p][0] for p in pp.tolist()], dtype=np.int64)
+    keep = (vpp == 1) | (grid["ga"] % pp == 0)
+    out = {k: v[keep] for k, v in grid.items()}
+    out.update(vpp=vpp[keep], stage=stage[keep], chunk=np.full(int(keep.sum()), max(split), dtype=np.int64))
+    return out
 
 
 def _lex_argmin(keys: tuple[NDArray, ...], idx: NDArray[np.int64]) -> int | None:
@@ -157,17 +182,20 @@ def _lex_argmin(keys: tuple[NDArray, ...], idx: NDArray[np.int64]) -> int | None
     return int(idx[0])
 
 
-def _layout_at(grid: dict[str, NDArray[np.int64]], i: int, megatron: bool, ep: int = 1) -> Layout:
+def _layout_at(grid: dict[str, NDArray[np.int64]], i: int, megatron: bool, ep: int = 1,
+               split: tuple[int, ...] | None = None) -> Layout:  # fmt: skip
     tp = int(grid["tp"][i])
     return Layout(
         tp=tp, pp=int(grid["pp"][i]), dp=int(grid["dp"][i]), zero_stage=int(grid["zero"][i]),
         micro_batch=int(grid["mb"][i]), grad_accum=int(grid["ga"][i]),
         recompute=_RC_NAMES[int(grid["rc"][i])], sp=megatron and tp > 1, ep=ep,  # type: ignore[arg-type]
+        vpp=int(grid["vpp"][i]), pp_layers=split,
     )  # fmt: skip
 
 
 def _describe(lay: Layout) -> str:
-    return (f"tp={lay.tp} pp={lay.pp} dp={lay.dp} zero {lay.zero_stage} micro_batch {lay.micro_batch} "
+    vpp = f" vpp={lay.vpp}" if lay.vpp > 1 else ""
+    return (f"tp={lay.tp} pp={lay.pp}{vpp} dp={lay.dp} zero {lay.zero_stage} micro_batch {lay.micro_batch} "
             f"recompute {lay.recompute}")  # fmt: skip
 
 
@@ -218,6 +246,15 @@ def enumerate_plans(
             f"({model.name} has {model.experts or 'no'} experts).",
             "use ep 1, or a divisor of the expert count.",
         )
+    split = recipe.pp_layers
+    if split is not None:
+        check_split_covers(model, split, "recipe.pp_layers", InvalidRecipeError)
+        if recipe.policy == "fsdp-bf16":
+            # FSDP2 under PP keeps parameters gathered from a micro-batch's forward to its backward
+            # (torchtitan: reshard_after_forward=False), which the memory model does not charge yet.
+            raise InvalidRecipeError("recipe.pp_layers", "the planner does not pipeline fsdp-bf16 jobs (FSDP "
+                                     "under pipeline parallelism is not modelled yet).",
+                                     "predict the layout in single-layout mode, or use a master-* policy.")
     if pools is None:
         pools = [GpuPool(g.name, DEFAULT_MAX_GPUS, DEFAULT_GPUS_PER_NODE) for g in list_gpus()]
     megatron = recipe.megatron_style
@@ -250,7 +287,8 @@ def enumerate_plans(
         if mkey not in mems:
             sp = (grid["tp"] > 1) & megatron
             mems[mkey] = memory_grid(model, recipe, grid["tp"], grid["pp"], grid["dp"], grid["zero"], grid["mb"],
-                                     grid["ga"], False, gpu, recompute=grid["rc"], sp=sp, ep=recipe.ep)  # fmt: skip
+                                     grid["ga"], False, gpu, recompute=grid["rc"], sp=sp, ep=recipe.ep,
+                                     vpp=grid["vpp"], stage_layers=grid["stage"], chunk_layers=grid["chunk"])  # fmt: skip
         mem = mems[mkey]
         usable = gpu.memory_bytes * (1.0 - safety_margin)
         fit_mask = mem["total"] <= usable
@@ -258,7 +296,7 @@ def enumerate_plans(
             i = int(np.argmin(mem["total"]))
             rejected.append(
                 f"{gpu.name}: needs at least {_gib(mem['total'][i])} per GPU "
-                f"({_describe(_layout_at(grid, i, megatron, recipe.ep))}) > {_gib(usable)} usable "
+                f"({_describe(_layout_at(grid, i, megatron, recipe.ep, split))}) > {_gib(usable)} usable "
                 f"({_gib(gpu.memory_bytes)} x {1.0 - safety_margin:.2f})"
             )
             continue
@@ -286,10 +324,10 @@ def enumerate_plans(
         best_unfit = _lex_argmin(keys, np.flatnonzero(~fit_mask))
         unfit_key = tuple(float(k[best_unfit]) for k in reversed(keys)) if best_unfit is not None else None
         for j in fit_order[first].tolist():
-            layout = _layout_at(grid, j, megatron, recipe.ep)
+            layout = _layout_at(grid, j, megatron, recipe.ep, split)
             why = f"{_gib(headroom[j])} headroom"
             if unfit_key is not None and unfit_key < tuple(float(k[j]) for k in reversed(keys)):
-                why += (f"; better-ranked {_describe(_layout_at(grid, best_unfit, megatron, recipe.ep))} on "
+                why += (f"; better-ranked {_describe(_layout_at(grid, best_unfit, megatron, recipe.ep, split))} on "
                         f"{int(n_gpus[best_unfit])} GPUs rejected: needs {_gib(mem['total'][best_unfit])} "
                         f"> {_gib(usable)} usable")  # fmt: skip
             plan = Plan(

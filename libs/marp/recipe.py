@@ -17,7 +17,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from marp._check import check_bool, check_choice, check_int, check_number
-from marp.errors import InvalidLayoutError, InvalidRecipeError
+from marp.errors import InvalidLayoutError, InvalidRecipeError, MarpError
 
 Precision = Literal[
     "fp32", "fp16", "bf16", "amp-fp16", "amp-bf16", "master-fp16", "master-bf16", "pure-bf16", "fsdp-bf16",
@@ -45,9 +45,34 @@ FINETUNES: tuple[str, ...] = ("full", "lora", "qlora")
 GRAD_BUFFERS: tuple[str, ...] = ("persistent", "transient")
 LORA_TARGETS: tuple[str, ...] = ("q", "k", "v", "o", "gate", "up", "down")
 ZERO_STAGES: tuple[int, ...] = (0, 1, 2, 3)
+MAX_PIPELINE_STAGES = 1024  # virtual stages of a split; far past any real pp x vpp
 # The optimizers' own defaults (torch.optim.AdamW 1e-2; Adam and SGD 0; bitsandbytes Adam8bit 0):
 # what a training script that does not set weight decay runs with.
 DEFAULT_WEIGHT_DECAY: dict[str, float] = {"adamw": 0.01}
+
+
+def check_pp_layers(split: Any, field: str, err: type[MarpError]) -> tuple[int, ...]:
+    """A pipeline split as a tuple: layers per (virtual) stage, each >= 0, at least one layer in all.
+
+    A stage may hold no transformer layer (only the embedding or the head, as Megatron's
+    --decoder-first-pipeline-num-layers 0 allows); whether the split covers the model's layers
+    and matches pp x vpp is checked against the model and the layout.
+    """
+    if isinstance(split, list):
+        split = tuple(split)
+    if (not isinstance(split, tuple) or not split or len(split) > MAX_PIPELINE_STAGES
+            or any(isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 0 for n in split)
+            or sum(split) < 1):  # fmt: skip
+        raise err(field, f"must be 1 to {MAX_PIPELINE_STAGES} non-negative layer counts with at least one "
+                         f"layer in all, got {split!r}.", "give the layers of each pipeline stage, e.g. 2,4,4,2.")
+    return tuple(int(n) for n in split)
+
+
+def split_maxima(split: tuple[int, ...], pp: int) -> tuple[int, int]:
+    """(the most layers one pipeline rank holds, the most one virtual stage holds) of a split over
+    ``pp`` ranks: rank r runs virtual stages r, r + pp, r + 2 pp, ... (Megatron's interleaved
+    schedule gives model chunk c of rank r the virtual stage c x pp + r)."""
+    return max(sum(split[r::pp]) for r in range(pp)), max(split)
 
 
 def canonical_precision(precision: str) -> str:
@@ -91,7 +116,10 @@ class TrainingRecipe:
     None is the optimizer's own default (AdamW 0.01, the others 0); it decides whether torch's
     SGD allocates a gradient-sized temporary in its step (``marp.memory_terms``). ``ep`` is the
     expert-parallel degree the job runs with (a mixture-of-experts model): the planner keeps it
-    fixed and considers only layouts whose dp it divides.
+    fixed and considers only layouts whose dp it divides. ``pp_layers`` fixes the pipeline split
+    the job's script uses: the layers of each (virtual) pipeline stage, in order (Megatron's
+    --decoder-first/last-pipeline-num-layers, torchtitan's per-stage module lists); the planner
+    considers only the pp x vpp factorisations of its length.
     """
 
     seq_len: int
@@ -119,6 +147,7 @@ class TrainingRecipe:
     kv_repeat: bool | None = None
     weight_decay: float | None = None
     ep: int = 1
+    pp_layers: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         err = InvalidRecipeError
@@ -186,6 +215,8 @@ class TrainingRecipe:
         if self.weight_decay is not None:
             check_number(self.weight_decay, "recipe.weight_decay", err, 0.0, 1e3)
         check_int(self.ep, "recipe.ep", err, fix="use 1, or an expert-parallel degree that divides the experts.")
+        if self.pp_layers is not None:
+            object.__setattr__(self, "pp_layers", check_pp_layers(self.pp_layers, "recipe.pp_layers", err))
         if self.policy == "fsdp-bf16" and self.finetune == "qlora":
             raise err("recipe.finetune", "qlora keeps a 4-bit frozen base; it cannot use the fsdp-bf16 policy.",
                       "use precision pure-bf16 or amp-bf16 with qlora.")  # fmt: skip
@@ -253,6 +284,7 @@ class TrainingRecipe:
             "lora_rank": self.lora_rank, "lora_targets": list(self.lora_targets),
             "offload_optimizer": self.offload_optimizer, "kv_repeat": self.resolved_kv_repeat,
             "weight_decay": self.resolved_weight_decay, "ep": self.ep,
+            "pp_layers": None if self.pp_layers is None else list(self.pp_layers),
         }  # fmt: skip
 
 
@@ -272,7 +304,10 @@ class Layout:
     selective activation checkpointing), "full" checkpoints every layer (Chen et al. 2016).
     ``sp`` is Megatron sequence parallelism, ``cp`` context parallelism (sequence split over cp
     ranks), ``vpp`` the interleaved-1F1B model chunks per pipeline rank, ``ep`` the expert-parallel
-    degree of a mixture-of-experts model (ep divides dp).
+    degree of a mixture-of-experts model (ep divides dp). ``pp_layers`` (None: an even split, every
+    stage charged the rounded-up share) gives the layers of each of the pp x vpp (virtual) stages,
+    uneven splits included; the memory model charges every rank the fullest rank's layers, and one
+    chunk's pass the fullest virtual stage's (an upper bound for the other ranks).
     """
 
     tp: int
@@ -287,6 +322,7 @@ class Layout:
     vpp: int = 1
     ep: int = 1
     shard_degree: int | None = None
+    pp_layers: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         err = InvalidLayoutError
@@ -305,6 +341,11 @@ class Layout:
             check_int(self.shard_degree, "layout.shard_degree", err)
             if self.dp % self.shard_degree:
                 raise err("layout.shard_degree", f"shard degree {self.shard_degree} must divide dp {self.dp}.")
+        if self.pp_layers is not None:
+            object.__setattr__(self, "pp_layers", check_pp_layers(self.pp_layers, "layout.pp_layers", err))
+            if len(self.pp_layers) != self.pp * self.vpp:
+                raise err("layout.pp_layers", f"{len(self.pp_layers)} stages given, but pp {self.pp} x vpp {self.vpp} "
+                          f"= {self.pp * self.vpp} (virtual) stages.", "give one layer count per (virtual) stage.")
 
     @property
     def shard(self) -> int:
@@ -325,6 +366,7 @@ class Layout:
             "micro_batch": self.micro_batch, "grad_accum": self.grad_accum,
             "recompute": self.recompute, "num_gpus": self.num_gpus, "sp": self.sp, "cp": self.cp,
             "vpp": self.vpp, "ep": self.ep, "shard_degree": self.shard,
+            "pp_layers": None if self.pp_layers is None else list(self.pp_layers),
         }  # fmt: skip
 
 
@@ -338,6 +380,9 @@ class LayoutGrid:
     Layout's: a vectorised screen finds the first layout that breaks one, and building that
     Layout raises the error a single layout would. Relations with the model and the recipe
     (heads, layers, global batch) are the caller's (``marp.memory.validate_layout``).
+    A pipeline split travels as its maxima (``split_maxima``): ``stage_layers``, the most layers a
+    pipeline rank holds, and ``chunk_layers``, the most a virtual stage holds; 0 means an even
+    split. ``layout_at`` gives such an element's layout without the split (its maxima only).
     """
 
     tp: NDArray[np.int64]
@@ -352,6 +397,8 @@ class LayoutGrid:
     vpp: NDArray[np.int64]
     ep: NDArray[np.int64]
     shard: NDArray[np.int64]
+    stage_layers: NDArray[np.int64]
+    chunk_layers: NDArray[np.int64]
 
     def __post_init__(self) -> None:
         shapes = {getattr(self, f.name).shape for f in fields(self)}
@@ -372,32 +419,36 @@ class LayoutGrid:
             bad |= positive < 1
         bad |= (self.vpp > 1) & (self.pp == 1)
         bad |= (self.dp % np.maximum(self.ep, 1) != 0) | (self.dp % np.maximum(self.shard, 1) != 0)
+        bad |= (self.stage_layers < 0) | (self.chunk_layers < 0) | (self.chunk_layers > self.stage_layers)
         return bad
 
     @classmethod
     def broadcast(
         cls, tp: ArrayLike, pp: ArrayLike, dp: ArrayLike, zero_stage: ArrayLike, micro_batch: ArrayLike,
         grad_accum: ArrayLike, recompute: ArrayLike, sp: ArrayLike = False, cp: ArrayLike = 1,
-        vpp: ArrayLike = 1, ep: ArrayLike = 1, shard: ArrayLike | None = None,
+        vpp: ArrayLike = 1, ep: ArrayLike = 1, shard: ArrayLike | None = None, stage_layers: ArrayLike = 0,
+        chunk_layers: ArrayLike = 0,
     ) -> LayoutGrid:
         """A grid from anything numpy broadcasts; ``shard`` None shards over all of dp."""
         given = (tp, pp, dp, zero_stage, micro_batch, grad_accum, recompute, np.asarray(sp, dtype=np.int64),
-                 cp, vpp, ep, dp if shard is None else shard)  # fmt: skip
+                 cp, vpp, ep, dp if shard is None else shard, stage_layers, chunk_layers)  # fmt: skip
         return cls(*np.broadcast_arrays(*(np.asarray(x, dtype=np.int64) for x in given)))
 
     @classmethod
     def of(cls, layout: Layout) -> LayoutGrid:
         """A one-element grid of ``layout``."""
+        stage, chunk = (0, 0) if layout.pp_layers is None else split_maxima(layout.pp_layers, layout.pp)
         return cls.broadcast(
             [layout.tp], [layout.pp], [layout.dp], [layout.zero_stage], [layout.micro_batch],
             [layout.grad_accum], [RECOMPUTE.index(layout.recompute)], sp=[layout.sp], cp=[layout.cp],
-            vpp=[layout.vpp], ep=[layout.ep], shard=[layout.shard],
+            vpp=[layout.vpp], ep=[layout.ep], shard=[layout.shard], stage_layers=[stage], chunk_layers=[chunk],
         )  # fmt: skip
 
     def layout_at(self, index: int) -> Layout:
         """The Layout of one element (validated: raises InvalidLayoutError when it is not one)."""
         at = {f.name: int(np.ravel(getattr(self, f.name))[index]) for f in fields(self)}
         code, sp, shard = at.pop("recompute"), at.pop("sp"), at.pop("shard")
+        at.pop("stage_layers"), at.pop("chunk_layers")
         recompute = RECOMPUTE[code] if 0 <= code < len(RECOMPUTE) else str(code)
         return Layout(**at, recompute=recompute, sp=bool(sp) if sp in (0, 1) else sp,  # type: ignore[arg-type]
                       shard_degree=shard)  # fmt: skip
@@ -410,5 +461,5 @@ class LayoutGrid:
 __all__ = [
     "DEFAULT_WEIGHT_DECAY", "FINETUNES", "GRAD_BUFFERS", "KERNELS", "LORA_TARGETS", "LOSSES", "OPTIMIZERS", "OPTIMIZER_IMPLS", "PRECISIONS",
     "PRECISION_ALIASES", "RECOMPUTE", "ZERO_STAGES", "Layout", "LayoutGrid", "TrainingRecipe", "canonical_precision",
-    "compute_dtype",
+    "check_pp_layers", "compute_dtype", "split_maxima",
 ]  # fmt: skip

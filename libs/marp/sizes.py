@@ -109,7 +109,7 @@ def runtime_reserve_bytes(gpu: GpuType | None, num_gpus: int) -> int:
 
 
 def stage_param_counts(
-    model: ModelSpec, tp: ArrayLike, pp: ArrayLike
+    model: ModelSpec, tp: ArrayLike, pp: ArrayLike, layers: ArrayLike | None = None
 ) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]:
     """Parameters on one TP rank of the first and of the last pipeline stage.
 
@@ -120,11 +120,13 @@ def stage_param_counts(
     embedding and LM head are vocab-parallel, ceil(V / t) rows each; position embeddings are
     replicated. With pp = 1 both stages are the whole model; with pipelining a tied head keeps
     its own copy of the word embeddings on the last stage (Megatron's shared-embedding all-reduce).
+    ``layers`` (an uneven split's fullest rank, ``marp.recipe.split_maxima``) replaces the even
+    share where it is > 0.
     """
     tp_, pp_ = np.broadcast_arrays(np.asarray(tp, dtype=np.int64), np.asarray(pp, dtype=np.int64))
     sharded, replicated = model.layer_params_split()
     ex_sharded, ex_replicated = model.mlp_params_split(model.expert_ffn) if model.experts else (0, 0)
-    layers = ceil_div(np.full_like(pp_, model.n_layers), pp_)
+    layers = stage_layer_count(model.n_layers, pp_, layers)
     layer_local = (ceil_div(np.full_like(tp_, sharded + model.experts * ex_sharded), tp_)
                    + replicated + model.experts * ex_replicated)  # fmt: skip
     vocab_local = ceil_div(np.full_like(tp_, model.vocab), tp_) * model.hidden
@@ -144,8 +146,19 @@ def stage_param_counts(
     return first, last, layer_local, vocab_local
 
 
+def stage_layer_count(n_layers: int, pp: NDArray[np.int64], split_max: ArrayLike | None = None) -> NDArray[np.int64]:
+    """Layers charged to a pipeline rank: an even split's rounded-up share, or where ``split_max``
+    (an uneven split's fullest rank) is > 0, that."""
+    even = ceil_div(np.full_like(pp, n_layers), pp)
+    if split_max is None:
+        return even
+    split = np.asarray(split_max, dtype=np.int64)
+    return np.where(split > 0, split, even)
+
+
 def in_flight(
-    n_layers: int, pp: NDArray[np.int64], vpp: NDArray[np.int64], m: NDArray[np.int64], rank: NDArray[np.int64]
+    n_layers: int, pp: NDArray[np.int64], vpp: NDArray[np.int64], m: NDArray[np.int64], rank: NDArray[np.int64],
+    stage_layers: ArrayLike | None = None, chunk_layers: ArrayLike | None = None,
 ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """(layer x micro-batch units, micro-batches) of activations held at once by a pipeline rank.
 
@@ -153,13 +166,18 @@ def in_flight(
     forwards, so it holds min(pp - r, m) micro-batches of its layers. Interleaved 1F1B with vpp
     chunks per rank (Megatron-LM core/pipeline_parallel/schedules.py, forward_backward_pipelining
     _with_interleaving): (pp - r - 1) x 2 + (vpp - 1) x pp warm-up chunk forwards plus the one in
-    steady state, at most all m x vpp, each holding layers / (pp x vpp) layers.
+    steady state, at most all m x vpp, each holding layers / (pp x vpp) layers. An uneven split
+    (``stage_layers`` / ``chunk_layers`` > 0, ``marp.recipe.split_maxima``) charges every micro-
+    batch the fullest rank's layers and every chunk pass the fullest virtual stage's.
     """
-    layers_stage = -(-n_layers // pp)
+    layers_stage = stage_layer_count(n_layers, pp, stage_layers)
+    per_chunk = layers_stage / vpp
+    if chunk_layers is not None:
+        per_chunk = np.where(np.asarray(chunk_layers) > 0, chunk_layers, per_chunk)
     plain_mbs = np.minimum(pp - rank, m)
     chunks = np.minimum((pp - rank - 1) * 2 + (vpp - 1) * pp + 1, m * vpp)
     inter = vpp > 1
-    units = np.where(inter, chunks * layers_stage / vpp, plain_mbs * layers_stage)
+    units = np.where(inter, chunks * per_chunk, plain_mbs * layers_stage)
     mbs = np.where(inter, np.minimum(np.ceil(chunks / vpp), m), plain_mbs)
     return units.astype(np.float64), mbs.astype(np.float64)
 
