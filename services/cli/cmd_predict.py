@@ -28,6 +28,7 @@ FLAG_OF_FIELD: dict[str, str] = {
     "layout.grad_accum": "--global-batch", "layout.micro_batch": "--micro-batch", "layout.stage": "--stage",
     "gpu_type": "--gpu", "rank_by": "--rank-by", "recipe.finetune": "--finetune", "recipe.lora_rank": "--lora-rank",
     "recipe.weight_decay": "--weight-decay", "recipe.ep": "--ep", "layout.ep": "--ep",
+    "recipe.pp_layers": "--pp-layers", "layout.pp_layers": "--pp-layers",
 }  # fmt: skip
 SINGLE_PRECISIONS: dict[str, str] = {
     "fp32": "fp32", "amp-fp16": "amp-fp16", "amp-bf16": "amp-bf16", "master-fp16": "master-fp16",
@@ -83,6 +84,8 @@ def predict(
     weight_decay: Annotated[float | None, typer.Option(help="Optimizer weight decay (default: the optimizer's "
                                                        "own, AdamW 0.01, others 0).")] = None,
     ep: Annotated[int, typer.Option(help="Expert-parallel degree (mixture-of-experts models; divides dp).")] = 1,
+    pp_layers: Annotated[str | None, typer.Option(help="Layers of each pipeline stage, e.g. 2,4,4,2 (with --vpp: "
+                                                  "of each virtual stage; default: an even split).")] = None,
     dp: Annotated[int | None, typer.Option(help="Single layout: data-parallel degree.")] = None,
     tp: Annotated[int | None, typer.Option(help="Single layout: tensor-parallel degree.")] = None,
     pp: Annotated[int | None, typer.Option(help="Single layout: pipeline-parallel degree.")] = None,
@@ -131,7 +134,13 @@ def predict(
         fail(f"--ep: must be >= 1, got {ep}.", 2)
     if weight_decay is not None and not 0.0 <= weight_decay < 1000.0:
         fail(f"--weight-decay: must be in [0, 1000), got {weight_decay}.", 2)
-    tuning = {"finetune": finetune, "lora_rank": lora_rank, "weight_decay": weight_decay, "ep": ep}
+    split = _split(pp_layers)
+    tuning = {"finetune": finetune, "lora_rank": lora_rank, "weight_decay": weight_decay, "ep": ep, "pp_layers": split}
+    if split is not None and pp is None and single:
+        per_rank = vpp or 1
+        if len(split) % per_rank:
+            fail(f"--pp-layers: {len(split)} stages do not split into --vpp {per_rank} chunks per pipeline rank.", 2)
+        pp = len(split) // per_rank
     if single:
         _single(model, seq_len, global_batch, micro_batch, precision, optimizer, optimizer_impl, train_steps,
                 recompute or "none", flash, dropout, loss, dp or 1, tp or 1, pp or 1, vpp or 1, cp or 1,
@@ -171,6 +180,19 @@ def predict(
                       optimizer, top, rank_by)  # fmt: skip
     if not plan_set.plans:
         fail("no GPU type can hold this job. " + " | ".join(plan_set.rejected), 3)
+
+
+def _split(text: str | None) -> tuple[int, ...] | None:
+    """--pp-layers 2,4,4,2 -> (2, 4, 4, 2); MARP checks the counts against the model and layout."""
+    if text is None:
+        return None
+    try:
+        split = tuple(int(n) for n in text.split(","))
+    except ValueError:
+        fail(f"--pp-layers: {text!r} is not comma-separated layer counts (e.g. 2,4,4,2).", 2)
+    if any(n < 0 for n in split) or sum(split) < 1:
+        fail(f"--pp-layers: layer counts must be >= 0 with at least one layer, got {text!r}.", 2)
+    return split
 
 
 def _pools(cluster: Path | None, gpu_types: list[str] | None) -> list[marp.GpuPool] | None:
@@ -234,7 +256,7 @@ def _single(
         )  # fmt: skip
         layout = marp.Layout(tp=tp, pp=pp, dp=dp, zero_stage=zero, micro_batch=micro_batch,
                              grad_accum=gb // (dp * micro_batch), recompute=recompute,  # type: ignore[arg-type]
-                             sp=sp, cp=cp, vpp=vpp, ep=tuning["ep"])  # fmt: skip
+                             sp=sp, cp=cp, vpp=vpp, ep=tuning["ep"], pp_layers=tuning["pp_layers"])  # fmt: skip
         mem = marp.predict_memory(spec, recipe, layout, gpu_type, stage=stage)
         step = marp.estimate_step_time(spec, recipe, layout, gpu_type)
     except marp.MarpError as exc:
@@ -304,7 +326,7 @@ def _ranked_via_predictor(
                              "micro_batch": micro_batch, "precision": precision, "optimizer": optimizer,
                              "train_steps": train_steps, "allow_recompute": recompute, "flash_attention": flash,
                              "command": ["-"], "max_gpus": max_gpus, "gpu_types": gpu_types or [],
-                             **{k: v for k, v in tuning.items() if v is not None}})
+                             **{k: list(v) if isinstance(v, tuple) else v for k, v in tuning.items() if v is not None}})
         spec = entry.to_proto()
         pools = []
         if cluster is not None:

@@ -80,6 +80,7 @@ def recipe_from_proto(recipe: types_pb2.TrainingRecipe, limits: types_pb2.JobLim
         lora_rank=int(recipe.lora_rank) or DEFAULT_LORA_RANK,
         weight_decay=float(recipe.weight_decay) if recipe.HasField("weight_decay") else None,
         ep=int(recipe.ep) or 1,
+        pp_layers=tuple(int(n) for n in recipe.pp_layers) or None,
     )
 
 
@@ -107,6 +108,7 @@ def recipe_to_proto(recipe: marp.TrainingRecipe) -> types_pb2.TrainingRecipe:
         allow_recompute=recipe.allow_recompute, flash_attention=recipe.flash_attention,
         train_steps=recipe.train_steps, zero_stages=list(recipe.zero_stages),
         finetune=FINETUNE_BY_NAME[recipe.finetune], lora_rank=recipe.lora_rank, ep=recipe.ep,
+        pp_layers=list(recipe.pp_layers or ()),
     )  # fmt: skip
     if recipe.weight_decay is not None:
         out.weight_decay = recipe.weight_decay
@@ -115,7 +117,8 @@ def recipe_to_proto(recipe: marp.TrainingRecipe) -> types_pb2.TrainingRecipe:
 
 def layout_to_proto(layout: marp.Layout) -> types_pb2.Layout:
     return types_pb2.Layout(tp=layout.tp, pp=layout.pp, dp=layout.dp, zero_stage=layout.zero_stage,
-                            micro_batch=layout.micro_batch, grad_accum=layout.grad_accum, recompute=layout.recompute)
+                            micro_batch=layout.micro_batch, grad_accum=layout.grad_accum, recompute=layout.recompute,
+                            vpp=layout.vpp)  # fmt: skip
 
 
 def memory_to_proto(mem: marp.MemoryBreakdown) -> types_pb2.MemoryBreakdown:

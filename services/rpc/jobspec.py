@@ -45,6 +45,8 @@ MAX_GPUS = 1 << 20
 MAX_GPU_TYPES = 64
 MAX_LORA_RANK = 1 << 16  # adapters far past any real rank (r <= 256 in the LoRA / QLoRA papers)
 MAX_WEIGHT_DECAY = 1000.0  # marp.TrainingRecipe's bound
+MAX_PIPELINE_STAGES = 1024  # marp.recipe.MAX_PIPELINE_STAGES: entries of pp_layers
+MAX_STAGE_LAYERS = 1 << 16  # layers of one pipeline stage (real models: at most a few hundred in all)
 MAX_SHORT_CHARS = 256  # idempotency key, catalog name, GPU type
 MAX_WORKDIR_CHARS = 4096  # PATH_MAX
 _INT_BOUNDS = {"seq_len": MAX_SEQ_LEN, "global_batch": MAX_BATCH, "micro_batch": MAX_BATCH,
@@ -135,6 +137,9 @@ class JobEntry(BaseModel):
     weight_decay: float | None = Field(default=None, ge=0.0, lt=MAX_WEIGHT_DECAY, allow_inf_nan=False,
                                        description="unset: the optimizer's own default (AdamW 0.01, others 0)")
     ep: int = Field(default=1, gt=0, le=MAX_GPUS, description="expert-parallel degree (mixture-of-experts models)")
+    pp_layers: list[Annotated[int, Field(ge=0, le=MAX_STAGE_LAYERS)]] = Field(
+        default_factory=list, max_length=MAX_PIPELINE_STAGES,
+        description="layers of each (virtual) pipeline stage, e.g. [2, 4, 4, 2] or \"2,4,4,2\"; empty: an even split")
     command: list[Text] = Field(min_length=1)
     env: dict[Text, Text] = Field(default_factory=dict)
     workdir: Text = Field(default="", max_length=MAX_WORKDIR_CHARS)
@@ -175,6 +180,26 @@ class JobEntry(BaseModel):
         # 1e23 arrives as a float; name the bound rather than pydantic's "unable to parse".
         if isinstance(v, float) and not abs(v) < 2**53:
             raise ValueError(f"out of range: at most {_INT_BOUNDS[info.field_name or '']}")
+        return v
+
+    @field_validator("pp_layers", mode="before")
+    @classmethod
+    def _split_text(cls, v: object) -> object:
+        # A YAML entry or a flag may write the split as "2,4,4,2".
+        if isinstance(v, str):
+            if len(v) > 8 * MAX_PIPELINE_STAGES:
+                raise ValueError(f"more than {8 * MAX_PIPELINE_STAGES} characters")
+            try:
+                return [int(n) for n in v.split(",")] if v.strip() else []
+            except ValueError:
+                raise ValueError(f"{v[:64]!r} is not comma-separated layer counts (e.g. 2,4,4,2)") from None
+        return v
+
+    @field_validator("pp_layers")
+    @classmethod
+    def _split_has_layers(cls, v: list[int]) -> list[int]:
+        if v and sum(v) < 1:
+            raise ValueError("the split places no layer; give the layers of each pipeline stage, e.g. 2,4,4,2")
         return v
 
     @field_validator("micro_batch")
@@ -237,6 +262,7 @@ class JobEntry(BaseModel):
             precision=PRECISION_BY_NAME[self.precision], optimizer=OPTIMIZER_BY_NAME[self.optimizer],
             train_steps=self.train_steps, allow_recompute=self.allow_recompute, flash_attention=self.flash_attention,
             finetune=FINETUNE_BY_NAME[self.finetune], lora_rank=self.lora_rank, ep=self.ep,
+            pp_layers=self.pp_layers,
         )
         if self.weight_decay is not None:
             recipe.weight_decay = self.weight_decay

@@ -17,8 +17,10 @@ from frenzy.rpc.jobspec import (
     MAX_GPUS,
     MAX_MICRO_TOKENS,
     MAX_NAME_CHARS,
+    MAX_PIPELINE_STAGES,
     MAX_SEQ_LEN,
     MAX_SHORT_CHARS,
+    MAX_STAGE_LAYERS,
     MAX_TRAIN_STEPS,
     MAX_WORKDIR_CHARS,
     check_inline_config,
@@ -43,6 +45,9 @@ def check_recipe(recipe: types_pb2.TrainingRecipe, prefix: str = "recipe") -> No
                          f"tokens; the limit is {MAX_MICRO_TOKENS}")
     if len(recipe.zero_stages) > MAX_ZERO_STAGES or any(not 0 <= z <= 3 for z in recipe.zero_stages):
         raise ValueError(f"{prefix}.zero_stages: at most {MAX_ZERO_STAGES} stages, each 0 to 3")
+    if len(recipe.pp_layers) > MAX_PIPELINE_STAGES or any(not 0 <= n <= MAX_STAGE_LAYERS for n in recipe.pp_layers):
+        raise ValueError(f"{prefix}.pp_layers: at most {MAX_PIPELINE_STAGES} stages, each 0 to {MAX_STAGE_LAYERS} "
+                         "layers")
 
 
 def check_model(model: types_pb2.ModelSpec, prefix: str = "model") -> None:

@@ -82,7 +82,7 @@ class ModelSpec(_message.Message):
     def __init__(self, catalog_name: _Optional[str] = ..., config_json: _Optional[str] = ..., display_name: _Optional[str] = ...) -> None: ...
 
 class TrainingRecipe(_message.Message):
-    __slots__ = ("seq_len", "global_batch", "micro_batch", "precision", "optimizer", "allow_recompute", "flash_attention", "train_steps", "zero_stages", "finetune", "lora_rank", "weight_decay", "ep")
+    __slots__ = ("seq_len", "global_batch", "micro_batch", "precision", "optimizer", "allow_recompute", "flash_attention", "train_steps", "zero_stages", "finetune", "lora_rank", "weight_decay", "ep", "pp_layers")
     SEQ_LEN_FIELD_NUMBER: _ClassVar[int]
     GLOBAL_BATCH_FIELD_NUMBER: _ClassVar[int]
     MICRO_BATCH_FIELD_NUMBER: _ClassVar[int]
@@ -96,6 +96,7 @@ class TrainingRecipe(_message.Message):
     LORA_RANK_FIELD_NUMBER: _ClassVar[int]
     WEIGHT_DECAY_FIELD_NUMBER: _ClassVar[int]
     EP_FIELD_NUMBER: _ClassVar[int]
+    PP_LAYERS_FIELD_NUMBER: _ClassVar[int]
     seq_len: int
     global_batch: int
     micro_batch: int
@@ -109,7 +110,8 @@ class TrainingRecipe(_message.Message):
     lora_rank: int
     weight_decay: float
     ep: int
-    def __init__(self, seq_len: _Optional[int] = ..., global_batch: _Optional[int] = ..., micro_batch: _Optional[int] = ..., precision: _Optional[_Union[Precision, str]] = ..., optimizer: _Optional[_Union[Optimizer, str]] = ..., allow_recompute: _Optional[bool] = ..., flash_attention: _Optional[bool] = ..., train_steps: _Optional[int] = ..., zero_stages: _Optional[_Iterable[int]] = ..., finetune: _Optional[_Union[Finetune, str]] = ..., lora_rank: _Optional[int] = ..., weight_decay: _Optional[float] = ..., ep: _Optional[int] = ...) -> None: ...
+    pp_layers: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, seq_len: _Optional[int] = ..., global_batch: _Optional[int] = ..., micro_batch: _Optional[int] = ..., precision: _Optional[_Union[Precision, str]] = ..., optimizer: _Optional[_Union[Optimizer, str]] = ..., allow_recompute: _Optional[bool] = ..., flash_attention: _Optional[bool] = ..., train_steps: _Optional[int] = ..., zero_stages: _Optional[_Iterable[int]] = ..., finetune: _Optional[_Union[Finetune, str]] = ..., lora_rank: _Optional[int] = ..., weight_decay: _Optional[float] = ..., ep: _Optional[int] = ..., pp_layers: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class JobLimits(_message.Message):
     __slots__ = ("max_gpus", "allowed_gpu_types", "min_gpus")
@@ -149,7 +151,7 @@ class JobSpec(_message.Message):
     def __init__(self, name: _Optional[str] = ..., model: _Optional[_Union[ModelSpec, _Mapping]] = ..., recipe: _Optional[_Union[TrainingRecipe, _Mapping]] = ..., command: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., workdir: _Optional[str] = ..., limits: _Optional[_Union[JobLimits, _Mapping]] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
 
 class Layout(_message.Message):
-    __slots__ = ("tp", "pp", "dp", "zero_stage", "micro_batch", "grad_accum", "recompute")
+    __slots__ = ("tp", "pp", "dp", "zero_stage", "micro_batch", "grad_accum", "recompute", "vpp")
     TP_FIELD_NUMBER: _ClassVar[int]
     PP_FIELD_NUMBER: _ClassVar[int]
     DP_FIELD_NUMBER: _ClassVar[int]
@@ -157,6 +159,7 @@ class Layout(_message.Message):
     MICRO_BATCH_FIELD_NUMBER: _ClassVar[int]
     GRAD_ACCUM_FIELD_NUMBER: _ClassVar[int]
     RECOMPUTE_FIELD_NUMBER: _ClassVar[int]
+    VPP_FIELD_NUMBER: _ClassVar[int]
     tp: int
     pp: int
     dp: int
@@ -164,7 +167,8 @@ class Layout(_message.Message):
     micro_batch: int
     grad_accum: int
     recompute: str
-    def __init__(self, tp: _Optional[int] = ..., pp: _Optional[int] = ..., dp: _Optional[int] = ..., zero_stage: _Optional[int] = ..., micro_batch: _Optional[int] = ..., grad_accum: _Optional[int] = ..., recompute: _Optional[str] = ...) -> None: ...
+    vpp: int
+    def __init__(self, tp: _Optional[int] = ..., pp: _Optional[int] = ..., dp: _Optional[int] = ..., zero_stage: _Optional[int] = ..., micro_batch: _Optional[int] = ..., grad_accum: _Optional[int] = ..., recompute: _Optional[str] = ..., vpp: _Optional[int] = ...) -> None: ...
 
 class MemoryBreakdown(_message.Message):
     __slots__ = ("parameters", "gradients", "optimizer_states", "activations", "logits", "runtime_reserve", "total", "buffers", "transient", "fragmentation", "peak_allocated", "reserved", "phase")
