@@ -25,6 +25,13 @@ import typer
 from frenzy.agent.daemon import Agent
 from frenzy.agent.drain import drain as drain_node
 from frenzy.agent.gpus import FakeBackend, GpuBackend, GpuDiscoveryError, NvmlBackend
+from frenzy.cli.service_opts import (
+    LogFormatOpt,
+    MetricsAddressOpt,
+    check_metrics_address,
+    setup_logging,
+    start_metrics,
+)
 from frenzy.signals import stop_on_signals
 from frenzy.state.keys import Keys
 from frenzy.state.messages import is_safe_name
@@ -141,6 +148,8 @@ def agent_command(
     drain_timeout_s: Annotated[float, typer.Option(
         help="With --drain: give up (exit 1) after this long; 0 waits forever.")] = 0.0,
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING or ERROR.")] = "INFO",
+    log_format: LogFormatOpt = "text",
+    metrics_address: MetricsAddressOpt = "",
 ) -> None:
     """Run the node agent: register this host's GPUs, heartbeat, and launch the jobs the scheduler sends.
 
@@ -159,7 +168,8 @@ def agent_command(
     a restarted agent adopts them. If the agent stays away longer than the
     scheduler's node timeout, the node is declared dead and its jobs are requeued.
     """
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging(log_level, log_format)
+    check_metrics_address(metrics_address)
     if join_file is not None:
         given = [f"--{n.replace('_', '-')}" for n in ("node", "redis_url", "prefix") if _from_command_line(ctx, n)]
         if given:
@@ -207,8 +217,14 @@ def agent_command(
 
     stop = threading.Event()
     stop_on_signals(stop, on_signal=lambda sig: logging.getLogger(__name__).info("received %s; stopping", sig.name))
+    endpoint = start_metrics(agent.metrics.registry, metrics_address, f"agent {node}")
+    if endpoint is not None:
+        logging.getLogger(__name__).info("metrics on %s", endpoint.url)
     try:
         agent.run(stop)
     except (GpuDiscoveryError, NodeKeyMissing) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
+    finally:
+        if endpoint is not None:
+            endpoint.stop()

@@ -55,6 +55,7 @@ from frenzy.agent.gpus import GpuBackend, GpuInfo
 from frenzy.agent.launch_check import GpuHolder, LaunchFacts, LaunchVerdict, check_launch, opens_rendezvous
 from frenzy.agent.ledger import Ledger, LedgerEntry
 from frenzy.agent.logship import LogShipper
+from frenzy.agent.metrics import AgentMetrics, refusal_label
 from frenzy.agent.run_as import JobUser
 from frenzy.agent.run_as import resolve as resolve_user
 from frenzy.state import node_keys, scripts
@@ -179,6 +180,9 @@ class Agent:
         self._ring: KeyRing | None = None  # this node's signing keys (re-read every heartbeat)
         self._key_read_at = float("-inf")  # monotonic time of the last read
         self._verifier = Verifier()  # the launch stream's seals: signature, expiry, replay
+        # Prometheus (frenzy.agent.metrics): the CLI serves metrics.registry with --metrics-address.
+        self.metrics = AgentMetrics(node)
+        self.metrics.watch(lambda: self._gpus, lambda: len(self._jobs))
 
     # ------------------------------------------------------------ lifecycle
 
@@ -417,7 +421,9 @@ class Agent:
     def _refuse(self, obj: dict, entry_id: str, refusal: Refusal) -> None:
         """An entry not signed for this node: nothing of it is acted on; logged and counted."""
         log.warning("node %s: refusing %s %s for job %s: %s", self.node, str(obj.get("kind", "entry"))[:32],
-                    entry_id, str(obj.get("job_id"))[:128], refusal.value)
+                    entry_id, str(obj.get("job_id"))[:128], refusal.value,
+                    extra={"node": self.node, "job_id": str(obj.get("job_id"))[:128], "entry": entry_id})
+        self.metrics.refused.labels(self.node, refusal_label(refusal)).inc()
         self._redis.hincrby(self.keys.node(self.node), "refused_launches", 1)
 
     # ------------------------------------------------------------ launch
@@ -433,7 +439,8 @@ class Agent:
             existing = self._find_orphan(msg)
         if existing is not None:
             log.info("job %s attempt %d already runs here (pid %d); ignoring the repeated launch %s",
-                     msg.job_id, msg.attempt, existing.pid, entry_id)
+                     msg.job_id, msg.attempt, existing.pid, entry_id, extra=self._context(msg.job_id, msg.attempt))
+            self.metrics.launch("already_running")
             self._announce(existing)  # in case the first delivery died before reporting RUNNING
             return
         failed = self._event(EventKind.LAUNCH_FAILED, msg.job_id, msg.attempt, fence=msg.fence)
@@ -441,13 +448,16 @@ class Agent:
             verdict = self._check_launch(msg)
             if not verdict.ok:
                 log.warning("refusing launch %s of job %s attempt %d: %s", entry_id, msg.job_id,
-                            msg.attempt, verdict.problem)
+                            msg.attempt, verdict.problem, extra=self._context(msg.job_id, msg.attempt))
+                self.metrics.launch("refused")
                 self._emit(failed.model_copy(update={"message": verdict.problem, "retryable": verdict.retryable}))
                 return
             started = launcher.start(msg, self.node, self.log_dir, launch_id=self.launch_id(msg.job_id, msg.attempt),
                                      extra_env=self.extra_env, pass_env=self.pass_env, user=self.job_user)
         except launcher.LaunchError as exc:
-            log.warning("job %s attempt %d could not start: %s", msg.job_id, msg.attempt, exc)
+            log.warning("job %s attempt %d could not start: %s", msg.job_id, msg.attempt, exc,
+                        extra=self._context(msg.job_id, msg.attempt))
+            self.metrics.launch("failed")
             try:
                 path: str | None = str(launcher.log_path_for(self.log_dir, msg, self.node))
             except launcher.LaunchError:
@@ -459,7 +469,9 @@ class Agent:
         except redis.RedisError:
             raise
         except Exception as exc:  # a bug here must fail the launch visibly, not wedge the stream
-            log.exception("launch of job %s attempt %d failed unexpectedly", msg.job_id, msg.attempt)
+            log.exception("launch of job %s attempt %d failed unexpectedly", msg.job_id, msg.attempt,
+                          extra=self._context(msg.job_id, msg.attempt))
+            self.metrics.launch("error")
             self._emit(failed.model_copy(update={"message": f"agent error: {type(exc).__name__}: {exc}"}))
             return
         job = JobProcess(msg.job_id, msg.attempt, started.proc.pid, str(started.log_path),
@@ -471,7 +483,8 @@ class Agent:
             self._jobs[job.key] = job
         self._ledger.put(job.ledger_entry())
         log.info("job %s attempt %d started: pid %d, GPUs %s, log %s", msg.job_id, msg.attempt, job.pid,
-                 msg.gpu_indices, job.log_path)
+                 msg.gpu_indices, job.log_path, extra=self._context(msg.job_id, msg.attempt))
+        self.metrics.launch("started")
         self._announce(job)
 
     def _find_orphan(self, msg: LaunchMessage) -> JobProcess | None:
@@ -570,7 +583,7 @@ class Agent:
             message = message or "killed because the agent stopped (--kill-on-exit)"
         _append_trailer(job.log_path, code, job.cancelled)
         log.info("job %s attempt %d exited: code %s%s", job.job_id, job.attempt, code,
-                 " (cancelled)" if job.cancelled else "")
+                 " (cancelled)" if job.cancelled else "", extra=self._context(job.job_id, job.attempt))
         event = self._event(EventKind.EXITED, job.job_id, job.attempt, fence=job.fence, pid=job.pid,
                             exit_code=code, cancelled=job.cancelled, log_path=job.log_path, message=message)
         while not self._detached.is_set():
@@ -600,7 +613,8 @@ class Agent:
             log.info("cancel for job %s attempt %d: already stopping", msg.job_id, msg.attempt)
             return
         log.info("cancelling job %s attempt %d (pid %d)%s: SIGTERM, SIGKILL after %.1fs", msg.job_id,
-                 msg.attempt, job.pid, f" because {msg.reason}" if msg.reason else "", self.cancel_grace_s)
+                 msg.attempt, job.pid, f" because {msg.reason}" if msg.reason else "", self.cancel_grace_s,
+                 extra=self._context(msg.job_id, msg.attempt))
         self._stop(job)
 
     def _stop(self, job: JobProcess) -> None:
@@ -680,6 +694,11 @@ class Agent:
         now = time.time()
         self._redis.xadd(self.keys.events_stream(),
                          encode(sealed(event, self._ring.signing_key(now), now, ttl_s=EVENT_TTL_S)))
+        self.metrics.events.labels(self.node, event.kind.value).inc()
+
+    def _context(self, job_id: str, attempt: int) -> dict[str, object]:
+        """The fields a structured log line (``--log-format json``) carries for one job attempt here."""
+        return {"job_id": job_id, "attempt": attempt, "node": self.node}
 
     # ------------------------------------------------------------ introspection (tests, tools)
 

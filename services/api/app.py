@@ -42,6 +42,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from starlette.concurrency import run_in_threadpool
 
 from frenzy.api.guard import DEFAULT_MAX_BODY_BYTES, WebGuard, allowed_host_names
+from frenzy.api.metrics import ApiMetrics, RequestMetrics
 from frenzy.auth.tokens import AuthError, bearer, parse_token
 from frenzy.rpc.auth import with_token
 from frenzy.rpc.jobspec import MAX_JSON_DEPTH, JobEntry, JobSpecError, json_depth, parse_entry
@@ -181,12 +182,13 @@ def api_dependencies(extra: Sequence[Dependency] = ()) -> list[Dependency]:
 
 def create_app(scheduler_address: str, *, bind_host: str = "127.0.0.1", allowed_hosts: Sequence[str] = (),
                max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, dependencies: Sequence[Dependency] = (),
-               scheduler_tls: ClientTls | None = None) -> FastAPI:
+               scheduler_tls: ClientTls | None = None, metrics: ApiMetrics | None = None) -> FastAPI:
     """The gateway for the scheduler at ``scheduler_address`` (host:port). One gRPC channel per app.
 
     Host headers allowed: localhost, 127.0.0.1, ::1, ``bind_host`` (unless a wildcard) and
     ``allowed_hosts``. Bodies over ``max_body_bytes`` are refused (413). ``dependencies`` run
-    before every /api route."""
+    before every /api route. Every request is counted in ``metrics`` (``app.state.metrics``;
+    a new ``ApiMetrics`` when None), which ``frenzy api --metrics-address`` serves."""
     channel: dict[str, grpc.Channel] = {}
 
     def get_channel() -> grpc.Channel:
@@ -218,6 +220,9 @@ def create_app(scheduler_address: str, *, bind_host: str = "127.0.0.1", allowed_
     app.state.scheduler_address = scheduler_address
     app.add_middleware(WebGuard, allowed_hosts=allowed_host_names(bind_host, allowed_hosts),
                        max_body_bytes=max_body_bytes)
+    # Added last, so outside the guard: refused requests are counted too.
+    app.state.metrics = metrics or ApiMetrics()
+    app.add_middleware(RequestMetrics, metrics=app.state.metrics)
     api = APIRouter(prefix="/api", dependencies=api_dependencies(dependencies))
 
     @app.exception_handler(Exception)

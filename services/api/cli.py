@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from frenzy.api.guard import DEFAULT_MAX_BODY_BYTES
+from frenzy.cli.service_opts import LogFormatOpt, MetricsAddressOpt
 from frenzy.rpc.client import DEFAULT_SCHEDULER
 
 
@@ -27,6 +28,8 @@ def api_command(
         "--tls-cert", envvar="FRENZY_TLS_SERVER_CERT", help="Serve HTTPS with this certificate (PEM).")] = None,
     tls_key: Annotated[str | None, typer.Option(
         "--tls-key", envvar="FRENZY_TLS_SERVER_KEY", help="The certificate's private key (PEM).")] = None,
+    metrics_address: MetricsAddressOpt = "",
+    log_format: LogFormatOpt = "text",
 ) -> None:
     """Serve the REST API and the dashboard in front of the scheduler.
 
@@ -46,13 +49,20 @@ def api_command(
       {"name": "demo", "model": "gpt2-124m", "seq_len": 1024,
        "global_batch": 32, "command": "python train.py"}
     """
+    import logging
+
     import uvicorn
 
     from frenzy.api.app import create_app
     from frenzy.cli.output import fail
+    from frenzy.cli.service_opts import check_metrics_address, setup_logging, start_metrics
     from frenzy.rpc.client import client_tls
     from frenzy.rpc.tls import ServerTls, TlsConfigError
 
+    # Our handler on the root logger; uvicorn's own loggers propagate to it (log_config=None below),
+    # so its access and error lines come out in the same format. uvicorn's "trace" is DEBUG here.
+    setup_logging("DEBUG" if log_level.lower() == "trace" else log_level, log_format)
+    check_metrics_address(metrics_address)
     try:
         ServerTls.from_files(tls_cert, tls_key)  # both or neither, readable PEM files
         scheduler_tls = client_tls()  # the scheduler over TLS when FRENZY_TLS_CA is set
@@ -60,4 +70,12 @@ def api_command(
         fail(str(exc), 2)
     app = create_app(scheduler, bind_host=host, allowed_hosts=allowed_host or (), max_body_bytes=max_body_bytes,
                      scheduler_tls=scheduler_tls)
-    uvicorn.run(app, host=host, port=port, log_level=log_level.lower(), ssl_certfile=tls_cert, ssl_keyfile=tls_key)
+    endpoint = start_metrics(app.state.metrics.registry, metrics_address, "api")
+    if endpoint is not None:
+        logging.getLogger("frenzy.api").info("metrics on %s", endpoint.url)
+    try:
+        uvicorn.run(app, host=host, port=port, log_level=log_level.lower(), ssl_certfile=tls_cert,
+                    ssl_keyfile=tls_key, log_config=None)
+    finally:
+        if endpoint is not None:
+            endpoint.stop()

@@ -7,6 +7,11 @@ Process output goes to ``<run dir>/<service>.log`` so a failure can be read.
 Tests can kill an agent (``kill_agent``, e.g. SIGKILL mid-job) and start it
 again with the same node name and state (``start_agent``), and shorten the
 scheduler's node-loss timeouts.
+
+Every service serves Prometheus ``/metrics`` on a loopback port of its own
+(``metrics_ports``: "scheduler", "predictor", "agent-<node>", "api", "worker"), and
+``<run dir>/prometheus.yml`` is a scrape config listing them all
+(``prometheus --config.file <run dir>/prometheus.yml``; docs/observability.md).
 """
 
 from __future__ import annotations
@@ -87,6 +92,28 @@ def _local_user() -> str:
     return name or "admin"
 
 
+SCRAPE_INTERVAL = "5s"  # the scheduler's gauges change with each reaper round (5 s by default)
+
+
+def prometheus_config(ports: dict[str, int], host: str = "127.0.0.1") -> dict:
+    """A Prometheus configuration scraping ``ports`` (service name -> port on ``host``): one job per
+    kind of service (frenzy-scheduler, frenzy-predictor, frenzy-agent, frenzy-api, frenzy-worker).
+    An agent's series carry their ``node`` label themselves."""
+    jobs: dict[str, list[str]] = {}
+    for name, port in sorted(ports.items()):
+        kind = name.partition("-")[0]
+        jobs.setdefault(f"frenzy-{kind}", []).append(f"{host}:{port}")
+    return {"global": {"scrape_interval": SCRAPE_INTERVAL, "evaluation_interval": SCRAPE_INTERVAL},
+            "scrape_configs": [{"job_name": job, "static_configs": [{"targets": targets}]}
+                               for job, targets in jobs.items()]}
+
+
+def write_prometheus_config(path: Path, ports: dict[str, int]) -> None:
+    text = ("# Written by `frenzy up`: every service of this stack's /metrics (docs/observability.md).\n"
+            "# prometheus --config.file " + str(path) + "\n")
+    path.write_text(text + yaml.safe_dump(prometheus_config(ports), sort_keys=False), encoding="utf-8")
+
+
 @dataclass
 class Service:
     name: str
@@ -103,6 +130,8 @@ class LocalStack:
     predictor_addr: str = ""
     api_port: int = 0
     metrics_port: int = 0  # the scheduler's Prometheus /metrics on 127.0.0.1 (0: a free port)
+    # Every service's /metrics port on 127.0.0.1, by service name (the scheduler's too), once started.
+    metrics_ports: dict[str, int] = field(default_factory=dict)
     with_worker: bool = True
     with_api: bool = False
     prefix: str = "frenzy"
@@ -144,9 +173,11 @@ class LocalStack:
             self._make_node_keys()
             urls = self._make_redis_users(say)
             self.predictor_addr = f"127.0.0.1:{free_port()}"
-            self._spawn("predictor", ["predictor", "--address", self.predictor_addr])
+            self._spawn("predictor", ["predictor", "--address", self.predictor_addr,
+                                      *self._metrics_args("predictor")])
             self.scheduler_addr = f"127.0.0.1:{free_port()}"
             self.metrics_port = self.metrics_port or free_port()
+            self.metrics_ports["scheduler"] = self.metrics_port
             sched = ["scheduler", "--address", self.scheduler_addr, "--predictor", self.predictor_addr,
                      "--prefix", self.prefix, "--metrics-address", f"127.0.0.1:{self.metrics_port}"]
             for flag, value in (("--node-dead-after-s", self.node_dead_after_s), ("--max-attempts", self.max_attempts),
@@ -164,7 +195,8 @@ class LocalStack:
                 cmd = ["agent", "--node", node, "--fake-gpus", f"{group.gpu}:{group.gpus_per_node}",
                        "--prefix", self.prefix, "--addr", "127.0.0.1",
                        "--heartbeat-s", str(self.heartbeat_s), "--ttl-s", str(self.ttl_s),
-                       "--log-dir", str(self.run_dir / "jobs"), *self.agent_args]
+                       "--log-dir", str(self.run_dir / "jobs"), *self._metrics_args(f"agent-{node}"),
+                       *self.agent_args]
                 if self.cancel_grace_s is not None:
                     cmd += ["--cancel-grace-s", str(self.cancel_grace_s)]
                 self._agent_cmds[node] = cmd
@@ -174,15 +206,19 @@ class LocalStack:
             self.wait_nodes(len(self.cluster.nodes()), timeout_s=max(30.0, 0.6 * len(self.cluster.nodes())))
             say(f"agents       {len(self.cluster.nodes())} nodes, {self.cluster.total_gpus} fake GPUs registered")
             if self.with_worker:
-                self._spawn("worker", ["worker", "--scheduler", self.scheduler_addr, "--concurrency", "2"],
+                self._spawn("worker", ["worker", "--scheduler", self.scheduler_addr, "--concurrency", "2",
+                                       *self._metrics_args("worker")],
                             env={"FRENZY_TOKEN": self.worker_token, "REDIS_URL": urls.worker})
                 say("worker       celery worker on the same Redis")
             if self.with_api:
                 self.api_port = self.api_port or free_port()
                 self._spawn("api", ["api", "--host", "127.0.0.1", "--port", str(self.api_port),
-                                    "--scheduler", self.scheduler_addr])
+                                    "--scheduler", self.scheduler_addr, *self._metrics_args("api")])
                 say(f"api          http://127.0.0.1:{self.api_port}/ (dashboard)")
                 self.write_credentials(self.credentials_file)
+            self.write_prometheus_config(self.prometheus_file)
+            say(f"prometheus   {len(self.metrics_ports)} /metrics endpoints on 127.0.0.1; scrape config "
+                f"{self.prometheus_file}")
         except BaseException:
             self.stop()
             raise
@@ -190,6 +226,27 @@ class LocalStack:
     @property
     def credentials_file(self) -> Path:
         return self.run_dir / "credentials.json"
+
+    @property
+    def prometheus_file(self) -> Path:
+        return self.run_dir / "prometheus.yml"
+
+    def _metrics_args(self, service: str) -> list[str]:
+        """``--metrics-address`` for ``service``: a free loopback port, kept for a restart."""
+        port = self.metrics_ports.get(service) or free_port()
+        self.metrics_ports[service] = port
+        return ["--metrics-address", f"127.0.0.1:{port}"]
+
+    def metrics_url(self, service: str) -> str:
+        """``service``'s /metrics ("scheduler", "predictor", "agent-<node>", "api", "worker")."""
+        if service not in self.metrics_ports:
+            raise KeyError(f"no metrics endpoint for {service!r}; these have one: {', '.join(self.metrics_ports)}")
+        return f"http://127.0.0.1:{self.metrics_ports[service]}/metrics"
+
+    def write_prometheus_config(self, path: Path) -> None:
+        """A Prometheus scrape config for every service of this stack (one job per kind of service;
+        each agent's target labelled with its node)."""
+        write_prometheus_config(path, self.metrics_ports)
 
     def _make_tokens(self) -> None:
         """An admin token for whoever started the stack, and the worker's own: made straight in

@@ -44,6 +44,7 @@ from frenzy.rpc.jobspec import JobSpecError, parse_entry
 from frenzy.state.keys import Keys
 from frenzy.v1 import scheduler_pb2
 from frenzy.worker import batch as B
+from frenzy.worker.metrics import METRICS
 
 log = logging.getLogger(__name__)
 
@@ -150,13 +151,18 @@ def process_entry(batch_id: str, index: int, entry: object, *, scheduler: str, c
             kept = B.get_outcome(client, keys, batch_id, index)
             log.info("batch %s[%d]: kept the recorded success (%s) over %s", batch_id, index,
                      kept.status if kept else "?", status)
+            METRICS.entries.labels("already_done").inc()
             return kept or outcome
-        log.info("batch %s[%d] %s: %s %s", batch_id, index, name or "-", status, job_id or error)
+        log.info("batch %s[%d] %s: %s %s", batch_id, index, name or "-", status, job_id or error,
+                 extra={"batch_id": batch_id, "job_id": job_id or None, "outcome": status})
+        METRICS.entries.labels(status).inc()
         return outcome
 
     previous = B.get_outcome(client, keys, batch_id, index)
     if previous is not None and previous.ok:
-        log.info("batch %s[%d]: already %s as %s; nothing to do", batch_id, index, previous.status, previous.job_id)
+        log.info("batch %s[%d]: already %s as %s; nothing to do", batch_id, index, previous.status, previous.job_id,
+                 extra={"batch_id": batch_id, "job_id": previous.job_id or None})
+        METRICS.entries.labels("already_done").inc()
         return previous
 
     try:
@@ -170,7 +176,7 @@ def process_entry(batch_id: str, index: int, entry: object, *, scheduler: str, c
     name = name or job.name
 
     try:
-        with scheduler_stub(scheduler) as stub:
+        with scheduler_stub(scheduler) as stub, METRICS.submit_seconds.time():
             resp = stub.SubmitJob(scheduler_pb2.SubmitJobRequest(spec=spec), timeout=SUBMIT_TIMEOUT_S)
     except grpc.RpcError as exc:
         code, details = exc.code(), exc.details() or ""

@@ -18,6 +18,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from frenzy.cli.service_opts import LogFormatOpt, MetricsAddressOpt
 from frenzy.rpc.client import DEFAULT_SCHEDULER
 from frenzy.worker import batch as B
 
@@ -281,6 +282,8 @@ def worker_command(
     pool: Annotated[str, typer.Option(help="Celery pool: threads, solo or prefork (gRPC channels are made per "
                                            "task, so prefork is safe too).")] = "threads",
     prefix: PrefixOpt = None,
+    metrics_address: MetricsAddressOpt = "",
+    log_format: LogFormatOpt = "text",
 ) -> None:
     """Run a batch-submission worker (Celery) for `frenzy batch`.
 
@@ -295,10 +298,33 @@ def worker_command(
     """
     if pool not in POOLS:
         raise typer.BadParameter(f"{pool!r} is not one of {', '.join(POOLS)}", param_hint="--pool")
+    from frenzy import logs
+    from frenzy.cli.service_opts import check_metrics_address, start_metrics
     from frenzy.worker.app import app, configure
+    from frenzy.worker.metrics import METRICS
 
+    try:
+        fmt = logs.check_format(log_format)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--log-format") from None
+    check_metrics_address(metrics_address)
+    if fmt == "json":
+        from celery.signals import setup_logging as celery_setup_logging
+
+        # A receiver of setup_logging makes Celery leave the root logger to us (its text format otherwise).
+        celery_setup_logging.connect(lambda **_: logs.configure(loglevel, "json"), weak=False)
+    if pool == "prefork" and metrics_address:
+        typer.echo("warning: --pool prefork runs tasks in child processes; the metrics endpoint counts only "
+                   "what the parent sees (use --pool threads)", err=True)
     s = configure(redis_url=redis_url, scheduler=scheduler, prefix=prefix)
-    app.worker_main([
-        "worker", f"--concurrency={concurrency}", f"--loglevel={loglevel.upper()}", f"--pool={pool}",
-        f"--queues={s.queue}", "--hostname=frenzy-worker@%h", "--without-gossip", "--without-mingle",
-    ])
+    endpoint = start_metrics(METRICS.registry, metrics_address, "worker")
+    if endpoint is not None:
+        typer.echo(f"metrics on {endpoint.url}", err=True)
+    try:
+        app.worker_main([
+            "worker", f"--concurrency={concurrency}", f"--loglevel={loglevel.upper()}", f"--pool={pool}",
+            f"--queues={s.queue}", "--hostname=frenzy-worker@%h", "--without-gossip", "--without-mingle",
+        ])
+    finally:
+        if endpoint is not None:
+            endpoint.stop()
