@@ -7,9 +7,14 @@ estimate (deepspeed.runtime.zero: estimate_zero2_model_states_mem_needs, 4P + 16
 estimate_zero3_model_states_mem_needs, 4 x largest layer + 18P/N, without offload) and the bare
 "16 bytes per parameter" rule, both given the parameters one TP x PP rank holds.
 
-Run from the repository root: ``.venv/bin/python bench/marp_accuracy.py`` (prints JSON).
-The mapping from CSV columns to MARP's inputs is below; it reads configuration only, never the
-measured value, and no row is special-cased.
+Beside the memory table, the speed table: for every published training run in
+bench/data/speed/throughput.csv, MARP's predicted tokens per second per GPU
+(``estimate_step_time``) against the measured one, with the signed error.
+
+Run from the repository root: ``.venv/bin/python bench/marp_accuracy.py`` (prints JSON; ``--table``
+prints the two summaries and the speed table as text). The mapping from CSV columns to MARP's
+inputs is below; it reads configuration only, never the measured value, and no row is
+special-cased.
 """
 
 from __future__ import annotations
@@ -24,9 +29,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "libs"))
 
-from marp import Layout, ModelSpec, TrainingRecipe, predict_memory  # noqa: E402
+from marp import Layout, ModelSpec, TrainingRecipe, estimate_step_time, get_gpu, predict_memory  # noqa: E402
 
 CSV_PATH = ROOT / "bench" / "data" / "memory" / "measurements.csv"
+SPEED_CSV = ROOT / "bench" / "data" / "speed" / "throughput.csv"
 
 
 def _dropout(text: str) -> float:
@@ -195,5 +201,96 @@ def run(path: Path = CSV_PATH) -> dict[str, Any]:
     return out
 
 
+# ---- speed -------------------------------------------------------------------------------------
+
+
+def measured_tokens_per_gpu(row: dict[str, str]) -> float:
+    """The row's measurement as tokens/s/GPU (bench/data/speed/README.md gives the formulas)."""
+    if row["measured_tokens_per_s_per_gpu"]:
+        return float(row["measured_tokens_per_s_per_gpu"])
+    n_l, h, s, v = int(row["n_layers"]), int(row["hidden"]), int(row["seq_len"]), int(row["vocab"])
+    value = float(row["measured_value"])
+    metric = row["measured_metric"].lower()
+    if "mfu" in metric:  # Korthikanti et al. 2022: model FLOPs, no recompute, against 312 TFLOP/s
+        per_token = 72.0 * n_l * h * h * (1 + s / (6 * h) + v / (12 * n_l * h))
+        return value * 312e12 / per_token
+    # Narayanan et al. 2021 eq. 3 (recompute included), value in TFLOP/s per GPU
+    per_token = 96.0 * n_l * h * h * (1 + s / (6 * h) + v / (16 * n_l * h))
+    return value * 1e12 / per_token
+
+
+def speed_inputs(row: dict[str, str]) -> tuple[ModelSpec, TrainingRecipe, Layout]:
+    seq = int(row["seq_len"])
+    model = ModelSpec(
+        name=row["id"], family="custom", n_layers=int(row["n_layers"]), hidden=int(row["hidden"]),
+        heads=int(row["heads"]), kv_heads=int(row["kv_heads"]), ffn=int(row["ffn"]), mlp=row["mlp_act"],
+        vocab=int(row["vocab"]), tied_embeddings=row["pos_emb"] == "learned", pos_emb=row["pos_emb"],
+        max_positions=seq, norm="rmsnorm" if row["mlp_act"] == "swiglu" else "layernorm", bias=False,
+        dropout=float(row["dropout"]),
+    )  # fmt: skip
+    tp, pp, dp, cp = (int(row[k]) for k in ("tp", "pp", "dp", "cp"))
+    mb, gb = int(row["micro_batch"]), int(row["global_batch"])
+    recipe = TrainingRecipe(seq_len=seq, global_batch=gb, micro_batch=mb,
+                            precision=row["precision"],  # type: ignore[arg-type]
+                            flash_attention=row["flash_attention"] == "yes")  # fmt: skip
+    layout = Layout(
+        tp=tp, pp=pp, dp=dp, zero_stage=int(row["zero_stage"]), micro_batch=mb, grad_accum=gb // (dp * mb),
+        recompute=row["recompute"], sp=row["sp"] == "yes", cp=cp, vpp=int(row["vpp"]),  # type: ignore[arg-type]
+    )  # fmt: skip
+    return model, recipe, layout
+
+
+def run_speed(path: Path = SPEED_CSV) -> dict[str, Any]:
+    with open(path, newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    out: list[dict[str, Any]] = []
+    for row in rows:
+        model, recipe, layout = speed_inputs(row)
+        gbps = float(row["inter_node_gbps"]) if row["inter_node_gbps"] else None
+        step = estimate_step_time(model, recipe, layout, get_gpu(row["gpu"]), int(row["gpus_per_node"]),
+                                  inter_node_gbps=gbps, fp8=row["fp8"] == "yes")  # fmt: skip
+        predicted = recipe.tokens_per_step / step / layout.num_gpus
+        measured = measured_tokens_per_gpu(row)
+        out.append({
+            "id": row["id"], "gpu": row["gpu"], "num_gpus": layout.num_gpus,
+            "nodes": -(-layout.num_gpus // int(row["gpus_per_node"])),
+            "measured_tokens_per_s_per_gpu": round(measured, 1), "predicted_tokens_per_s_per_gpu": round(predicted, 1),
+            "error_pct": round(100.0 * (predicted - measured) / measured, 2),
+        })  # fmt: skip
+    errs = [r["error_pct"] for r in out]
+
+    def summary(sel: list[float]) -> dict[str, Any]:
+        return {"rows": len(sel), "mean_abs_error_pct": round(sum(abs(x) for x in sel) / len(sel), 2),
+                "max_abs_error_pct": round(max(abs(x) for x in sel), 2),
+                "mean_signed_error_pct": round(sum(sel) / len(sel), 2)}  # fmt: skip
+
+    return {
+        "rows": out, "all": summary(errs),
+        "single_node": summary([r["error_pct"] for r in out if r["nodes"] == 1]),
+        "multi_node": summary([r["error_pct"] for r in out if r["nodes"] > 1]),
+        "gpu_types": sorted({r["gpu"] for r in out}),
+    }
+
+
+def speed_table(speed: dict[str, Any]) -> str:
+    lines = [f"{'run':24} {'gpu':10} {'gpus':>5} {'measured':>10} {'predicted':>10} {'error':>8}"]
+    for r in speed["rows"]:
+        lines.append(f"{r['id']:24} {r['gpu']:10} {r['num_gpus']:5d} {r['measured_tokens_per_s_per_gpu']:10.0f} "
+                     f"{r['predicted_tokens_per_s_per_gpu']:10.0f} {r['error_pct']:+7.1f}%")  # fmt: skip
+    for key in ("all", "single_node", "multi_node"):
+        s = speed[key]
+        lines.append(f"{key}: {s['rows']} runs, mean |error| {s['mean_abs_error_pct']:.1f} %, "
+                     f"max |error| {s['max_abs_error_pct']:.1f} %, mean signed {s['mean_signed_error_pct']:+.1f} %")
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
-    print(json.dumps(run(), indent=2))
+    memory = run()
+    speed = run_speed()
+    if "--table" in sys.argv[1:]:
+        print("memory (MARP):", json.dumps(memory["marp"]))
+        print("speed: tokens/s/GPU, predicted vs measured (bench/data/speed/throughput.csv)")
+        print(speed_table(speed))
+    else:
+        memory["speed"] = speed
+        print(json.dumps(memory, indent=2))

@@ -11,6 +11,7 @@ A GPU type with no fitting layout gets a one-line, numeric rejection reason.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -38,11 +39,13 @@ class GpuPool:
     gpu_type: str
     total_gpus: int
     gpus_per_node: int = DEFAULT_GPUS_PER_NODE
+    inter_node_gbps: float | None = None  # GB/s per GPU between nodes; None: the generation's default
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "gpu_type", get_gpu(self.gpu_type).name)  # canonical name
         check_int(self.total_gpus, "pools.total_gpus", MarpError)
         check_int(self.gpus_per_node, "pools.gpus_per_node", MarpError)
+        _check_gbps(self.inter_node_gbps, "pools.inter_node_gbps")
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,19 @@ class PlanSet:
 
 
 RANK_BY: tuple[str, ...] = ("time", "gpu_hours")
+# Ranking by time: plans within this fraction of the fastest completion count as equally fast and
+# are ordered by GPU-hours, so a negligible speed-up never buys more GPUs (Sia and Pollux weigh
+# goodput per GPU for the same reason). docs/marp.md, "Ranking".
+DEFAULT_TIME_MARGIN = 0.05
+
+
+def _check_gbps(value: float | None, field: str) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+        raise MarpError(field, f"must be a positive finite number of GB/s per GPU, got {value!r}.")
+
+
 _RC_NAMES = ("none", "selective", "full", "op-sac")
 
 
@@ -142,6 +158,10 @@ def _candidate_grid(model: ModelSpec, recipe: TrainingRecipe, cap: int, gpus_per
         blocks.append(np.stack([t[ok], p[ok], d[ok], z[ok], np.full(int(ok.sum()), m), per_replica // d[ok], r[ok]]))
     arr = np.concatenate(blocks, axis=1) if blocks else np.zeros((7, 0), dtype=np.int64)
     grid = {"tp": arr[0], "pp": arr[1], "dp": arr[2], "zero": arr[3], "mb": arr[4], "ga": arr[5], "rc": arr[6]}
+    if recipe.etp is not None:
+        # The experts' grid (etp x ep) runs on the same tp x dp GPUs of a stage.
+        keep = (grid["tp"] * grid["dp"]) % (recipe.etp * ep) == 0
+        grid = {k: v[keep] for k, v in grid.items()}
     return _with_split(grid, recipe.pp_layers)
 
 
@@ -183,13 +203,13 @@ def _lex_argmin(keys: tuple[NDArray, ...], idx: NDArray[np.int64]) -> int | None
 
 
 def _layout_at(grid: dict[str, NDArray[np.int64]], i: int, megatron: bool, ep: int = 1,
-               split: tuple[int, ...] | None = None) -> Layout:  # fmt: skip
+               split: tuple[int, ...] | None = None, etp: int | None = None) -> Layout:  # fmt: skip
     tp = int(grid["tp"][i])
     return Layout(
         tp=tp, pp=int(grid["pp"][i]), dp=int(grid["dp"][i]), zero_stage=int(grid["zero"][i]),
         micro_batch=int(grid["mb"][i]), grad_accum=int(grid["ga"][i]),
         recompute=_RC_NAMES[int(grid["rc"][i])], sp=megatron and tp > 1, ep=ep,  # type: ignore[arg-type]
-        vpp=int(grid["vpp"][i]), pp_layers=split,
+        vpp=int(grid["vpp"][i]), pp_layers=split, etp=etp,
     )  # fmt: skip
 
 
@@ -212,16 +232,19 @@ def enumerate_plans(
     max_plans: int | None = 50,
     *,
     mfu: float | None = None,
-    inter_node_gbps: float = DEFAULT_INTER_NODE_GBPS,
+    inter_node_gbps: float | None = DEFAULT_INTER_NODE_GBPS,
     rank_by: str = "time",
+    time_margin: float = DEFAULT_TIME_MARGIN,
 ) -> PlanSet:
     """Ranked plans that fit, over ``pools`` (None: every catalog GPU type, 8 per node, 64 max).
 
     A layout is kept when its predicted device bytes (``MemoryBreakdown.total``) are at most
     memory x (1 - safety_margin). The best layout per (GPU type, GPU count) becomes a plan, so
     the list stays diverse. ``rank_by`` "time" (default) ranks by estimated completion time
-    (train_steps x step time), then GPU-hours; "gpu_hours" by GPU-hours, then GPU count, then
-    time. ``rejected`` has one line per GPU type without any fitting layout, with the need and
+    (train_steps x step time), except that the plans within ``time_margin`` (default 5 %) of the
+    fastest completion come first ordered by GPU-hours (a negligible speed-up does not buy GPUs);
+    "gpu_hours" by GPU-hours, then GPU count, then time. ``inter_node_gbps`` (GB/s per GPU)
+    overrides every pool's own value and the GPU generation's default. ``rejected`` has one line per GPU type without any fitting layout, with the need and
     the memory; when no type fits, a last line names the nearest plan that would fit (more GPUs).
     """
     if (
@@ -234,8 +257,9 @@ def enumerate_plans(
         check_int(max_plans, "max_plans", MarpError)
     if mfu is not None and not 0.0 < mfu <= 1.0:
         raise MarpError("mfu", f"must be in (0, 1], got {mfu!r}.")
-    if not inter_node_gbps > 0.0:
-        raise MarpError("inter_node_gbps", f"must be > 0, got {inter_node_gbps!r}.")
+    _check_gbps(inter_node_gbps, "inter_node_gbps")
+    if isinstance(time_margin, bool) or not isinstance(time_margin, int | float) or not 0.0 <= time_margin < 1.0:
+        raise MarpError("time_margin", f"must be in [0, 1), got {time_margin!r}.")
     if rank_by not in RANK_BY:
         raise MarpError("rank_by", f"must be one of {', '.join(RANK_BY)}, got {rank_by!r}.")
     check_seq_len(model, recipe)
@@ -246,6 +270,9 @@ def enumerate_plans(
             f"({model.name} has {model.experts or 'no'} experts).",
             "use ep 1, or a divisor of the expert count.",
         )
+    if recipe.etp is not None and not model.experts:
+        raise InvalidRecipeError("recipe.etp", f"etp {recipe.etp} needs a mixture-of-experts model ({model.name} "
+                                 "has no experts).", "leave expert tensor parallelism unset.")  # fmt: skip
     split = recipe.pp_layers
     if split is not None:
         check_split_covers(model, split, "recipe.pp_layers", InvalidRecipeError)
@@ -288,7 +315,8 @@ def enumerate_plans(
             sp = (grid["tp"] > 1) & megatron
             mems[mkey] = memory_grid(model, recipe, grid["tp"], grid["pp"], grid["dp"], grid["zero"], grid["mb"],
                                      grid["ga"], False, gpu, recompute=grid["rc"], sp=sp, ep=recipe.ep,
-                                     vpp=grid["vpp"], stage_layers=grid["stage"], chunk_layers=grid["chunk"])  # fmt: skip
+                                     vpp=grid["vpp"], stage_layers=grid["stage"], chunk_layers=grid["chunk"],
+                                     etp=recipe.etp)  # fmt: skip
         mem = mems[mkey]
         usable = gpu.memory_bytes * (1.0 - safety_margin)
         fit_mask = mem["total"] <= usable
@@ -296,14 +324,15 @@ def enumerate_plans(
             i = int(np.argmin(mem["total"]))
             rejected.append(
                 f"{gpu.name}: needs at least {_gib(mem['total'][i])} per GPU "
-                f"({_describe(_layout_at(grid, i, megatron, recipe.ep, split))}) > {_gib(usable)} usable "
+                f"({_describe(_layout_at(grid, i, megatron, recipe.ep, split, recipe.etp))}) > {_gib(usable)} usable "
                 f"({_gib(gpu.memory_bytes)} x {1.0 - safety_margin:.2f})"
             )
             continue
         if gkey not in shapes:
             shapes[gkey] = StepShape.of(model, recipe, grid["tp"], grid["pp"], grid["dp"], grid["zero"], grid["mb"],
                                         grid["ga"], False, pool.gpus_per_node, recompute=grid["rc"])  # fmt: skip
-        step = shapes[gkey].seconds_on(gpu, recipe.precision, mfu, inter_node_gbps)
+        gbps = inter_node_gbps if inter_node_gbps is not None else pool.inter_node_gbps
+        step = shapes[gkey].seconds_on(gpu, recipe.precision, mfu, gbps)
         n_gpus = grid["tp"] * grid["pp"] * grid["dp"]
         completion = step * recipe.train_steps
         hours = n_gpus * completion / 3600.0
@@ -324,10 +353,10 @@ def enumerate_plans(
         best_unfit = _lex_argmin(keys, np.flatnonzero(~fit_mask))
         unfit_key = tuple(float(k[best_unfit]) for k in reversed(keys)) if best_unfit is not None else None
         for j in fit_order[first].tolist():
-            layout = _layout_at(grid, j, megatron, recipe.ep, split)
+            layout = _layout_at(grid, j, megatron, recipe.ep, split, recipe.etp)
             why = f"{_gib(headroom[j])} headroom"
             if unfit_key is not None and unfit_key < tuple(float(k[j]) for k in reversed(keys)):
-                why += (f"; better-ranked {_describe(_layout_at(grid, best_unfit, megatron, recipe.ep, split))} on "
+                why += (f"; better-ranked {_describe(_layout_at(grid, best_unfit, megatron, recipe.ep, split, recipe.etp))} on "
                         f"{int(n_gpus[best_unfit])} GPUs rejected: needs {_gib(mem['total'][best_unfit])} "
                         f"> {_gib(usable)} usable")  # fmt: skip
             plan = Plan(
@@ -341,6 +370,13 @@ def enumerate_plans(
                 key = (plan.gpu_hours, float(plan.num_gpus), plan.completion_s, -float(plan.headroom_bytes))
             candidates.append((key, plan))
 
+    if rank_by == "time" and candidates:
+        # Near-fastest plans (within time_margin of the best completion) first, fewest GPU-hours
+        # first among them; the rest by completion time as before.
+        fastest = min(plan.completion_s for _, plan in candidates)
+        limit = fastest * (1.0 + time_margin)
+        candidates = [((0.0, plan.gpu_hours, float(plan.num_gpus), plan.completion_s) if plan.completion_s <= limit
+                       else (1.0, *key), plan) for key, plan in candidates]  # fmt: skip
     ranked = sorted(candidates, key=lambda kp: (kp[0], kp[1].gpu_type))
     if max_plans is not None:
         ranked = ranked[:max_plans]
@@ -358,14 +394,14 @@ def enumerate_plans(
 
 def _nearest_fit(
     model: ModelSpec, recipe: TrainingRecipe, pools: list[GpuPool], margin: float, mfu: float | None,
-    inter_node_gbps: float,
+    inter_node_gbps: float | None,
 ) -> Plan | None:
     """The fewest-GPU plan on the pools' GPU types if up to 1,024 GPUs of each were available."""
-    wide = [GpuPool(p.gpu_type, 1024, p.gpus_per_node) for p in pools]
+    wide = [GpuPool(p.gpu_type, 1024, p.gpus_per_node, p.inter_node_gbps) for p in pools]
     relaxed = replace(recipe, max_gpus=None)
     found = enumerate_plans(model, relaxed, wide, margin, None, mfu=mfu, inter_node_gbps=inter_node_gbps,
                             rank_by="gpu_hours").plans  # fmt: skip
     return min(found, key=lambda p: (p.num_gpus, p.gpu_hours)) if found else None
 
 
-__all__ = ["DEFAULT_GPUS_PER_NODE", "DEFAULT_MAX_GPUS", "RANK_BY", "GpuPool", "Plan", "PlanSet", "enumerate_plans"]
+__all__ = ["DEFAULT_GPUS_PER_NODE", "DEFAULT_MAX_GPUS", "DEFAULT_TIME_MARGIN", "RANK_BY", "GpuPool", "Plan", "PlanSet", "enumerate_plans"]
