@@ -35,16 +35,34 @@ class ApiMetrics:
 def route_template(scope: Scope) -> str:
     """The template of the route that served ``scope`` (set by the router), else of the one that
     would have (a request refused before routing), else ``unmatched``."""
-    route = scope.get("route")
-    if route is None:
-        router = scope.get("router") or getattr(scope.get("app"), "router", None)
-        for candidate in getattr(router, "routes", ()):
+    path = getattr(scope.get("route"), "path", None)
+    if isinstance(path, str):
+        return path
+    router = scope.get("router") or getattr(scope.get("app"), "router", None)
+    return _matching_path(getattr(router, "routes", ()), scope) or UNMATCHED
+
+
+def _matching_path(routes: object, scope: Scope, depth: int = 0) -> str | None:
+    """The path template of the first route in ``routes`` that matches ``scope``, looking into
+    included routers (FastAPI keeps an included router as one entry whose ``original_router``
+    holds the routes, their paths prefixed)."""
+    for candidate in routes or ():  # type: ignore[attr-defined]
+        try:
             match, _ = candidate.matches(scope)
-            if match is not Match.NONE:
-                route = candidate
-                break
-    path = getattr(route, "path", None)
-    return path if isinstance(path, str) else UNMATCHED
+        except (KeyError, TypeError, AttributeError):
+            continue
+        if match is Match.NONE:
+            continue
+        path = getattr(candidate, "path", None)
+        if isinstance(path, str):
+            return path
+        inner = getattr(candidate, "routes", None) or getattr(getattr(candidate, "original_router", None),
+                                                              "routes", None)
+        if inner and depth < 4:
+            found = _matching_path(inner, scope, depth + 1)
+            if found:
+                return found
+    return None
 
 
 class RequestMetrics:

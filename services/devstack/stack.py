@@ -244,8 +244,7 @@ class LocalStack:
         return f"http://127.0.0.1:{self.metrics_ports[service]}/metrics"
 
     def write_prometheus_config(self, path: Path) -> None:
-        """A Prometheus scrape config for every service of this stack (one job per kind of service;
-        each agent's target labelled with its node)."""
+        """A Prometheus scrape config for every service of this stack (one job per kind of service)."""
         write_prometheus_config(path, self.metrics_ports)
 
     def _make_tokens(self) -> None:
