@@ -64,6 +64,9 @@ class LayerCoefficients:
     bwd_attn_rep: float = 0.0  # attention backward: residual gradient - the norms already freed
     bwd_attn_par: float = 0.0  # attention backward: dV or dq dk dv - the MLP's tensors freed
     bwd_score: float = 0.0  # attention backward, per key: s x s gradients beyond the saved scores
+    # MoE token-dispatch copies (the permuted routed tokens and the expert outputs before the
+    # combine), saved like ``par`` but on the tokens of the expert-TP group: x etp / tp, not / tp.
+    dispatch: float = 0.0
 
 
 def element_bytes(policy: str) -> int:
@@ -109,7 +112,11 @@ def _moe_extra(model: ModelSpec, e: int) -> float:
     """Router and token-dispatch tensors of one MoE layer per token: fp32 router logits and
     probabilities (2 x 4 B x experts) and the permuted copy of each routed token (top_k x e x h),
     plus the un-permuted expert outputs before the weighted combine (top_k x e x h). Megatron-LM
-    MoE token dispatcher (Shoeybi et al. 2019 code base; Fedus et al. 2022 sec. 2 for routing)."""
+    MoE token dispatcher (Shoeybi et al. 2019 code base; Fedus et al. 2022 sec. 2 for routing).
+    Per token of the sequence-parallel shard; with expert tensor parallelism the dispatcher
+    all-gathers the routed tokens over the etp ranks after the all-to-all (Megatron-LM
+    core/transformer/moe/token_dispatcher.py, MoEAlltoAllTokenDispatcher), so a rank's copies are
+    etp x those of its own tokens (``LayerCoefficients.dispatch``)."""
     return 8 * model.experts + 2 * model.top_k * e * model.hidden
 
 
@@ -186,9 +193,11 @@ def layer_coefficients(
         score = a * (p_bytes + 1 + low) if drop else a * (p_bytes + c_bytes)
     ffn = model.expert_ffn if model.experts else model.ffn
     mlp = _mlp_coef(model, e, ffn, fused)
+    dispatch = 0.0
     if model.experts:
         mlp = model.top_k * mlp + _moe_extra(model, e)
-    par += mlp
+        dispatch = 2.0 * model.top_k * e * model.hidden  # _moe_extra's token copies
+    par += mlp - dispatch
 
     # op-level SAC (torchtitan, "selective op" policy): the checkpointed layer input plus the
     # outputs of every other matmul (1st, 3rd, ...) and of the attention kernel are saved; the
@@ -271,7 +280,7 @@ def layer_coefficients(
         rep=rep, par=par, score=score, sac_rep=residual * h, sac_par=sac_par, ckpt_rep=ckpt,
         weight_cache_per_param=2.0 if amp else 0.0, emb=emb, final=final, ckpt_alias=alias,
         bwd_mlp_rep=mlp1_rep, bwd_mlp_par=mlp1_par, bwd_act_rep=mlp2_rep, bwd_act_par=mlp_inner, bwd_attn_rep=dres - relief_rep, bwd_attn_par=attn_par,
-        bwd_score=bwd_score,
+        bwd_score=bwd_score, dispatch=dispatch,
     )  # fmt: skip
 
 

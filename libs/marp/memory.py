@@ -136,7 +136,7 @@ def layer_activation_parts(
     """(replicated, tensor-parallel) activation bytes of one layer for ONE sequence (no recompute)."""
     c = layer_coefficients(model, _policy_of(precision), flash_attention,
                            model.dropout if dropout is None else dropout)  # fmt: skip
-    return seq_len * c.rep, seq_len * c.par + seq_len * seq_len * c.score
+    return seq_len * c.rep, seq_len * (c.par + c.dispatch) + seq_len * seq_len * c.score
 
 
 def layer_activation_bytes(
@@ -179,6 +179,7 @@ def memory_grid(
     vpp: ArrayLike = 1,
     ep: ArrayLike = 1,
     shard: ArrayLike | None = None,
+    etp: ArrayLike | None = None,
     stage_layers: ArrayLike = 0,
     chunk_layers: ArrayLike = 0,
     stage: str = "max",
@@ -188,14 +189,14 @@ def memory_grid(
 
     Layout arguments broadcast against each other; ``recompute`` (codes of RECOMPUTE_CODE)
     overrides the boolean ``recompute_full``; ``stage_layers`` / ``chunk_layers`` carry an uneven
-    pipeline split's maxima (``marp.recipe.split_maxima``; 0: even). Each layout must be a valid ``Layout`` (LayoutGrid
+    pipeline split's maxima (``marp.recipe.split_maxima``; 0: even); ``etp`` None is tp. Each layout must be a valid ``Layout`` (LayoutGrid
     checks); its fit with the model and the recipe is the caller's (predict_memory validates,
     enumerate_plans only generates valid layouts).
     """
     rc = (np.asarray(recompute, dtype=np.int64) if recompute is not None
           else np.where(np.asarray(recompute_full, dtype=bool), RECOMPUTE_CODE["full"], 0))  # fmt: skip
     grid = LayoutGrid.broadcast(tp, pp, dp, zero_stage, micro_batch, grad_accum, rc, sp=sp, cp=cp, vpp=vpp, ep=ep,
-                                shard=shard, stage_layers=stage_layers, chunk_layers=chunk_layers)  # fmt: skip
+                                shard=shard, etp=etp, stage_layers=stage_layers, chunk_layers=chunk_layers)  # fmt: skip
     return memory_for_grid(model, recipe, grid, gpu, stage)
 
 
@@ -260,6 +261,11 @@ def validate_layout(model: ModelSpec, recipe: TrainingRecipe, layout: Layout) ->
         raise InvalidLayoutError("layout.ep", f"ep {layout.ep} needs a mixture-of-experts model.", "use ep 1.")
     if model.experts and model.experts % layout.ep:
         raise InvalidLayoutError("layout.ep", f"ep {layout.ep} must divide the {model.experts} experts.")
+    if layout.etp is not None and not model.experts:
+        raise InvalidLayoutError("layout.etp", f"etp {layout.etp} needs a mixture-of-experts model.",
+                                 "leave expert tensor parallelism unset for a dense model.")  # fmt: skip
+    if recipe.etp is not None and layout.expert_tp != recipe.etp:
+        raise InvalidLayoutError("layout.etp", f"the recipe fixes etp {recipe.etp}, the layout has {layout.expert_tp}.")
     if recipe.policy == "fsdp-bf16" and layout.zero_stage != 3:
         raise InvalidLayoutError("layout.zero_stage", "the fsdp-bf16 policy shards parameters (FSDP2): "
                                  f"it needs zero stage 3, got {layout.zero_stage}.", "use --zero 3.")  # fmt: skip

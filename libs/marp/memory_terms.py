@@ -91,11 +91,18 @@ def _job(model: ModelSpec, recipe: TrainingRecipe, grid: LayoutGrid, gpu: GpuTyp
     first_params, last_params, layer_local, vocab_local = stage_param_counts(model, grid.tp, grid.pp,
                                                                              grid.stage_layers)  # fmt: skip
     layers_stage = stage_layer_count(model.n_layers, grid.pp, grid.stage_layers)
+    if model.experts:
+        # Expert tensor parallelism shards the experts over etp instead of tp (Megatron's
+        # --expert-tensor-parallel-size): swap the experts' tp shard for their etp shard.
+        experts_full = np.full_like(grid.tp, model.expert_params())
+        swap = ceil_div(experts_full, grid.etp) - ceil_div(experts_full, grid.tp)
+        layer_local = layer_local + swap
+        first_params, last_params = first_params + layers_stage * swap, last_params + layers_stage * swap
     # One forward / backward pass of a model chunk: an uneven split's fullest virtual stage.
     chunk_layers = np.where(grid.chunk_layers > 0, grid.chunk_layers, layers_stage / grid.vpp)
     # Experts are divided over the expert-parallel group (Lepikhin et al. 2021, GShard sec. 2).
     expert_all = np.where(model.experts > 0,
-                          layers_stage * ceil_div(np.full_like(grid.tp, model.expert_params()), grid.tp), 0)  # fmt: skip
+                          layers_stage * ceil_div(np.full_like(grid.tp, model.expert_params()), grid.etp), 0)  # fmt: skip
     expert_local = ceil_div(expert_all, grid.ep)
     return _Job(
         model=model, recipe=recipe, grid=grid, gpu=gpu, coef=coef, e=element_bytes(policy), pb=pb, gb=gb, ob=ob,
@@ -120,10 +127,11 @@ class _Layer:
 def _layer(job: _Job) -> _Layer:
     coef, g, tokens, sp_div = job.coef, job.grid, job.tokens, job.sp_div
     tp_, rc = g.tp, g.recompute
-    full_layer = tokens * (coef.rep / sp_div + coef.par / tp_ + job.keys * coef.score / tp_)
+    dispatch = tokens * coef.dispatch * g.etp / tp_  # MoE token copies on the expert-TP group's tokens
+    full_layer = tokens * (coef.rep / sp_div + coef.par / tp_ + job.keys * coef.score / tp_) + dispatch
     saved = np.select(
         [rc == RECOMPUTE_CODE["none"], rc == RECOMPUTE_CODE["selective"], rc == RECOMPUTE_CODE["full"]],
-        [full_layer, tokens * (coef.rep / sp_div + coef.par / tp_),
+        [full_layer, tokens * (coef.rep / sp_div + coef.par / tp_) + dispatch,
          tokens * coef.ckpt_rep / sp_div],
         tokens * (coef.sac_rep / sp_div + coef.sac_par / tp_),
     )
@@ -226,7 +234,9 @@ def _model_states(job: _Job, st: _Stage) -> _States:
     # torchtitan's dp_shard x cp mesh ("dp_shard_cp", torchtitan parallel_dims.py) and Megatron's
     # distributed optimizer over get_data_parallel_group(with_context_parallel=True).
     sd = np.maximum(g.shard * g.cp, 1).astype(np.float64)
-    sd_e = np.maximum(g.shard * g.cp // g.ep, 1).astype(np.float64)
+    # Expert states shard over the expert-data-parallel group, tp x dp x cp / (etp x ep) (Megatron's
+    # expert grid; = dp x cp / ep when etp = tp).
+    sd_e = np.maximum(g.shard * g.cp * g.tp // (g.etp * g.ep), 1).astype(np.float64)
     p_div = np.where(zs >= 3, sd, 1.0)
     g_div = np.where(zs >= 2, sd, 1.0)
     o_div = np.where(zs >= 1, sd, 1.0)

@@ -119,7 +119,8 @@ class TrainingRecipe:
     fixed and considers only layouts whose dp it divides. ``pp_layers`` fixes the pipeline split
     the job's script uses: the layers of each (virtual) pipeline stage, in order (Megatron's
     --decoder-first/last-pipeline-num-layers, torchtitan's per-stage module lists); the planner
-    considers only the pp x vpp factorisations of its length.
+    considers only the pp x vpp factorisations of its length. ``etp`` is the expert-tensor-parallel
+    degree (None: each layout's tp, Megatron's default for --expert-tensor-parallel-size).
     """
 
     seq_len: int
@@ -148,6 +149,7 @@ class TrainingRecipe:
     weight_decay: float | None = None
     ep: int = 1
     pp_layers: tuple[int, ...] | None = None
+    etp: int | None = None
 
     def __post_init__(self) -> None:
         err = InvalidRecipeError
@@ -217,6 +219,8 @@ class TrainingRecipe:
         check_int(self.ep, "recipe.ep", err, fix="use 1, or an expert-parallel degree that divides the experts.")
         if self.pp_layers is not None:
             object.__setattr__(self, "pp_layers", check_pp_layers(self.pp_layers, "recipe.pp_layers", err))
+        if self.etp is not None:
+            check_int(self.etp, "recipe.etp", err, fix="use an expert-tensor-parallel degree >= 1, or leave it unset (tp).")
         if self.policy == "fsdp-bf16" and self.finetune == "qlora":
             raise err("recipe.finetune", "qlora keeps a 4-bit frozen base; it cannot use the fsdp-bf16 policy.",
                       "use precision pure-bf16 or amp-bf16 with qlora.")  # fmt: skip
@@ -284,7 +288,7 @@ class TrainingRecipe:
             "lora_rank": self.lora_rank, "lora_targets": list(self.lora_targets),
             "offload_optimizer": self.offload_optimizer, "kv_repeat": self.resolved_kv_repeat,
             "weight_decay": self.resolved_weight_decay, "ep": self.ep,
-            "pp_layers": None if self.pp_layers is None else list(self.pp_layers),
+            "pp_layers": None if self.pp_layers is None else list(self.pp_layers), "etp": self.etp,
         }  # fmt: skip
 
 
@@ -307,7 +311,10 @@ class Layout:
     degree of a mixture-of-experts model (ep divides dp). ``pp_layers`` (None: an even split, every
     stage charged the rounded-up share) gives the layers of each of the pp x vpp (virtual) stages,
     uneven splits included; the memory model charges every rank the fullest rank's layers, and one
-    chunk's pass the fullest virtual stage's (an upper bound for the other ranks).
+    chunk's pass the fullest virtual stage's (an upper bound for the other ranks). ``etp`` (None:
+    tp) shards the experts' weights over an expert-tensor-parallel group of its own (Megatron's
+    --expert-tensor-parallel-size): the experts' grid is pp x etp x ep x edp over the same GPUs, so
+    etp x ep must divide tp x dp x cp, and expert states shard over edp = tp x dp x cp / (etp x ep).
     """
 
     tp: int
@@ -323,6 +330,7 @@ class Layout:
     ep: int = 1
     shard_degree: int | None = None
     pp_layers: tuple[int, ...] | None = None
+    etp: int | None = None
 
     def __post_init__(self) -> None:
         err = InvalidLayoutError
@@ -341,6 +349,11 @@ class Layout:
             check_int(self.shard_degree, "layout.shard_degree", err)
             if self.dp % self.shard_degree:
                 raise err("layout.shard_degree", f"shard degree {self.shard_degree} must divide dp {self.dp}.")
+        if self.etp is not None:
+            check_int(self.etp, "layout.etp", err)
+        if (self.tp * self.dp * self.cp) % (self.expert_tp * self.ep):
+            raise err("layout.etp", f"etp {self.expert_tp} x ep {self.ep} must divide tp x dp x cp = "
+                      f"{self.tp * self.dp * self.cp} (the experts' grid runs on the same GPUs).")
         if self.pp_layers is not None:
             object.__setattr__(self, "pp_layers", check_pp_layers(self.pp_layers, "layout.pp_layers", err))
             if len(self.pp_layers) != self.pp * self.vpp:
@@ -350,6 +363,11 @@ class Layout:
     @property
     def shard(self) -> int:
         return self.dp if self.shard_degree is None else self.shard_degree
+
+    @property
+    def expert_tp(self) -> int:
+        """The expert-tensor-parallel degree: etp, or tp when unset."""
+        return self.tp if self.etp is None else self.etp
 
     @property
     def num_gpus(self) -> int:
@@ -366,7 +384,7 @@ class Layout:
             "micro_batch": self.micro_batch, "grad_accum": self.grad_accum,
             "recompute": self.recompute, "num_gpus": self.num_gpus, "sp": self.sp, "cp": self.cp,
             "vpp": self.vpp, "ep": self.ep, "shard_degree": self.shard,
-            "pp_layers": None if self.pp_layers is None else list(self.pp_layers),
+            "pp_layers": None if self.pp_layers is None else list(self.pp_layers), "etp": self.expert_tp,
         }  # fmt: skip
 
 
@@ -397,6 +415,7 @@ class LayoutGrid:
     vpp: NDArray[np.int64]
     ep: NDArray[np.int64]
     shard: NDArray[np.int64]
+    etp: NDArray[np.int64]
     stage_layers: NDArray[np.int64]
     chunk_layers: NDArray[np.int64]
 
@@ -420,18 +439,20 @@ class LayoutGrid:
         bad |= (self.vpp > 1) & (self.pp == 1)
         bad |= (self.dp % np.maximum(self.ep, 1) != 0) | (self.dp % np.maximum(self.shard, 1) != 0)
         bad |= (self.stage_layers < 0) | (self.chunk_layers < 0) | (self.chunk_layers > self.stage_layers)
+        bad |= (self.etp < 1) | ((self.tp * self.dp * self.cp) % np.maximum(self.etp * self.ep, 1) != 0)
         return bad
 
     @classmethod
     def broadcast(
         cls, tp: ArrayLike, pp: ArrayLike, dp: ArrayLike, zero_stage: ArrayLike, micro_batch: ArrayLike,
         grad_accum: ArrayLike, recompute: ArrayLike, sp: ArrayLike = False, cp: ArrayLike = 1,
-        vpp: ArrayLike = 1, ep: ArrayLike = 1, shard: ArrayLike | None = None, stage_layers: ArrayLike = 0,
-        chunk_layers: ArrayLike = 0,
+        vpp: ArrayLike = 1, ep: ArrayLike = 1, shard: ArrayLike | None = None, etp: ArrayLike | None = None,
+        stage_layers: ArrayLike = 0, chunk_layers: ArrayLike = 0,
     ) -> LayoutGrid:
-        """A grid from anything numpy broadcasts; ``shard`` None shards over all of dp."""
+        """A grid from anything numpy broadcasts; ``shard`` None shards over all of dp, ``etp`` None is tp."""
         given = (tp, pp, dp, zero_stage, micro_batch, grad_accum, recompute, np.asarray(sp, dtype=np.int64),
-                 cp, vpp, ep, dp if shard is None else shard, stage_layers, chunk_layers)  # fmt: skip
+                 cp, vpp, ep, dp if shard is None else shard, tp if etp is None else etp, stage_layers,
+                 chunk_layers)  # fmt: skip
         return cls(*np.broadcast_arrays(*(np.asarray(x, dtype=np.int64) for x in given)))
 
     @classmethod
@@ -441,7 +462,8 @@ class LayoutGrid:
         return cls.broadcast(
             [layout.tp], [layout.pp], [layout.dp], [layout.zero_stage], [layout.micro_batch],
             [layout.grad_accum], [RECOMPUTE.index(layout.recompute)], sp=[layout.sp], cp=[layout.cp],
-            vpp=[layout.vpp], ep=[layout.ep], shard=[layout.shard], stage_layers=[stage], chunk_layers=[chunk],
+            vpp=[layout.vpp], ep=[layout.ep], shard=[layout.shard], etp=[layout.expert_tp], stage_layers=[stage],
+            chunk_layers=[chunk],
         )  # fmt: skip
 
     def layout_at(self, index: int) -> Layout:
@@ -449,6 +471,8 @@ class LayoutGrid:
         at = {f.name: int(np.ravel(getattr(self, f.name))[index]) for f in fields(self)}
         code, sp, shard = at.pop("recompute"), at.pop("sp"), at.pop("shard")
         at.pop("stage_layers"), at.pop("chunk_layers")
+        if at["etp"] == at["tp"]:
+            at["etp"] = None  # the default: experts shard like the dense weights
         recompute = RECOMPUTE[code] if 0 <= code < len(RECOMPUTE) else str(code)
         return Layout(**at, recompute=recompute, sp=bool(sp) if sp in (0, 1) else sp,  # type: ignore[arg-type]
                       shard_degree=shard)  # fmt: skip

@@ -94,5 +94,5 @@ def test_layout_grid_rejects_what_layout_rejects(change: dict[str, list[int]], f
 def test_layout_grid_fields_share_one_shape() -> None:
     ones = np.ones(2, dtype=np.int64)
     with pytest.raises(InvalidLayoutError):
-        LayoutGrid(ones, ones, ones, ones, ones, ones, ones, ones, ones, ones, ones, np.ones(3, dtype=np.int64),
+        LayoutGrid(ones, ones, ones, ones, ones, ones, ones, ones, ones, ones, ones, np.ones(3, dtype=np.int64), ones,
                    ones, ones)
