@@ -160,7 +160,9 @@ class StepShape:
         # memory-traffic share, NVIDIA Matrix Multiplication Background guide): x (1 + h0 / h).
         # The narrowest GEMM dimension per GPU: hidden (K), or 4h / tp (N of the column-parallel MLP).
         width = np.minimum(float(h), 4.0 * h / tp_f)
-        mm = t_mb * (layers * layer_mm + head_mm) * (1.0 + R.GEMM_HALF_WIDTH / width)
+        # ... and so do GEMMs with few rows (tokens per micro-batch): their output tiles do not fill
+        # a wave of SMs (the guide's "wave quantization").
+        mm = t_mb * (layers * layer_mm + head_mm) * (1.0 + R.GEMM_HALF_WIDTH / width) * (1.0 + R.GEMM_HALF_ROWS / t_mb)
         # Attention per layer and micro-batch: causal forward 2 b s^2 h, backward 2.5x (flash).
         attn_fwd = 2.0 * _f(mb) * s * s * h / (tp_f * cp_f)
         redo_attn = full | selective | sac

@@ -33,6 +33,10 @@ MATMUL_EFF: dict[str, float] = {
 # MATMUL_EFF / (1 + GEMM_HALF_WIDTH / hidden); 7-8 % slower at h = 4096, 30 % at h = 768, matching
 # the A100 MFU drop from 7B to 125M models in llm-foundry's tables (FITTED).
 GEMM_HALF_WIDTH = 256.0
+# Rows (tokens per micro-batch and GPU) at which the GEMM rate halves: a 128 x 128 output tile per
+# SM needs 100+ tiles to fill an A100 / H100 wave, i.e. about 1-2 K rows at h = 768-4096
+# (NVIDIA Matrix Multiplication Background User's Guide, "wave quantization") (FITTED 128).
+GEMM_HALF_ROWS = 128.0
 PCIE_MATMUL = 0.60  # PCIe / workstation parts (A10, L4, L40S, RTX): clock-limited at 150-350 W TDP
 
 # float8 matmuls (Transformer Engine): the fp8 dense peak is 2x bf16, but scaling casts and amax
@@ -158,7 +162,7 @@ def attn_eff(gpu: GpuType, fused: bool = False) -> float:
 
 __all__ = [
     "ACT_PASSES", "ALPHA_INTER_S", "ALPHA_INTRA_S", "DROPOUT_PASSES", "DROPOUT_SCORE_PASSES", "EAGER_SCORE_PASSES", "ELEM_PASSES_EAGER", "ELEM_PASSES_FUSED", "FP8_CAST_BYTES",
-    "FP8_MATMUL_EFF", "GEMM_HALF_WIDTH", "INTERFERENCE", "INTER_BW_EFF", "INTER_NODE_GBPS_BY_GPU", "INTER_NODE_GBPS_PCIE", "INTRA_BW_EFF",
+    "FP8_MATMUL_EFF", "GEMM_HALF_ROWS", "GEMM_HALF_WIDTH", "INTERFERENCE", "INTER_BW_EFF", "INTER_NODE_GBPS_BY_GPU", "INTER_NODE_GBPS_PCIE", "INTRA_BW_EFF",
     "KERNELS_PER_LAYER", "KERNELS_PER_LAYER_FUSED", "LAUNCH_S", "LOSS_BYTES_PER_LOGIT", "MEM_BW_EFF",
     "OPT_BYTES_PER_PARAM", "OVERLAP", "P2P_LATENCY_S", "STEP_FIXED_S", "TP_OVERLAP_TE", "attn_eff", "default_inter_node_gbps",
     "matmul_eff",

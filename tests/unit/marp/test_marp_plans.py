@@ -53,8 +53,11 @@ def test_every_plan_fits_is_valid_and_matches_predict_memory() -> None:
 def test_plans_are_ranked_and_diverse() -> None:
     ps = enumerate_plans(LLAMA7, RECIPE, max_plans=None)
     assert [p.rank for p in ps.plans] == list(range(1, len(ps.plans) + 1))
-    keys = [(p.completion_s, p.gpu_hours) for p in ps.plans]
-    assert keys == sorted(keys)  # completion time first (the default)
+    # Completion time first (the default), except that plans within 5 % of the fastest lead,
+    # fewest GPU-hours first (test_time_margin_trades_negligible_speed_for_gpu_hours).
+    fastest = ps.plans[0].completion_s if ps.plans else 0.0
+    assert all(p.completion_s <= min(q.completion_s for q in ps.plans) * 1.05 or p.completion_s >= fastest
+               for p in ps.plans)  # fmt: skip
     cost = enumerate_plans(LLAMA7, RECIPE, max_plans=None, rank_by="gpu_hours")
     ckeys = [(p.gpu_hours, p.num_gpus, p.completion_s) for p in cost.plans]
     assert ckeys == sorted(ckeys)
@@ -138,21 +141,37 @@ def test_default_enumeration_is_fast() -> None:
 # ---- step time ---------------------------------------------------------------------------------
 
 
-def test_single_gpu_step_time_is_flops_over_peak_times_mfu() -> None:
+def test_explicit_mfu_prices_model_flops_at_peak_times_mfu() -> None:
     model = get_model("gpt2-124m")
     recipe = TrainingRecipe(seq_len=1024, global_batch=8)
     gpu = get_gpu("A100-80GB")
     # Narayanan et al. 2021: 6N (matmul params, head included) + 12 L h s per token.
     per_token = 6 * (12 * model.layer_params() + 50257 * 768) + 12 * 12 * 768 * 1024
     assert flops_per_token(model, 1024) == per_token
-    t = estimate_step_time(model, recipe, Layout(1, 1, 1, 0, 8, 1), gpu, mfu=0.4)
-    assert t == pytest.approx(8 * 1024 * per_token / (312e12 * 0.4))
-    calibrated = estimate_step_time(model, recipe, Layout(1, 1, 1, 0, 8, 1), gpu)
-    assert calibrated == pytest.approx(8 * 1024 * per_token / (312e12 * 0.5))  # A100 anchor: 50 %
-    h100 = estimate_step_time(model, recipe, Layout(1, 1, 1, 0, 8, 1), get_gpu("H100-80GB"))
-    assert calibrated / h100 == pytest.approx(2.05)  # Lambda's measured BERT-large ratio, not 989/312
-    rc = estimate_step_time(model, recipe, Layout(1, 1, 1, 0, 8, 1, "full"), gpu)
-    assert rc > calibrated * 1.2
+    lay = Layout(1, 1, 1, 0, 8, 1)
+    t = estimate_step_time(model, recipe, lay, gpu, mfu=0.4)
+    compute = 8 * 1024 * per_token / (312e12 * 0.4)
+    # The compute term is exactly model FLOPs / (peak x mfu); the fixed per-step costs come on top
+    # (optimizer state traffic over 124M parameters and the per-step constant: a few ms).
+    assert compute < t < compute + 0.02
+    assert estimate_step_time(model, recipe, lay, gpu, mfu=0.2) - t == pytest.approx(compute, rel=1e-9)
+
+
+def test_calibrated_speed_orders_gpus_and_pays_for_recompute() -> None:
+    model = get_model("llama-2-7b")
+    recipe = TrainingRecipe(seq_len=4096, global_batch=8, precision="fsdp-bf16")
+    lay = Layout(1, 1, 1, 0, 8, 1)
+    t = {g: estimate_step_time(model, recipe, lay, get_gpu(g)) for g in ("A100-80GB", "H100-80GB", "H200", "B200")}
+    assert t["B200"] < t["H200"] < t["H100-80GB"] < t["A100-80GB"]
+    # Measured LLM training runs H100 at 2-3x an A100 (llm-foundry: 10643 vs 4641 tokens/s/GPU for
+    # MPT-7B), not the 3.2x of the datasheet peaks.
+    assert 1.8 < t["A100-80GB"] / t["H100-80GB"] < 3.2
+    gpu = get_gpu("A100-80GB")
+    full = estimate_step_time(model, recipe, Layout(1, 1, 1, 0, 8, 1, "full"), gpu)
+    sac = estimate_step_time(model, recipe, Layout(1, 1, 1, 0, 8, 1, "op-sac"), gpu)
+    assert t["A100-80GB"] < sac < full < t["A100-80GB"] * 1.4  # one extra forward at most: 8/6
+    fp8 = estimate_step_time(model, recipe, lay, get_gpu("H100-80GB"), fp8=True)
+    assert t["H100-80GB"] / 1.8 < fp8 < t["H100-80GB"] / 1.1  # NeMo / llm-foundry: 1.2-1.5x
 
 
 def test_step_time_scales_and_pays_for_communication() -> None:
@@ -160,21 +179,72 @@ def test_step_time_scales_and_pays_for_communication() -> None:
     one = estimate_step_time(LLAMA7, RECIPE, Layout(1, 1, 1, 0, 1, 64), gpu)
     eight = estimate_step_time(LLAMA7, RECIPE, Layout(1, 1, 8, 1, 1, 8), gpu)
     sixteen = estimate_step_time(LLAMA7, RECIPE, Layout(1, 1, 16, 1, 1, 4), gpu)  # crosses nodes
-    assert one / 8 < eight < one / 6  # near-linear, plus the gradient all-reduce
-    # Alpha-beta-gamma ring all-reduce of the fp32 (master-*) grads, 2(n-1)/n x 4 B x Psi: over
-    # 25 GB/s between nodes at dp = 16 (+ 15 us per step and the incast term), over NVLink
-    # (300 GB/s, 5 us) inside one node at dp = 8; the gamma term reads/writes 3 x (n-1)/n x B.
-    from marp.perf import INCAST
-
-    grads = 4 * LLAMA7.param_count()
-    mem = gpu.mem_bw_gbps * 1e9
-    inter16 = 2 * 15 * 15e-6 + 2 * 15 / 16 * grads / 25e9 + 15 / 16 * grads * 3 / mem + INCAST * 1 / 2 * grads / 16 / 25e9
-    intra8 = 2 * 7 * 5e-6 + 2 * 7 / 8 * grads / 300e9 + 7 / 8 * grads * 3 / mem
-    assert sixteen - eight / 2 == pytest.approx(inter16 - intra8 / 2)
+    assert one / 8 < eight < one / 6  # near-linear, plus the gradient reduce
+    assert eight / 2 < sixteen < eight / 1.6
+    # A slower fabric costs time; an absurdly slow one makes the gradient reduce dominate.
+    slow = estimate_step_time(LLAMA7, RECIPE, Layout(1, 1, 16, 1, 1, 4), gpu, inter_node_gbps=1.0)
+    assert slow > sixteen
+    grads_over_wire = 15 / 16 * LLAMA7.param_count() * (4 + 2) / (8 * 1.0e9 * 0.9)  # 8 rails of 1 GB/s
+    assert slow > grads_over_wire * 0.8
+    # The default is the GPU generation's reference fabric (A100: 25 GB/s per GPU).
+    assert estimate_step_time(LLAMA7, RECIPE, Layout(1, 1, 16, 1, 1, 4), gpu, inter_node_gbps=25.0) == sixteen
     tp = estimate_step_time(LLAMA7, RECIPE, Layout(8, 1, 1, 0, 1, 64), gpu)
-    assert tp > one / 8  # TP all-reduces cost time
+    assert tp > one / 8  # TP collectives cost time
     pp = estimate_step_time(LLAMA7, RECIPE, Layout(1, 4, 1, 0, 1, 64), gpu)
-    assert pp == pytest.approx(one / 4 * (1 + 3 / 64), rel=0.02)  # 1F1B bubble (p-1)/m
+    assert one / 4 * (1 + 3 / 64) < pp < one / 4 * 1.15  # 1F1B bubble (p-1)/m plus sends
+    vpp = estimate_step_time(LLAMA7, RECIPE, Layout(1, 4, 1, 0, 1, 64, vpp=2), gpu)
+    assert vpp < pp  # interleaving halves the bubble
+
+
+def test_fixed_costs_stop_tiny_jobs_from_spreading() -> None:
+    # Issue 19: a 124M model with 8 x 128 tokens per step was planned on 4 A100s with PP 4 ("0.00 s").
+    model = get_model("gpt2-124m")
+    recipe = TrainingRecipe(seq_len=128, global_batch=8)
+    gpu = get_gpu("A100-80GB")
+    one = estimate_step_time(model, recipe, Layout(1, 1, 1, 0, 8, 1), gpu)
+    four_pp = estimate_step_time(model, recipe, Layout(1, 4, 1, 0, 2, 4), gpu)
+    four_dp = estimate_step_time(model, recipe, Layout(1, 1, 4, 0, 2, 1), gpu)
+    assert one > 0.002  # kernel launches and the per-step constant, not "0.00 s"
+    assert four_pp > one / 2 and four_dp > one / 2  # 4x the GPUs is not 4x faster
+    best = enumerate_plans(model, recipe).best  # what `frenzy predict` ranks: every catalog type
+    assert best is not None and best.num_gpus == 1
+    # On A100s alone, 8 GPUs still win by more than the 5 % margin (the optimizer step shards and
+    # the launch-bound layers split over 2 stages), but no plan is predicted faster than the
+    # fixed costs allow, and the gain is far from the 8x the GPUs.
+    a100 = enumerate_plans(model, recipe, [GpuPool("A100-80GB", 8, 8)], max_plans=None)
+    single = next(p for p in a100.plans if p.num_gpus == 1)
+    assert a100.best is not None and a100.best.step_time_s > 0.005
+    assert single.step_time_s / a100.best.step_time_s < 2.0
+
+
+def test_time_margin_trades_negligible_speed_for_gpu_hours() -> None:
+    ps = enumerate_plans(LLAMA7, RECIPE, [GpuPool("A100-80GB", 64, 8)], max_plans=None)
+    fastest = min(p.completion_s for p in ps.plans)
+    near = [p for p in ps.plans if p.completion_s <= fastest * 1.05]
+    assert ps.plans[: len(near)] == sorted(near, key=lambda p: (p.gpu_hours, p.num_gpus, p.completion_s))
+    rest = ps.plans[len(near) :]
+    assert [p.completion_s for p in rest] == sorted(p.completion_s for p in rest)
+    strict = enumerate_plans(LLAMA7, RECIPE, [GpuPool("A100-80GB", 64, 8)], max_plans=None, time_margin=0.0)
+    assert strict.best is not None and strict.best.completion_s == fastest
+    assert ps.best is not None and ps.best.gpu_hours <= strict.best.gpu_hours
+    with pytest.raises(MarpError) as info:
+        enumerate_plans(LLAMA7, RECIPE, time_margin=1.5)
+    assert info.value.field == "time_margin"
+
+
+def test_inter_node_bandwidth_from_pool_or_argument() -> None:
+    slow = enumerate_plans(LLAMA7, RECIPE, [GpuPool("H100-80GB", 64, 8, inter_node_gbps=1.0)], max_plans=None)
+    fast = enumerate_plans(LLAMA7, RECIPE, [GpuPool("H100-80GB", 64, 8)], max_plans=None)
+    by_n = {p.num_gpus: p.step_time_s for p in fast.plans}
+    wide = [p for p in slow.plans if p.num_gpus > 8 and p.num_gpus in by_n]
+    assert wide and all(p.step_time_s > by_n[p.num_gpus] for p in wide)
+    override = enumerate_plans(LLAMA7, RECIPE, [GpuPool("H100-80GB", 64, 8, inter_node_gbps=1.0)],
+                               max_plans=None, inter_node_gbps=50.0)  # fmt: skip
+    assert [p.step_time_s for p in override.plans] == [p.step_time_s for p in fast.plans]
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(MarpError) as info:
+            GpuPool("H100-80GB", 8, 8, inter_node_gbps=bad)
+        assert info.value.field == "pools.inter_node_gbps"
 
 
 def test_catalog_gpus_all_usable_for_fp16() -> None:
