@@ -1,0 +1,452 @@
+"""Load on the whole stack: placement throughput in a burst, latency below saturation, and a new
+job behind a backlog (issue 15). One command; with ``--json`` one JSON line last on stdout.
+
+    .venv/bin/python bench/load.py --agents 100 --gpus-per-agent 8 --jobs 1000 --rate 100 --json
+    .venv/bin/python bench/load.py --agents 30 --gpus-per-agent 8 --jobs 300 --rate 50 --backlog 1000
+
+The local stack (``bench/stack_run.py``: private Redis, predictor, scheduler, one fake-GPU agent
+process per node, tokens, signed launches and events, a Redis user per service) runs on loopback
+with ``--agents`` nodes of ``--gpus-per-agent`` fake ``--gpu-type`` GPUs. Every measured job is
+gpt2-124m (seq 128, global batch 840 = lcm(1..8) with micro batch 1, so that every GPU count
+1..8 has a data-parallel plan; 10 training steps, so the scheduler's runtime estimate is 0.7 to
+5 s, near the real run, and far below the 120 s switch cost that would make preemption worth
+it) that needs exactly k GPUs (``limits.min_gpus`` = ``limits.max_gpus`` = k, k drawn uniformly
+from 1..8 with ``--seed``; at most the cluster's GPUs on a toy cluster) and runs
+``sleep --job-s``. Submissions go over gRPC from ``--submitters`` threads. Job states are polled
+from Redis with the admin connection; every number comes from the jobs' histories as the
+scheduler stamped them (``submitted_at``, the RESERVED and RUNNING transitions), read over gRPC
+once a phase's jobs have ended. Phases:
+
+1. **Burst.** The queue is held (the key ``frenzy queue hold`` sets, with the admin Redis
+   client), ``--jobs`` jobs are submitted as fast as the submitters go, then the queue is
+   released and the placements are timed. 1,000 jobs of 4.5 GPUs on average do not all fit
+   800 GPUs: after the first wave, placement waits for jobs to end, and its rate is the
+   cluster's capacity / the job length, not the scheduler's speed. So:
+
+   * ``placements_per_s``: the first wave's rate: the burst jobs whose first RESERVED
+     transition came before the first burst job ended (while free GPUs, not capacity,
+     limited placement), their count / (their last RESERVED time - their first);
+     ``first_wave`` is that count (None when fewer than 2). When one tick placed the whole
+     wave (a batched placement stamps all its jobs with the tick's time, so that span is 0),
+     the span is counted from the release instead, which includes the scheduler noticing it;
+     ``first_wave_span_from`` says which ("first placement" or "release");
+   * ``placements_per_s_overall``: every burst job's first RESERVED / (the last - the first),
+     capacity-bound by design;
+   * ``burst_release_to_first_placement_s``: the first RESERVED minus the moment of release.
+
+2. **Latency.** On the idle cluster (every burst job ended), ``--jobs`` more such jobs at
+   ``--rate`` a second: ``submit_to_running_p50_s`` / ``_p99_s`` (first RUNNING minus
+   ``submitted_at``), ``submit_p50_ms`` / ``submit_p99_ms`` (SubmitJob's round trip as the
+   client saw it), ``offered_rate_per_s`` (the rate submissions really started at).
+
+3. **Backlog** (``--backlog N``, default 0: skipped). The cluster then has ``--backlog-agents``
+   more nodes (default: as many as ``--agents``, so half the nodes) of ``--backlog-gpu-type``;
+   before phase 1, blocker jobs (that type only, ``sleep`` for the whole run) take every one
+   of their GPUs. Here N 1-GPU jobs that may only use that type are queued (they cannot
+   start), then one 1-GPU job of any type is submitted: ``backlog_new_job_to_running_s`` is its
+   first RUNNING minus its ``submitted_at`` (free GPUs of ``--gpu-type`` wait for it). At the
+   end the queue is held again and the blockers cancelled; the N jobs stay PENDING
+   (``backlog_started`` counts any that started: 0 expected).
+
+Reported beside them: ``submitted`` (the measured jobs: burst, latency and the backlog probe;
+not the blockers nor the N backlog jobs), ``succeeded``, ``failed``, ``cancelled`` of those,
+``lost`` (not ended by the deadline), ``ran_twice`` (more than one attempt, or entering RUNNING
+twice; a history entry repeating the state before it, as a cancel request's note does, is not a
+second run; blockers included, ``ran_twice_jobs`` shows up to 5 with their histories),
+``refused`` (SubmitJob errors), ``cpu_s`` per process over the whole run and per phase
+(scheduler, predictor, the agents summed, Redis), ``scheduler_metrics`` (its /metrics at the
+end), the machine (cpus, python, the 1-minute load average before and after: the numbers only
+compare on the same machine and load) and the sizes.
+
+Bounded in time: every phase waits until one deadline, ``--timeout-s`` after the stack is up;
+a phase the deadline cuts short reports its unfinished jobs as ``lost`` and later phases are
+skipped. The result is always printed; the exit status is 1 when a phase could not complete
+(lost or refused jobs, blockers that did not start, a skipped phase: listed in ``problems``),
+0 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import grpc
+from stack_run import (
+    ENDED,
+    BenchStack,
+    Submission,
+    cpu_delta,
+    fetch_jobs,
+    first_at,
+    history_of,
+    job_states,
+    machine,
+    offered_rate,
+    outcome_counts,
+    percentile,
+    raise_service_limits,
+    ran_twice,
+    running_stack,
+    say_stderr,
+    scheduler_metrics,
+    service_cpu,
+    state_name,
+    submit_all,
+    submit_latency_ms,
+    submit_to_running,
+    wait_states,
+)
+
+import marp
+from frenzy.v1 import scheduler_pb2, types_pb2
+from has.cluster_spec import ClusterSpec, parse_cluster
+
+MAX_K = 8  # jobs need 1..8 GPUs (issue 15)
+GLOBAL_BATCH = 840  # lcm(1..8): dp = k divides it for every k, with micro batch 1
+TRAIN_STEPS = 10  # runtime estimates of 0.7 s (8 GPUs) to 5 s (1 GPU) on A100-80GB: near the 1 s sleep
+HOLD_REASON = "bench/load.py: gathering a burst"
+RESERVED, RUNNING = types_pb2.JOB_STATE_RESERVED, types_pb2.JOB_STATE_RUNNING
+ENDED_STATES = (types_pb2.JOB_STATE_SUCCEEDED, types_pb2.JOB_STATE_FAILED, types_pb2.JOB_STATE_CANCELLED)
+
+
+class Deadline(Exception):
+    """The run's deadline passed before a phase could start."""
+
+
+def job_spec(name: str, k: int, job_s: float, gpu_types: Sequence[str] = ()) -> types_pb2.JobSpec:
+    """A gpt2-124m job that needs exactly ``k`` GPUs (of ``gpu_types``; empty: any) and sleeps ``job_s``."""
+    return types_pb2.JobSpec(
+        name=name, model=types_pb2.ModelSpec(catalog_name="gpt2-124m"),
+        recipe=types_pb2.TrainingRecipe(seq_len=128, global_batch=GLOBAL_BATCH, micro_batch=1,
+                                        train_steps=TRAIN_STEPS),
+        limits=types_pb2.JobLimits(min_gpus=k, max_gpus=k, allowed_gpu_types=list(gpu_types)),
+        command=["sleep", f"{job_s:g}"])  # fmt: skip
+
+
+def cluster_of(args: argparse.Namespace) -> ClusterSpec:
+    groups = [{"gpu": args.gpu_type, "count": args.agents, "gpus_per_node": args.gpus_per_agent,
+               "name_prefix": "node"}]
+    if args.backlog:
+        groups.append({"gpu": args.backlog_gpu_type, "count": args.backlog_agents,
+                       "gpus_per_node": args.gpus_per_agent, "name_prefix": "held"})
+    return parse_cluster({"nodes": groups})
+
+
+def blocker_sizes(gpus: int) -> list[int]:
+    """GPU counts of blocker jobs that together hold ``gpus`` GPUs, none above MAX_K."""
+    return [MAX_K] * (gpus // MAX_K) + ([gpus % MAX_K] if gpus % MAX_K else [])
+
+
+@dataclass
+class Run:
+    """What a run accumulates across phases."""
+
+    bench: BenchStack
+    args: argparse.Namespace
+    deadline: float  # time.monotonic()
+    say: callable  # type: ignore[valid-type]
+    measured: list[types_pb2.Job] = field(default_factory=list)  # ended or not, as read at the phase's end
+    submitted: int = 0
+    refused: int = 0
+    lost: int = 0
+    problems: list[str] = field(default_factory=list)
+    errors: set[str] = field(default_factory=set)
+
+    def submit(self, specs: Sequence[types_pb2.JobSpec], rate: float, label: str, measured: bool = True
+               ) -> list[Submission]:
+        subs = submit_all(self.bench.stub, specs, rate, self.args.submitters, self.say, label)
+        bad = [s for s in subs if not s.job_id]
+        self.errors |= {s.error for s in bad}
+        if measured:
+            self.submitted += len(subs) - len(bad)
+            self.refused += len(bad)
+        if bad:
+            self.problems.append(f"{label}: {len(bad)} of {len(subs)} submissions refused")
+        return subs
+
+    def wait_and_read(self, ids: Sequence[str], phase: str) -> list[types_pb2.Job]:
+        """Wait for the measured jobs ``ids`` to end (or the deadline), then read them once."""
+        ended = wait_states(self.bench.admin, self.bench.keys, ids, ENDED, self.deadline, self.say)
+        if len(ended) < len(ids):
+            self.lost += len(ids) - len(ended)
+            self.problems.append(f"{phase}: {len(ids) - len(ended)} of {len(ids)} jobs not ended by the deadline")
+        jobs = fetch_jobs(self.bench.stub, ids)
+        self.measured += jobs
+        return jobs
+
+    def check_time(self, phase: str) -> None:
+        if time.monotonic() >= self.deadline:
+            self.problems.append(f"{phase}: skipped, the deadline (--timeout-s) passed")
+            raise Deadline(phase)
+
+    def cpu_of(self, fn: callable) -> tuple[object, dict[str, float]]:  # type: ignore[valid-type]
+        before = service_cpu(self.bench.stack)
+        out = fn()
+        return out, cpu_delta(before, service_cpu(self.bench.stack))
+
+
+def ended_at(job: types_pb2.Job) -> float | None:
+    return next((t.at for t in job.history if t.state in ENDED_STATES), None)
+
+
+def burst_numbers(jobs: Sequence[types_pb2.Job], released_at: float) -> dict[str, object]:
+    """Placement rates of a burst released at ``released_at`` (wall clock): the first wave's
+    (placements before the first job ended) and overall; see the module docstring."""
+    reserved = sorted(at for j in jobs if (at := first_at(j, RESERVED)) is not None)
+    ends = [at for j in jobs if (at := ended_at(j)) is not None]
+    first_end = min(ends) if ends else float("inf")
+    wave = [at for at in reserved if at < first_end]
+    wave_span, span_from = (wave[-1] - wave[0], "first placement") if len(wave) > 1 else (0.0, None)
+    if len(wave) > 1 and wave_span <= 0:
+        # one tick placed the whole wave (a batched placement stamps its jobs with the tick's
+        # time): no span between placements to divide by, so count from the release instead
+        wave_span, span_from = wave[-1] - released_at, "release"
+    span = reserved[-1] - reserved[0] if len(reserved) > 1 else 0.0
+    k_of = {j.id: j.spec.limits.max_gpus for j in jobs}
+    wave_gpus = sum(k_of[j.id] for j in jobs if (at := first_at(j, RESERVED)) is not None and at < first_end)
+    return {
+        "placements_per_s": len(wave) / wave_span if wave_span > 0 else None,
+        "first_wave": len(wave) if len(wave) > 1 else None, "first_wave_gpus": wave_gpus,
+        "first_wave_span_s": wave_span, "first_wave_span_from": span_from,
+        "placements_per_s_overall": len(reserved) / span if span > 0 else None,
+        "placements": len(reserved), "placement_span_s": span,
+        "burst_release_to_first_placement_s": reserved[0] - released_at if reserved else None,
+    }  # fmt: skip
+
+
+def phase_burst(run: Run, rng: random.Random, k_max: int) -> dict[str, object]:
+    args, bench = run.args, run.bench
+    run.check_time("burst")
+    hold = bench.keys.queue_hold()
+    bench.admin.set(hold, HOLD_REASON)  # what `frenzy queue hold` does
+    try:
+        run.say(f"burst: holding the queue, submitting {args.jobs} jobs as fast as {args.submitters} threads go")
+        specs = [job_spec(f"burst-{i}", rng.randint(1, k_max), args.job_s) for i in range(args.jobs)]
+        t0 = time.monotonic()
+        subs = run.submit(specs, 0, "burst submitted")
+        submit_s = time.monotonic() - t0
+    finally:
+        released_at = time.time()
+        bench.admin.delete(hold)  # `frenzy queue release`
+    run.say("burst: queue released")
+    ids = [s.job_id for s in subs if s.job_id]
+    jobs = run.wait_and_read(ids, "burst")
+    lat = submit_latency_ms(subs)
+    return {**burst_numbers(jobs, released_at), "jobs": len(ids), "submit_s": submit_s,
+            "submit_p50_ms": percentile(lat, 50), "submit_p99_ms": percentile(lat, 99),
+            "gpus_asked": sum(j.spec.limits.max_gpus for j in jobs), **outcome_counts(jobs)}
+
+
+def phase_latency(run: Run, rng: random.Random, k_max: int) -> dict[str, object]:
+    args = run.args
+    run.check_time("latency")
+    run.say(f"latency: submitting {args.jobs} jobs at {args.rate:g}/s on the idle cluster")
+    specs = [job_spec(f"steady-{i}", rng.randint(1, k_max), args.job_s) for i in range(args.jobs)]
+    subs = run.submit(specs, args.rate, "latency submitted")
+    jobs = run.wait_and_read([s.job_id for s in subs if s.job_id], "latency")
+    waits = submit_to_running(jobs)
+    lat = submit_latency_ms(subs)
+    return {"jobs": len(jobs), "offered_rate_per_s": offered_rate(subs),
+            "submit_to_running_p50_s": percentile(waits, 50), "submit_to_running_p99_s": percentile(waits, 99),
+            "submit_to_running_max_s": max(waits) if waits else None,
+            "submit_p50_ms": percentile(lat, 50), "submit_p99_ms": percentile(lat, 99),
+            **outcome_counts(jobs)}  # fmt: skip
+
+
+def start_blockers(run: Run) -> list[str]:
+    """Jobs of the backlog type only, holding every GPU of it until cancelled. -> their ids."""
+    args = run.args
+    total = args.backlog_agents * args.gpus_per_agent
+    sleep_s = args.timeout_s + 120  # outlives the run; cancelled at its end
+    specs = [job_spec(f"blocker-{i}", k, sleep_s, [args.backlog_gpu_type])
+             for i, k in enumerate(blocker_sizes(total))]
+    run.say(f"backlog: {len(specs)} blocker jobs take all {total} {args.backlog_gpu_type} GPUs")
+    ids = [s.job_id for s in run.submit(specs, 0, "blockers submitted", measured=False) if s.job_id]
+    started = wait_states(run.bench.admin, run.bench.keys, ids, {"RUNNING"}, run.deadline, run.say, "blockers running")
+    if len(started) < len(specs):
+        run.problems.append(f"backlog: only {len(started)} of {len(specs)} blockers started")
+        raise Deadline("blockers")
+    return ids
+
+
+def phase_backlog(run: Run, blockers: Sequence[str]) -> dict[str, object]:
+    args, bench = run.args, run.bench
+    run.check_time("backlog")
+    run.say(f"backlog: queueing {args.backlog} jobs that may only use {args.backlog_gpu_type} (all held)")
+    specs = [job_spec(f"backlog-{i}", 1, args.job_s, [args.backlog_gpu_type]) for i in range(args.backlog)]
+    t0 = time.monotonic()
+    queued = [s.job_id for s in run.submit(specs, 0, "backlog queued", measured=False) if s.job_id]
+    queue_s = time.monotonic() - t0
+    run.say("backlog: submitting one 1-GPU job of any type")
+    probe_sub = run.submit([job_spec("probe", 1, args.job_s)], 0, "probe submitted")
+    probe = run.wait_and_read([s.job_id for s in probe_sub if s.job_id], "backlog probe")
+    states = job_states(bench.admin, bench.keys, queued)
+    to_running = submit_to_running(probe)
+    return {"queued": len(queued), "queue_s": queue_s, "blockers": len(blockers),
+            "backlog_new_job_to_running_s": to_running[0] if to_running else None,
+            "probe_submit_ms": probe_sub[0].latency_s * 1000.0,
+            "probe_gpu_type": probe[0].plan.gpu_type if probe else None,
+            "probe_state": state_name(probe[0]) if probe else None,
+            "backlog_started": sum(1 for s in states if s != "PENDING")}  # fmt: skip
+
+
+def stop_blockers(run: Run, ids: Sequence[str]) -> list[types_pb2.Job]:
+    """Hold the queue (the backlog must not start on the freed GPUs), cancel the blockers, wait
+    for them to end (30 s at most). -> the blockers as read then."""
+    bench = run.bench
+    bench.admin.set(bench.keys.queue_hold(), "bench/load.py: the run is over")
+    for job_id in ids:
+        try:
+            bench.stub.CancelJob(scheduler_pb2.CancelJobRequest(job_id=job_id, reason="bench over"), timeout=30)
+        except grpc.RpcError as exc:
+            run.errors.add(f"cancel {job_id}: {exc.code().name}")
+    wait_states(bench.admin, bench.keys, ids, ENDED, time.monotonic() + 30, run.say, "blockers ended")
+    return fetch_jobs(bench.stub, ids)
+
+
+def run_phases(args: argparse.Namespace, say: callable) -> dict[str, object]:  # type: ignore[valid-type]
+    cluster = cluster_of(args)
+    k_max = min(MAX_K, args.agents * args.gpus_per_agent)
+    blockers_n = len(blocker_sizes(args.backlog_agents * args.gpus_per_agent)) if args.backlog else 0
+    raise_service_limits(2 * args.jobs + args.backlog + blockers_n + 1, args.rate)
+    rng = random.Random(args.seed)
+    phases: dict[str, object] = {}
+    out: dict[str, object] = {"bench": "load", **machine()}
+    with running_stack(cluster, say, keep_logs=args.keep_logs) as bench:
+        run = Run(bench, args, time.monotonic() + args.timeout_s, say)
+        cpu0 = service_cpu(bench.stack)
+        blockers: list[str] = []
+        blocker_jobs: list[types_pb2.Job] = []
+        try:
+            if args.backlog:
+                blockers = start_blockers(run)
+            phases["burst"], cpu = run.cpu_of(lambda: phase_burst(run, rng, k_max))
+            phases["burst"]["cpu_s"] = cpu  # type: ignore[index]
+            phases["latency"], cpu = run.cpu_of(lambda: phase_latency(run, rng, k_max))
+            phases["latency"]["cpu_s"] = cpu  # type: ignore[index]
+            if args.backlog:
+                phases["backlog"], cpu = run.cpu_of(lambda: phase_backlog(run, blockers))
+                phases["backlog"]["cpu_s"] = cpu  # type: ignore[index]
+        except Deadline:
+            pass
+        finally:
+            cpu1 = service_cpu(bench.stack)
+            if blockers:
+                blocker_jobs = stop_blockers(run, blockers)
+        out["scheduler_metrics"] = scheduler_metrics(bench.stack.metrics_port)
+        out["redis"] = bench.admin.info("server")["redis_version"]
+        startup_s = bench.startup_s
+    burst, latency, backlog = (phases.get(p, {}) for p in ("burst", "latency", "backlog"))
+    counts = outcome_counts(run.measured)
+    out.update({
+        "placements_per_s": burst.get("placements_per_s"), "placements_per_s_overall": burst.get("placements_per_s_overall"),
+        "first_wave": burst.get("first_wave"),
+        "submit_to_running_p50_s": latency.get("submit_to_running_p50_s"),
+        "submit_to_running_p99_s": latency.get("submit_to_running_p99_s"),
+        "submit_p50_ms": latency.get("submit_p50_ms"), "submit_p99_ms": latency.get("submit_p99_ms"),
+        "backlog_new_job_to_running_s": backlog.get("backlog_new_job_to_running_s"),
+        "submitted": run.submitted, "succeeded": counts["succeeded"], "failed": counts["failed"],
+        "cancelled": counts["cancelled"], "lost": run.lost,
+        "ran_twice": counts["ran_twice"] + sum(1 for j in blocker_jobs if ran_twice(j)), "refused": run.refused,
+        "cpu_s": cpu_delta(cpu0, cpu1), "loadavg_1m_end": round(os.getloadavg()[0], 2), "startup_s": startup_s,
+        "sizes": {"agents": args.agents, "gpus_per_agent": args.gpus_per_agent, "gpu_type": args.gpu_type,
+                  "gpus": args.agents * args.gpus_per_agent, "jobs": args.jobs, "rate_per_s": args.rate,
+                  "job_s": args.job_s, "k": [1, k_max], "seed": args.seed, "backlog": args.backlog,
+                  "backlog_agents": args.backlog_agents if args.backlog else 0,
+                  "backlog_gpu_type": args.backlog_gpu_type if args.backlog else None,
+                  "submitters": args.submitters, "timeout_s": args.timeout_s},
+        # which jobs ran twice, and how (attempt, history), to tell a re-run from a history quirk
+        "ran_twice_jobs": [f"{j.id} {j.spec.name} attempt {j.attempt}: {history_of(j)}"
+                           for j in [*run.measured, *blocker_jobs] if ran_twice(j)][:5],
+        "phases": phases, "problems": run.problems, "submit_errors": sorted(run.errors)[:5],
+        "complete": not run.problems,
+    })  # fmt: skip
+    return out
+
+
+def _num(v: object, fmt: str) -> str:
+    return "-" if v is None else format(v, fmt)
+
+
+def summary(out: dict) -> str:
+    """The result for a person to read."""
+    s, p = out["sizes"], out["phases"]
+    b, lat, bk = p.get("burst", {}), p.get("latency", {}), p.get("backlog", {})
+    lines = [
+        f"bench/load.py: {s['agents']} agents x {s['gpus_per_agent']} {s['gpu_type']} ({s['gpus']} GPUs), "
+        f"{s['jobs']} jobs per phase of 1..{s['k'][1]} GPUs, sleep {s['job_s']:g} s; "
+        f"{out['cpus']} CPUs, Python {out['python']}, load {out['loadavg_1m_start']} -> {out['loadavg_1m_end']}",
+        f"  burst      {_num(out['placements_per_s'], '.1f')} placements/s in the first wave "
+        f"({_num(out['first_wave'], 'd')} jobs), {_num(out['placements_per_s_overall'], '.1f')}/s overall; "
+        f"release to first placement {_num(b.get('burst_release_to_first_placement_s'), '.2f')} s",
+        f"  latency    submit to RUNNING p50 {_num(out['submit_to_running_p50_s'], '.2f')} s, "
+        f"p99 {_num(out['submit_to_running_p99_s'], '.2f')} s; SubmitJob p50 {_num(out['submit_p50_ms'], '.1f')} ms, "
+        f"p99 {_num(out['submit_p99_ms'], '.1f')} ms at {_num(lat.get('offered_rate_per_s'), '.1f')}/s",
+    ]
+    if bk:
+        lines.append(f"  backlog    a new 1-GPU job behind {bk['queued']} queued: RUNNING after "
+                     f"{_num(bk['backlog_new_job_to_running_s'], '.2f')} s on {bk['probe_gpu_type']}; "
+                     f"{bk['backlog_started']} of the backlog started")
+    lines += [
+        f"  jobs       {out['succeeded']} of {out['submitted']} succeeded, {out['failed']} failed, "
+        f"{out['lost']} lost, {out['ran_twice']} ran twice, {out['refused']} refused",
+        "  CPU s      " + ", ".join(f"{k} {v:.1f}" for k, v in out["cpu_s"].items()),
+    ]
+    lines += [f"  PROBLEM    {msg}" for msg in out["problems"]]
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--agents", type=int, default=100, help="fake-GPU agent processes (nodes) of --gpu-type")
+    ap.add_argument("--gpus-per-agent", type=int, default=8, help="fake GPUs on each agent")
+    ap.add_argument("--gpu-type", default="A100-80GB", help="catalog GPU type of the agents' GPUs")
+    ap.add_argument("--jobs", type=int, default=1000, help="jobs in the burst, and again in the latency phase")
+    ap.add_argument("--rate", type=float, default=100.0, help="submissions a second in the latency phase")
+    ap.add_argument("--job-s", type=float, default=1.0, help="seconds each job runs (sleep)")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the jobs' GPU counts")
+    ap.add_argument("--backlog", type=int, default=0, help="jobs queued behind held GPUs in phase 3 (0: no phase 3)")
+    ap.add_argument("--backlog-gpu-type", default="H100-80GB", help="the held GPUs' type (phase 3)")
+    ap.add_argument("--backlog-agents", type=int, default=None, help="nodes of that type (default: --agents)")
+    ap.add_argument("--submitters", type=int, default=16, help="client threads calling SubmitJob")
+    ap.add_argument("--timeout-s", type=float, default=900.0, help="deadline for all phases, from the stack being up")
+    ap.add_argument("--keep-logs", action="store_true", help="keep the run directory (services' and jobs' logs)")
+    ap.add_argument("--json", action="store_true", help="one JSON line last on stdout instead of a summary")
+    args = ap.parse_args(argv)
+    if args.backlog_agents is None:
+        args.backlog_agents = args.agents
+    checks = [(args.agents >= 1, "--agents must be >= 1"), (args.gpus_per_agent >= 1, "--gpus-per-agent must be >= 1"),
+              (args.jobs >= 1, "--jobs must be >= 1"), (args.rate > 0, "--rate must be > 0"),
+              (args.job_s >= 0, "--job-s must be >= 0"), (args.backlog >= 0, "--backlog must be >= 0"),
+              (args.backlog_agents >= 1, "--backlog-agents must be >= 1"),
+              (args.submitters >= 1, "--submitters must be >= 1"), (args.timeout_s > 0, "--timeout-s must be > 0")]
+    for ok, msg in checks:
+        if not ok:
+            ap.error(msg)
+    for flag, name in (("--gpu-type", args.gpu_type), ("--backlog-gpu-type", args.backlog_gpu_type)):
+        try:
+            marp.get_gpu(name)
+        except marp.MarpError as exc:
+            ap.error(f"{flag}: {exc}")
+    if args.backlog and args.backlog_gpu_type == args.gpu_type:
+        ap.error("--backlog-gpu-type must differ from --gpu-type (the backlog waits for GPUs the probe must not need)")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    out = run_phases(args, say_stderr)
+    if args.json:
+        print(json.dumps(out, separators=(",", ":")))
+    else:
+        print(summary(out))
+    return 0 if out["complete"] else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

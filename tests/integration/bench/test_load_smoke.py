@@ -1,0 +1,58 @@
+"""bench/load.py at a toy size (3 agents x 2 GPUs, 3 more held ones, 12 jobs per phase, a backlog
+of 20): the one command runs all three phases on the real stack, prints one JSON line last on
+stdout, every measured job succeeds once, and the new job behind the backlog runs on a free GPU."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+BENCH = Path(__file__).resolve().parents[3] / "bench" / "load.py"
+KEYS = ("placements_per_s", "placements_per_s_overall", "first_wave", "submit_to_running_p50_s",
+        "submit_to_running_p99_s", "submit_p50_ms", "submit_p99_ms", "backlog_new_job_to_running_s", "submitted",
+        "succeeded", "failed", "lost", "ran_twice", "refused", "cpu_s", "cpus", "python", "sizes", "phases")
+
+
+def test_load_at_toy_size_prints_one_json_line_and_every_job_succeeds_once(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, str(BENCH), "--agents", "3", "--gpus-per-agent", "2", "--jobs", "12",
+                           "--rate", "20", "--backlog", "20", "--seed", "7", "--timeout-s", "120", "--json"],
+                          capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["bench"] == "load"
+    for key in KEYS:
+        assert key in out, key
+    assert out["problems"] == [] and out["complete"] is True
+    # 12 burst + 12 latency + the probe behind the backlog; blockers and the backlog are not counted
+    assert (out["submitted"], out["succeeded"], out["lost"], out["ran_twice"], out["refused"]) == (25, 25, 0, 0, 0)
+    sizes = out["sizes"]
+    assert (sizes["agents"], sizes["gpus"], sizes["k"], sizes["backlog"]) == (3, 6, [1, 6], 20)
+    burst, latency, backlog = out["phases"]["burst"], out["phases"]["latency"], out["phases"]["backlog"]
+    assert burst["placements"] == 12 and burst["first_wave_gpus"] <= 6  # the wave fits the free GPUs
+    assert out["placements_per_s_overall"] > 0
+    assert out["submit_to_running_p50_s"] <= out["submit_to_running_p99_s"]
+    assert 0 < out["submit_p50_ms"] <= out["submit_p99_ms"]
+    assert latency["offered_rate_per_s"] > 10
+    # the probe ran on the free A100s while none of the H100-only backlog could start
+    assert backlog["queued"] == 20 and backlog["backlog_started"] == 0
+    assert backlog["probe_gpu_type"] == "A100-80GB" and backlog["probe_state"] == "SUCCEEDED"
+    assert 0 <= out["backlog_new_job_to_running_s"] < 30
+    assert {"scheduler", "predictor", "agents", "redis"} <= set(out["cpu_s"])
+    assert out["scheduler_metrics"]["frenzy_agent_events_total_refused"] == 0
+    assert "burst submitted 12/12" in proc.stderr and "backlog queued 20/20" in proc.stderr  # progress on stderr
+    assert "://***@" in proc.stderr and ":" + "//frenzy:" not in proc.stderr  # no admin password printed
+
+
+def test_load_refuses_bad_flags_naming_them(tmp_path: Path) -> None:
+    for flags, named in ((["--rate", "0"], "--rate"), (["--gpu-type", "A200"], "--gpu-type"),
+                         (["--backlog", "5", "--backlog-gpu-type", "A100-80GB"], "--backlog-gpu-type")):
+        proc = subprocess.run([sys.executable, str(BENCH), *flags], capture_output=True, text=True, timeout=60,
+                              cwd=tmp_path)
+        assert proc.returncode == 2, flags
+        assert named in proc.stderr, proc.stderr
