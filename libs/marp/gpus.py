@@ -88,6 +88,17 @@ class GpuType:
             "or a GPU with bf16.",
         )
 
+    def check_fp8(self) -> None:
+        """Refuse float8 linears on a GPU without fp8 tensor cores (before Hopper / Ada / MI300)."""
+        if self.supports_fp8:
+            return
+        raise UnsupportedPrecisionError(
+            "recipe.float8",
+            f"{self.name} cannot run float8 linears: it has no fp8 tensor-core support "
+            "(fp8 needs Hopper, Ada Lovelace, Blackwell or MI300).",
+            f"drop --float8 on {self.name}, or use a GPU with fp8 (H100, H200, B200, L40S, L4, MI300X).",
+        )
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name, "memory_bytes": self.memory_bytes, "bf16_tflops": self.bf16_tflops,

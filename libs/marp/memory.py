@@ -287,6 +287,8 @@ def predict_memory(
         gpu = get_gpu(gpu)
     if gpu is not None:
         gpu.check_precision(recipe.precision)
+        if recipe.float8:
+            gpu.check_fp8()
     validate_layout(model, recipe, layout)
     return breakdown_at(memory_for_grid(model, recipe, LayoutGrid.of(layout), gpu, stage), 0)
 

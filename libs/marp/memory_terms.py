@@ -84,7 +84,7 @@ class _Job:
 def _job(model: ModelSpec, recipe: TrainingRecipe, grid: LayoutGrid, gpu: GpuType | None) -> _Job:
     policy = recipe.policy
     dropout = model.dropout if recipe.dropout is None else recipe.dropout
-    coef = layer_coefficients(model, policy, recipe.flash_attention, dropout, fused=recipe.fused_kernels,
+    coef = layer_coefficients(model, policy, recipe.flash_attention, dropout, fused=recipe.pointwise_fused,
                               kv_repeat=recipe.resolved_kv_repeat)  # fmt: skip
     s = recipe.seq_len
     pb, gb, ob = state_bytes_per_param(policy, recipe.optimizer)
@@ -187,7 +187,7 @@ def _logits(job: _Job, st: _Stage) -> tuple[FloatArray, FloatArray]:
     model, recipe = job.model, job.recipe
     loss_kind, e = recipe.resolved_loss, job.e
     logit_elems = job.tokens * job.vocab_local / model.hidden if model.vocab_logits else np.zeros_like(job.tokens)
-    per_logit = loss_bytes_per_logit(loss_kind, e, recipe.loss_chunks, recipe.fused_kernels)
+    per_logit = loss_bytes_per_logit(loss_kind, e, recipe.loss_chunks, recipe.pointwise_fused)
     logits = np.where(st.is_last, logit_elems * per_logit, 0.0)
     # The loss's forward, still inside the autocast region: the logits, their fp32 upcast (the
     # same tensor in fp32) and log_softmax's output (torch loss only; the others keep their peak).
@@ -310,6 +310,7 @@ class _Buffers:
     unsharded_grads: FloatArray  # one unit's unsharded gradients in the backward
     ddp: FloatArray  # PyTorch DDP's gradient buckets
     te_ws: float  # Transformer Engine's cuBLAS workspaces
+    fp8_cache: FloatArray | float  # Transformer Engine's fp8 weight copies (float8 under master-*)
 
 
 def _buffers(job: _Job, st: _Stage, states: _States) -> _Buffers:
@@ -322,7 +323,21 @@ def _buffers(job: _Job, st: _Stage, states: _States) -> _Buffers:
     # forward and backward (FSDP2 does not reshard the root after forward); one unit's
     # unsharded gradients (+ their fp32 copy for an fp32 reduce-scatter) in the backward
     # (memory-notes D.2, FSDP row).
-    gathered = np.where(fsdp, (2 * layer_local + root) * gather_b, 0.0)
+    linears = layer_local - 2 * job.model.norm_params()  # a layer's matmul weights (per TP rank)
+    unit = layer_local * gather_b
+    fp8_cache: FloatArray | float = 0.0
+    if recipe.float8:
+        if recipe.megatron_style:
+            # Transformer Engine casts each weight to fp8 once per step and keeps the fp8 copy and
+            # its transpose across the micro-batches (te.Linear's is_first_microbatch weight cache;
+            # the transpose feeds the backward's GEMMs on Hopper): 2 B per matmul parameter.
+            fp8_cache = job.layers_stage * linears * 2.0
+        else:
+            # FSDP2 with torchao's float8 all-gather gathers the matmul weights in fp8 (1 B); without
+            # FSDP, Float8Linear casts the layer being computed to fp8 (the weight, and its transpose
+            # in the backward): 2 B per matmul parameter of one layer (torchao float8_linear.py).
+            unit = np.where(fsdp, linears * 1.0 + (layer_local - linears) * gather_b, unit + linears * 2.0)
+    gathered = np.where(fsdp, 2 * unit + root * gather_b, unit - layer_local * gather_b)
     unsharded_grads = np.where(fsdp, layer_local * (gather_b + (4.0 if policy == "fsdp-bf16" else 0.0)), 0.0)
     # PyTorch DDP keeps its own gradient buckets beside .grad unless gradient_as_bucket_view
     # (torch.nn.parallel.DistributedDataParallel docs: the saving "equals the total gradients
@@ -331,7 +346,7 @@ def _buffers(job: _Job, st: _Stage, states: _States) -> _Buffers:
     te_ws = 0.0
     if recipe.megatron_style:
         te_ws = TE_STREAMS * (32 * MiB if job.gpu is not None and job.gpu.name in HOPPER else 4 * MiB)
-    return _Buffers(gathered=gathered, unsharded_grads=unsharded_grads, ddp=ddp, te_ws=te_ws)
+    return _Buffers(gathered=gathered, unsharded_grads=unsharded_grads, ddp=ddp, te_ws=te_ws, fp8_cache=fp8_cache)
 
 
 @dataclass(frozen=True)
@@ -494,7 +509,7 @@ def _stage_terms(job: _Job, layer: _Layer, last: bool) -> dict[str, FloatArray]:
     acts, emb_this = _activations(job, layer, st)
     t = _StageTerms(
         states=states, grads_in_a=job.grads_persistent | (job.grid.grad_accum > 1),
-        const=states.params + states.opt + buffers.ddp + buffers.te_ws, buffers=buffers,
+        const=states.params + states.opt + buffers.ddp + buffers.te_ws + buffers.fp8_cache, buffers=buffers,
         copies=_weight_copies(job, st), acts=acts, emb_this=emb_this,
     )  # fmt: skip
     opt_tr = _optimizer_transient(job, states)
@@ -517,7 +532,7 @@ def _stage_terms(job: _Job, layer: _Layer, last: bool) -> dict[str, FloatArray]:
     return {
         "parameters": states.params, "gradients": at_peak("gradients"), "optimizer_states": states.opt,
         "activations": at_peak("activations"), "logits": at_peak("logits"),
-        "buffers": buffers.ddp + buffers.te_ws + at_peak("buffers"), "transient": at_peak("transient"),
+        "buffers": buffers.ddp + buffers.te_ws + buffers.fp8_cache + at_peak("buffers"), "transient": at_peak("transient"),
         "fragmentation": FRAGMENTATION * np.maximum(peak - persistent, 0.0), "peak": peak, "phase": phase,
     }  # fmt: skip
 

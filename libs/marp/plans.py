@@ -298,6 +298,9 @@ def enumerate_plans(
         if not gpu.supports(recipe.precision):
             rejected.append(f"{gpu.name}: no {recipe.precision} support (use an fp16 or fp32 precision policy)")
             continue
+        if recipe.float8 and not gpu.supports_fp8:
+            rejected.append(f"{gpu.name}: no fp8 support for float8 linears (drop float8 for this GPU type)")
+            continue
         cap = pool.total_gpus if recipe.max_gpus is None else min(pool.total_gpus, recipe.max_gpus)
         gkey = (cap, pool.gpus_per_node)
         if gkey not in grids:
@@ -330,7 +333,8 @@ def enumerate_plans(
             continue
         if gkey not in shapes:
             shapes[gkey] = StepShape.of(model, recipe, grid["tp"], grid["pp"], grid["dp"], grid["zero"], grid["mb"],
-                                        grid["ga"], False, pool.gpus_per_node, recompute=grid["rc"])  # fmt: skip
+                                        grid["ga"], False, pool.gpus_per_node, recompute=grid["rc"],
+                                        vpp=grid["vpp"], fp8=recipe.float8, compiled=recipe.compile)  # fmt: skip
         gbps = inter_node_gbps if inter_node_gbps is not None else pool.inter_node_gbps
         step = shapes[gkey].seconds_on(gpu, recipe.precision, mfu, gbps)
         n_gpus = grid["tp"] * grid["pp"] * grid["dp"]

@@ -121,6 +121,10 @@ class TrainingRecipe:
     --decoder-first/last-pipeline-num-layers, torchtitan's per-stage module lists); the planner
     considers only the pp x vpp factorisations of its length. ``etp`` is the expert-tensor-parallel
     degree (None: each layout's tp, Megatron's default for --expert-tensor-parallel-size).
+    ``compile``: the model runs under torch.compile, whose min-cut partitioner recomputes
+    pointwise ops in the backward instead of saving their outputs (modelled as fused kernels,
+    docs/marp.md "torch.compile"). ``float8``: float8 linears (torchao Float8Linear, or
+    Transformer Engine fp8 under ``master-*``); needs a GPU with fp8 tensor cores.
     """
 
     seq_len: int
@@ -150,6 +154,8 @@ class TrainingRecipe:
     ep: int = 1
     pp_layers: tuple[int, ...] | None = None
     etp: int | None = None
+    compile: bool = False
+    float8: bool = False
 
     def __post_init__(self) -> None:
         err = InvalidRecipeError
@@ -219,6 +225,8 @@ class TrainingRecipe:
         check_int(self.ep, "recipe.ep", err, fix="use 1, or an expert-parallel degree that divides the experts.")
         if self.pp_layers is not None:
             object.__setattr__(self, "pp_layers", check_pp_layers(self.pp_layers, "recipe.pp_layers", err))
+        check_bool(self.compile, "recipe.compile", err)
+        check_bool(self.float8, "recipe.float8", err)
         if self.etp is not None:
             check_int(self.etp, "recipe.etp", err, fix="use an expert-tensor-parallel degree >= 1, or leave it unset (tp).")
         if self.policy == "fsdp-bf16" and self.finetune == "qlora":
@@ -262,6 +270,12 @@ class TrainingRecipe:
         return self.kernels == "fused" if self.kernels is not None else self.megatron_style
 
     @property
+    def pointwise_fused(self) -> bool:
+        """Pointwise ops fused (and recomputed in the backward rather than saved): Megatron / TE
+        kernels, or torch.compile's generated ones."""
+        return self.fused_kernels or self.compile
+
+    @property
     def resolved_kv_repeat(self) -> bool:
         return self.kv_repeat if self.kv_repeat is not None else not self.fused_kernels
 
@@ -289,6 +303,7 @@ class TrainingRecipe:
             "offload_optimizer": self.offload_optimizer, "kv_repeat": self.resolved_kv_repeat,
             "weight_decay": self.resolved_weight_decay, "ep": self.ep,
             "pp_layers": None if self.pp_layers is None else list(self.pp_layers), "etp": self.etp,
+            "compile": self.compile, "float8": self.float8,
         }  # fmt: skip
 
 

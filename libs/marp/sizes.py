@@ -213,8 +213,13 @@ def loss_bytes_per_logit(loss: str, e: int, chunks: int, fused: bool = False) ->
 
 
 def lora_params(model: ModelSpec, rank: int, targets: tuple[str, ...]) -> int:
-    """Adapter parameters per layer: r x (d_in + d_out) per targeted matrix (Hu et al. 2021, sec. 4)."""
+    """Adapter parameters per layer: r x (d_in + d_out) per targeted matrix (Hu et al. 2021, sec. 4).
+
+    In a mixture-of-experts layer every expert's gate / up / down projection is its own linear and
+    gets its own adapter (peft wraps each matching module), so MLP targets count experts times.
+    """
     h, kv, f = model.hidden, model.kv_dim, model.expert_ffn if model.experts else model.ffn
     dims = {"q": (h, h), "k": (h, kv), "v": (h, kv), "o": (h, h), "up": (h, f), "down": (f, h),
             "gate": (h, f) if model.mlp == "swiglu" else (0, 0)}  # fmt: skip
-    return sum(rank * (dims[t][0] + dims[t][1]) for t in targets)
+    copies = {t: (max(model.experts, 1) if t in ("gate", "up", "down") else 1) for t in targets}
+    return sum(copies[t] * rank * (dims[t][0] + dims[t][1]) for t in targets)
