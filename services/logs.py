@@ -71,3 +71,5 @@ def configure(level: str = "INFO", fmt: str = "text") -> None:
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(numeric)
+    # JSON: a library's warnings.warn becomes a log record too (py.warnings), not a stray stderr line.
+    logging.captureWarnings(chosen.__class__ is JsonFormatter)

@@ -298,15 +298,15 @@ def worker_command(
     """
     if pool not in POOLS:
         raise typer.BadParameter(f"{pool!r} is not one of {', '.join(POOLS)}", param_hint="--pool")
+    import logging
+
     from frenzy import logs
-    from frenzy.cli.service_opts import check_metrics_address, start_metrics
+    from frenzy.cli.service_opts import check_metrics_address, setup_logging, start_metrics
     from frenzy.worker.app import app, configure
     from frenzy.worker.metrics import METRICS
 
-    try:
-        fmt = logs.check_format(log_format)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--log-format") from None
+    setup_logging(loglevel, log_format)  # until Celery's own set-up: our lines before the worker starts
+    fmt = logs.check_format(log_format)
     check_metrics_address(metrics_address)
     if fmt == "json":
         from celery.signals import setup_logging as celery_setup_logging
@@ -319,9 +319,10 @@ def worker_command(
     s = configure(redis_url=redis_url, scheduler=scheduler, prefix=prefix)
     endpoint = start_metrics(METRICS.registry, metrics_address, "worker")
     if endpoint is not None:
-        typer.echo(f"metrics on {endpoint.url}", err=True)
+        logging.getLogger("frenzy.worker").info("metrics on %s", endpoint.url)
     try:
         app.worker_main([
+            *(["--quiet"] if fmt == "json" else []),  # celery's own option: no banner between the JSON lines
             "worker", f"--concurrency={concurrency}", f"--loglevel={loglevel.upper()}", f"--pool={pool}",
             f"--queues={s.queue}", "--hostname=frenzy-worker@%h", "--without-gossip", "--without-mingle",
         ])
