@@ -102,6 +102,9 @@ def predict(
     gpu_types: Annotated[list[str] | None, typer.Option("--gpu-type", help="Only these GPU types (repeat).")] = None,
     max_gpus: Annotated[int, typer.Option(help="At most this many GPUs (0: no limit).")] = 0,
     rank_by: Annotated[str, typer.Option(help="Ranked mode: time (completion time) | gpu_hours.")] = "time",
+    inter_node_gbps: Annotated[float | None, typer.Option(
+        "--inter-node-gbps", help="Ranked mode: GB/s per GPU between nodes (default: the cluster file's, else the "
+        "GPU generation's: 50 for H100/H200/B200, 25 for A100).")] = None,
     top: Annotated[int, typer.Option(help="Rows to show in the table.")] = 20,
     as_json: JsonOpt = False,
 ) -> None:
@@ -151,7 +154,9 @@ def predict(
         fail("--global-batch: global_batch must be >= 1; it is required without layout flags (the ranked plans "
              "need it).", 2)
     allow_recompute = not no_recompute and recompute != "none"
-    legacy = (precision in ("fp32", "fp16", "bf16") and optimizer in ("adamw", "adam", "sgd")
+    if inter_node_gbps is not None and not 0.0 < inter_node_gbps < 1e6:
+        fail(f"--inter-node-gbps: must be a positive number of GB/s per GPU, got {inter_node_gbps}.", 2)
+    legacy = (inter_node_gbps is None and precision in ("fp32", "fp16", "bf16") and optimizer in ("adamw", "adam", "sgd")
               and optimizer_impl is None and loss is None and dropout is None and rank_by == "time")  # fmt: skip
     if legacy:
         _ranked_via_predictor(model, seq_len, global_batch, micro_batch, precision, optimizer, train_steps,
@@ -166,7 +171,7 @@ def predict(
             max_gpus=max_gpus or None, **tuning,  # type: ignore[arg-type]
         )  # fmt: skip
         pools = _pools(cluster, gpu_types)
-        plan_set = marp.enumerate_plans(spec, recipe, pools, rank_by=rank_by)
+        plan_set = marp.enumerate_plans(spec, recipe, pools, rank_by=rank_by, inter_node_gbps=inter_node_gbps)
     except (marp.MarpError, ValueError) as exc:
         fail(_flag_error(exc) if isinstance(exc, marp.MarpError) else str(exc), 2)
     from frenzy.rpc import convert
@@ -201,11 +206,14 @@ def _pools(cluster: Path | None, gpu_types: list[str] | None) -> list[marp.GpuPo
 
         cspec = load_cluster_file(str(cluster))
         per: dict[str, list[int]] = {}
+        links: dict[str, float] = {}  # the slowest inter-node link a GPU type's groups declare
         for g in cspec.groups:
             name = marp.get_gpu(g.gpu).name
             tot, pn = per.get(name, [0, 0])
             per[name] = [tot + g.count * g.gpus_per_node, max(pn, g.gpus_per_node)]
-        pools = [marp.GpuPool(k, v[0], v[1]) for k, v in per.items()]
+            if g.inter_node_gbps is not None:
+                links[name] = min(links.get(name, g.inter_node_gbps), g.inter_node_gbps)
+        pools = [marp.GpuPool(k, v[0], v[1], links.get(k)) for k, v in per.items()]
         if gpu_types:
             allowed = {marp.get_gpu(t).name for t in gpu_types}
             pools = [p for p in pools if p.gpu_type in allowed]
