@@ -30,6 +30,7 @@ FINETUNE_BY_NAME = {"full": types_pb2.FINETUNE_FULL, "lora": types_pb2.FINETUNE_
                     "qlora": types_pb2.FINETUNE_QLORA}
 _FINETUNE = {types_pb2.FINETUNE_UNSPECIFIED: "full", **{v: k for k, v in FINETUNE_BY_NAME.items()}}
 DEFAULT_LORA_RANK = 16  # marp.TrainingRecipe's
+DEFAULT_LORA_TARGETS = ("q", "k", "v", "o")  # marp.TrainingRecipe's
 
 
 def model_from_proto(model: types_pb2.ModelSpec) -> marp.ModelSpec:
@@ -51,7 +52,7 @@ def recipe_from_proto(recipe: types_pb2.TrainingRecipe, limits: types_pb2.JobLim
         raise marp.InvalidRecipeError(f"recipe.optimizer: unknown value {recipe.optimizer}", field="recipe.optimizer")
     if recipe.finetune not in _FINETUNE:
         raise marp.InvalidRecipeError(f"recipe.finetune: unknown value {recipe.finetune}", field="recipe.finetune")
-    for name in ("lora_rank", "ep"):
+    for name in ("lora_rank", "ep", "etp"):
         if getattr(recipe, name) < 0:
             raise marp.InvalidRecipeError(f"recipe.{name}: must be >= 0 (got {getattr(recipe, name)}; 0: the default)",
                                           field=f"recipe.{name}")  # fmt: skip
@@ -81,6 +82,10 @@ def recipe_from_proto(recipe: types_pb2.TrainingRecipe, limits: types_pb2.JobLim
         weight_decay=float(recipe.weight_decay) if recipe.HasField("weight_decay") else None,
         ep=int(recipe.ep) or 1,
         pp_layers=tuple(int(n) for n in recipe.pp_layers) or None,
+        etp=int(recipe.etp) or None,
+        lora_targets=tuple(recipe.lora_targets) or DEFAULT_LORA_TARGETS,
+        compile=bool(recipe.compile),
+        float8=bool(recipe.float8),
     )
 
 
@@ -108,7 +113,8 @@ def recipe_to_proto(recipe: marp.TrainingRecipe) -> types_pb2.TrainingRecipe:
         allow_recompute=recipe.allow_recompute, flash_attention=recipe.flash_attention,
         train_steps=recipe.train_steps, zero_stages=list(recipe.zero_stages),
         finetune=FINETUNE_BY_NAME[recipe.finetune], lora_rank=recipe.lora_rank, ep=recipe.ep,
-        pp_layers=list(recipe.pp_layers or ()),
+        pp_layers=list(recipe.pp_layers or ()), etp=recipe.etp or 0, lora_targets=list(recipe.lora_targets),
+        compile=recipe.compile, float8=recipe.float8,
     )  # fmt: skip
     if recipe.weight_decay is not None:
         out.weight_decay = recipe.weight_decay

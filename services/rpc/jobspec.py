@@ -28,7 +28,13 @@ from pydantic import (
     field_validator,
 )
 
-from frenzy.rpc.convert import DEFAULT_LORA_RANK, FINETUNE_BY_NAME, OPTIMIZER_BY_NAME, PRECISION_BY_NAME
+from frenzy.rpc.convert import (
+    DEFAULT_LORA_RANK,
+    DEFAULT_LORA_TARGETS,
+    FINETUNE_BY_NAME,
+    OPTIMIZER_BY_NAME,
+    PRECISION_BY_NAME,
+)
 from frenzy.v1 import types_pb2
 
 # Limits: generous for any real training run, small enough that one job fits comfortably in a gRPC
@@ -50,7 +56,8 @@ MAX_STAGE_LAYERS = 1 << 16  # layers of one pipeline stage (real models: at most
 MAX_SHORT_CHARS = 256  # idempotency key, catalog name, GPU type
 MAX_WORKDIR_CHARS = 4096  # PATH_MAX
 _INT_BOUNDS = {"seq_len": MAX_SEQ_LEN, "global_batch": MAX_BATCH, "micro_batch": MAX_BATCH,
-               "train_steps": MAX_TRAIN_STEPS, "max_gpus": MAX_GPUS, "min_gpus": MAX_GPUS, "lora_rank": MAX_LORA_RANK, "ep": MAX_GPUS}
+               "train_steps": MAX_TRAIN_STEPS, "max_gpus": MAX_GPUS, "min_gpus": MAX_GPUS, "lora_rank": MAX_LORA_RANK, "ep": MAX_GPUS,
+               "etp": MAX_GPUS}
 ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,255}")
 CATALOG_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,255}")
 
@@ -140,6 +147,13 @@ class JobEntry(BaseModel):
     pp_layers: list[Annotated[int, Field(ge=0, le=MAX_STAGE_LAYERS)]] = Field(
         default_factory=list, max_length=MAX_PIPELINE_STAGES,
         description="layers of each (virtual) pipeline stage, e.g. [2, 4, 4, 2] or \"2,4,4,2\"; empty: an even split")
+    etp: int | None = Field(default=None, gt=0, le=MAX_GPUS,
+                            description="expert-tensor-parallel degree (mixture-of-experts models); unset: tp")
+    lora_targets: list[Literal["q", "k", "v", "o", "gate", "up", "down"]] = Field(
+        default_factory=lambda: list(DEFAULT_LORA_TARGETS), min_length=1, max_length=7,
+        description="linears that carry LoRA / QLoRA adapters, e.g. [\"q\", \"v\"] or \"q,k,v,o,gate,up,down\"")
+    compile: bool = Field(default=False, description="the model runs under torch.compile")
+    float8: bool = Field(default=False, description="float8 linears (GPUs with fp8 tensor cores only)")
     command: list[Text] = Field(min_length=1)
     env: dict[Text, Text] = Field(default_factory=dict)
     workdir: Text = Field(default="", max_length=MAX_WORKDIR_CHARS)
@@ -174,7 +188,7 @@ class JobEntry(BaseModel):
         return v
 
     @field_validator("seq_len", "global_batch", "micro_batch", "train_steps", "max_gpus", "min_gpus", "lora_rank", "ep",
-                     mode="before")
+                     "etp", mode="before")
     @classmethod
     def _no_float_overflow(cls, v: object, info: ValidationInfo) -> object:
         # 1e23 arrives as a float; name the bound rather than pydantic's "unable to parse".
@@ -193,6 +207,20 @@ class JobEntry(BaseModel):
                 return [int(n) for n in v.split(",")] if v.strip() else []
             except ValueError:
                 raise ValueError(f"{v[:64]!r} is not comma-separated layer counts (e.g. 2,4,4,2)") from None
+        return v
+
+    @field_validator("lora_targets", mode="before")
+    @classmethod
+    def _targets_text(cls, v: object) -> object:
+        if isinstance(v, str):
+            return [t.strip() for t in v[:256].split(",")]
+        return v
+
+    @field_validator("lora_targets")
+    @classmethod
+    def _distinct_targets(cls, v: list[str]) -> list[str]:
+        if len(set(v)) != len(v):
+            raise ValueError(f"each linear at most once, got {','.join(v)}")
         return v
 
     @field_validator("pp_layers")
@@ -262,7 +290,8 @@ class JobEntry(BaseModel):
             precision=PRECISION_BY_NAME[self.precision], optimizer=OPTIMIZER_BY_NAME[self.optimizer],
             train_steps=self.train_steps, allow_recompute=self.allow_recompute, flash_attention=self.flash_attention,
             finetune=FINETUNE_BY_NAME[self.finetune], lora_rank=self.lora_rank, ep=self.ep,
-            pp_layers=self.pp_layers,
+            pp_layers=self.pp_layers, etp=self.etp or 0, lora_targets=self.lora_targets, compile=self.compile,
+            float8=self.float8,
         )
         if self.weight_decay is not None:
             recipe.weight_decay = self.weight_decay

@@ -48,6 +48,10 @@ def check_recipe(recipe: types_pb2.TrainingRecipe, prefix: str = "recipe") -> No
     if len(recipe.pp_layers) > MAX_PIPELINE_STAGES or any(not 0 <= n <= MAX_STAGE_LAYERS for n in recipe.pp_layers):
         raise ValueError(f"{prefix}.pp_layers: at most {MAX_PIPELINE_STAGES} stages, each 0 to {MAX_STAGE_LAYERS} "
                          "layers")
+    if not 0 <= recipe.etp <= MAX_GPUS:
+        raise ValueError(f"{prefix}.etp: out of range (got {recipe.etp}; must be 0 to {MAX_GPUS})")
+    if len(recipe.lora_targets) > 7 or any(len(t) > 8 for t in recipe.lora_targets):
+        raise ValueError(f"{prefix}.lora_targets: at most 7 of q, k, v, o, gate, up, down")
 
 
 def check_model(model: types_pb2.ModelSpec, prefix: str = "model") -> None:
