@@ -28,7 +28,9 @@ FLAG_OF_FIELD: dict[str, str] = {
     "layout.grad_accum": "--global-batch", "layout.micro_batch": "--micro-batch", "layout.stage": "--stage",
     "gpu_type": "--gpu", "rank_by": "--rank-by", "recipe.finetune": "--finetune", "recipe.lora_rank": "--lora-rank",
     "recipe.weight_decay": "--weight-decay", "recipe.ep": "--ep", "layout.ep": "--ep",
-    "recipe.pp_layers": "--pp-layers", "layout.pp_layers": "--pp-layers",
+    "recipe.pp_layers": "--pp-layers", "layout.pp_layers": "--pp-layers", "recipe.etp": "--etp",
+    "layout.etp": "--etp", "recipe.lora_targets": "--lora-targets", "recipe.compile": "--compile",
+    "recipe.float8": "--float8",
 }  # fmt: skip
 SINGLE_PRECISIONS: dict[str, str] = {
     "fp32": "fp32", "amp-fp16": "amp-fp16", "amp-bf16": "amp-bf16", "master-fp16": "master-fp16",
@@ -86,6 +88,14 @@ def predict(
     ep: Annotated[int, typer.Option(help="Expert-parallel degree (mixture-of-experts models; divides dp).")] = 1,
     pp_layers: Annotated[str | None, typer.Option(help="Layers of each pipeline stage, e.g. 2,4,4,2 (with --vpp: "
                                                   "of each virtual stage; default: an even split).")] = None,
+    etp: Annotated[int | None, typer.Option(help="Expert-tensor-parallel degree (mixture-of-experts models; "
+                                            "default: tp).")] = None,
+    lora_targets: Annotated[str | None, typer.Option(help="Linears with LoRA / QLoRA adapters, e.g. "
+                                                     "q,k,v,o,gate,up,down (default: q,k,v,o).")] = None,
+    compiled: Annotated[bool, typer.Option("--compile", help="The model runs under torch.compile (pointwise "
+                                           "ops fused and recomputed: fewer saved activations).")] = False,
+    float8: Annotated[bool, typer.Option("--float8", help="Float8 linears (torchao / Transformer Engine); only "
+                                         "GPUs with fp8 tensor cores.")] = False,
     dp: Annotated[int | None, typer.Option(help="Single layout: data-parallel degree.")] = None,
     tp: Annotated[int | None, typer.Option(help="Single layout: tensor-parallel degree.")] = None,
     pp: Annotated[int | None, typer.Option(help="Single layout: pipeline-parallel degree.")] = None,
@@ -138,7 +148,12 @@ def predict(
     if weight_decay is not None and not 0.0 <= weight_decay < 1000.0:
         fail(f"--weight-decay: must be in [0, 1000), got {weight_decay}.", 2)
     split = _split(pp_layers)
-    tuning = {"finetune": finetune, "lora_rank": lora_rank, "weight_decay": weight_decay, "ep": ep, "pp_layers": split}
+    if etp is not None and etp < 1:
+        fail(f"--etp: must be >= 1, got {etp}.", 2)
+    tuning: dict[str, Any] = {"finetune": finetune, "lora_rank": lora_rank, "weight_decay": weight_decay, "ep": ep,
+                              "pp_layers": split, "etp": etp, "compile": compiled, "float8": float8}  # fmt: skip
+    if lora_targets is not None:
+        tuning["lora_targets"] = _targets(lora_targets)
     if split is not None and pp is None and single:
         per_rank = vpp or 1
         if len(split) % per_rank:
@@ -185,6 +200,15 @@ def predict(
                       optimizer, top, rank_by)  # fmt: skip
     if not plan_set.plans:
         fail("no GPU type can hold this job. " + " | ".join(plan_set.rejected), 3)
+
+
+def _targets(text: str) -> tuple[str, ...]:
+    """--lora-targets q,v -> ("q", "v"), each a linear MARP knows, each once."""
+    targets = tuple(t.strip() for t in text.split(","))
+    unknown = [t for t in targets if t not in marp.recipe.LORA_TARGETS]
+    if unknown or not targets or len(set(targets)) != len(targets):
+        fail(f"--lora-targets: give distinct names from {','.join(marp.recipe.LORA_TARGETS)}, got {text!r}.", 2)
+    return targets
 
 
 def _split(text: str | None) -> tuple[int, ...] | None:
@@ -264,9 +288,10 @@ def _single(
         )  # fmt: skip
         layout = marp.Layout(tp=tp, pp=pp, dp=dp, zero_stage=zero, micro_batch=micro_batch,
                              grad_accum=gb // (dp * micro_batch), recompute=recompute,  # type: ignore[arg-type]
-                             sp=sp, cp=cp, vpp=vpp, ep=tuning["ep"], pp_layers=tuning["pp_layers"])  # fmt: skip
+                             sp=sp, cp=cp, vpp=vpp, ep=tuning["ep"], pp_layers=tuning["pp_layers"],
+                             etp=tuning["etp"])  # fmt: skip
         mem = marp.predict_memory(spec, recipe, layout, gpu_type, stage=stage)
-        step = marp.estimate_step_time(spec, recipe, layout, gpu_type)
+        step = marp.estimate_step_time(spec, recipe, layout, gpu_type, fp8=recipe.float8, compiled=recipe.compile)
     except marp.MarpError as exc:
         fail(_flag_error(exc), 2)
     prediction = prediction_dict(spec, recipe, layout, gpu_type, mem, step, stage)
