@@ -146,6 +146,8 @@ class StepShape:
         full = rc == RECOMPUTE_CODE["full"]
         selective = rc == RECOMPUTE_CODE["selective"]
         sac = rc == RECOMPUTE_CODE["op-sac"]
+        fp8 = bool(fp8 or getattr(recipe, "float8", False))
+        compiled = bool(compiled or getattr(recipe, "compile", False))
         fused = recipe.fused_kernels or compiled
         flash = recipe.flash_attention
 
