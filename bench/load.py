@@ -44,7 +44,8 @@ once a phase's jobs have ended. Phases:
    before phase 1, blocker jobs (that type only, ``sleep`` for the whole run) take every one
    of their GPUs. Here N 1-GPU jobs that may only use that type are queued (they cannot
    start), then one 1-GPU job of any type is submitted: ``backlog_new_job_to_running_s`` is its
-   first RUNNING minus its ``submitted_at`` (free GPUs of ``--gpu-type`` wait for it). At the
+   first RUNNING minus its ``submitted_at`` (free GPUs of ``--gpu-type`` wait for it), and
+   ``probe_call_to_running_s`` the same from the client's call (SubmitJob's time included). At the
    end the queue is held again and the blockers cancelled; the N jobs stay PENDING
    (``backlog_started`` counts any that started: 0 expected).
 
@@ -283,6 +284,7 @@ def phase_backlog(run: Run, blockers: Sequence[str]) -> dict[str, object]:
     queued = [s.job_id for s in run.submit(specs, 0, "backlog queued", measured=False) if s.job_id]
     queue_s = time.monotonic() - t0
     run.say("backlog: submitting one 1-GPU job of any type")
+    called_at = time.time()  # the scheduler stamps submitted_at inside SubmitJob, after this
     probe_sub = run.submit([job_spec("probe", 1, args.job_s)], 0, "probe submitted")
     probe = run.wait_and_read([s.job_id for s in probe_sub if s.job_id], "backlog probe")
     states = job_states(bench.admin, bench.keys, queued)
@@ -290,6 +292,8 @@ def phase_backlog(run: Run, blockers: Sequence[str]) -> dict[str, object]:
     return {"queued": len(queued), "queue_s": queue_s, "blockers": len(blockers),
             "backlog_new_job_to_running_s": to_running[0] if to_running else None,
             "probe_submit_ms": probe_sub[0].latency_s * 1000.0,
+            # as the user sees it: from the SubmitJob call (wall clock, same machine) to RUNNING
+            "probe_call_to_running_s": (to_running[0] + probe[0].submitted_at - called_at) if to_running else None,
             "probe_gpu_type": probe[0].plan.gpu_type if probe else None,
             "probe_state": state_name(probe[0]) if probe else None,
             "backlog_started": sum(1 for s in states if s != "PENDING")}  # fmt: skip
