@@ -158,6 +158,9 @@ def layer_coefficients(
     # in Megatron's unfused attention -- when the matmuls (or SDPA) save the h-wide copies and the
     # kv-wide originals are freed.
     kv = h if (kv_repeat or not flash) else model.kv_dim
+    # Attention widths: Q, K, V and the attention output. Multi-head latent attention has its own
+    # per-head sizes (K and V expanded from the latent per head, so never repeated).
+    q_w, k_w, v_w, o_w = (model.q_width, model.k_width, model.v_width, model.o_width) if model.mla else (h, kv, kv, h)
     residual = 4 if (amp or policy == "fp32") else e  # the residual stream (fp32 under autocast)
     norm = _norm_coef(model, e, amp, fused)
 
@@ -180,7 +183,12 @@ def layer_coefficients(
     # Rotary embeddings (q * cos + rotate_half(q) * sin) keep nothing of q or k: cos and sin do
     # not require grad, and autograd's mul saves an operand only for the other's gradient
     # (tools/autograd/derivatives.yaml, mul.Tensor) -- so the rotated Q and K are all there is.
-    par = e * (h + 2 * kv) + e * h
+    par = e * (q_w + k_w + v_w) + e * o_w
+    if model.mla:
+        # The latents, replicated (Megatron's MLA down projections are not split): the K/V latent and
+        # the decoupled RoPE key, the query latent, each latent's RMSNorm output and fp32 rstd.
+        rep += e * (2 * model.kv_lora_rank + model.qk_rope_head_dim + 2 * model.q_lora_rank)
+        rep += 4 * (2 if model.q_lora_rank else 1)
     score = 0.0
     p_bytes, d_bytes, c_bytes = _softmax_bytes(model, e, amp, fused)
     if flash:
@@ -196,6 +204,8 @@ def layer_coefficients(
     dispatch = 0.0
     if model.experts:
         mlp = model.top_k * mlp + _moe_extra(model, e)
+        if model.shared_ffn:
+            mlp += _mlp_coef(model, e, model.shared_ffn, fused)  # the shared expert, every token
         dispatch = 2.0 * model.top_k * e * model.hidden  # _moe_extra's token copies
     par += mlp - dispatch
 
@@ -204,7 +214,8 @@ def layer_coefficients(
     # rest is recomputed in backward.
     # (Matmul outputs: K and V are kv_dim wide whether or not they are repeated afterwards.)
     kvm = model.kv_dim
-    mm_widths = [h, kvm, kvm, h] + ([ffn, ffn, h] if model.mlp == "swiglu" else [ffn, h])
+    mm_widths = [q_w, kvm if not model.mla else k_w, kvm if not model.mla else v_w, h]
+    mm_widths += [ffn, ffn, h] if model.mlp == "swiglu" else [ffn, h]
     sac_par = e * sum(mm_widths[0::2]) + e * h + (4 * a if flash else 0)
     if model.experts:
         sac_par += e * (model.top_k - 1) * ffn
@@ -266,10 +277,10 @@ def layer_coefficients(
     else:
         relief_rep = norm * h + stats + mlp_casts + (h if drop else 0)
     if flash:
-        attn_par = e * h + e * (h + 2 * kv) + 4 * a - mlp
+        attn_par = e * o_w + e * (q_w + k_w + v_w) + 4 * a - mlp
         bwd_score = 0.0
     else:
-        attn_par = e * kv - mlp - e * h
+        attn_par = e * v_w - mlp - e * o_w
         if drop:
             # The saved dropout output (low) is freed by P @ V's backward, its gradient and the
             # dropout's input gradient are made, the mask freed, then softmax's backward as above.

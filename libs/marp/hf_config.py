@@ -2,8 +2,10 @@
 
 Users describe a model by catalog name, by a HF-style config file, or inline
 JSON. Supported HF architectures: LlamaForCausalLM, MistralForCausalLM,
-Qwen2ForCausalLM, GPT2LMHeadModel and BertFor* (SequenceClassification, MaskedLM,
-PreTraining, BertModel), read with the same keys and defaults as the
+Qwen2ForCausalLM, GPT2LMHeadModel, BertFor* (SequenceClassification, MaskedLM,
+PreTraining, BertModel), and the mixture-of-experts MixtralForCausalLM, Qwen2MoeForCausalLM and
+DeepseekV2ForCausalLM / DeepseekV3ForCausalLM (multi-head latent attention, shared experts, leading
+dense layers), read with the same keys and defaults as the
 ``transformers`` config classes. Every missing or mistyped key raises a
 ModelConfigError whose field is ``model.config.<key>``.
 """
@@ -28,9 +30,15 @@ SUPPORTED_ARCHITECTURES: tuple[str, ...] = (
     "BertForMaskedLM",
     "BertForPreTraining",
     "BertModel",
+    "MixtralForCausalLM",
+    "Qwen2MoeForCausalLM",
+    "DeepseekV2ForCausalLM",
+    "DeepseekV3ForCausalLM",
 )
 _MODEL_TYPES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
-                "qwen2": "Qwen2ForCausalLM", "gpt2": "GPT2LMHeadModel", "bert": "BertForMaskedLM"}  # fmt: skip
+                "qwen2": "Qwen2ForCausalLM", "gpt2": "GPT2LMHeadModel", "bert": "BertForMaskedLM",
+                "mixtral": "MixtralForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM",
+                "deepseek_v2": "DeepseekV2ForCausalLM", "deepseek_v3": "DeepseekV3ForCausalLM"}  # fmt: skip
 
 _MISSING = object()
 
@@ -41,7 +49,8 @@ MAX_LAYERS = 2**14
 MAX_WIDTH = 2**24  # hidden, ffn, heads, vocab, positions, labels, token types
 MAX_EXPERTS = 2**12  # the router's logits are tokens x experts per layer
 _WIDTHS = ("hidden", "heads", "kv_heads", "ffn", "vocab", "max_positions", "num_labels", "type_vocab",
-           "expert_ffn")  # fmt: skip
+           "expert_ffn", "shared_ffn", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
+           "v_head_dim")  # fmt: skip
 
 
 def _field(key: str) -> str:
@@ -155,6 +164,78 @@ def _from_bert(cfg: Mapping[str, Any], name: str, arch: str) -> ModelSpec:
     )  # fmt: skip
 
 
+def _get_int0(cfg: Mapping[str, Any], key: str, default: int = 0) -> int:
+    """A size that may be 0 or null (absent feature), else a positive integer."""
+    value = cfg.get(key, default)
+    if value is None or value == 0 and not isinstance(value, bool):
+        return 0
+    return _get_int(cfg, key)
+
+
+def _from_moe(cfg: Mapping[str, Any], name: str, arch: str) -> ModelSpec:
+    """Mixtral, Qwen2-MoE and DeepSeek-V2 / V3: the keys and defaults of transformers' MixtralConfig,
+    Qwen2MoeConfig and DeepseekV2Config / DeepseekV3Config.
+
+    Not counted: Qwen2-MoE's shared-expert gate (hidden x 1 per layer) and DeepSeek-V3's router
+    score-correction bias (experts per layer), under 10^-5 of the parameters.
+    """
+    hidden = _get_int(cfg, "hidden_size")
+    heads = _get_int(cfg, "num_attention_heads")
+    n_layers = _get_int(cfg, "num_hidden_layers")
+    common: dict[str, Any] = {
+        "name": _spec_name(cfg, name), "n_layers": n_layers, "hidden": hidden, "heads": heads,
+        "kv_heads": _get_int(cfg, "num_key_value_heads", heads), "mlp": "swiglu", "vocab": _get_int(cfg, "vocab_size"),
+        "tied_embeddings": _get_bool(cfg, "tie_word_embeddings", False), "pos_emb": "rope", "norm": "rmsnorm",
+        "bias": False, "dropout": _get_float(cfg, "attention_dropout", 0.0),
+    }  # fmt: skip
+    keys = {"n_layers": "num_hidden_layers", "hidden": "hidden_size", "heads": "num_attention_heads",
+            "kv_heads": "num_key_value_heads", "vocab": "vocab_size", "max_positions": "max_position_embeddings",
+            "dropout": "attention_dropout"}  # fmt: skip
+    if arch == "MixtralForCausalLM":
+        ffn = _get_int(cfg, "intermediate_size")
+        keys.update(ffn="intermediate_size", experts="num_local_experts", top_k="num_experts_per_tok")
+        return _build(keys, **common, family="mixtral", ffn=ffn, expert_ffn=ffn,
+                      experts=_get_int(cfg, "num_local_experts", 8), top_k=_get_int(cfg, "num_experts_per_tok", 2),
+                      max_positions=_get_int(cfg, "max_position_embeddings", 4096 * 32))  # fmt: skip
+    if arch == "Qwen2MoeForCausalLM":
+        step = _get_int(cfg, "decoder_sparse_step", 1)
+        only = cfg.get("mlp_only_layers") or []
+        if not isinstance(only, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in only):
+            raise ModelConfigError(_field("mlp_only_layers"), f"must be a list of layer indices, got {only!r}.")
+        experts = _get_int0(cfg, "num_experts", 60)
+        # Qwen2MoeDecoderLayer: a sparse MLP where the layer is not in mlp_only_layers and
+        # (index + 1) % decoder_sparse_step == 0; a dense one of intermediate_size elsewhere.
+        dense = sum(1 for i in range(n_layers) if i in only or not experts or (i + 1) % step) if experts else 0
+        keys.update(ffn="intermediate_size", expert_ffn="moe_intermediate_size", experts="num_experts",
+                    top_k="num_experts_per_tok", shared_ffn="shared_expert_intermediate_size")
+        return _build(keys, **{**common, "qkv_bias": True}, family="qwen2_moe",
+                      ffn=_get_int(cfg, "intermediate_size"), experts=experts,
+                      top_k=_get_int(cfg, "num_experts_per_tok", 4) if experts else 0,
+                      expert_ffn=_get_int(cfg, "moe_intermediate_size", 1408) if experts else 0,
+                      shared_ffn=_get_int0(cfg, "shared_expert_intermediate_size", 5632) if experts else 0,
+                      dense_layers=dense, max_positions=_get_int(cfg, "max_position_embeddings", 32768))  # fmt: skip
+    # DeepSeek-V2 / V3: MLA attention; MoE layers from first_k_dense_replace on, every moe_layer_freq-th.
+    if _get_bool(cfg, "attention_bias", False):
+        raise ModelConfigError(_field("attention_bias"), "linear biases with multi-head latent attention are not "
+                               "supported yet.")  # fmt: skip
+    experts = _get_int0(cfg, "n_routed_experts")
+    first_dense = _get_int0(cfg, "first_k_dense_replace")
+    freq = _get_int(cfg, "moe_layer_freq", 1)
+    dense = sum(1 for i in range(n_layers) if i < first_dense or i % freq) if experts else 0
+    moe_ffn = _get_int(cfg, "moe_intermediate_size", 1407) if experts else 0
+    keys.update(ffn="intermediate_size", expert_ffn="moe_intermediate_size", experts="n_routed_experts",
+                top_k="num_experts_per_tok", dense_layers="first_k_dense_replace", q_lora_rank="q_lora_rank",
+                kv_lora_rank="kv_lora_rank", qk_nope_head_dim="qk_nope_head_dim",
+                qk_rope_head_dim="qk_rope_head_dim", v_head_dim="v_head_dim")  # fmt: skip
+    return _build(keys, **common, family="deepseek", ffn=_get_int(cfg, "intermediate_size"), experts=experts,
+                  top_k=_get_int(cfg, "num_experts_per_tok") if experts else 0, expert_ffn=moe_ffn,
+                  shared_ffn=_get_int0(cfg, "n_shared_experts") * moe_ffn if experts else 0, dense_layers=dense,
+                  q_lora_rank=_get_int0(cfg, "q_lora_rank"), kv_lora_rank=_get_int(cfg, "kv_lora_rank"),
+                  qk_nope_head_dim=_get_int(cfg, "qk_nope_head_dim"), qk_rope_head_dim=_get_int(cfg, "qk_rope_head_dim"),
+                  v_head_dim=_get_int(cfg, "v_head_dim"),
+                  max_positions=_get_int(cfg, "max_position_embeddings", 2048))  # fmt: skip
+
+
 def _from_llama_like(cfg: Mapping[str, Any], name: str, arch: str) -> ModelSpec:
     # Keys and defaults of transformers' LlamaConfig / MistralConfig / Qwen2Config.
     family = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "Qwen2ForCausalLM": "qwen2"}[arch]
@@ -202,7 +283,8 @@ NEUTRAL_FIELDS: tuple[str, ...] = (
 )  # fmt: skip
 # ... and these are optional (num_labels with a classifier head; the rest refine the model).
 _NEUTRAL_OPTIONAL = ("num_labels", "qkv_bias", "dropout", "name", "family", "type_vocab", "experts", "top_k",
-                     "expert_ffn")  # fmt: skip
+                     "expert_ffn", "shared_ffn", "dense_layers", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
+                     "qk_rope_head_dim", "v_head_dim")  # fmt: skip
 _NEUTRAL_KEYS = frozenset(NEUTRAL_FIELDS + _NEUTRAL_OPTIONAL)
 
 
@@ -237,6 +319,8 @@ def _from_neutral(cfg: Mapping[str, Any], name: str) -> ModelSpec:
         arch=arch, head=head, num_labels=_get_int(cfg, "num_labels", 2),
         type_vocab=cfg.get("type_vocab", 2 if arch == "encoder" else 0), experts=experts,
         top_k=cfg.get("top_k", 0), expert_ffn=cfg.get("expert_ffn", 0),
+        **{k: cfg.get(k, 0) for k in ("shared_ffn", "dense_layers", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
+                                      "qk_rope_head_dim", "v_head_dim")},
     )  # fmt: skip
 
 
@@ -281,6 +365,8 @@ def model_from_hf_config(cfg: dict[str, Any], name: str = "custom") -> ModelSpec
         return _within_limits(_from_gpt2(cfg, name))
     if arch.startswith("Bert"):
         return _within_limits(_from_bert(cfg, name, arch))
+    if arch in ("MixtralForCausalLM", "Qwen2MoeForCausalLM", "DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM"):
+        return _within_limits(_from_moe(cfg, name, arch))
     return _within_limits(_from_llama_like(cfg, name, arch))
 
 

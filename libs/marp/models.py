@@ -17,14 +17,14 @@ from typing import Any, Literal
 from marp._check import check_bool, check_choice, check_int, check_number
 from marp.errors import ModelConfigError
 
-Family = Literal["gpt2", "llama", "mistral", "qwen2", "bert", "custom"]
+Family = Literal["gpt2", "llama", "mistral", "qwen2", "bert", "mixtral", "qwen2_moe", "deepseek", "custom"]
 Arch = Literal["decoder", "encoder"]
 Head = Literal["lm", "classifier"]
 MlpKind = Literal["gelu", "swiglu"]
 PosEmb = Literal["learned", "rope"]
 NormKind = Literal["layernorm", "rmsnorm"]
 
-FAMILIES: tuple[str, ...] = ("gpt2", "llama", "mistral", "qwen2", "bert", "custom")
+FAMILIES: tuple[str, ...] = ("gpt2", "llama", "mistral", "qwen2", "bert", "mixtral", "qwen2_moe", "deepseek", "custom")
 ARCHS: tuple[str, ...] = ("decoder", "encoder")
 HEADS: tuple[str, ...] = ("lm", "classifier")
 MLP_KINDS: tuple[str, ...] = ("gelu", "swiglu")
@@ -48,7 +48,17 @@ class ModelSpec:
     (dense h x h, LayerNorm, decoder tied to the word embeddings plus a vocab bias).
     ``type_vocab`` is BERT's token-type (segment) embedding rows. ``experts`` > 0 makes every
     MLP a mixture of ``experts`` experts of inner size ``expert_ffn`` (default ffn) with top-
-    ``top_k`` routing and a linear router (Shazeer et al. 2017; Fedus et al. 2022).
+    ``top_k`` routing and a linear router (Shazeer et al. 2017; Fedus et al. 2022); ``shared_ffn``
+    adds an always-active shared expert MLP of that inner size (DeepSeekMoE, Dai et al. 2024;
+    Qwen2-MoE), and the first ``dense_layers`` layers keep a dense MLP of size ``ffn`` (DeepSeek's
+    first_k_dense_replace; counted exactly in ``param_count``, charged as MoE layers by the memory
+    model, an upper bound).
+
+    ``kv_lora_rank`` > 0 makes the attention multi-head latent attention (MLA, DeepSeek-V2,
+    DeepSeek-AI 2024, sec. 2.1): K and V come from a shared latent of that rank (plus a decoupled
+    RoPE key of ``qk_rope_head_dim``), queries from a latent of ``q_lora_rank`` (0: a plain
+    projection); each head has ``qk_nope_head_dim + qk_rope_head_dim`` query/key and
+    ``v_head_dim`` value dimensions. MLA needs kv_heads == heads.
     """
 
     name: str
@@ -74,14 +84,22 @@ class ModelSpec:
     experts: int = 0
     top_k: int = 0
     expert_ffn: int = 0
+    shared_ffn: int = 0
+    dense_layers: int = 0
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    qk_nope_head_dim: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
 
     def __post_init__(self) -> None:
         err = ModelConfigError
         check_choice(self.arch, "model.arch", err, ARCHS)
         check_choice(self.head, "model.head", err, HEADS)
         check_int(self.num_labels, "model.num_labels", err)
-        for attr in ("type_vocab", "experts", "top_k", "expert_ffn"):
+        for attr in ("type_vocab", "experts", "top_k", "expert_ffn", *_MOE_MLA_FIELDS):
             check_int(getattr(self, attr), f"model.{attr}", err, minimum=0)
+        self._check_moe_mla()
         if self.experts:
             if not 1 <= self.top_k <= self.experts:
                 raise err("model.top_k", f"top_k must be in [1, experts={self.experts}], got {self.top_k}.")
@@ -116,7 +134,55 @@ class ModelSpec:
                 "kv_heads must divide heads (kv_heads == heads for plain multi-head attention).",
             )
 
+    def _check_moe_mla(self) -> None:
+        err = ModelConfigError
+        if not self.experts:
+            for attr in ("shared_ffn", "dense_layers"):
+                if getattr(self, attr):
+                    raise err(f"model.{attr}", f"{attr} needs experts > 0 (a mixture-of-experts model).")
+        elif self.dense_layers >= self.n_layers:
+            raise err("model.dense_layers", f"{self.dense_layers} dense layers leave no MoE layer of "
+                      f"{self.n_layers}.", "use dense_layers < n_layers.")  # fmt: skip
+        mla = ("q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+        if not self.kv_lora_rank:
+            for attr in mla:
+                if getattr(self, attr):
+                    raise err(f"model.{attr}", f"{attr} is a multi-head latent attention size; it needs "
+                              "kv_lora_rank > 0.")  # fmt: skip
+            return
+        for attr in ("qk_rope_head_dim", "v_head_dim"):
+            if not getattr(self, attr):
+                raise err(f"model.{attr}", f"multi-head latent attention needs {attr} >= 1.")
+        if self.kv_heads != self.heads:
+            raise err("model.kv_heads", f"multi-head latent attention has one K/V per head: kv_heads must equal "
+                      f"heads ({self.heads}), got {self.kv_heads}.")  # fmt: skip
+        if self.bias or self.qkv_bias:
+            raise err("model.bias", "linear biases are not supported with multi-head latent attention.")
+
     # ---- shapes -------------------------------------------------------------------------------
+
+    @property
+    def mla(self) -> bool:
+        """Multi-head latent attention (DeepSeek-V2 / V3)."""
+        return self.kv_lora_rank > 0
+
+    @property
+    def q_width(self) -> int:
+        """Width of Q (= of K per token across heads): heads x (nope + rope) under MLA, else hidden."""
+        return self.heads * (self.qk_nope_head_dim + self.qk_rope_head_dim) if self.mla else self.hidden
+
+    @property
+    def k_width(self) -> int:
+        return self.q_width if self.mla else self.kv_dim
+
+    @property
+    def v_width(self) -> int:
+        """Width of V, and of the attention output the output projection reads."""
+        return self.heads * self.v_head_dim if self.mla else self.kv_dim
+
+    @property
+    def o_width(self) -> int:
+        return self.v_width if self.mla else self.hidden
 
     @property
     def head_dim(self) -> int:
@@ -145,16 +211,45 @@ class ModelSpec:
         h, f, kv = self.hidden, self.ffn, self.kv_dim
         sharded = 2 * h * h + 2 * h * kv  # Wq, Wo (h x h) and Wk, Wv (h x kv_dim)
         replicated = 2 * self.norm_params()  # pre-attention and pre-MLP norms
+        if self.mla:
+            sharded, replicated = self._mla_params_split()
+            replicated += 2 * self.norm_params()
         if self.bias:
             sharded += h + 2 * kv  # q, k, v biases (column-parallel)
             replicated += h  # attention-output bias (row-parallel)
         elif self.qkv_bias:
             sharded += h + 2 * kv  # Qwen2: q/k/v biases only
         if self.experts:
-            # Experts live in expert_params(); the router (h x experts) is replicated.
-            return sharded, replicated + h * self.experts
+            # Experts live in expert_params(); the router (h x experts) is replicated; a shared
+            # expert is a dense MLP, TP-sharded like one.
+            sh_sharded, sh_replicated = self.mlp_params_split(self.shared_ffn) if self.shared_ffn else (0, 0)
+            return sharded + sh_sharded, replicated + sh_replicated + h * self.experts
         mlp_sharded, mlp_replicated = self.mlp_params_split(f)
         return sharded + mlp_sharded, replicated + mlp_replicated
+
+    def _mla_params_split(self) -> tuple[int, int]:
+        """(TP-sharded, replicated) attention parameters of multi-head latent attention (HF
+        DeepseekV2Attention / DeepseekV3Attention; Megatron-LM's MLA keeps the down projections
+        replicated and splits the up projections and the output projection by heads)."""
+        h, heads, rope = self.hidden, self.heads, self.qk_rope_head_dim
+        qk = heads * (self.qk_nope_head_dim + rope)
+        replicated = h * (self.kv_lora_rank + rope) + self.kv_lora_rank  # kv_a_proj_with_mqa, kv_a_layernorm
+        sharded = self.kv_lora_rank * heads * (self.qk_nope_head_dim + self.v_head_dim)  # kv_b_proj
+        sharded += heads * self.v_head_dim * h  # o_proj
+        if self.q_lora_rank:
+            replicated += h * self.q_lora_rank + self.q_lora_rank  # q_a_proj, q_a_layernorm
+            sharded += self.q_lora_rank * qk  # q_b_proj
+        else:
+            sharded += h * qk  # q_proj
+        return sharded, replicated
+
+    def dense_layer_params(self) -> int:
+        """Parameters of one of the first ``dense_layers`` layers of a MoE model (a dense MLP)."""
+        sharded, replicated = self.layer_params_split()
+        sh_sharded, sh_replicated = self.mlp_params_split(self.shared_ffn) if self.shared_ffn else (0, 0)
+        mlp_sharded, mlp_replicated = self.mlp_params_split(self.ffn)
+        return (sharded - sh_sharded + mlp_sharded) + (replicated - sh_replicated - self.hidden * self.experts
+                                                       + mlp_replicated)  # fmt: skip
 
     def mlp_params_split(self, ffn: int) -> tuple[int, int]:
         """(TP-sharded, replicated) parameters of one MLP of inner size ``ffn``."""
@@ -221,7 +316,8 @@ class ModelSpec:
         return (
             self.embedding_params()
             + self.position_params()
-            + self.n_layers * self.layer_params()
+            + (self.n_layers - self.dense_layers) * self.layer_params()
+            + self.dense_layers * (self.dense_layer_params() if self.dense_layers else 0)
             + self.final_norm_params()
             + self.head_params()
         )
@@ -229,5 +325,8 @@ class ModelSpec:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+
+_MOE_MLA_FIELDS = ("shared_ffn", "dense_layers", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
+                   "qk_rope_head_dim", "v_head_dim")
 
 __all__ = ["ARCHS", "FAMILIES", "HEADS", "MLP_KINDS", "NORMS", "POS_EMBS", "ModelSpec"]

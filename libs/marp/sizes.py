@@ -218,8 +218,11 @@ def lora_params(model: ModelSpec, rank: int, targets: tuple[str, ...]) -> int:
     In a mixture-of-experts layer every expert's gate / up / down projection is its own linear and
     gets its own adapter (peft wraps each matching module), so MLP targets count experts times.
     """
-    h, kv, f = model.hidden, model.kv_dim, model.expert_ffn if model.experts else model.ffn
-    dims = {"q": (h, h), "k": (h, kv), "v": (h, kv), "o": (h, h), "up": (h, f), "down": (f, h),
+    h, f = model.hidden, model.expert_ffn if model.experts else model.ffn
+    # (MLA: the projections' full widths, as if each were one matrix -- an approximation of peft's
+    # adapters on the latent down / up projections.)
+    dims = {"q": (h, model.q_width), "k": (h, model.k_width), "v": (h, model.v_width), "o": (model.o_width, h),
+            "up": (h, f), "down": (f, h),
             "gate": (h, f) if model.mlp == "swiglu" else (0, 0)}  # fmt: skip
     copies = {t: (max(model.experts, 1) if t in ("gate", "up", "down") else 1) for t in targets}
     return sum(copies[t] * rank * (dims[t][0] + dims[t][1]) for t in targets)
