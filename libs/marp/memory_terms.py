@@ -99,7 +99,9 @@ def _job(model: ModelSpec, recipe: TrainingRecipe, grid: LayoutGrid, gpu: GpuTyp
         layer_local = layer_local + swap
         first_params, last_params = first_params + layers_stage * swap, last_params + layers_stage * swap
     # One forward / backward pass of a model chunk: an uneven split's fullest virtual stage.
-    chunk_layers = np.where(grid.chunk_layers > 0, grid.chunk_layers, layers_stage / grid.vpp)
+    chunk_layers = layers_stage / grid.vpp
+    if grid.chunk_layers.any():
+        chunk_layers = np.where(grid.chunk_layers > 0, grid.chunk_layers, chunk_layers)
     # Experts are divided over the expert-parallel group (Lepikhin et al. 2021, GShard sec. 2).
     expert_all = np.where(model.experts > 0,
                           layers_stage * ceil_div(np.full_like(grid.tp, model.expert_params()), grid.etp), 0)  # fmt: skip
@@ -127,7 +129,8 @@ class _Layer:
 def _layer(job: _Job) -> _Layer:
     coef, g, tokens, sp_div = job.coef, job.grid, job.tokens, job.sp_div
     tp_, rc = g.tp, g.recompute
-    dispatch = tokens * coef.dispatch * g.etp / tp_  # MoE token copies on the expert-TP group's tokens
+    # MoE token copies on the expert-TP group's tokens.
+    dispatch = tokens * coef.dispatch * g.etp / tp_ if coef.dispatch else 0.0
     full_layer = tokens * (coef.rep / sp_div + coef.par / tp_ + job.keys * coef.score / tp_) + dispatch
     saved = np.select(
         [rc == RECOMPUTE_CODE["none"], rc == RECOMPUTE_CODE["selective"], rc == RECOMPUTE_CODE["full"]],
@@ -323,10 +326,11 @@ def _buffers(job: _Job, st: _Stage, states: _States) -> _Buffers:
     # forward and backward (FSDP2 does not reshard the root after forward); one unit's
     # unsharded gradients (+ their fp32 copy for an fp32 reduce-scatter) in the backward
     # (memory-notes D.2, FSDP row).
-    linears = layer_local - 2 * job.model.norm_params()  # a layer's matmul weights (per TP rank)
-    unit = layer_local * gather_b
+    gathered = np.where(fsdp, (2 * layer_local + root) * gather_b, 0.0)
     fp8_cache: FloatArray | float = 0.0
     if recipe.float8:
+        linears = layer_local - 2 * job.model.norm_params()  # a layer's matmul weights (per TP rank)
+        unit = layer_local * gather_b
         if recipe.megatron_style:
             # Transformer Engine casts each weight to fp8 once per step and keeps the fp8 copy and
             # its transpose across the micro-batches (te.Linear's is_first_microbatch weight cache;
@@ -337,7 +341,7 @@ def _buffers(job: _Job, st: _Stage, states: _States) -> _Buffers:
             # FSDP, Float8Linear casts the layer being computed to fp8 (the weight, and its transpose
             # in the backward): 2 B per matmul parameter of one layer (torchao float8_linear.py).
             unit = np.where(fsdp, linears * 1.0 + (layer_local - linears) * gather_b, unit + linears * 2.0)
-    gathered = np.where(fsdp, 2 * unit + root * gather_b, unit - layer_local * gather_b)
+        gathered = np.where(fsdp, 2 * unit + root * gather_b, unit - layer_local * gather_b)
     unsharded_grads = np.where(fsdp, layer_local * (gather_b + (4.0 if policy == "fsdp-bf16" else 0.0)), 0.0)
     # PyTorch DDP keeps its own gradient buckets beside .grad unless gradient_as_bucket_view
     # (torch.nn.parallel.DistributedDataParallel docs: the saving "equals the total gradients

@@ -177,8 +177,7 @@ def _with_split(grid: dict[str, NDArray[np.int64]], split: tuple[int, ...] | Non
     A fixed split sets vpp = len(split) / pp and keeps only the interleaved layouts whose micro-
     batch count is a multiple of pp (Megatron's interleaved schedule needs it)."""
     if split is None:
-        zeros = np.zeros_like(grid["pp"])
-        return {**grid, "vpp": np.ones_like(grid["pp"]), "stage": zeros, "chunk": zeros}
+        return grid  # vpp 1, an even split: memory_grid's defaults
     pp = grid["pp"]
     vpp = len(split) // np.maximum(pp, 1)
     maxima = {p: split_maxima(split, p) for p in np.unique(pp).tolist()}
@@ -209,7 +208,7 @@ def _layout_at(grid: dict[str, NDArray[np.int64]], i: int, megatron: bool, ep: i
         tp=tp, pp=int(grid["pp"][i]), dp=int(grid["dp"][i]), zero_stage=int(grid["zero"][i]),
         micro_batch=int(grid["mb"][i]), grad_accum=int(grid["ga"][i]),
         recompute=_RC_NAMES[int(grid["rc"][i])], sp=megatron and tp > 1, ep=ep,  # type: ignore[arg-type]
-        vpp=int(grid["vpp"][i]), pp_layers=split, etp=etp,
+        vpp=int(grid["vpp"][i]) if "vpp" in grid else 1, pp_layers=split, etp=etp,
     )  # fmt: skip
 
 
@@ -318,8 +317,8 @@ def enumerate_plans(
             sp = (grid["tp"] > 1) & megatron
             mems[mkey] = memory_grid(model, recipe, grid["tp"], grid["pp"], grid["dp"], grid["zero"], grid["mb"],
                                      grid["ga"], False, gpu, recompute=grid["rc"], sp=sp, ep=recipe.ep,
-                                     vpp=grid["vpp"], stage_layers=grid["stage"], chunk_layers=grid["chunk"],
-                                     etp=recipe.etp)  # fmt: skip
+                                     vpp=grid.get("vpp", 1), stage_layers=grid.get("stage", 0),
+                                     chunk_layers=grid.get("chunk", 0), etp=recipe.etp)  # fmt: skip
         mem = mems[mkey]
         usable = gpu.memory_bytes * (1.0 - safety_margin)
         fit_mask = mem["total"] <= usable
@@ -334,7 +333,7 @@ def enumerate_plans(
         if gkey not in shapes:
             shapes[gkey] = StepShape.of(model, recipe, grid["tp"], grid["pp"], grid["dp"], grid["zero"], grid["mb"],
                                         grid["ga"], False, pool.gpus_per_node, recompute=grid["rc"],
-                                        vpp=grid["vpp"], fp8=recipe.float8, compiled=recipe.compile)  # fmt: skip
+                                        vpp=grid.get("vpp", 1), fp8=recipe.float8, compiled=recipe.compile)  # fmt: skip
         gbps = inter_node_gbps if inter_node_gbps is not None else pool.inter_node_gbps
         step = shapes[gkey].seconds_on(gpu, recipe.precision, mfu, gbps)
         n_gpus = grid["tp"] * grid["pp"] * grid["dp"]

@@ -453,8 +453,11 @@ class LayoutGrid:
             bad |= positive < 1
         bad |= (self.vpp > 1) & (self.pp == 1)
         bad |= (self.dp % np.maximum(self.ep, 1) != 0) | (self.dp % np.maximum(self.shard, 1) != 0)
-        bad |= (self.stage_layers < 0) | (self.chunk_layers < 0) | (self.chunk_layers > self.stage_layers)
-        bad |= (self.etp < 1) | ((self.tp * self.dp * self.cp) % np.maximum(self.etp * self.ep, 1) != 0)
+        # (Guarded: the planner's grids rarely carry a split or an expert grid, and int64 modulo is slow.)
+        if self.stage_layers.any():
+            bad |= (self.stage_layers < 0) | (self.chunk_layers < 0) | (self.chunk_layers > self.stage_layers)
+        if (self.etp != self.tp).any() or (self.ep != 1).any():
+            bad |= (self.etp < 1) | ((self.tp * self.dp * self.cp) % np.maximum(self.etp * self.ep, 1) != 0)
         return bad
 
     @classmethod

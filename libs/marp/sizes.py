@@ -153,7 +153,7 @@ def stage_layer_count(n_layers: int, pp: NDArray[np.int64], split_max: ArrayLike
     if split_max is None:
         return even
     split = np.asarray(split_max, dtype=np.int64)
-    return np.where(split > 0, split, even)
+    return np.where(split > 0, split, even) if split.any() else even
 
 
 def in_flight(
@@ -172,7 +172,7 @@ def in_flight(
     """
     layers_stage = stage_layer_count(n_layers, pp, stage_layers)
     per_chunk = layers_stage / vpp
-    if chunk_layers is not None:
+    if chunk_layers is not None and np.any(chunk_layers):
         per_chunk = np.where(np.asarray(chunk_layers) > 0, chunk_layers, per_chunk)
     plain_mbs = np.minimum(pp - rank, m)
     chunks = np.minimum((pp - rank - 1) * 2 + (vpp - 1) * pp + 1, m * vpp)
