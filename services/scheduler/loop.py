@@ -40,6 +40,7 @@ when the outage starts and one when it ends (``outage.RedisContact``).
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -59,12 +60,13 @@ from frenzy.scheduler.agent_events import (
 )
 from frenzy.scheduler.metrics import ClusterCollector, SchedulerMetrics, Snapshots
 from frenzy.scheduler.outage import RedisContact
+from frenzy.scheduler.placing import Rendezvous, plan_from_stored, render_launches
 from frenzy.scheduler.reaping import NodeLease, OrphanKey, ReapSettings, ReapSnapshot, decide_reap
 from frenzy.state.job_states import ACTIVE, JobState
 from frenzy.state.keys import Keys
-from frenzy.state.messages import AgentEvent, BadMessage, LaunchMessage, LayoutEnv, event_from, payload
+from frenzy.state.messages import AgentEvent, BadMessage, LaunchMessage, event_from, payload
 from frenzy.state.signing import Refusal, Verifier
-from frenzy.state.store import DEFAULT_MASTER_PORTS, JobRecord, StateStore
+from frenzy.state.store import DEFAULT_MASTER_PORTS, JobRecord, PlacementOrder, StateStore
 from frenzy.v1 import types_pb2
 from has import Placement, QueuePolicy, schedule
 
@@ -72,6 +74,13 @@ log = logging.getLogger(__name__)
 
 # Re-plan a job for the cluster as it is now: new ranked plans, or None to keep the old ones.
 Replanner = Callable[[JobRecord], "list[types_pb2.Plan] | None"]
+
+
+class _Unread:
+    """``handle_event``'s default: the job was not read by the caller."""
+
+
+UNREAD = _Unread()
 
 
 @dataclass
@@ -169,10 +178,7 @@ class SchedulerLoop:
                 self.store.set_pending_reasons({p.for_job: f"starting once {p.job_id} has stopped (it was "
                                                            f"preempted for this shorter job)"})
             later.add(p.for_job)
-        for placement in result.placements:
-            if placement.job_id in later:
-                continue
-            ok, why = self._reserve_and_dispatch(placement)
+        for placement, ok, why in self._place([p for p in result.placements if p.job_id not in later]):
             (placed if ok else conflicts).append(placement.job_id if ok else f"{placement.job_id}: {why}")
             if not ok:  # the view may be stale on those nodes: read them whole next tick
                 self.store.forget_nodes(node for node, _ in placement.nodes)
@@ -189,56 +195,81 @@ class SchedulerLoop:
         self.metrics.preemptions.inc(len(preempted))
         return TickReport(placed, conflicts, len(result.pending) + len(later), preempted)
 
-    def _reserve_and_dispatch(self, placement: Placement) -> tuple[bool, str]:
-        job = self.store.get(placement.job_id)
-        if job is None or job.state != JobState.PENDING:
-            return False, "job no longer pending"
-        plan = job.plans[placement.plan_index]
+    def _place(self, placements: list[Placement]) -> list[tuple[Placement, bool, str]]:
+        """Reserve and launch ``placements`` in one ``place_jobs`` call (a chunk of jobs per call),
+        each job all or nothing. -> (placement, placed, why not) for each, in order.
+
+        Everything a launch is rendered from was read already: the spec and plans with the queue,
+        addresses and GPU uuids with the cluster, the nodes' keys from their cache, the fences
+        from a block; so a tick's placements cost one round trip (and a port-table read for a
+        master node not seen before)."""
+        if not placements:
+            return []
+        store = self.store
+        rings = store.node_keys.rings({n for p in placements for n, _ in p.nodes})
+        store.load_ports(p.nodes[0][0] for p in placements)
+        fences = store.fences(len(placements))
+        now = time.time()
+        out: list[tuple[Placement, bool, str]] = []
+        orders: list[tuple[Placement, PlacementOrder]] = []
+        for placement, fence in zip(placements, fences, strict=True):
+            order = self._order(placement, fence, rings, now)
+            if isinstance(order, str):
+                out.append((placement, False, order))
+            else:
+                orders.append((placement, order))
+        results = store.place([o for _, o in orders])
+        for (placement, order), (ok, why) in zip(orders, results, strict=True):
+            out.append((placement, ok, why))
+            if ok:
+                log.info("job %s attempt %d launched on %s (rendezvous %s:%d)", order.job_id, order.attempt,
+                         [n for n, _ in order.nodes], order.master_addr, order.port)
+        return out
+
+    def _order(self, placement: Placement, fence: int, rings: dict, now: float) -> PlacementOrder | str:
+        """The signed order for one placement, or why it cannot be placed now."""
+        store = self.store
+        source = store.launch_source(placement.job_id)
+        if source is None:
+            return "job no longer pending"
+        attempt, spec, stored = source
+        nodes = [n for n, _ in placement.nodes]
         # Launches are signed with each node's key: without one, nothing is reserved.
-        keyless = [n for n, ring in self.store.node_keys.rings(n for n, _ in placement.nodes).items() if ring is None]
+        keyless = [n for n in nodes if rings.get(n) is None]
         if keyless:
-            return False, (f"node(s) {', '.join(keyless)} have no signing key. To fix: frenzy node key create "
-                           f"{keyless[0]}")
-        ok, fence_or_reason = self.store.reserve(placement, plan, self.master_ports)
-        if not ok:
-            return False, str(fence_or_reason)
-        fence = int(fence_or_reason)
-        if placement.plan.runtime_s is not None:
-            # When these GPUs should free up again: what completion-time-aware
-            # plan choice weighs against starting elsewhere now.
-            self.store.set_fields(placement.job_id, est_end=repr(time.time() + placement.plan.runtime_s))
-        job = self.store.get(placement.job_id)
-        assert job is not None
-        launches = self.launch_messages(job, fence)
-        ok, why = self.store.dispatch(job.id, fence, launches)
-        if not ok:
-            log.warning("dispatch of %s skipped: %s", job.id, why)
-            return False, why
-        log.info("job %s attempt %d launched on %s (rendezvous %s:%d)", job.id, job.attempt,
-                 [n for n, _ in job.placement], job.master_addr, job.master_port)
-        return True, ""
+            return (f"node(s) {', '.join(keyless)} have no signing key. To fix: frenzy node key create "
+                    f"{keyless[0]}")
+        if not 0 <= placement.plan_index < len(stored):
+            return f"plan {placement.plan_index} is gone (the job has {len(stored)} plans now)"
+        plan = plan_from_stored(stored[placement.plan_index])
+        port = store.pick_port(nodes[0], placement.job_id, self.master_ports)
+        if port is None:
+            first, last = self.master_ports
+            return f"no free rendezvous port on {nodes[0]}: all {last - first + 1} ports from {first} are in use"
+        meet = Rendezvous(store.node_addr(nodes[0]), port)
+        uuids = {n: store.gpu_uuids(n, idxs) for n, idxs in placement.nodes}
+        messages = render_launches(placement.job_id, attempt, fence, spec, plan, placement.nodes, meet, uuids)
+        sealed = tuple(store.seal_for(m.node, m).model_dump_json() for m in messages)
+        runtime = placement.plan.runtime_s
+        # est_end: when these GPUs should free up again, what completion-time-aware plan choice
+        # weighs against starting elsewhere now.
+        return PlacementOrder(job_id=placement.job_id, attempt=attempt, fence=fence,
+                              nodes=tuple((n, tuple(g)) for n, g in placement.nodes),
+                              need_bytes=int(plan.peak_bytes_per_gpu), port=port, master_addr=meet.addr,
+                              gpu_type=plan.gpu_type, plan_json=json.dumps(stored[placement.plan_index]),
+                              messages=sealed, est_end=None if runtime is None else now + runtime)
 
     def launch_messages(self, job: JobRecord, fence: int) -> list[LaunchMessage]:
-        """One launch per node of the job's placement, each signed with its node's key."""
+        """One launch per node of the job's placement, each signed with its node's key (the
+        two-step path, ``reserve`` then ``dispatch``, that a scheduler of before the batched one
+        took, and tests use to set up a reserved job)."""
         assert job.plan is not None
-        lay = job.plan.layout
-        layout = LayoutEnv(gpu_type=job.plan.gpu_type, tp=lay.tp, pp=lay.pp, dp=lay.dp, zero_stage=lay.zero_stage,
-                           micro_batch=lay.micro_batch, grad_accum=lay.grad_accum, recompute=lay.recompute or "none",
-                           peak_bytes_per_gpu=max(0, int(job.plan.peak_bytes_per_gpu)))
         # The reservation allocated the port on the first node and recorded its address.
-        master_addr = job.master_addr or self.store.node_addr(job.placement[0][0])
-        master_port = job.master_port or self.master_ports[0]
-        out = []
-        for rank, (node, idxs) in enumerate(job.placement):
-            uuids = self.store.gpu_uuids(node, idxs)
-            out.append(self.store.seal_for(node, LaunchMessage(
-                job_id=job.id, attempt=job.attempt, fence=fence, node=node, node_rank=rank,
-                nnodes=len(job.placement), nproc_per_node=len(idxs), gpu_indices=list(idxs), gpu_uuids=uuids,
-                master_addr=master_addr, master_port=master_port, rdzv_id=f"{job.id}-{job.attempt}",
-                command=list(job.spec.command), env=dict(job.spec.env), workdir=job.spec.workdir or None,
-                layout=layout,
-            )))
-        return out
+        meet = Rendezvous(job.master_addr or self.store.node_addr(job.placement[0][0]),
+                          job.master_port or self.master_ports[0])
+        uuids = {node: self.store.gpu_uuids(node, idxs) for node, idxs in job.placement}
+        return [self.store.seal_for(m.node, m) for m in
+                render_launches(job.id, job.attempt, fence, job.spec, job.plan, job.placement, meet, uuids)]
 
     # ---- node loss and leaks -------------------------------------------------------------------
 
@@ -321,10 +352,7 @@ class SchedulerLoop:
         ports = self.store.port_tables(n.name for n in nodes if n.name)
         owners = [g.owner for n in nodes for g in n.gpus if g.owner]
         owners += [owner for table in ports.values() for owner in table.values()]
-        jobs: dict[str, JobRecord | None] = {}
-        for job_id in owners:
-            if job_id not in jobs:
-                jobs[job_id] = self.store.get(job_id)
+        jobs = self.store.get_many(owners)
         held: dict[str, int] = {}
         for job in jobs.values():
             if job is not None and job.state in ACTIVE:
@@ -374,8 +402,13 @@ class SchedulerLoop:
 
     # ---- events --------------------------------------------------------------------------------
 
-    def drain_events(self, block_ms: int = 200, count: int = 100) -> int:
-        """Handle the agents' events; returns how many entries were consumed."""
+    def drain_events(self, block_ms: int = 200, count: int = 500) -> int:
+        """Handle the agents' events in batches; returns how many entries were consumed.
+
+        A batch costs a read, one pipelined read of the jobs it names per round, the state changes
+        (a script per event) and one XACK: not four round trips per event. Events of one job are
+        handled in stream order, in rounds (its k-th event in round k), so each is interpreted
+        against the job as the events before it left it."""
         if not self._group_ready:
             self.store.ensure_events_group()
             self._group_ready = True
@@ -384,25 +417,51 @@ class SchedulerLoop:
         entries = self.store.read_events(self.consumer, start, count, None if start == "0" else block_ms)
         if start == "0" and not entries:
             self._pending_checked = True
+        done: list[str] = []  # handled, refused or malformed: acknowledged at the end
+        rounds: list[list[tuple[str, AgentEvent]]] = []
+        seen: dict[str, int] = {}  # job id -> events of it so far in this batch
+        now = time.time()
         for entry_id, fields in entries:
+            self.metrics.observe_event_lag(entry_id, now)
             try:
                 event = self._verified(entry_id, fields)
-                if event is not None:
-                    self.handle_event(event)
-                    self.metrics.events.labels("handled").inc()
             except BadMessage as exc:
                 log.warning("dropping malformed event %s: %s", entry_id, exc)
                 self.metrics.events.labels("malformed").inc()
-            except redis.RedisError:
-                # Redis went away mid-batch: the rest stays pending and is read again first.
-                self._pending_checked = False
-                raise
-            except Exception:
-                # Leave it pending: it is retried on restart, never silently lost.
-                log.exception("failed to handle event %s", entry_id)
-                self.metrics.events.labels("failed").inc()
+                done.append(entry_id)
                 continue
-            self.store.ack_event(entry_id)
+            if event is None:
+                done.append(entry_id)
+                continue
+            k = seen.get(event.job_id, 0)
+            seen[event.job_id] = k + 1
+            if k == len(rounds):
+                rounds.append([])
+            rounds[k].append((entry_id, event))
+        try:
+            for batch in rounds:
+                jobs = self.store.get_many(e.job_id for _, e in batch)
+                for entry_id, event in batch:
+                    try:
+                        self.handle_event(event, jobs.get(event.job_id))
+                    except redis.RedisError:
+                        raise
+                    except Exception:
+                        # Left pending: it is retried on restart, never silently lost.
+                        log.exception("failed to handle event %s", entry_id)
+                        self.metrics.events.labels("failed").inc()
+                        continue
+                    self.metrics.events.labels("handled").inc()
+                    done.append(entry_id)
+        except redis.RedisError:
+            # Redis went away mid-batch: what was not acknowledged is read again first.
+            self._pending_checked = False
+            raise
+        finally:
+            try:
+                self.store.ack_events(done)
+            except redis.RedisError:
+                self._pending_checked = False
         return len(entries)
 
     def _verified(self, entry_id: str, fields: dict) -> AgentEvent | None:
@@ -424,9 +483,12 @@ class SchedulerLoop:
                     str(obj.get("job_id"))[:128], refusal.value)
         return None
 
-    def handle_event(self, event: AgentEvent) -> None:
-        """Carry out what ``event`` means for its job (``agent_events.interpret``, pure)."""
-        job = self.store.get(event.job_id)
+    def handle_event(self, event: AgentEvent, job: JobRecord | None | _Unread = UNREAD) -> None:
+        """Carry out what ``event`` means for its job (``agent_events.interpret``, pure).
+
+        ``job``: the job as read just before (a batch reads its jobs together); read here if not given."""
+        if isinstance(job, _Unread):
+            job = self.store.get(event.job_id)
         meaning = interpret(event, job)
         if isinstance(meaning, UnknownJob) or job is None:
             log.warning("event for unknown job %s from %s ignored", event.job_id, event.node)
@@ -445,10 +507,13 @@ class SchedulerLoop:
         elif isinstance(meaning, LateSuccess):
             self._late_success(job, event, meaning)
         elif isinstance(meaning, Started):
-            if meaning.fields:
-                self.store.set_fields(job.id, **meaning.fields)
-            if meaning.to_running is not None:
-                moved, _ = self.store.transition(job, JobState.RUNNING, meaning.to_running)
+            if meaning.to_running is None:
+                if meaning.fields:
+                    self.store.set_fields(job.id, **meaning.fields)
+            else:  # the pid and log path land with the state change: one script
+                moved, _ = self.store.transition(job, JobState.RUNNING, meaning.to_running, **meaning.fields)
+                if not moved and meaning.fields:  # (it moved on meanwhile: the pid and log still count)
+                    self.store.set_fields(job.id, **meaning.fields)
                 if moved and job.submitted_at > 0:
                     self.metrics.submit_to_running.observe(max(0.0, time.time() - job.submitted_at))
         elif isinstance(meaning, LaunchRefused):

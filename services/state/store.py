@@ -143,6 +143,24 @@ def option_from_json(plan: dict[str, Any]) -> PlanOption:
     )
 
 
+@dataclass(frozen=True)
+class PlacementOrder:
+    """One job's placement, ready for ``place_jobs.lua``: the launches are signed (JSON), so the
+    fence and the port they name are chosen before the call and only checked in it."""
+
+    job_id: str
+    attempt: int
+    fence: int
+    nodes: tuple[tuple[str, tuple[int, ...]], ...]
+    need_bytes: int
+    port: int
+    master_addr: str
+    gpu_type: str
+    plan_json: str
+    messages: tuple[str, ...]  # one signed launch per node, same order as ``nodes``
+    est_end: float | None = None
+
+
 class StateStore:
     """Typed access to Frenzy's Redis state for the scheduler."""
 
@@ -184,6 +202,15 @@ class StateStore:
         self._last_full_read = -math.inf
         self._unreadable: set[str] = set()  # jobs whose stored plans did not parse (logged once)
         self.hold: str | None = None  # as the last ``queue()`` read it: why an operator holds the queue
+        # What a launch is rendered from, read with the plans when a job enters the queue
+        # (job id -> (attempt as stored, spec JSON, the stored plans)): placing costs no read.
+        self._sources: dict[str, tuple[str, str, list[dict[str, Any]]]] = {}
+        self._addrs: dict[str, str] = {}  # node -> address, from the last cluster() read
+        self._ports_used: dict[str, set[int]] = {}  # node -> rendezvous ports taken, as last read or taken here
+        self._fences: list[int] = []  # fencing tokens taken from the counter (INCRBY), not used yet
+        self._place = scripts.register(client, "place_jobs")
+        self._set_reasons = scripts.register(client, "set_pending_reasons")
+        self._reasons: dict[str, tuple[object, str]] = {}  # job -> (queued stamp, reason) as last written
         # Nodes' signing keys, re-read every few seconds: sealing a message costs no round trip.
         self.node_keys = signing.KeyCache(lambda nodes: node_keys.read_many(self.r, self.k, nodes), time.monotonic)
 
@@ -227,6 +254,19 @@ class StateStore:
         if not raw:
             return None
         return self._decode(raw, hist)
+
+    def get_many(self, job_ids: Iterable[str]) -> dict[str, JobRecord | None]:
+        """Several jobs in one round trip (None for a job that does not exist)."""
+        ids = list(dict.fromkeys(job_ids))
+        if not ids:
+            return {}
+        pipe = self.r.pipeline(transaction=False)
+        for job_id in ids:
+            pipe.hgetall(self.k.job(job_id))
+            pipe.lrange(self.k.job_history(job_id), 0, -1)
+        res = pipe.execute()
+        return {job_id: self._decode(res[2 * i], res[2 * i + 1]) if res[2 * i] else None
+                for i, job_id in enumerate(ids)}
 
     def idempotency_key(self, key: str, user: str) -> str:
         return self.k.idempotency(f"{user}/{key}" if user else key)
@@ -296,14 +336,15 @@ class StateStore:
         if missing:
             pipe = self.r.pipeline(transaction=False)
             for job_id in missing:
-                pipe.hmget(self.k.job(job_id), "plans", "attempt", "submitted_at")
+                pipe.hmget(self.k.job(job_id), "plans", "attempt", "submitted_at", "spec")
             stamps = dict(pending)
-            for job_id, (raw, attempt, submitted_at) in zip(missing, pipe.execute(), strict=True):
+            for job_id, (raw, attempt, submitted_at, spec) in zip(missing, pipe.execute(), strict=True):
                 stamp = stamps[job_id]
                 if (attempt or "", submitted_at or "") != stamp[:2]:
                     continue  # changed between the two reads: left for the next tick
                 try:
-                    options = tuple(option_from_json(p) for p in json.loads(raw or "[]"))
+                    stored = json.loads(raw or "[]")
+                    options = tuple(option_from_json(p) for p in stored)
                 except (ValueError, TypeError, AttributeError) as exc:  # not what submit writes
                     if job_id not in self._unreadable:
                         self._unreadable.add(job_id)
@@ -311,10 +352,12 @@ class StateStore:
                     continue
                 cached[job_id] = (stamp, QueuedJob(job_id=job_id, seq=stamp[2], submitted_at=float(submitted_at or 0),
                                                    plans=options))
+                self._sources[job_id] = (attempt or "1", spec or "{}", stored)
         out = [cached[job_id][1] for job_id, stamp in pending if cached.get(job_id, ((),))[0] == stamp]
         if len(cached) > 2 * len(pending) + 64:  # forget jobs that left the queue, now and then
             keep = {job_id for job_id, _ in pending}
             self._queued = {j: v for j, v in cached.items() if j in keep}
+            self._sources = {j: v for j, v in self._sources.items() if j in keep}
         return out
 
     def queue_hold(self) -> str | None:
@@ -322,17 +365,23 @@ class StateStore:
         return self.r.get(self.k.queue_hold())
 
     def set_pending_reasons(self, reasons: dict[str, str]) -> None:
+        """Write each job's pending reason, only where it differs from what this store last wrote
+        for the same queued attempt (no read: with 10,000 jobs waiting, reasons written once a
+        second must not cost 10,000 reads). A reason another writer changed meanwhile (a requeue,
+        a placement) belongs to a new attempt or to a job that left the queue."""
         if not reasons:
             return
-        pipe = self.r.pipeline(transaction=False)
-        for job_id in reasons:
-            pipe.hget(self.k.job(job_id), "pending_reason")
-        current = pipe.execute()
-        pipe = self.r.pipeline(transaction=False)
-        for (job_id, reason), cur in zip(reasons.items(), current, strict=True):
-            if cur is not None and cur != reason:
-                pipe.hset(self.k.job(job_id), "pending_reason", reason)
-        pipe.execute()
+        written = self._reasons
+        changed: dict[str, str] = {}
+        for job_id, reason in reasons.items():
+            stamp = self._queued.get(job_id, ((),))[0]
+            if written.get(job_id) != (stamp, reason):
+                written[job_id] = (stamp, reason)
+                changed[job_id] = reason
+        if len(written) > 2 * len(self._queued) + 64:
+            self._reasons = {j: v for j, v in written.items() if j in self._queued}
+        if changed:
+            self._set_reasons(keys=[self.k.job(j) for j in changed], args=list(changed.values()))
 
     def reserve(self, placement: Placement, plan: types_pb2.Plan,
                 ports: tuple[int, int] = DEFAULT_MASTER_PORTS) -> tuple[bool, int | str]:
@@ -359,6 +408,97 @@ class StateStore:
                   first, last - first + 1, preferred, master, self.node_addr(master)],
         )
         return (True, int(res[1])) if int(res[0]) == 1 else (False, str(res[1]))
+
+    # ---- batched placement (the loop's path: place_jobs.lua) ----------------------------------
+
+    def launch_source(self, job_id: str) -> tuple[int, types_pb2.JobSpec, list[dict[str, Any]]] | None:
+        """What a launch of ``job_id`` is rendered from, as the queue read it: (attempt, spec, stored
+        plans). None when the job is not in the last ``queue()`` read."""
+        hit = self._sources.get(job_id)
+        if hit is None:
+            return None
+        attempt, spec, plans = hit
+        return int(attempt), json_format.Parse(spec, types_pb2.JobSpec(), ignore_unknown_fields=True), plans
+
+    def fences(self, count: int, block: int = 512) -> list[int]:
+        """``count`` fencing tokens never handed out before, from a block taken with one INCRBY on the
+        shared counter (a round trip per ``block`` placements, not per placement). Unique across
+        schedulers; tokens of a block not used are skipped, never reused."""
+        short = count - len(self._fences)
+        if short > 0:
+            take = max(block, short)
+            top = int(self.r.incrby(self.k.seq(), take))
+            self._fences.extend(range(top - take + 1, top + 1))
+        out, self._fences = self._fences[:count], self._fences[count:]
+        return out
+
+    def load_ports(self, nodes: Iterable[str]) -> None:
+        """Read the port tables of ``nodes`` not known yet (one pipelined round trip)."""
+        missing = sorted({n for n in nodes if n not in self._ports_used})
+        if not missing:
+            return
+        pipe = self.r.pipeline(transaction=False)
+        for node in missing:
+            pipe.hkeys(self.k.ports(node))
+        for node, taken in zip(missing, pipe.execute(), strict=True):
+            self._ports_used[node] = {int(p) for p in taken if str(p).isdigit()}
+
+    def pick_port(self, node: str, job_id: str, ports: tuple[int, int] = DEFAULT_MASTER_PORTS) -> int | None:
+        """A rendezvous port on ``node`` that is free as far as this scheduler knows (``load_ports`` first),
+        starting at one derived from the job id so stacks sharing a host rarely probe the same
+        ports. Counted as taken from now on (two jobs of one batch never get the same port); the
+        script checks it again. None when the whole range is taken."""
+        first, last = ports
+        span = last - first + 1
+        used = self._ports_used.setdefault(node, set())
+        start = int(uuid.uuid5(uuid.NAMESPACE_URL, job_id).int % span)
+        for step in range(span):
+            port = first + (start + step) % span
+            if port not in used:
+                used.add(port)
+                return port
+        return None
+
+    def forget_ports(self, node: str) -> None:
+        """Read ``node``'s port table again before its next placement (a port it thought free was not)."""
+        self._ports_used.pop(node, None)
+
+    def place(self, orders: list[PlacementOrder], chunk: int = 128) -> list[tuple[bool, str]]:
+        """Reserve and launch each order, all or nothing per job, in one ``place_jobs`` call per
+        ``chunk`` jobs (a script blocks Redis while it runs: a chunk takes a few ms).
+        -> (placed, why not) per order, in order."""
+        results: list[tuple[bool, str]] = []
+        now = time.time()
+        for start in range(0, len(orders), chunk):
+            part = orders[start:start + chunk]
+            keys: list[str] = [self.k.queue(), self.k.seq()]
+            args: list[Any] = [repr(now), STREAM_MAXLEN, len(part)]
+            for o in part:
+                nodes = [n for n, _ in o.nodes]
+                keys += [self.k.job(o.job_id), self.k.job_history(o.job_id), self.k.ports(nodes[0]),
+                         *(self.k.gpu(n, i) for n, idxs in o.nodes for i in idxs),
+                         *(self.k.node_alive(n) for n in nodes), *(self.k.node(n) for n in nodes),
+                         *(self.k.launch_stream(n) for n in nodes)]
+                gpus = sum(len(idxs) for _, idxs in o.nodes)
+                args += [o.job_id, str(o.attempt), o.fence, gpus, len(nodes), o.need_bytes, o.port, nodes[0],
+                         o.master_addr, "" if o.est_end is None else repr(o.est_end), o.plan_json,
+                         json.dumps([[n, list(g)] for n, g in o.nodes]),
+                         history_entry(JobState.RESERVED, f"{gpus} x {o.gpu_type} on " + ", ".join(nodes), now),
+                         history_entry(JobState.LAUNCHING, f"launch sent to {len(nodes)} node(s)", now),
+                         *o.messages]
+            flat = self._place(keys=keys, args=args)
+            for o, ok, why in zip(part, flat[0::2], flat[1::2], strict=True):
+                placed = int(ok) == 1
+                results.append((placed, str(why)))
+                master = o.nodes[0][0]
+                if placed:
+                    self._ports_used.setdefault(master, set()).add(o.port)
+                    self._sources.pop(o.job_id, None)
+                elif str(why).startswith("port taken"):
+                    self.forget_ports(master)
+                else:
+                    self._ports_used.get(master, set()).discard(o.port)
+        return results
 
     def dispatch(self, job_id: str, fence: int, launches: list[LaunchMessage]) -> tuple[bool, str]:
         now = time.time()
@@ -567,7 +707,7 @@ class StateStore:
 
     # The GPU fields a ClusterView is built from (not utilization or processes: they change on
     # every heartbeat and the scheduler never reads them).
-    _GPU_FIELDS = ("index", "type", "memory_total", "memory_free", "owner", "healthy")
+    _GPU_FIELDS = ("index", "type", "memory_total", "memory_free", "owner", "healthy", "uuid")
 
     def forget_nodes(self, nodes: Iterable[str]) -> None:
         """Re-read these nodes' GPUs on the next ``cluster()`` whatever their ``rev`` says (the
@@ -588,8 +728,9 @@ class StateStore:
         names = self.node_names()
         # Two read-only scripts, one round trip each: one command per GPU through a pipeline
         # cost ~30 µs a GPU in redis-py, 10,000 GPUs a tick.
-        heads = [((name, count, draining), rev, bool(alive)) for name, count, draining, rev, alive in
-                 self._read_nodes(keys=[key for n in names for key in (self.k.node(n), self.k.node_alive(n))])]
+        raw_heads = self._read_nodes(keys=[key for n in names for key in (self.k.node(n), self.k.node_alive(n))])
+        heads = [((name, count, draining), rev, bool(alive)) for name, count, draining, rev, alive, _ in raw_heads]
+        self._addrs = {n: head[5] or "127.0.0.1" for n, head in zip(names, raw_heads, strict=True)}
         now = time.monotonic()
         full = now - self._last_full_read >= self.full_read_s
         if full:
@@ -637,7 +778,7 @@ class StateStore:
                 GpuSlot(node=name, index=int(index), gpu_type=gpu_type or "", memory_total=int(total or 0),
                         memory_free=int(free or 0), owner=owner or None, healthy=(healthy or "1") == "1",
                         free_at=ends.get(owner or ""))
-                for index, gpu_type, total, free, owner, healthy in gpus
+                for index, gpu_type, total, free, owner, healthy, _uuid in gpus
             )
             view = NodeView(name=name, gpus=slots, alive=alive, draining=draining == "1")
             fresh[name] = (key, jobs, view)
@@ -647,16 +788,32 @@ class StateStore:
         return self._view
 
     def node_addr(self, node: str) -> str:
-        return self.r.hget(self.k.node(node), "addr") or "127.0.0.1"
+        """The node's address as the last ``cluster()`` read it (asked of Redis for a node it did not see)."""
+        known = self._addrs.get(node)
+        return known if known is not None else (self.r.hget(self.k.node(node), "addr") or "127.0.0.1")
 
     def gpu_uuids(self, node: str, indices: Iterable[int]) -> list[str]:
         """The UUID of each of ``node``'s GPUs ``indices`` ("" when unknown): what a launch names
-        so the agent can tell the GPU the scheduler reserved from one that took its index."""
-        return [self.r.hget(self.k.gpu(node, i), "uuid") or "" for i in indices]
+        so the agent can tell the GPU the scheduler reserved from one that took its index. From
+        the last ``cluster()`` read (a GPU's uuid does not change while its node's rev holds)."""
+        wanted = list(indices)
+        rows = self._gpu_rows.get(node)
+        by_index = {str(row[0]): row[6] for row in rows[2]} if rows is not None else {}
+        if all(str(i) in by_index for i in wanted):
+            return [by_index[str(i)] or "" for i in wanted]
+        return [self.r.hget(self.k.gpu(node, i), "uuid") or "" for i in wanted]
 
     def port_tables(self, nodes: Iterable[str]) -> dict[str, dict[str, str]]:
-        """Each node's rendezvous ports in use: node -> {port: job id}."""
-        return {node: self.r.hgetall(self.k.ports(node)) for node in nodes}
+        """Each node's rendezvous ports in use: node -> {port: job id} (one pipelined round trip; it
+        also refreshes what ``pick_port`` knows of those nodes)."""
+        names = list(nodes)
+        pipe = self.r.pipeline(transaction=False)
+        for node in names:
+            pipe.hgetall(self.k.ports(node))
+        tables = dict(zip(names, pipe.execute(), strict=True)) if names else {}
+        for node, table in tables.items():
+            self._ports_used[node] = {int(p) for p in table if str(p).isdigit()}
+        return tables
 
     # ---- agent events -----------------------------------------------------------------------
 
@@ -675,3 +832,8 @@ class StateStore:
     def ack_event(self, entry_id: str) -> None:
         """The event is handled (or dropped as malformed): it is not delivered again."""
         self.r.xack(self.k.events_stream(), SCHEDULER_GROUP, entry_id)
+
+    def ack_events(self, entry_ids: list[str]) -> None:
+        """``ack_event`` for many, in one command."""
+        if entry_ids:
+            self.r.xack(self.k.events_stream(), SCHEDULER_GROUP, *entry_ids)

@@ -158,6 +158,7 @@ class _FakeStore:
     def __init__(self, queue: list[QueuedJob], cluster: ClusterView, running: Sequence[RunningJob] = ()) -> None:
         self._queue, self._cluster, self._running = queue, cluster, list(running)
         self.reasons: dict[str, str] = {}
+        self.hold: str | None = None  # the queue is open
 
     def queue(self) -> list[QueuedJob]:
         return self._queue
@@ -209,9 +210,9 @@ def test_live_scheduler_runs_the_same_policy_code() -> None:
     reserved: list[tuple[str, tuple[tuple[str, int], ...]]] = []
 
     class Loop(SchedulerLoop):
-        def _reserve_and_dispatch(self, placement: has.Placement) -> tuple[bool, str]:
-            reserved.append((placement.job_id, tuple(placement.gpus())))
-            return True, ""
+        def _place(self, placements: list[has.Placement]) -> list[tuple[has.Placement, bool, str]]:
+            reserved.extend((p.job_id, tuple(p.gpus())) for p in placements)
+            return [(p, True, "") for p in placements]
 
     service = _service(Loop, _FakeStore(queue, view.cluster))
     service.tick(now=0.0)
@@ -248,9 +249,9 @@ def test_live_scheduler_preempts_as_the_simulator_does() -> None:
             stopped.append((job_id, for_job))
             return True
 
-        def _reserve_and_dispatch(self, placement: has.Placement) -> tuple[bool, str]:
-            reserved.append(placement.job_id)
-            return True, ""
+        def _place(self, placements: list[has.Placement]) -> list[tuple[has.Placement, bool, str]]:
+            reserved.extend(p.job_id for p in placements)
+            return [(p, True, "") for p in placements]
 
     service = _service(Loop, _FakeStore(queue, view.cluster, running))
     report = service.tick(now=20.0)
