@@ -57,6 +57,9 @@ METHOD_PERMISSION: dict[str, Permission] = {
     "/frenzy.v1.Scheduler/WatchJob": Permission.READ,
     "/frenzy.v1.Scheduler/ListNodes": Permission.READ,
     "/frenzy.v1.Scheduler/StreamLogs": Permission.READ,
+    # Code travels only with a submission: asking for or storing a blob is submitting.
+    "/frenzy.v1.Scheduler/HasCode": Permission.SUBMIT,
+    "/frenzy.v1.Scheduler/UploadCode": Permission.SUBMIT,
     "/frenzy.v1.Predictor/Predict": Permission.READ,
 }
 

@@ -108,3 +108,39 @@ class LogChunk(_message.Message):
     text: str
     at: float
     def __init__(self, node: _Optional[str] = ..., attempt: _Optional[int] = ..., offset: _Optional[int] = ..., text: _Optional[str] = ..., at: _Optional[float] = ...) -> None: ...
+
+class HasCodeRequest(_message.Message):
+    __slots__ = ("sha256",)
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    sha256: str
+    def __init__(self, sha256: _Optional[str] = ...) -> None: ...
+
+class HasCodeResponse(_message.Message):
+    __slots__ = ("present", "size", "max_bytes")
+    PRESENT_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    present: bool
+    size: int
+    max_bytes: int
+    def __init__(self, present: _Optional[bool] = ..., size: _Optional[int] = ..., max_bytes: _Optional[int] = ...) -> None: ...
+
+class CodeChunk(_message.Message):
+    __slots__ = ("sha256", "size", "data")
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    sha256: str
+    size: int
+    data: bytes
+    def __init__(self, sha256: _Optional[str] = ..., size: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class CodeRef(_message.Message):
+    __slots__ = ("sha256", "size", "existed")
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    EXISTED_FIELD_NUMBER: _ClassVar[int]
+    sha256: str
+    size: int
+    existed: bool
+    def __init__(self, sha256: _Optional[str] = ..., size: _Optional[int] = ..., existed: _Optional[bool] = ...) -> None: ...

@@ -70,6 +70,16 @@ class SchedulerStub:
                 request_serializer=frenzy_dot_v1_dot_scheduler__pb2.StreamLogsRequest.SerializeToString,
                 response_deserializer=frenzy_dot_v1_dot_scheduler__pb2.LogChunk.FromString,
                 _registered_method=True)
+        self.HasCode = channel.unary_unary(
+                '/frenzy.v1.Scheduler/HasCode',
+                request_serializer=frenzy_dot_v1_dot_scheduler__pb2.HasCodeRequest.SerializeToString,
+                response_deserializer=frenzy_dot_v1_dot_scheduler__pb2.HasCodeResponse.FromString,
+                _registered_method=True)
+        self.UploadCode = channel.stream_unary(
+                '/frenzy.v1.Scheduler/UploadCode',
+                request_serializer=frenzy_dot_v1_dot_scheduler__pb2.CodeChunk.SerializeToString,
+                response_deserializer=frenzy_dot_v1_dot_scheduler__pb2.CodeRef.FromString,
+                _registered_method=True)
 
 
 class SchedulerServicer:
@@ -119,6 +129,19 @@ class SchedulerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def HasCode(self, request, context):
+        """Whether a code blob is stored (and renew its expiry); then UploadCode only when it is not.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UploadCode(self, request_iterator, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SchedulerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -156,6 +179,16 @@ def add_SchedulerServicer_to_server(servicer, server):
                     servicer.StreamLogs,
                     request_deserializer=frenzy_dot_v1_dot_scheduler__pb2.StreamLogsRequest.FromString,
                     response_serializer=frenzy_dot_v1_dot_scheduler__pb2.LogChunk.SerializeToString,
+            ),
+            'HasCode': grpc.unary_unary_rpc_method_handler(
+                    servicer.HasCode,
+                    request_deserializer=frenzy_dot_v1_dot_scheduler__pb2.HasCodeRequest.FromString,
+                    response_serializer=frenzy_dot_v1_dot_scheduler__pb2.HasCodeResponse.SerializeToString,
+            ),
+            'UploadCode': grpc.stream_unary_rpc_method_handler(
+                    servicer.UploadCode,
+                    request_deserializer=frenzy_dot_v1_dot_scheduler__pb2.CodeChunk.FromString,
+                    response_serializer=frenzy_dot_v1_dot_scheduler__pb2.CodeRef.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -347,6 +380,60 @@ class Scheduler:
             '/frenzy.v1.Scheduler/StreamLogs',
             frenzy_dot_v1_dot_scheduler__pb2.StreamLogsRequest.SerializeToString,
             frenzy_dot_v1_dot_scheduler__pb2.LogChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def HasCode(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/frenzy.v1.Scheduler/HasCode',
+            frenzy_dot_v1_dot_scheduler__pb2.HasCodeRequest.SerializeToString,
+            frenzy_dot_v1_dot_scheduler__pb2.HasCodeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UploadCode(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/frenzy.v1.Scheduler/UploadCode',
+            frenzy_dot_v1_dot_scheduler__pb2.CodeChunk.SerializeToString,
+            frenzy_dot_v1_dot_scheduler__pb2.CodeRef.FromString,
             options,
             channel_credentials,
             insecure,
