@@ -132,7 +132,7 @@ class JobLimits(_message.Message):
     def __init__(self, max_gpus: _Optional[int] = ..., allowed_gpu_types: _Optional[_Iterable[str]] = ..., min_gpus: _Optional[int] = ...) -> None: ...
 
 class JobSpec(_message.Message):
-    __slots__ = ("name", "model", "recipe", "command", "env", "workdir", "limits", "idempotency_key", "code_sha256")
+    __slots__ = ("name", "model", "recipe", "command", "env", "workdir", "limits", "idempotency_key", "code_sha256", "max_oom_retries")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -149,6 +149,7 @@ class JobSpec(_message.Message):
     LIMITS_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     CODE_SHA256_FIELD_NUMBER: _ClassVar[int]
+    MAX_OOM_RETRIES_FIELD_NUMBER: _ClassVar[int]
     name: str
     model: ModelSpec
     recipe: TrainingRecipe
@@ -158,7 +159,8 @@ class JobSpec(_message.Message):
     limits: JobLimits
     idempotency_key: str
     code_sha256: str
-    def __init__(self, name: _Optional[str] = ..., model: _Optional[_Union[ModelSpec, _Mapping]] = ..., recipe: _Optional[_Union[TrainingRecipe, _Mapping]] = ..., command: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., workdir: _Optional[str] = ..., limits: _Optional[_Union[JobLimits, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., code_sha256: _Optional[str] = ...) -> None: ...
+    max_oom_retries: int
+    def __init__(self, name: _Optional[str] = ..., model: _Optional[_Union[ModelSpec, _Mapping]] = ..., recipe: _Optional[_Union[TrainingRecipe, _Mapping]] = ..., command: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., workdir: _Optional[str] = ..., limits: _Optional[_Union[JobLimits, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., code_sha256: _Optional[str] = ..., max_oom_retries: _Optional[int] = ...) -> None: ...
 
 class Layout(_message.Message):
     __slots__ = ("tp", "pp", "dp", "zero_stage", "micro_batch", "grad_accum", "recompute", "vpp")
@@ -269,7 +271,7 @@ class NodeAssignment(_message.Message):
     def __init__(self, node: _Optional[str] = ..., gpu_indices: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("id", "spec", "state", "history", "plan", "placement", "pending_reason", "attempt", "submitted_at", "exit_codes", "candidate_plans", "model_name", "parameter_count", "log_paths", "failed_node", "failed_node_rank", "failed_exit_code", "pids", "master_addr", "master_port", "max_attempts", "user")
+    __slots__ = ("id", "spec", "state", "history", "plan", "placement", "pending_reason", "attempt", "submitted_at", "exit_codes", "candidate_plans", "model_name", "parameter_count", "log_paths", "failed_node", "failed_node_rank", "failed_exit_code", "pids", "master_addr", "master_port", "max_attempts", "user", "attempts", "oom_threshold")
     class ExitCodesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -313,6 +315,8 @@ class Job(_message.Message):
     MASTER_PORT_FIELD_NUMBER: _ClassVar[int]
     MAX_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     USER_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    OOM_THRESHOLD_FIELD_NUMBER: _ClassVar[int]
     id: str
     spec: JobSpec
     state: JobState
@@ -335,7 +339,39 @@ class Job(_message.Message):
     master_port: int
     max_attempts: int
     user: str
-    def __init__(self, id: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., state: _Optional[_Union[JobState, str]] = ..., history: _Optional[_Iterable[_Union[StateTransition, _Mapping]]] = ..., plan: _Optional[_Union[Plan, _Mapping]] = ..., placement: _Optional[_Iterable[_Union[NodeAssignment, _Mapping]]] = ..., pending_reason: _Optional[str] = ..., attempt: _Optional[int] = ..., submitted_at: _Optional[float] = ..., exit_codes: _Optional[_Mapping[str, int]] = ..., candidate_plans: _Optional[_Iterable[_Union[Plan, _Mapping]]] = ..., model_name: _Optional[str] = ..., parameter_count: _Optional[int] = ..., log_paths: _Optional[_Mapping[str, str]] = ..., failed_node: _Optional[str] = ..., failed_node_rank: _Optional[int] = ..., failed_exit_code: _Optional[int] = ..., pids: _Optional[_Mapping[str, int]] = ..., master_addr: _Optional[str] = ..., master_port: _Optional[int] = ..., max_attempts: _Optional[int] = ..., user: _Optional[str] = ...) -> None: ...
+    attempts: _containers.RepeatedCompositeFieldContainer[Attempt]
+    oom_threshold: float
+    def __init__(self, id: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., state: _Optional[_Union[JobState, str]] = ..., history: _Optional[_Iterable[_Union[StateTransition, _Mapping]]] = ..., plan: _Optional[_Union[Plan, _Mapping]] = ..., placement: _Optional[_Iterable[_Union[NodeAssignment, _Mapping]]] = ..., pending_reason: _Optional[str] = ..., attempt: _Optional[int] = ..., submitted_at: _Optional[float] = ..., exit_codes: _Optional[_Mapping[str, int]] = ..., candidate_plans: _Optional[_Iterable[_Union[Plan, _Mapping]]] = ..., model_name: _Optional[str] = ..., parameter_count: _Optional[int] = ..., log_paths: _Optional[_Mapping[str, str]] = ..., failed_node: _Optional[str] = ..., failed_node_rank: _Optional[int] = ..., failed_exit_code: _Optional[int] = ..., pids: _Optional[_Mapping[str, int]] = ..., master_addr: _Optional[str] = ..., master_port: _Optional[int] = ..., max_attempts: _Optional[int] = ..., user: _Optional[str] = ..., attempts: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., oom_threshold: _Optional[float] = ...) -> None: ...
+
+class Attempt(_message.Message):
+    __slots__ = ("attempt", "gpu_type", "num_gpus", "layout", "predicted_peak_bytes", "gpu_memory_bytes", "observed_peak_bytes", "exit_code", "cause", "node", "tail", "outcome", "ended_at")
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    GPU_TYPE_FIELD_NUMBER: _ClassVar[int]
+    NUM_GPUS_FIELD_NUMBER: _ClassVar[int]
+    LAYOUT_FIELD_NUMBER: _ClassVar[int]
+    PREDICTED_PEAK_BYTES_FIELD_NUMBER: _ClassVar[int]
+    GPU_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    OBSERVED_PEAK_BYTES_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    CAUSE_FIELD_NUMBER: _ClassVar[int]
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    TAIL_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    ENDED_AT_FIELD_NUMBER: _ClassVar[int]
+    attempt: int
+    gpu_type: str
+    num_gpus: int
+    layout: Layout
+    predicted_peak_bytes: int
+    gpu_memory_bytes: int
+    observed_peak_bytes: int
+    exit_code: int
+    cause: str
+    node: str
+    tail: _containers.RepeatedScalarFieldContainer[str]
+    outcome: str
+    ended_at: float
+    def __init__(self, attempt: _Optional[int] = ..., gpu_type: _Optional[str] = ..., num_gpus: _Optional[int] = ..., layout: _Optional[_Union[Layout, _Mapping]] = ..., predicted_peak_bytes: _Optional[int] = ..., gpu_memory_bytes: _Optional[int] = ..., observed_peak_bytes: _Optional[int] = ..., exit_code: _Optional[int] = ..., cause: _Optional[str] = ..., node: _Optional[str] = ..., tail: _Optional[_Iterable[str]] = ..., outcome: _Optional[str] = ..., ended_at: _Optional[float] = ...) -> None: ...
 
 class GpuProcess(_message.Message):
     __slots__ = ("pid", "used_memory")
