@@ -29,7 +29,7 @@ import numpy as np
 import marp
 from has import PlanChoice, QueuedJob, QueueOrder, QueuePolicy, RunningJob, schedule
 from has.placement import Placement, PlanOption
-from has.sim.engine import JobInfo, JobProfile, SimView, Start, Stop
+from has.sim.engine import JobInfo, JobProfile, SimError, SimView, Start, Stop
 
 
 class UnknownPolicyError(ValueError):
@@ -127,6 +127,8 @@ class OpportunisticPolicy:
     @staticmethod
     def request(job: JobInfo, types: Sequence[str], totals: dict[str, int]) -> tuple[int, list[str]] | None:
         """(count, types to try in order) after the OOM rule; None when nothing is left to try."""
+        # (the user knows their recipe's precision: a GPU type that cannot run it is no option)
+        totals = {t: c for t, c in totals.items() if t in job.profile.runnable_types}
         biggest = max(totals.values(), default=0)
         if biggest < 1:
             return None
@@ -134,7 +136,8 @@ class OpportunisticPolicy:
         # exists (the user would shrink it); otherwise the job could never run.
         n = min(job.requested_gpus, 1 << (biggest.bit_length() - 1))
         while n <= biggest:
-            left = [t for t in types if (t, n) not in job.failed_configs and totals.get(t, 0) >= n]
+            left = [t for t in types if (t, n) not in job.failed_configs and totals.get(t, 0) >= n
+                    and t in job.profile.runnable_types]
             if left:
                 return n, left
             n *= 2
@@ -233,7 +236,10 @@ class SiaPolicy:
 
     @staticmethod
     def _compute_only(profile: JobProfile, t: str, n: int) -> float | None:
-        if not profile.plans:
+        """The step time on (t, n) from compute alone (memory ignored); None where the job
+        cannot run at all: a GPU type without the recipe's precision (a V100 has no bf16:
+        MARP refuses the pairing, it is not "zero speed") or a batch that does not split."""
+        if not profile.plans or t not in profile.runnable_types:
             return None
         ref = profile.plans[0]
         model = marp.get_model(profile.model)
@@ -245,7 +251,8 @@ class SiaPolicy:
         layout = marp.Layout(
             tp=1, pp=1, dp=n, zero_stage=1 if n > 1 else 0, micro_batch=1, grad_accum=gb // n
         )
-        return marp.estimate_step_time(model, recipe, layout, marp.get_gpu(t))
+        step = marp.estimate_step_time(model, recipe, layout, marp.get_gpu(t))
+        return step if math.isfinite(step) and step > 0 else None
 
     def configs(
         self, view: SimView, job: JobInfo, shape: dict[str, tuple[int, int]]
@@ -291,6 +298,8 @@ class SiaPolicy:
                 goodput = np.where([cfg != job.config for cfg in cfgs], goodput * r, goodput)
             norm = goodput / goodput.min()
             cost = norm**self.p
+            if not np.all(np.isfinite(cost)):  # a NaN column would be "optimal" to the solver
+                raise SimError(f"{self.name}: non-finite score for {job.job_id} on {cfgs}")
             if job.config is not None:
                 # Ties keep the current allocation (what the restart factor intends); without
                 # this, identical jobs could swap every round and never make progress.

@@ -66,6 +66,10 @@ class JobProfile:
     model: str
     plans: tuple[marp.Plan, ...]
     configs: dict[tuple[str, int], float]
+    # The cluster's GPU types whose tensor cores run the recipe's precision (no bf16 on a V100
+    # or T4): on the others the job is infeasible -- never "zero speed" -- for every policy.
+    runnable_types: frozenset[str] = frozenset()
+    recipe: marp.TrainingRecipe | None = None
 
 
 class ProfileBook:
@@ -93,7 +97,8 @@ class ProfileBook:
             ranked = marp.enumerate_plans(model, recipe, self.pools)
             truth = marp.enumerate_plans(model, recipe, self.pools, safety_margin=0.0, max_plans=None)
             configs = {(p.gpu_type, p.num_gpus): p.step_time_s for p in truth.plans}
-            prof = JobProfile(job.model, tuple(ranked.plans), configs)
+            runnable = frozenset(p.gpu_type for p in self.pools if marp.get_gpu(p.gpu_type).supports(recipe.precision))
+            prof = JobProfile(job.model, tuple(ranked.plans), configs, runnable, recipe)
             self._cache[key] = prof
         return prof
 
@@ -496,6 +501,9 @@ class Simulator:
         if len(set(a.gpus)) != len(a.gpus):
             raise SimError(f"{name}: {a.job_id}: a GPU is listed twice")
         info = self.info[a.job_id]
+        if a.gpu_type not in info.profile.runnable_types:
+            raise SimError(f"{name}: {a.job_id}: {a.gpu_type} cannot run its precision "
+                           f"({info.profile.recipe.precision if info.profile.recipe else '?'})")  # fmt: skip
         n = len(a.gpus)
         cfg = (a.gpu_type, n)
         if a.plan_index is not None:
