@@ -44,6 +44,8 @@ class SimSettings:
     jobs_per_hour: float
     seed: int
     runtime_noise: float
+    memory_error: float
+    speed_error: float
     restart_s: float
     out: Path | None
     save_trace: Path | None
@@ -94,6 +96,22 @@ SeedOpt = Annotated[int, typer.Option(help="Seed of the runtime noise and of --s
 RuntimeNoiseOpt = Annotated[
     float, typer.Option(help="Sigma of the log-normal truth/estimate factor per job.")
 ]
+MemoryErrorOpt = Annotated[
+    float,
+    typer.Option(
+        help="Sigma of the true/predicted peak-memory factor, log-normal, one per job and GPU type "
+        "(0: MARP's prediction is the truth). A start whose true peak exceeds the GPU is an OOM.",
+        metavar="SIGMA",
+    ),
+]
+SpeedErrorOpt = Annotated[
+    float,
+    typer.Option(
+        help="Sigma of the true/predicted step-time factor, log-normal, one per job and GPU type "
+        "(on top of --runtime-noise, which is one per job): the fastest type can differ from MARP's.",
+        metavar="SIGMA",
+    ),
+]
 RestartOpt = Annotated[
     float,
     typer.Option(
@@ -136,6 +154,8 @@ def simulate(
     jobs_per_hour: JobsPerHourOpt = 20.0,
     seed: SeedOpt = 0,
     runtime_noise: RuntimeNoiseOpt = 0.1,
+    memory_error: MemoryErrorOpt = 0.0,
+    speed_error: SpeedErrorOpt = 0.0,
     restart_s: RestartOpt = 120.0,
     out: OutOpt = None,
     save_trace: SaveTraceOpt = None,
@@ -160,7 +180,8 @@ def simulate(
 
     settings = check_settings(
         cluster=cluster, trace=trace, policies=policies, max_jobs=max_jobs, synthetic=synthetic,
-        jobs_per_hour=jobs_per_hour, seed=seed, runtime_noise=runtime_noise, restart_s=restart_s, out=out,
+        jobs_per_hour=jobs_per_hour, seed=seed, runtime_noise=runtime_noise, memory_error=memory_error,
+        speed_error=speed_error, restart_s=restart_s, out=out,
         save_trace=save_trace, fail_node=fail_node or [], decision_sizes=decision_sizes,
         decision_queue=decision_queue, as_json=as_json,
     )  # fmt: skip
@@ -180,6 +201,8 @@ def check_settings(
     runtime_noise: float,
     restart_s: float,
     out: Path | None,
+    memory_error: float = 0.0,
+    speed_error: float = 0.0,
     save_trace: Path | None,
     fail_node: list[str],
     decision_sizes: str | None,
@@ -205,9 +228,14 @@ def check_settings(
         fail(f"--decision-queue: must be >= 0, got {decision_queue}", 2)
     if not (restart_s >= 0 and restart_s < math.inf):
         fail(f"--restart-s: must be a number of seconds >= 0, got {restart_s}", 2)
+    for flag, sigma in (("--runtime-noise", runtime_noise), ("--memory-error", memory_error),
+                        ("--speed-error", speed_error)):  # fmt: skip
+        if not (0 <= sigma <= 2):
+            fail(f"{flag}: must be a log-normal sigma in [0, 2], got {sigma}", 2)
     return SimSettings(
         cluster=cluster, trace=trace, synthetic=synthetic, policies=tuple(names), max_jobs=max_jobs,
-        jobs_per_hour=jobs_per_hour, seed=seed, runtime_noise=runtime_noise, restart_s=restart_s, out=out,
+        jobs_per_hour=jobs_per_hour, seed=seed, runtime_noise=runtime_noise, memory_error=memory_error,
+        speed_error=speed_error, restart_s=restart_s, out=out,
         save_trace=save_trace, fail_node=tuple(fail_node), decision_sizes=tuple(sizes),
         decision_queue=decision_queue, as_json=as_json,
     )  # fmt: skip
@@ -262,7 +290,8 @@ def run(settings: SimSettings, inputs: SimInputs) -> SimOutcome:
         try:
             res = run_sim(
                 inputs.spec, inputs.jobs, make_policy(name, restart_s=settings.restart_s), seed=settings.seed,
-                runtime_noise=settings.runtime_noise, profiles=inputs.book, node_failures=inputs.failures,
+                runtime_noise=settings.runtime_noise, memory_error=settings.memory_error,
+                speed_error=settings.speed_error, profiles=inputs.book, node_failures=inputs.failures,
                 restart_s=settings.restart_s,
             )  # fmt: skip
         except SimError as exc:

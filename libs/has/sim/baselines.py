@@ -28,6 +28,7 @@ import numpy as np
 
 import marp
 from has import PlanChoice, QueuedJob, QueueOrder, QueuePolicy, RunningJob, schedule
+from has.oom import memory_share, oom_threshold, plans_that_may_fit
 from has.placement import Placement, PlanOption
 from has.sim.engine import JobInfo, JobProfile, SimError, SimView, Start, Stop
 
@@ -47,20 +48,41 @@ class FrenzyPolicy:
     queue_policy: QueuePolicy
     round_s: float | None = None
     restart_s: float = 120.0
-    _cache: dict[str, tuple[tuple[float, int], QueuedJob]] = field(default_factory=dict, repr=False)
+    _cache: dict[str, tuple[tuple[float, int, int], QueuedJob]] = field(default_factory=dict, repr=False)
+    # job -> the MARP plan index of each plan in its QueuedJob (plans an OOM ruled out are gone)
+    _index: dict[str, tuple[int, ...]] = field(default_factory=dict, repr=False)
     _preempted: set[str] = field(default_factory=set, repr=False)
     _running: dict[str, RunningJob] = field(default_factory=dict, repr=False)
 
     def queued_job(self, job: JobInfo) -> QueuedJob:
         """The job as the scheduler service would queue it, with runtime estimates per plan."""
+        key = (job.steps_left, job.restarts, len(job.oom_plans))
         hit = self._cache.get(job.job_id)
-        if hit is not None and hit[0] == (job.steps_left, job.restarts):
+        if hit is not None and hit[0] == key:
             return hit[1]
         extra = self.restart_s if job.restarts else 0.0
-        plans = tuple(self.option(p, job, extra) for p in job.profile.plans)
+        kept = self.plans_after_ooms(job)
+        self._index[job.job_id] = tuple(i for i, _ in kept)
+        plans = tuple(self.option(p, job, extra) for _, p in kept)
         q = QueuedJob(job.job_id, job.seq, job.submitted_at, plans)
-        self._cache[job.job_id] = ((job.steps_left, job.restarts), q)
+        self._cache[job.job_id] = (key, q)
         return q
+
+    @staticmethod
+    def plans_after_ooms(job: JobInfo) -> list[tuple[int, marp.Plan]]:
+        """(MARP index, plan) of the plans that may still fit after the job's OOMs, learnt as the
+        live scheduler learns (``has.oom``): every plan whose predicted share of its GPU's memory
+        is at least a failed plan's share is dropped; the rest keep MARP's order."""
+        indexed = list(enumerate(job.profile.plans))
+        if not job.oom_plans:
+            return indexed
+        threshold: float | None = None
+        for i in job.oom_plans:
+            failed = job.profile.plans[i]
+            threshold = oom_threshold(threshold, failed.memory.total, marp.get_gpu(failed.gpu_type).memory_bytes)
+        return plans_that_may_fit(
+            indexed, threshold, lambda ip: memory_share(ip[1].memory.total, marp.get_gpu(ip[1].gpu_type).memory_bytes)
+        )
 
     @staticmethod
     def option(p: marp.Plan, job: JobInfo, extra_s: float = 0.0) -> PlanOption:
@@ -97,11 +119,13 @@ class FrenzyPolicy:
         for pre in result.preemptions:
             self._preempted.add(pre.job_id)
             stops.append(Stop(pre.job_id, lose_progress=True))
-        return stops + [self.start_of(p) for p in result.placements]
+        return stops + [self.start_of(p, self._index.get(p.job_id)) for p in result.placements]
 
     @staticmethod
-    def start_of(p: Placement) -> Start:
-        return Start(p.job_id, p.plan.gpu_type, tuple(p.gpus()), p.plan_index)
+    def start_of(p: Placement, index: tuple[int, ...] | None = None) -> Start:
+        """The placement as a Start; ``index`` maps the QueuedJob's plan order to MARP's."""
+        plan_index = p.plan_index if index is None or p.plan_index is None else index[p.plan_index]
+        return Start(p.job_id, p.plan.gpu_type, tuple(p.gpus()), plan_index)
 
 
 # ----- opportunistic -------------------------------------------------------------------

@@ -73,7 +73,9 @@ class JobProfile:
 
 
 class ProfileBook:
-    """Caches one ``JobProfile`` per (model, seq_len, global_batch) for a cluster."""
+    """Caches one ``JobProfile`` per (model, seq_len, global_batch) for a cluster, and the
+    fastest layout per (job, type, count) that fits when the true peak is larger than MARP's
+    prediction (``fastest_fitting``)."""
 
     def __init__(self, spec: ClusterSpec) -> None:
         per_type: dict[str, list[int]] = {}
@@ -87,6 +89,8 @@ class ProfileBook:
             per_type[name][1] = max(per_type[name][1], g.gpus_per_node)
         self.pools = [marp.GpuPool(t, n, per) for t, (n, per) in sorted(per_type.items())]
         self._cache: dict[tuple[str, int, int], JobProfile] = {}
+        self._fits: dict[tuple[str, int, int, str, float], dict[int, float]] = {}
+        self.memory = {p.gpu_type: marp.get_gpu(p.gpu_type).memory_bytes for p in self.pools}
 
     def get(self, job: TraceJob) -> JobProfile:
         key = (job.model, job.seq_len, job.global_batch)
@@ -101,6 +105,29 @@ class ProfileBook:
             prof = JobProfile(job.model, tuple(ranked.plans), configs, runnable, recipe)
             self._cache[key] = prof
         return prof
+
+    def fastest_fitting(self, job: TraceJob, gpu_type: str, n: int, mem_factor: float) -> float | None:
+        """Predicted seconds per step of the fastest layout on ``n`` GPUs of ``gpu_type`` whose
+        *true* peak (MARP's prediction x ``mem_factor``) fits the GPU's memory; None if none does.
+
+        A true peak of predicted x f fits memory M iff predicted <= M / f, i.e. MARP's own fit
+        test with a safety margin of 1 - 1/f: exact for f >= 1. For f < 1 the layouts MARP
+        predicts just above M (which would fit in truth) are not enumerated (MARP takes no
+        negative margin), so this errs against the memory-blind policies that use it."""
+        prof = self.get(job)
+        if mem_factor <= 1.0:
+            return prof.configs.get((gpu_type, n))
+        margin = round(1.0 - 1.0 / mem_factor, 6)
+        if margin >= 1.0:
+            return None
+        key = (job.model, job.seq_len, job.global_batch, gpu_type, margin)
+        fits = self._fits.get(key)
+        if fits is None:
+            pool = [p for p in self.pools if p.gpu_type == gpu_type]
+            plans = marp.enumerate_plans(marp.get_model(job.model), job.recipe(), pool,
+                                         safety_margin=margin, max_plans=None).plans  # fmt: skip
+            fits = self._fits[key] = {p.num_gpus: p.step_time_s for p in plans}
+        return fits.get(n)
 
 
 # ----- what a policy sees and returns --------------------------------------------------
@@ -119,6 +146,9 @@ class JobInfo:
     profile: JobProfile
     steps_left: float
     failed_configs: set[tuple[str, int]] = field(default_factory=set)
+    # MARP plan indices whose start ended in an OOM, in order (what the live scheduler learns
+    # from an agent's OOM exit; frenzy filters its plans by them with ``has.oom``)
+    oom_plans: list[int] = field(default_factory=list)
     restarts: int = 0
     # Set while running:
     gpu_type: str | None = None
@@ -279,14 +309,24 @@ class Simulator:
         *,
         seed: int = 0,
         runtime_noise: float = DEFAULT_RUNTIME_NOISE,
+        memory_error: float = 0.0,
+        speed_error: float = 0.0,
         oom_delay_s: float = DEFAULT_OOM_DELAY_S,
         restart_s: float = DEFAULT_RESTART_S,
         node_failures: Sequence[tuple[float, str, float]] = (),
         profiles: ProfileBook | None = None,
         max_time_s: float = 10 * 365 * 86400.0,
     ) -> None:
+        for label, sigma in (("runtime_noise", runtime_noise), ("memory_error", memory_error),
+                             ("speed_error", speed_error)):  # fmt: skip
+            if not (sigma >= 0 and math.isfinite(sigma)):
+                raise SimError(f"{label}: must be a sigma >= 0, got {sigma}")
         self.spec = spec
         self.policy = policy
+        self.seed = seed
+        self.memory_error = memory_error
+        self.speed_error = speed_error
+        self._type_factors: dict[tuple[str, str, str], float] = {}
         self.oom_delay_s = oom_delay_s
         self.restart_s = restart_s
         self.max_time_s = max_time_s
@@ -341,6 +381,20 @@ class Simulator:
         self.restarts = 0
         self.placements: list[tuple[float, str, str, tuple[tuple[str, int], ...]]] = []
         self._changed = True
+
+    # -- the truth --
+
+    def type_factor(self, kind: str, job_id: str, gpu_type: str) -> float:
+        """The true/predicted factor of ``kind`` ("mem": peak memory, "speed": step time) for
+        one job on one GPU type: exp(N(0, sigma)), seeded by (seed, kind, job, type) so every
+        policy meets the same truth and the fastest or fitting type can differ from MARP's."""
+        key = (kind, job_id, gpu_type)
+        f = self._type_factors.get(key)
+        if f is None:
+            sigma = self.memory_error if kind == "mem" else self.speed_error
+            f = math.exp(random.Random(f"{self.seed}:{kind}:{job_id}:{gpu_type}").gauss(0.0, sigma)) if sigma > 0 else 1.0
+            self._type_factors[key] = f
+        return f
 
     # -- events --
 
@@ -405,6 +459,8 @@ class Simulator:
             else:
                 info = self.info[key]
                 cfg = info.config
+                if info.plan_index is not None:
+                    info.oom_plans.append(info.plan_index)
                 self._release(now, key)
                 self.ooms += 1
                 self.outcomes[key].ooms += 1
@@ -506,6 +562,8 @@ class Simulator:
                            f"({info.profile.recipe.precision if info.profile.recipe else '?'})")  # fmt: skip
         n = len(a.gpus)
         cfg = (a.gpu_type, n)
+        mem_f = self.type_factor("mem", a.job_id, a.gpu_type)
+        true_est: float | None  # the predicted step time of the layout that truly runs (None: OOM)
         if a.plan_index is not None:
             plan = info.profile.plans[a.plan_index]
             if (plan.gpu_type, plan.num_gpus) != cfg:
@@ -513,8 +571,12 @@ class Simulator:
                     f"{name}: {a.job_id}: plan {a.plan_index} is {plan.gpu_type}x{plan.num_gpus}, not {cfg}"
                 )
             est_step = plan.step_time_s
+            # the true peak of this very layout: MARP's prediction x the job's factor on this type
+            true_est = est_step if plan.memory.total * mem_f <= self.book.memory[a.gpu_type] else None
         else:
+            # memory-blind: the user's framework runs the fastest layout that truly fits (generous)
             est_step = info.profile.configs.get(cfg, math.inf)
+            true_est = self.book.fastest_fitting(self.trace[a.job_id], a.gpu_type, n, mem_f)
         del self.queue[a.job_id]
         self.running[a.job_id] = None
         for g in a.gpus:
@@ -532,14 +594,14 @@ class Simulator:
         self.placements.append((now, a.job_id, a.gpu_type, tuple(a.gpus)))
         attempt = self._attempt.get(a.job_id, 0)
         progress_from = now + (self.restart_s if info.restarts > 0 else 0.0)
-        if cfg not in info.profile.configs:
-            # The truth: no layout of this job fits n GPUs of this type. It dies as an OOM.
+        if true_est is None:
+            # The truth: this layout (or, memory-blind, every layout) needs more than the GPU has.
             self._true_step[a.job_id] = math.inf
             self._progress_from[a.job_id] = progress_from
             info.est_end = now + self.oom_delay_s
             self._push(now + self.oom_delay_s, _OOM, a.job_id, attempt)
             return
-        true_step = est_step * self.factor[a.job_id]
+        true_step = true_est * self.factor[a.job_id] * self.type_factor("speed", a.job_id, a.gpu_type)
         self._true_step[a.job_id] = true_step
         self._progress_from[a.job_id] = progress_from
         info.est_end = progress_from + info.steps_left * est_step

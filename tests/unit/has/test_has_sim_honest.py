@@ -6,7 +6,7 @@ import pytest
 
 from has.cluster_spec import parse_cluster
 from has.sim.baselines import GavelPolicy, SiaPolicy, make_policy
-from has.sim.engine import ProfileBook, Simulator, SimView
+from has.sim.engine import ProfileBook, Simulator, SimView, Start
 from has.sim.traces import TraceJob
 
 V100_A100 = parse_cluster({"nodes": [
@@ -60,3 +60,73 @@ def test_gavel_restarts_are_its_round_by_round_time_sharing() -> None:
         assert res.restarts == pytest.approx(overlap / round_s, abs=2)
         counts[round_s] = res.restarts
     assert counts[720.0] == pytest.approx(counts[360.0] / 2, abs=2)
+
+
+# ----- the truth model apart from the predictor ----------------------------------------------
+
+PAPERISH = parse_cluster({"nodes": [
+    {"gpu": "H100-80GB", "count": 1, "gpus_per_node": 8},
+    {"gpu": "A100-80GB", "count": 2, "gpus_per_node": 8},
+    {"gpu": "L4", "count": 2, "gpus_per_node": 4},
+]})  # fmt: skip
+
+
+def test_truth_factors_are_per_job_and_type_seeded_and_shared_by_policies() -> None:
+    jobs = _jobs(3, model="llama-2-7b")
+    a = Simulator(PAPERISH, jobs, make_policy("frenzy"), seed=5, memory_error=0.1, speed_error=0.1)
+    b = Simulator(PAPERISH, jobs, make_policy("sia"), seed=5, memory_error=0.1, speed_error=0.1)
+    c = Simulator(PAPERISH, jobs, make_policy("frenzy"), seed=6, memory_error=0.1, speed_error=0.1)
+    for kind in ("mem", "speed"):
+        fa = [a.type_factor(kind, j.job_id, t) for j in jobs for t in ("H100-80GB", "A100-80GB", "L4")]
+        assert fa == [b.type_factor(kind, j.job_id, t) for j in jobs for t in ("H100-80GB", "A100-80GB", "L4")]
+        assert fa != [c.type_factor(kind, j.job_id, t) for j in jobs for t in ("H100-80GB", "A100-80GB", "L4")]
+        assert len(set(fa)) == len(fa)  # one factor per job and GPU type
+    exact = Simulator(PAPERISH, jobs, make_policy("frenzy"), seed=5)
+    assert exact.type_factor("mem", "j0", "L4") == 1.0 == exact.type_factor("speed", "j0", "L4")
+
+
+def test_speed_error_is_per_type_so_the_true_run_time_follows_it() -> None:
+    job = _jobs(1, steps=500)[0]
+    sim = Simulator(PAPERISH, [job], make_policy("frenzy"), runtime_noise=0.0, speed_error=0.3, seed=2)
+    res = sim.run()
+    _, _, gpu_type, gpus = sim.placements[0]
+    info = sim.info[job.job_id]
+    plan = next(p for p in info.profile.plans if (p.gpu_type, p.num_gpus) == (gpu_type, len(gpus)))
+    want = 500 * plan.step_time_s * sim.type_factor("speed", job.job_id, gpu_type)
+    assert res.jobs[0].jct_s == pytest.approx(want, rel=1e-6)
+
+
+def test_frenzy_learns_from_an_oom_as_the_live_scheduler_will() -> None:
+    """A true peak 40 % above MARP's on the type frenzy picks first: the start fails as an OOM
+    after the OOM delay; ``has.oom`` then rules out that plan and every plan predicted to need as
+    large a share of its GPU, the job is requeued and finishes on a plan that may fit."""
+    import marp
+    from has.oom import memory_share
+
+    job = _jobs(1, model="llama-2-7b", steps=300)[0]
+    probe = Simulator(PAPERISH, [job], make_policy("frenzy"), runtime_noise=0.0)
+    first = probe.run()
+    first_type = probe.placements[0][2]
+    policy = make_policy("frenzy")
+    used: list[int | None] = []
+    decide = policy.decide
+
+    def spy(view: SimView) -> list:
+        acts = decide(view)
+        used.extend(a.plan_index for a in acts if isinstance(a, Start))
+        return acts
+
+    policy.decide = spy  # type: ignore[method-assign]
+    sim = Simulator(PAPERISH, [job], policy, runtime_noise=0.0, oom_delay_s=100.0)
+    sim._type_factors[("mem", job.job_id, first_type)] = 1.4  # the truth on that type only
+    res = sim.run()
+    assert first.oom_failures == 0
+    assert res.oom_failures >= 1 and res.jobs[0].finish_s is not None
+    assert res.jobs[0].finish_s >= 100.0  # the OOM cost its delay
+    info = sim.info[job.job_id]
+    plans = info.profile.plans
+    share = lambda i: memory_share(plans[i].memory.total, marp.get_gpu(plans[i].gpu_type).memory_bytes)  # noqa: E731
+    assert info.oom_plans == used[: len(info.oom_plans)] and len(used) == res.oom_failures + 1
+    # every start after an OOM used a plan below the share of every plan that failed before it
+    for k in range(1, len(used)):
+        assert all(share(used[k]) < share(f) for f in used[:k])  # type: ignore[arg-type]
