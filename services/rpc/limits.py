@@ -1,8 +1,8 @@
 """Limits that keep one caller from taking a gRPC server from everyone (issue 14 items 7 and 8).
 
 Streams: grpc's Python server runs each call on a thread of a fixed pool, and a
-streaming call (WatchJob, StreamLogs, health Watch, reflection) holds its thread
-for as long as it stays open. ``StreamLimit`` caps how many streams are open at
+streaming call (WatchJob, StreamLogs, UploadCode, health Watch, reflection) holds its
+thread for as long as it stays open. ``StreamLimit`` caps how many streams are open at
 once, in total and per user, below the pool size, so unary calls and health
 checks always find a free thread. A stream over a cap is answered
 RESOURCE_EXHAUSTED naming the cap, before it takes anything.
@@ -100,10 +100,26 @@ def _limited(slots: StreamSlots, behaviour: Callable[..., Iterator[Any]]) -> Cal
     return gen
 
 
+def _limited_unary(slots: StreamSlots, behaviour: Callable[..., Any]) -> Callable[..., Any]:
+    """A client-streaming call (UploadCode) holds its thread while the client sends: a slot too."""
+    def call(request_iterator: Any, context: grpc.ServicerContext) -> Any:
+        who = current_identity()
+        user = who.user if who is not None else ANONYMOUS
+        refusal = slots.take(user)
+        if refusal is not None:
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, refusal)
+        try:
+            return behaviour(request_iterator, context)
+        finally:
+            slots.give_back(user)
+    return call
+
+
 def _wrap_behaviour(handler: Any, slots: StreamSlots) -> grpc.RpcMethodHandler:
-    if not handler.response_streaming:
-        return handler  # unary answers hold no thread for long
-    return rewrapped(handler, lambda behaviour, _streaming: _limited(slots, behaviour))
+    if not (handler.response_streaming or handler.request_streaming):
+        return handler  # unary calls hold no thread for long
+    return rewrapped(handler, lambda behaviour, streaming: (_limited if streaming else _limited_unary)(
+        slots, behaviour))
 
 
 class StreamLimit(grpc.ServerInterceptor):
@@ -116,7 +132,7 @@ class StreamLimit(grpc.ServerInterceptor):
     def intercept_service(self, continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
                           handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
         handler = continuation(handler_call_details)
-        if handler is None or not handler.response_streaming:
+        if handler is None or not (handler.response_streaming or handler.request_streaming):
             return handler
         return _wrap_behaviour(handler, self.slots)
 

@@ -17,6 +17,7 @@ from frenzy.rpc.jobspec import (
     MAX_GPUS,
     MAX_MICRO_TOKENS,
     MAX_NAME_CHARS,
+    MAX_OOM_RETRIES,
     MAX_PIPELINE_STAGES,
     MAX_SEQ_LEN,
     MAX_SHORT_CHARS,
@@ -25,6 +26,7 @@ from frenzy.rpc.jobspec import (
     MAX_WORKDIR_CHARS,
     check_inline_config,
 )
+from frenzy.state.code_store import SHA256_RE
 from frenzy.v1 import types_pb2
 
 MAX_ZERO_STAGES = 8  # the planner knows stages 0-3; a few repeats are harmless
@@ -99,6 +101,8 @@ def check_spec(spec: types_pb2.JobSpec) -> None:
     check_model(spec.model, "spec.model")
     check_recipe(spec.recipe, "spec.recipe")
     check_limits(spec.limits, "spec.limits")
+    if spec.HasField("max_oom_retries") and not 0 <= spec.max_oom_retries <= MAX_OOM_RETRIES:
+        raise ValueError(f"spec.max_oom_retries: {spec.max_oom_retries}; must be 0..{MAX_OOM_RETRIES}")
     size = sum(len(a.encode()) + 1 for a in spec.command) + sum(
         len(k.encode()) + len(v.encode()) + 2 for k, v in spec.env.items())
     if size > MAX_COMMAND_ENV_BYTES:
@@ -112,3 +116,9 @@ def check_spec(spec: types_pb2.JobSpec) -> None:
         raise ValueError(f"spec.workdir: {len(spec.workdir)} characters; the limit is {MAX_WORKDIR_CHARS}")
     if len(spec.idempotency_key) > MAX_IDEMPOTENCY_KEY_CHARS:
         raise ValueError(f"spec.idempotency_key: longer than {MAX_IDEMPOTENCY_KEY_CHARS} characters")
+    if spec.code_sha256 and SHA256_RE.fullmatch(spec.code_sha256) is None:
+        raise ValueError("spec.code_sha256: not a sha256 (64 lowercase hex digits). To fix: let `frenzy submit` "
+                         "or the SDK pack and upload the code")
+    if spec.code_sha256 and spec.workdir:
+        raise ValueError("spec.workdir: a job runs either in its packed code (code_sha256) or in a directory "
+                         "on the nodes (workdir), not both. To fix: drop --workdir, or submit with --no-code")

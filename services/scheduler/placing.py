@@ -53,5 +53,5 @@ def render_launches(job_id: str, attempt: int, fence: int, spec: types_pb2.JobSp
         job_id=job_id, attempt=attempt, fence=fence, node=node, node_rank=rank, nnodes=len(nodes),
         nproc_per_node=len(idxs), gpu_indices=list(idxs), gpu_uuids=list(uuids.get(node, ())),
         master_addr=meet.addr, master_port=meet.port, rdzv_id=f"{job_id}-{attempt}", command=list(spec.command),
-        env=dict(spec.env), workdir=spec.workdir or None, layout=layout,
+        env=dict(spec.env), workdir=spec.workdir or None, code_sha256=spec.code_sha256 or None, layout=layout,
     ) for rank, (node, idxs) in enumerate(nodes)]

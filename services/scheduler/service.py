@@ -59,6 +59,7 @@ from frenzy.rpc.tls import ClientTls, ServerTls, open_channel
 from frenzy.scheduler.loop import SchedulerLoop
 from frenzy.scheduler.metrics import MetricsServer, PredictionCacheCollector, serve_metrics
 from frenzy.scheduler.submit_pools import DEFAULT_POOLS_MAX_AGE_S, ClusterPools, Predictions
+from frenzy.state.code_store import CodeError, CodeStore, max_code_bytes_from_env
 from frenzy.state.job_states import JobState
 from frenzy.state.keys import Keys
 from frenzy.state.messages import SAFE_NAME_RE, BadMessage, LogChunk, decode_log_chunk
@@ -140,6 +141,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         seen = getattr(self.loop, "seen", None)
         self.pools = ClusterPools(self.store, lambda: seen.view if seen is not None else None, pools_max_age_s)
         self.predictions = Predictions()
+        self.code = CodeStore(client, keys, max_bytes=max_code_bytes_from_env())
         if self.loop.replan is None:
             self.loop.replan = self.replan
 
@@ -278,6 +280,13 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
             job = self.store.job_by_idempotency_key(spec.idempotency_key, user)
             if job is not None:
                 return scheduler_pb2.SubmitJobResponse(job=job.to_proto(), duplicate=True)
+        # The code must be here before the job is: an agent could not start it otherwise. Touching
+        # it renews its expiry, so it outlives the job's wait in the queue by FRENZY_CODE_TTL_S.
+        if spec.code_sha256 and self.code.touch(spec.code_sha256) is None:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                          f"spec.code_sha256: no code {spec.code_sha256[:12]} is stored (never uploaded, or it "
+                          "expired). To fix: upload it first (Scheduler.UploadCode); `frenzy submit` and the SDK "
+                          "do this for you")
         try:
             pred, pools = self.predict(spec)
         except grpc.RpcError as exc:
@@ -417,6 +426,40 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
                 for _entry_id, chunk in decoded(reply[0][1] if reply else []):
                     yield _chunk_proto(chunk)
                 return
+
+
+    def HasCode(self, request: scheduler_pb2.HasCodeRequest, context: grpc.ServicerContext):
+        try:
+            size = self.code.touch(request.sha256)
+        except CodeError as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        return scheduler_pb2.HasCodeResponse(present=size is not None, size=size or 0, max_bytes=self.code.max_bytes)
+
+    def UploadCode(self, request_iterator: Iterator[scheduler_pb2.CodeChunk], context: grpc.ServicerContext):
+        """Chunks appended as they come (bounded by the claimed size and the limit, hashed on the
+        way), stored under their sha256 only when all of it checks (``CodeStore``)."""
+        upload = None
+        try:
+            for chunk in request_iterator:
+                if upload is None:
+                    upload = self.code.begin(chunk.sha256, chunk.size)
+                elif (chunk.sha256 and chunk.sha256 != upload.sha) or (chunk.size and chunk.size != upload.size):
+                    raise CodeError("sha256: later chunks must not change the sha256 or size the first one claimed")
+                upload.add(chunk.data)
+            if upload is None:
+                raise CodeError("data: no chunk was sent")
+            stored = upload.finish()
+        except CodeError as exc:
+            if upload is not None:
+                upload.abandon()
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        except BaseException:
+            if upload is not None:
+                upload.abandon()  # the client went away mid-upload, or Redis did: nothing half-stored
+            raise
+        log.info("code %s stored for %r: %d bytes%s", stored.sha256[:12], self._user(), stored.size,
+                 " (already held)" if stored.existed else "")
+        return scheduler_pb2.CodeRef(sha256=stored.sha256, size=stored.size, existed=stored.existed)
 
 
 def _json(text: str | None, default: object) -> Any:

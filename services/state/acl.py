@@ -8,7 +8,8 @@ Roles, least privilege first:
 
 * ``agent`` (one user per node n): only node n's records (``node:{n}``, its lease ``node:{n}:alive``,
   ``gpu:{n}:*``, its signing key ``node:{n}:key`` to read), the ``nodes`` set, job log streams
-  (``logs:*``), its own launch stream (read and acknowledge) and the events stream (append), with
+  (``logs:*``), its own launch stream (read and acknowledge), the events stream (append) and the
+  jobs' packed code (``code:*``, read: GET, GETRANGE, STRLEN, EXISTS), with
   only the commands the agent and its Lua scripts (register_node, heartbeat, append_log,
   set_draining) call. No job record, no other node, no token, no queue.
 * ``worker`` (Celery's batch worker): kombu's and Celery's own keys (``_kombu.*``, ``unacked*``,
@@ -25,9 +26,11 @@ ACL (command and keys), so a user allowed EVALSHA may run any loaded script, yet
 
 Redis 6.2 (the embedded server) has no per-key command sets, so there an agent's command list
 applies to all its keys: it could XADD to its own launch stream and read or acknowledge the events
-stream, and rewrite its own signing key. On Redis 7.0 and later (``selectors=True``) its launch
-stream lives in a selector that only reads, acknowledges and creates its consumer group, the events
-stream in one that only appends and its signing key in one that only reads.
+stream, rewrite its own signing key and overwrite a code blob (harmless to other nodes: every agent
+checks a blob's sha256 before it unpacks it, so a changed blob is refused, never run). On Redis 7.0
+and later (``selectors=True``) its launch stream lives in a selector that only reads, acknowledges
+and creates its consumer group, the events stream in one that only appends, its signing key and the
+code blobs in ones that only read.
 """
 
 from __future__ import annotations
@@ -44,6 +47,8 @@ _SCRIPTS = ("+evalsha", "+script|load", "+script|exists")
 _AGENT_COMMANDS = ("+time", "+exists", "+get", "+set", "+hget", "+hmget", "+hset", "+hsetnx", "+hdel", "+hincrby",
                    "+sadd", "+xadd", "+pexpire")
 _LAUNCH_READ = ("+xreadgroup", "+xack", "+xgroup|create")
+# What the agent reads of a job's packed code (frenzy.state.code_store.CodeReader): in ranges, never writes.
+_CODE_READ = ("+get", "+getrange", "+strlen", "+exists")
 # Everything a data-plane client may need, without administering the server.
 _NO_ADMIN = ("+@all", "-@dangerous", "-@admin", "-@pubsub", "-script", *_SCRIPTS)
 _NO_FUNCTIONS = ("-function",)  # Redis 7.0+: FUNCTION FLUSH / DELETE are not @dangerous
@@ -115,13 +120,15 @@ def role_rules(role: RedisRole, prefix: str, node: str | None = None, *, db: int
         n = glob_escape(node)
         own = _keys(f"{p}:node:{n}", f"{p}:node:{n}:alive", f"{p}:gpu:{n}:*", f"{p}:nodes", f"{p}:logs:*")
         launch, events, signing_key = f"{p}:launch:{n}", f"{p}:events", f"{p}:node:{n}:key"
+        code = f"{p}:code:*"
         base = ("resetchannels", "-@all", *_CONNECTION, *_SCRIPTS, *_AGENT_COMMANDS)
         if not selectors:
-            return (*base, *_LAUNCH_READ, *own, *_keys(launch, events, signing_key))
+            return (*base, *_LAUNCH_READ, *_CODE_READ, *own, *_keys(launch, events, signing_key, code))
         return (*base, *own,
                 f"(~{launch} resetchannels -@all {' '.join(_LAUNCH_READ)})",
                 f"(~{events} resetchannels -@all +xadd)",
-                f"(~{signing_key} resetchannels -@all +hget +hmget)")
+                f"(~{signing_key} resetchannels -@all +hget +hmget)",
+                f"(~{code} resetchannels -@all {' '.join(_CODE_READ)})")
     raise ValueError(f"unknown role {role!r}")
 
 

@@ -38,6 +38,13 @@ the whole truth about what is in Redis.
     {p}:batches                  zset   batch ids, scored by creation time (ids older than the TTL dropped)
     {p}:batch-queue              list   Celery's queue for batch submission tasks (kombu owns its
                                         format; kombu also keeps its own _kombu.* / unacked* keys)
+    {p}:code:{sha256}            string a job's packed code (deterministic tar.gz, frenzy.code.pack), stored once per
+                                        tree under the sha256 of its bytes (checked when it was uploaded);
+                                        expires FRENZY_CODE_TTL_S (7 days) after its last use (HasCode, an
+                                        upload, a submission naming it); agents only read it (ACL)
+    {p}:code-upload:{id}         string an upload in progress (Scheduler.UploadCode): its chunks appended; renamed
+                                        to code:{sha256} once size and sha256 check, else deleted; expires
+                                        after 10 minutes (an abandoned upload)
     {p}:token:{id}               hash   one API token: user, role, sha256 (of the secret, never the secret),
                                         created_at, expires_at (0: never), note
     {p}:tokens                   set    ids of every token
@@ -124,6 +131,13 @@ class Keys:
 
     def batch_queue(self) -> str:
         return f"{self.prefix}:batch-queue"
+
+    # code that travels with jobs (frenzy.state.code_store)
+    def code(self, sha256: str) -> str:
+        return f"{self.prefix}:code:{sha256}"
+
+    def code_upload(self, upload_id: str) -> str:
+        return f"{self.prefix}:code-upload:{upload_id}"
 
     # API tokens (frenzy.auth.tokens)
     def token(self, token_id: str) -> str:

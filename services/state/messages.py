@@ -98,6 +98,9 @@ class LaunchMessage(_Sealed):
     command: list[str] = Field(min_length=1)
     env: dict[str, str] = Field(default_factory=dict)
     workdir: str | None = None
+    # The job's packed code (frenzy.state.code_store): the agent unpacks it into a directory of
+    # this attempt's own and runs the command there. None: run in ``workdir`` (or the agent's).
+    code_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
     layout: LayoutEnv
 
 

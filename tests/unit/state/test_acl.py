@@ -23,7 +23,7 @@ def test_an_agent_is_confined_to_its_node() -> None:
     rules = role_rules(RedisRole.AGENT, "fz", "n1")
     keys = {r for r in rules if r.startswith("~")}
     assert keys == {"~fz:node:n1", "~fz:node:n1:alive", "~fz:gpu:n1:*", "~fz:nodes", "~fz:logs:*",
-                    "~fz:launch:n1", "~fz:events", "~fz:node:n1:key"}
+                    "~fz:launch:n1", "~fz:events", "~fz:node:n1:key", "~fz:code:*"}
     assert rules[:2] == ("resetchannels", "-@all")
     assert "+@all" not in rules and "+eval" not in rules
 
@@ -35,7 +35,9 @@ def test_on_redis_7_an_agent_only_reads_its_launch_stream_and_key_and_only_appen
     selectors = [r for r in rules if r.startswith("(")]
     assert selectors == ["(~fz:launch:n1 resetchannels -@all +xreadgroup +xack +xgroup|create)",
                          "(~fz:events resetchannels -@all +xadd)",
-                         "(~fz:node:n1:key resetchannels -@all +hget +hmget)"]
+                         "(~fz:node:n1:key resetchannels -@all +hget +hmget)",
+                    "(~fz:code:* resetchannels -@all +get +getrange +strlen +exists)"]
+    assert "~fz:code:*" not in keys  # the packed code: read only, never written by an agent
 
 
 def test_the_scheduler_has_its_prefix_but_no_administration() -> None:
