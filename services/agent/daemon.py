@@ -51,16 +51,22 @@ from pathlib import Path
 import redis
 
 from frenzy.agent import jobenv, launcher
-from frenzy.agent.gpus import GpuBackend, GpuInfo
+from frenzy.agent.codecache import CodeCache, CodeUnavailable
+from frenzy.agent.exit_cause import classify, last_lines
+from frenzy.agent.gpus import GpuBackend, GpuInfo, NvmlBackend
 from frenzy.agent.launch_check import GpuHolder, LaunchFacts, LaunchVerdict, check_launch, opens_rendezvous
 from frenzy.agent.ledger import Ledger, LedgerEntry
 from frenzy.agent.logship import LogShipper
 from frenzy.agent.metrics import AgentMetrics, refusal_label
+from frenzy.agent.peak import job_gpu_bytes
 from frenzy.agent.run_as import JobUser
 from frenzy.agent.run_as import resolve as resolve_user
 from frenzy.state import node_keys, scripts
+from frenzy.state.code_store import CodeReader
 from frenzy.state.keys import AGENT_GROUP, Keys
 from frenzy.state.messages import (
+    TAIL_BYTES,
+    TAIL_LINES,
     AgentEvent,
     BadMessage,
     CancelMessage,
@@ -99,6 +105,9 @@ class JobProcess:
     killed_on_exit: bool = False  # --kill-on-exit stopped it
     gpu_indices: tuple[int, ...] = ()  # this node's GPUs it runs on (from the ledger for an adopted job)
     peak_bytes_per_gpu: int = 0  # MARP's prediction, shown as used memory on fake GPUs
+    # The most memory it held on one of its GPUs in any NVML sample, and that GPU's size (real GPUs).
+    peak_seen: int = 0
+    peak_gpu_total: int = 0
     watching: bool = False
     exited: threading.Event = field(default_factory=threading.Event)
 
@@ -172,6 +181,10 @@ class Agent:
                                 retention_s=log_retention_s)
         state = Path(state_dir).resolve() if state_dir else self.log_dir / ".agent"
         self._ledger = Ledger(state / f"{node}.json")
+        # Jobs' packed code: read as bytes (a second client, the first decodes replies), unpacked
+        # under the state directory (frenzy.agent.codecache).
+        self._code_redis = redis.Redis.from_url(redis_url, decode_responses=False, protocol=2)
+        self._code = CodeCache(state, CodeReader(self._code_redis, self.keys))
         self._gpus: list[GpuInfo] = []
         self._jobs: dict[tuple[str, int], JobProcess] = {}
         self._lock = threading.Lock()
@@ -213,6 +226,7 @@ class Agent:
                     t.join(timeout=5)
             self.backend.close()
             self._redis.close()
+            self._code_redis.close()
             log.info("agent %s stopped", self.node)
 
     def _shutdown(self) -> None:
@@ -287,6 +301,7 @@ class Agent:
             show(usage)
         try:
             self._gpus = self.backend.refresh(self._gpus)
+            self._sample_peaks()
         except Exception:  # a flaky driver must not stop the lease; report the last known state
             log.exception("refreshing GPU state failed; sending the last known values")
         args: list[object] = [int(self.ttl_s * 1000), self.instance, _node_health(self._gpus)]
@@ -300,6 +315,31 @@ class Agent:
             self._register()
         elif int(renewed) == 2:
             self._stop_moved_jobs()
+
+    def _sample_peaks(self) -> None:
+        """Keep each running job's highest GPU memory so far (real GPUs: fake ones show MARP's
+        prediction, which says nothing about the job; there the job declares its peak)."""
+        if not isinstance(self.backend, NvmlBackend):
+            return
+        with self._lock:
+            jobs = [j for j in self._jobs.values() if not j.exited.is_set() and j.gpu_indices]
+        for job in jobs:
+            pids = set(launcher.find_processes(job.launch_id)) if job.launch_id else {job.pid}
+            held, total = job_gpu_bytes(self._gpus, job.gpu_indices, pids)
+            if held > job.peak_seen:
+                job.peak_seen, job.peak_gpu_total = held, total
+
+    def _exit_report(self, log_path: str, code: int | None, cancelled: bool, peak_seen: int = 0,
+                     peak_gpu_total: int = 0) -> dict[str, object]:
+        """What an EXITED event says beyond the code: the cause (``exit_cause.classify``), the last
+        output lines of a failure, and the peak memory per GPU (measured, or declared by the job)."""
+        text = launcher.read_log_end(log_path)
+        declared = launcher.read_declared_peak(log_path)
+        share = peak_seen / peak_gpu_total if peak_seen and peak_gpu_total else None
+        cause = classify(code, text.splitlines(), cancelled=cancelled, peak_share=share, gpu_measured=peak_seen > 0)
+        return {"cause": cause, "tail": last_lines(text, TAIL_LINES, TAIL_BYTES) if code != 0 else [],
+                "peak_bytes_per_gpu": max(peak_seen, declared),
+                "peak_measured": peak_seen > 0 and peak_seen >= declared}
 
     def _stop_moved_jobs(self) -> None:
         """The scheduler declared this node dead while it was cut off, freed its GPUs and requeued
@@ -452,6 +492,8 @@ class Agent:
                 self.metrics.launch("refused")
                 self._emit(failed.model_copy(update={"message": verdict.problem, "retryable": verdict.retryable}))
                 return
+            if msg.code_sha256:
+                msg = self._with_code(msg)
             started = launcher.start(msg, self.node, self.log_dir, launch_id=self.launch_id(msg.job_id, msg.attempt),
                                      extra_env=self.extra_env, pass_env=self.pass_env, user=self.job_user)
         except launcher.LaunchError as exc:
@@ -486,6 +528,16 @@ class Agent:
                  msg.gpu_indices, job.log_path, extra=self._context(msg.job_id, msg.attempt))
         self.metrics.launch("started")
         self._announce(job)
+
+    def _with_code(self, msg: LaunchMessage) -> LaunchMessage:
+        """``msg`` running in a fresh copy of its packed code (fetched, checked and unpacked once per
+        hash). LaunchError when the code cannot be had; Redis errors propagate (the entry is retried)."""
+        assert msg.code_sha256 is not None
+        try:
+            workdir = self._code.workdir(msg.code_sha256, msg.job_id, msg.attempt, self.node, self.job_user)
+        except CodeUnavailable as exc:
+            raise launcher.LaunchError(f"the job's code could not be unpacked on node {self.node}: {exc}") from exc
+        return msg.model_copy(update={"workdir": str(workdir)})
 
     def _find_orphan(self, msg: LaunchMessage) -> JobProcess | None:
         """The process a crashed agent run started for ``msg`` before it could record it, if any."""
@@ -585,7 +637,8 @@ class Agent:
         log.info("job %s attempt %d exited: code %s%s", job.job_id, job.attempt, code,
                  " (cancelled)" if job.cancelled else "", extra=self._context(job.job_id, job.attempt))
         event = self._event(EventKind.EXITED, job.job_id, job.attempt, fence=job.fence, pid=job.pid,
-                            exit_code=code, cancelled=job.cancelled, log_path=job.log_path, message=message)
+                            exit_code=code, cancelled=job.cancelled, log_path=job.log_path, message=message,
+                            **self._exit_report(job.log_path, code, job.cancelled, job.peak_seen, job.peak_gpu_total))
         while not self._detached.is_set():
             try:
                 # All output first: once every node reported, the job's log stream is complete.
@@ -671,7 +724,8 @@ class Agent:
                     EventKind.EXITED, entry.job_id, entry.attempt, fence=entry.fence, pid=entry.pid,
                     exit_code=code, log_path=entry.log_path,
                     message="the process ended while the agent was not running"
-                    + ("" if code is not None else "; it left no exit status")))
+                    + ("" if code is not None else "; it left no exit status"),
+                    **self._exit_report(entry.log_path, code, False)))
                 self._ledger.remove(entry.job_id, entry.attempt)
 
     def _ship_once(self, job_id: str, attempt: int, path: str) -> None:

@@ -168,10 +168,11 @@ def inject_torchrun(argv: list[str], msg: LaunchMessage) -> list[str]:
 
 def build_env(msg: LaunchMessage, node: str, base: Mapping[str, str] | None = None,
               extra: Mapping[str, str] | None = None, launch_id: str = "", pass_env: Iterable[str] = (),
-              user: JobUser | None = None) -> dict[str, str]:
+              user: JobUser | None = None, run_dir: str = "") -> dict[str, str]:
     """The job's environment: the allowed part of the agent's (``base``, default ``os.environ``; see
     ``jobenv.inherited``), the job user's login variables (``--run-as``), the agent's ``--env``, the
-    message's ``env``, then Frenzy's.
+    message's ``env``, then Frenzy's. ``run_dir``: the attempt's own directory on this node
+    (``FRENZY_RUN_DIR``, see ``run_dir_for``).
 
     Frenzy's variables win over ``msg.env`` so a job can never be told to use
     GPUs other than the ones reserved for it (the launch check refuses a job
@@ -219,6 +220,8 @@ def build_env(msg: LaunchMessage, node: str, base: Mapping[str, str] | None = No
         "PET_MASTER_PORT": str(msg.master_port),
         "PET_RDZV_ID": msg.rdzv_id,
     })
+    if run_dir:
+        env["FRENZY_RUN_DIR"] = run_dir
     if launch_id:
         # Inherited by every descendant, even ones in other sessions (torchrun's
         # workers): how the agent finds all of a job's processes.
@@ -255,6 +258,45 @@ def log_path_for(log_dir: Path, msg: LaunchMessage, node: str) -> Path:
     return path
 
 
+def run_dir_for(log_path: str | os.PathLike[str]) -> Path:
+    """The attempt's own directory on this node, next to its log (``FRENZY_RUN_DIR``): where the job
+    tells the agent what only it knows, e.g. its peak GPU memory (``PEAK_FILE``)."""
+    return Path(log_path).with_suffix(".run")
+
+
+# A job may write its peak memory per GPU (bytes, a whole number: e.g. torch.cuda.max_memory_reserved()
+# plus its CUDA context) to $FRENZY_RUN_DIR/peak_bytes; the agent reports it with the exit. On fake
+# GPUs it is the only observation there is; on real ones the larger of it and what NVML saw counts.
+PEAK_FILE = "peak_bytes"
+_PEAK_FILE_MAX = 64  # bytes read: a number, not a document
+
+
+def read_declared_peak(log_path: str | os.PathLike[str]) -> int:
+    """The peak bytes per GPU the job wrote to ``PEAK_FILE`` in its run directory (0: none or unreadable)."""
+    try:
+        with open(run_dir_for(log_path) / PEAK_FILE, "rb") as fh:
+            text = fh.read(_PEAK_FILE_MAX).decode("ascii", "replace").strip()
+        value = int(float(text))  # "8.5e9" is accepted as well as "8500000000"
+    except (OSError, ValueError, OverflowError):
+        return 0
+    return value if 0 < value < 2**62 else 0
+
+
+def read_log_end(log_path: str | os.PathLike[str], max_bytes: int = 64 * 1024) -> str:
+    """The last ``max_bytes`` of a job's log as text ("" when unreadable): enough to find the error
+    above torchrun's summary of a failed worker."""
+    try:
+        with open(log_path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - max_bytes))
+            data = fh.read(max_bytes)
+    except OSError:
+        return ""
+    text = data.decode("utf-8", "replace")
+    return text if size <= max_bytes else text.partition("\n")[2]  # the first line read is cut: dropped
+
+
 def exit_path_for(log_path: str | os.PathLike[str]) -> Path:
     """Where the shim records the job's exit status: next to its log."""
     return Path(log_path).with_suffix(".exit")
@@ -283,11 +325,17 @@ def start(msg: LaunchMessage, node: str, log_dir: Path, launch_id: str = "",
     ``user``: run the command as this user (``--run-as``); None: as the agent's.
     """
     argv = build_argv(msg)
-    env = build_env(msg, node, extra=extra_env, launch_id=launch_id, pass_env=pass_env, user=user)
     workdir = resolved_workdir(msg)
     log_path = log_path_for(log_dir, msg, node)
+    run_dir = run_dir_for(log_path)
+    env = build_env(msg, node, extra=extra_env, launch_id=launch_id, pass_env=pass_env, user=user,
+                    run_dir=str(run_dir))
     try:
         log_path.parent.mkdir(parents=True, exist_ok=True)
+        run_dir.mkdir(exist_ok=True)
+        (run_dir / PEAK_FILE).unlink(missing_ok=True)  # an earlier run of the same attempt's is not ours
+        if user is not None and user.switches():
+            os.chown(run_dir, user.uid, user.gid)  # the job writes there as its own user
         log = open(log_path, "ab", buffering=0)  # the child gets its own copy; ours is closed below
     except OSError as exc:
         raise LaunchError(f"cannot open log file {log_path}: {exc}") from exc

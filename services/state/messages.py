@@ -20,7 +20,15 @@ import time
 from enum import StrEnum
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+)
 
 from frenzy.state import signing
 
@@ -116,6 +124,11 @@ class CancelMessage(_Sealed):
 AgentCommand = Annotated[LaunchMessage | CancelMessage, Field(discriminator="kind")]
 
 
+# What an EXITED event carries of the job's output: enough for a traceback's end.
+TAIL_LINES = 20
+TAIL_BYTES = 4096
+
+
 class EventKind(StrEnum):
     RUNNING = "running"  # the node's process started (pid set)
     EXITED = "exited"  # the node's process ended (exit_code set; negative = killed by signal)
@@ -142,6 +155,21 @@ class AgentEvent(_Sealed):
     message: str = ""
     log_path: str | None = None
     at: float = Field(default_factory=time.time)
+    # EXITED: why it ended (frenzy.agent.exit_cause: "oom", "signal 9 (SIGKILL)", "exit code 1"; "" for
+    # exit 0), the last lines of its output (at most TAIL_LINES, TAIL_BYTES in all) and the highest
+    # memory one of its GPUs held (bytes; 0: not known), measured by NVML or declared by the job.
+    cause: str = Field(default="", max_length=256)
+    tail: list[Annotated[str, Field(max_length=TAIL_BYTES)]] = Field(default_factory=list, max_length=TAIL_LINES)
+    peak_bytes_per_gpu: int = Field(default=0, ge=0)
+    peak_measured: bool = False
+
+    @field_validator("tail")
+    @classmethod
+    def _tail_bytes(cls, v: list[str]) -> list[str]:
+        size = sum(len(line.encode("utf-8", "replace")) + 1 for line in v)
+        if size > TAIL_BYTES:
+            raise ValueError(f"the output tail is {size} bytes; at most {TAIL_BYTES}")
+        return v
 
 
 class LogChunk(_Msg):
