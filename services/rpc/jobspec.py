@@ -55,6 +55,7 @@ MAX_PIPELINE_STAGES = 1024  # marp.recipe.MAX_PIPELINE_STAGES: entries of pp_lay
 MAX_STAGE_LAYERS = 1 << 16  # layers of one pipeline stage (real models: at most a few hundred in all)
 MAX_SHORT_CHARS = 256  # idempotency key, catalog name, GPU type
 MAX_WORKDIR_CHARS = 4096  # PATH_MAX
+MAX_OOM_RETRIES = 10  # re-plans after out-of-memory exits; each one is a whole new attempt
 _INT_BOUNDS = {"seq_len": MAX_SEQ_LEN, "global_batch": MAX_BATCH, "micro_batch": MAX_BATCH,
                "train_steps": MAX_TRAIN_STEPS, "max_gpus": MAX_GPUS, "min_gpus": MAX_GPUS, "lora_rank": MAX_LORA_RANK, "ep": MAX_GPUS,
                "etp": MAX_GPUS}
@@ -162,6 +163,8 @@ class JobEntry(BaseModel):
     gpu_types: list[Annotated[Text, Field(max_length=MAX_SHORT_CHARS)]] = Field(
         default_factory=list, max_length=MAX_GPU_TYPES)
     idempotency_key: Text = Field(default="", max_length=MAX_SHORT_CHARS)
+    max_oom_retries: int | None = Field(default=None, ge=0, le=MAX_OOM_RETRIES,
+                                        description="re-plans after out-of-memory exits; unset: 2")
 
     @field_validator("model", mode="before")
     @classmethod
@@ -300,6 +303,7 @@ class JobEntry(BaseModel):
             limits=types_pb2.JobLimits(max_gpus=self.max_gpus, min_gpus=self.min_gpus,
                                        allowed_gpu_types=self.gpu_types),
             idempotency_key=self.idempotency_key,
+            max_oom_retries=self.max_oom_retries,
         )
 
 
