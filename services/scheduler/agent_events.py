@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from frenzy.agent.exit_cause import OOM
 from frenzy.state.job_states import ACTIVE, TERMINAL, JobState
 from frenzy.state.messages import AgentEvent, EventKind
 from frenzy.state.store import JobRecord
@@ -64,12 +65,20 @@ class LaunchRefused:
 @dataclass(frozen=True)
 class Exited:
     """The node's part of the attempt ended (or never started): count its exit. ``stop_others``:
-    when the exit is counted and the job goes on, stop its other nodes (a rank failed)."""
+    when the exit is counted and the job goes on, stop its other nodes (a rank failed).
+    ``cause``, ``tail``, ``peak`` (``peak_measured``): what the agent recognised, the last output
+    lines, the highest memory per GPU it saw; ``oom``: the attempt ran out of GPU memory (and
+    nothing else ended it first): re-plan (``oom_policy``) instead of counting the exit."""
 
     code: int
     reason: str
     told_to_stop: bool
     stop_others: bool
+    cause: str = ""
+    tail: tuple[str, ...] = ()
+    peak: int = 0
+    peak_measured: bool = False
+    oom: bool = False
 
 
 EventMeaning = UnknownJob | Stale | LateSuccess | Started | LaunchRefused | Exited
@@ -115,12 +124,22 @@ def interpret(event: AgentEvent, job: JobRecord | None) -> EventMeaning:
         return Started(fields, to_running)
     if event.kind == EventKind.LAUNCH_FAILED and event.retryable:
         return LaunchRefused((event.node,), f"launch failed on {event.node}: {event.message}")
+    cause = event.cause
     if event.kind == EventKind.LAUNCH_FAILED:
         code, reason = 127, f"launch failed on {event.node}: {event.message}"
+        cause = cause or "launch failed"
     else:
         code = event.exit_code if event.exit_code is not None else -1
         reason = f"{event.node} exited with code {code}" + (" (cancelled)" if event.cancelled else "")
+        if cause and cause not in ("cancelled", f"exit code {code}"):
+            reason += f": {'out of memory' if cause == OOM else cause}"
         if event.exit_code is None and event.message:
             reason += f": {event.message}"
+    failed = code != 0 and not event.cancelled
+    # An out-of-memory exit is re-planned only while it is the attempt's first failure and no
+    # cancel or stop is under way: then it is what ended the attempt.
+    oom = (failed and cause == OOM and event.kind == EventKind.EXITED and not job.failed_node
+           and not job.cancel_requested and not job.stop_requested and job.plan is not None)
     # One rank failed: the others are stopped so the job ends instead of hanging.
-    return Exited(code, reason, told_to_stop=event.cancelled, stop_others=code != 0 and not event.cancelled)
+    return Exited(code, reason, told_to_stop=event.cancelled, stop_others=failed, cause=cause,
+                  tail=tuple(event.tail), peak=event.peak_bytes_per_gpu, peak_measured=event.peak_measured, oom=oom)

@@ -59,6 +59,7 @@ from frenzy.scheduler.agent_events import (
     interpret,
 )
 from frenzy.scheduler.metrics import ClusterCollector, SchedulerMetrics, Snapshots
+from frenzy.scheduler.oom_policy import OomRetry, decide_oom, max_oom_retries, plan_share
 from frenzy.scheduler.outage import RedisContact
 from frenzy.scheduler.placing import Rendezvous, plan_from_stored, render_launches
 from frenzy.scheduler.reaping import NodeLease, OrphanKey, ReapSettings, ReapSnapshot, decide_reap
@@ -66,9 +67,10 @@ from frenzy.state.job_states import ACTIVE, JobState
 from frenzy.state.keys import Keys
 from frenzy.state.messages import AgentEvent, BadMessage, LaunchMessage, event_from, payload
 from frenzy.state.signing import Refusal, Verifier
-from frenzy.state.store import DEFAULT_MASTER_PORTS, JobRecord, PlacementOrder, StateStore
+from frenzy.state.store import DEFAULT_MASTER_PORTS, JobRecord, PlacementOrder, StateStore, exit_note
 from frenzy.v1 import types_pb2
 from has import Placement, QueuePolicy, schedule
+from has.oom import plans_that_may_fit
 
 log = logging.getLogger(__name__)
 
@@ -376,19 +378,25 @@ class SchedulerLoop:
             self.wake.set()
         return done
 
-    def requeue(self, job: JobRecord, lost: list[str], why: str) -> str:
+    def requeue(self, job: JobRecord, lost: list[str], why: str, cause: str | None = None) -> str:
         """Take ``job`` off its nodes and queue its next attempt (re-planned), or fail it at the limit.
 
+        ``cause``: what ended the attempt, for its record (default: "node lost" when nodes were lost).
         -> the job's new state ("PENDING", "FAILED") or "" when it had moved on."""
-        # Preemptions are HAS's doing, not the job's or the host's: they do not use up attempts.
-        limit = (job.max_attempts or self.max_attempts) + job.preemptions
+        # Preemptions are HAS's doing, not the job's or the host's, and out-of-memory re-plans have
+        # their own limit (oom_policy): neither uses up attempts.
+        limit = (job.max_attempts or self.max_attempts) + job.preemptions + job.oom_exits
         plans = None
         if job.attempt < limit and self.replan is not None:
             try:
                 plans = self.replan(job)
             except Exception as exc:  # the predictor is down: the old plans still describe the job
                 log.warning("re-planning %s for the remaining cluster failed (%s); keeping its plans", job.id, exc)
-        done, state = self.store.requeue(job, lost, why, limit, plans)
+        if plans and job.oom_threshold is not None:
+            # Plans an earlier out-of-memory exit ruled out stay out (None: its stored plans, already filtered).
+            plans = plans_that_may_fit(plans, job.oom_threshold, plan_share) or None
+        done, state = self.store.requeue(job, lost, why, limit, plans,
+                                         cause=("node lost" if lost else "") if cause is None else cause)
         if not done:
             log.info("requeue of %s skipped: it is %s now", job.id, state)
             return ""
@@ -399,6 +407,40 @@ class SchedulerLoop:
         else:
             log.warning("job %s FAILED after attempt %d of %d: %s", job.id, job.attempt, limit, why)
         return state
+
+    def _requeue_oom(self, job: JobRecord, event: AgentEvent, ended: Exited) -> bool:
+        """The attempt ran out of GPU memory on ``event.node``: re-plan it on plans that may fit and
+        queue the next attempt, or end it FAILED saying why (``oom_policy.decide_oom``). The node's
+        exit is counted in the same step (its process is gone: its GPUs are freed); the other nodes
+        are stopped. -> done (False: the job moved on; the exit is then counted as usual)."""
+        assert job.plan is not None  # (interpret sets oom only for a placed attempt)
+        fresh = None
+        if self.replan is not None:
+            try:
+                fresh = self.replan(job)
+            except Exception as exc:  # the predictor is down: the job's own plans, filtered the same way
+                log.warning("re-planning %s after an out-of-memory exit failed (%s); choosing among its plans",
+                            job.id, exc)
+        decision = decide_oom(job.plan, job.oom_threshold, ended.peak, job.oom_exits + 1, max_oom_retries(job.spec),
+                              fresh or job.plans)
+        report = {"node": event.node, "code": ended.code, "cause": ended.cause, "tail": "\n".join(ended.tail),
+                  "peak": ended.peak, "measured": ended.peak_measured}
+        fields = {"oom_threshold": repr(decision.threshold)}
+        if isinstance(decision, OomRetry):
+            # (the limit the history names: this job's attempts, this re-plan not counted against them)
+            limit = max(job.attempt + 1, (job.max_attempts or self.max_attempts) + job.preemptions + job.oom_exits + 1)
+            done, state = self.store.requeue(job, [event.node], decision.why, limit, decision.plans,
+                                             exit_report=report, fields=fields)
+        else:
+            done, state = self.store.requeue(job, [event.node], decision.why, job.attempt, None,
+                                             exit_report=report, fields=fields)
+        if not done:
+            log.info("job %s moved on before its out-of-memory exit was handled (%s now)", job.id, state)
+            return False
+        (log.warning if state == JobState.PENDING.value else log.error)("job %s: %s -> %s", job.id, decision.why,
+                                                                         state)
+        self.wake.set()
+        return True
 
     # ---- events --------------------------------------------------------------------------------
 
@@ -517,7 +559,7 @@ class SchedulerLoop:
                 if moved and job.submitted_at > 0:
                     self.metrics.submit_to_running.observe(max(0.0, time.time() - job.submitted_at))
         elif isinstance(meaning, LaunchRefused):
-            self.requeue(job, list(meaning.lost), meaning.why)
+            self.requeue(job, list(meaning.lost), meaning.why, cause="launch refused")
         else:
             self._record_exit(job, event, meaning)
 
@@ -543,8 +585,11 @@ class SchedulerLoop:
             self.wake.set()
 
     def _record_exit(self, job: JobRecord, event: AgentEvent, ended: Exited) -> None:
+        if ended.oom and self._requeue_oom(job, event, ended):
+            return
+        note = exit_note(job, event.node, ended.code, ended.cause, ended.tail, ended.peak, ended.peak_measured)
         status, state = self.store.record_exit(job, event.attempt, event.node, ended.code, ended.reason,
-                                               told_to_stop=ended.told_to_stop)
+                                               told_to_stop=ended.told_to_stop, note=note)
         log.info("job %s: %s -> %s (%s)", job.id, ended.reason, state, status)
         if status == "recorded" and ended.stop_others:
             job = self.store.get(job.id) or job

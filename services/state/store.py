@@ -79,6 +79,15 @@ class JobRecord:
     previous_attempt: int = 0
     previous_fence: int = 0
     previous_nodes: tuple[str, ...] = ()
+    # Each attempt's record (lib/attempt_record.lua: plan, exit, cause, last lines, observed peak),
+    # oldest first; and the out-of-memory threshold (has.oom) once an attempt ran out of memory.
+    attempts: tuple[dict[str, Any], ...] = ()
+    oom_threshold: float | None = None
+
+    @property
+    def oom_exits(self) -> int:
+        """Attempts that ended because a GPU ran out of memory."""
+        return sum(1 for a in self.attempts if a.get("cause") == "oom")
 
     def to_proto(self) -> types_pb2.Job:
         job = types_pb2.Job(
@@ -101,6 +110,13 @@ class JobRecord:
             job.failed_node_rank, job.failed_exit_code = self.failed_rank, self.failed_exit_code
         job.max_attempts = self.max_attempts
         job.user = self.user
+        recorded = set()
+        for rec in self.attempts:
+            job.attempts.append(attempt_to_proto(rec))
+            recorded.add(int(rec.get("attempt", 0) or 0))
+        if self.plan is not None and self.state in ACTIVE and self.attempt not in recorded:
+            job.attempts.append(attempt_to_proto({**attempt_base(self.attempt, self.plan), "outcome": "running"}))
+        job.oom_threshold = self.oom_threshold or 0.0
         return job
 
     def node_rank(self, node: str) -> int:
@@ -114,6 +130,47 @@ class JobRecord:
         """Each GPU hash of the placement followed by its node's hash: the scripts that release
         GPUs bump the node's ``rev`` so the scheduler re-reads that node."""
         return [key for node, idxs in self.placement for i in idxs for key in (keys.gpu(node, i), keys.node(node))]
+
+
+def attempt_base(attempt: int, plan: types_pb2.Plan | None) -> dict[str, Any]:
+    """An attempt's record before anything happened: the plan it runs with (lib/attempt_record.lua)."""
+    if plan is None:
+        return {"attempt": attempt}
+    lay = plan.layout
+    return {"attempt": attempt, "gpu_type": plan.gpu_type, "num_gpus": plan.num_gpus,
+            "layout": {"tp": lay.tp, "pp": lay.pp, "dp": lay.dp, "zero_stage": lay.zero_stage,
+                       "micro_batch": lay.micro_batch, "grad_accum": lay.grad_accum, "recompute": lay.recompute,
+                       "vpp": lay.vpp},
+            "predicted_peak_bytes": int(plan.peak_bytes_per_gpu), "gpu_memory_bytes": int(plan.gpu_memory_bytes)}
+
+
+def attempt_to_proto(rec: dict[str, Any]) -> types_pb2.Attempt:
+    """One stored attempt record as the wire's ``Attempt``."""
+    lay = rec.get("layout") or {}
+    tail = rec.get("tail") or ""
+    return types_pb2.Attempt(
+        attempt=int(rec.get("attempt", 0) or 0), gpu_type=str(rec.get("gpu_type", "")),
+        num_gpus=int(rec.get("num_gpus", 0) or 0),
+        layout=types_pb2.Layout(tp=int(lay.get("tp", 0) or 0), pp=int(lay.get("pp", 0) or 0),
+                                dp=int(lay.get("dp", 0) or 0), zero_stage=int(lay.get("zero_stage", 0) or 0),
+                                micro_batch=int(lay.get("micro_batch", 0) or 0),
+                                grad_accum=int(lay.get("grad_accum", 0) or 0), recompute=str(lay.get("recompute", "")),
+                                vpp=int(lay.get("vpp", 0) or 0)),
+        predicted_peak_bytes=int(rec.get("predicted_peak_bytes", 0) or 0),
+        gpu_memory_bytes=int(rec.get("gpu_memory_bytes", 0) or 0),
+        observed_peak_bytes=int(rec.get("observed_peak_bytes", 0) or 0), exit_code=int(rec.get("exit_code", 0) or 0),
+        cause=str(rec.get("cause", "")), node=str(rec.get("node", "")),
+        tail=tail.split("\n") if isinstance(tail, str) and tail else [],
+        outcome=str(rec.get("outcome", "")), ended_at=float(rec.get("ended_at", 0) or 0),
+    )
+
+
+def exit_note(job: JobRecord, node: str, code: int, cause: str = "", tail: Iterable[str] = (), peak: int = 0,
+              measured: bool = False) -> str:
+    """The attempt note (lib/attempt_record.lua) for one node's exit report of ``job``'s attempt."""
+    return json.dumps({"base": attempt_base(job.attempt, job.plan),
+                       "exit": {"node": node, "code": code, "cause": cause, "tail": "\n".join(tail), "peak": peak,
+                                "measured": measured}})
 
 
 def plan_to_option(plan: types_pb2.Plan) -> PlanOption:
@@ -296,6 +353,16 @@ class StateStore:
         exits = {k.removeprefix("exit:"): int(v) for k, v in raw.items() if k.startswith("exit:")}
         logs = {k.removeprefix("log:"): v for k, v in raw.items() if k.startswith("log:")}
         pids = {k.removeprefix("pid:"): int(v) for k, v in raw.items() if k.startswith("pid:")}
+        attempts = []
+        for k, v in raw.items():
+            if k.startswith("attempt:"):
+                try:
+                    rec = json.loads(v)
+                except ValueError:
+                    continue  # not what lib/attempt_record wrote: left out, the job still reads
+                if isinstance(rec, dict):
+                    attempts.append(rec)
+        attempts.sort(key=lambda rec: int(rec.get("attempt", 0) or 0))
         return JobRecord(
             id=raw["id"], state=JobState(raw["state"]), seq=int(raw.get("seq", 0)),
             submitted_at=float(raw.get("submitted_at", 0)), attempt=int(raw.get("attempt", 1)), spec=spec,
@@ -311,6 +378,8 @@ class StateStore:
             preemptions=int(raw.get("preemptions", 0) or 0), reserved_at=float(raw.get("reserved_at", 0) or 0),
             previous_attempt=int(raw.get("prev_attempt", 0) or 0), previous_fence=int(raw.get("prev_fence", 0) or 0),
             previous_nodes=tuple(n for n in raw.get("prev_nodes", "").split(",") if n),
+            attempts=tuple(attempts),
+            oom_threshold=float(raw["oom_threshold"]) if raw.get("oom_threshold") else None,
         )
 
     def queue(self) -> list[QueuedJob]:
@@ -524,16 +593,18 @@ class StateStore:
         return int(res[0]) == 1, str(res[1])
 
     def record_exit(self, job: JobRecord, attempt: int, node: str, exit_code: int, reason: str,
-                    told_to_stop: bool = False) -> tuple[str, str]:
+                    told_to_stop: bool = False, note: str = "") -> tuple[str, str]:
         """Count one node's exit; the last one finishes the job. -> (ignored|recorded|finished, state)
 
         ``told_to_stop``: the node ended because it was cancelled, so its exit code
-        is not the job's failure."""
+        is not the job's failure. ``note``: the node's report for the attempt's record (``exit_note``;
+        "": the plan's record only)."""
         res = self._record_exit(
             keys=[self.k.job(job.id), self.k.job_history(job.id), self.k.ports(job.master_node or "-"),
                   *job.gpu_keys(self.k)],
             args=[job.id, str(attempt), node, str(exit_code), len(job.placement), repr(time.time()), reason,
-                  job.node_rank(node), "1" if told_to_stop else "0"],
+                  job.node_rank(node), "1" if told_to_stop else "0",
+                  note or json.dumps({"base": attempt_base(job.attempt, job.plan)})],
         )
         return str(res[0]), str(res[1])
 
@@ -553,11 +624,15 @@ class StateStore:
         return str(res[0]), str(res[1])
 
     def requeue(self, job: JobRecord, lost: list[str], why: str, max_attempts: int,
-                plans: list[types_pb2.Plan] | None = None, preempted: bool = False) -> tuple[bool, str]:
+                plans: list[types_pb2.Plan] | None = None, preempted: bool = False, cause: str = "",
+                exit_report: dict[str, Any] | None = None, fields: dict[str, str] | None = None) -> tuple[bool, str]:
         """Stop the job's attempt everywhere and queue the next one (or fail it at the limit).
 
         ``preempted``: HAS stopped it for a shorter job; its ``preemptions`` count goes up in
-        the same step.
+        the same step. For the attempt's record: ``cause`` when no agent reported one ("node
+        lost"), ``exit_report`` the report of the node whose exit ends the attempt (``exit_note``'s
+        ``exit``: give that node in ``lost`` too, its process is gone); ``fields`` are set on the
+        job in the same step (its out-of-memory threshold).
 
         -> (done, new state: PENDING or FAILED; or the current state when nothing was done)."""
         res = self._requeue(
@@ -567,7 +642,10 @@ class StateStore:
                   sum(len(idxs) for _, idxs in job.placement), ",".join(lost), why,
                   self._cancels(job, why), STREAM_MAXLEN,
                   json.dumps([json_format.MessageToDict(p) for p in plans]) if plans else "",
-                  *[node for node, idxs in job.placement for _ in idxs], "1" if preempted else "0"],
+                  *[node for node, idxs in job.placement for _ in idxs], "1" if preempted else "0",
+                  json.dumps({"base": attempt_base(job.attempt, job.plan), "cause": cause,
+                              **({"exit": exit_report} if exit_report else {}),
+                              **({"fields": fields} if fields else {})})],
         )
         return int(res[0]) == 1, str(res[1])
 

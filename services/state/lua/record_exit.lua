@@ -16,11 +16,14 @@
 -- ARGV[1] job id  ARGV[2] attempt  ARGV[3] node  ARGV[4] exit code
 -- ARGV[5] number of nodes  ARGV[6] now  ARGV[7] reason text for the history
 -- ARGV[8] node rank of ARGV[3]  ARGV[9] "1" when the node stopped because it was told to (cancel)
+-- ARGV[10] (optional) the attempt note (lib/attempt_record): the plan's record and this node's
+--          report (cause, last lines, observed peak), kept in the job's `attempt:<n>` field
 -- Returns {status, state, exited_nodes, failed_nodes} where status is
 --   "ignored" (stale or repeated), "recorded" (others still running) or "finished".
 
 --#include job_states
 --#include release_gpus
+--#include attempt_record
 
 local h = redis.call("HMGET", KEYS[1], "state", "attempt", "cancel_requested", "master_port")
 local state = h[1]
@@ -39,12 +42,19 @@ end
 redis.call("HDEL", KEYS[1], "pid:" .. ARGV[3])
 local exited = redis.call("HINCRBY", KEYS[1], "exited_nodes", 1)
 local failed = tonumber(redis.call("HGET", KEYS[1], "failed_nodes") or "0")
+local note = {}
+if ARGV[10] ~= nil and ARGV[10] ~= "" then
+  note = cjson.decode(ARGV[10])
+end
+local first_failure = false
 if ARGV[4] ~= "0" then
   failed = redis.call("HINCRBY", KEYS[1], "failed_nodes", 1)
   if ARGV[9] ~= "1" and redis.call("HEXISTS", KEYS[1], "failed_node") == 0 then
     redis.call("HSET", KEYS[1], "failed_node", ARGV[3], "failed_rank", ARGV[8], "failed_exit_code", ARGV[4])
+    first_failure = true
   end
 end
+note_exit(KEYS[1], ARGV[2], note, first_failure)
 if exited < tonumber(ARGV[5]) then
   return {"recorded", state, exited, failed}
 end
@@ -60,6 +70,7 @@ elseif failed > 0 then
   end
 end
 redis.call("HSET", KEYS[1], "state", final, "updated_at", ARGV[6], "finished_at", ARGV[6])
+end_attempt(KEYS[1], ARGV[2], note, string.lower(final), ARGV[6])
 redis.call("RPUSH", KEYS[2], cjson.encode({state = final, at = tonumber(ARGV[6]), reason = reason}))
 release_gpus(4, ARGV[1])
 release_port(KEYS[3], h[4], ARGV[1])

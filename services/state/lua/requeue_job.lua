@@ -34,10 +34,16 @@
 -- ARGV[12 .. 11+n] the node of each GPU key, same order
 -- ARGV[12+n] (optional) "1": HAS preempted the job — its `preemptions` count goes up with the
 --            requeue (the caller does not count preemptions against the attempt limit)
+-- ARGV[13+n] (optional) the attempt note (lib/attempt_record) plus: `cause` for an attempt no agent
+--            reported a cause of (e.g. "node lost", of the first lost node), `fields` to set on the
+--            job with the requeue (e.g. its out-of-memory threshold), and `exit`: the report of
+--            the node whose exit ends the attempt (an out-of-memory exit: its GPUs are freed as a
+--            lost node's, it counts as that node's exit)
 -- Returns {1, new state, attempt} or {0, current state}
 
 --#include job_states
 --#include release_gpus
+--#include attempt_record
 
 local h = redis.call("HMGET", KEYS[1], "state", "attempt", "fence", "master_port", "seq")
 local state = h[1]
@@ -48,6 +54,18 @@ if tostring(h[2]) ~= ARGV[2] or tostring(h[3]) ~= ARGV[3] then
   return {0, state}
 end
 local n = tonumber(ARGV[6])
+local note = {}
+if ARGV[13 + n] ~= nil and ARGV[13 + n] ~= "" then
+  note = cjson.decode(ARGV[13 + n])
+end
+if note.exit ~= nil then
+  note_exit(KEYS[1], ARGV[2], note, redis.call("HEXISTS", KEYS[1], "failed_node") == 0)
+end
+if type(note.fields) == "table" then
+  for k, v in pairs(note.fields) do
+    redis.call("HSET", KEYS[1], k, tostring(v))
+  end
+end
 local lost = {}
 for node in string.gmatch(ARGV[7], "[^,]+") do
   lost[node] = true
@@ -75,6 +93,7 @@ if attempt >= tonumber(ARGV[4]) then
     "failed_node", first, "failed_reason", ARGV[8])
   redis.call("RPUSH", KEYS[2], cjson.encode({state = JOB_STATE.failed, at = now,
     reason = ARGV[8] .. "; attempt " .. attempt .. " of " .. ARGV[4] .. ", no retries left"}))
+  end_attempt(KEYS[1], ARGV[2], note, "failed: " .. ARGV[8], ARGV[5], note.cause, first)
   return {1, JOB_STATE.failed, attempt}
 end
 
@@ -116,6 +135,8 @@ if ARGV[11] ~= "" then
   redis.call("HSET", KEYS[1], "plans", ARGV[11])
 end
 redis.call("ZADD", KEYS[3], h[5], ARGV[1])
+end_attempt(KEYS[1], ARGV[2], note, "requeued: " .. ARGV[8], ARGV[5], note.cause,
+  string.match(ARGV[7], "[^,]+") or "")
 redis.call("RPUSH", KEYS[2], cjson.encode({state = JOB_STATE.pending, at = now,
   reason = "requeued for attempt " .. (attempt + 1) .. " of " .. ARGV[4] .. ": " .. ARGV[8]}))
 return {1, JOB_STATE.pending, attempt + 1}

@@ -59,7 +59,7 @@ def test_a_retryable_launch_failure_requeues_and_another_fails_the_node() -> Non
     assert interpret(event(EventKind.LAUNCH_FAILED, retryable=True, message="port taken"), JOB) == LaunchRefused(
         ("a",), "launch failed on a: port taken")
     assert interpret(event(EventKind.LAUNCH_FAILED, message="no such file"), JOB) == Exited(
-        127, "launch failed on a: no such file", told_to_stop=False, stop_others=True)
+        127, "launch failed on a: no such file", told_to_stop=False, stop_others=True, cause="launch failed")
 
 
 def test_exits() -> None:
