@@ -16,6 +16,7 @@ import typer
 from frenzy.cli import render
 from frenzy.cli.output import JsonOpt, PrefixOpt, RedisOpt, echo_json, fail, operator_redis, redis_errors
 from frenzy.state.keys import Keys
+from frenzy.state.store import StateStore
 
 queue_app = typer.Typer(help="Hold or release the job queue (operators).", no_args_is_help=True)
 
@@ -45,9 +46,11 @@ def hold(reason: Annotated[str, typer.Option(help="Shown as every waiting job's 
 
 @queue_app.command("release")
 def release(redis_url: RedisOpt = "redis://127.0.0.1:6379/0", prefix: PrefixOpt = "frenzy") -> None:
-    """Place jobs again (the scheduler's next tick, within a second)."""
+    """Place jobs again (the leader scheduler is woken: at once)."""
     client, key = _hold_key(redis_url, prefix)
     was = redis_errors(client.delete)(key)  # type: ignore[attr-defined]
+    if was:  # the leader's loop places the waiting jobs now, not at its next periodic pass
+        StateStore(client, Keys(prefix)).wake_leader()  # type: ignore[arg-type]
     render.console().print("queue released" if was else "the queue was not held")
 
 

@@ -445,6 +445,10 @@ def scheduler_cmd(
         envvar="FRENZY_MAX_STREAMS_PER_USER", min=1, help="Open streams one user may have.")] = 4,
     grpc_workers: Annotated[int, typer.Option(
         envvar="FRENZY_GRPC_WORKERS", min=2, help="Threads serving gRPC calls.")] = 32,
+    leader_ttl_s: Annotated[float, typer.Option(
+        envvar="FRENZY_LEADER_TTL_S", min=0.5,
+        help="Run several schedulers on one Redis: each serves the API, one leads (places jobs, reaps nodes). "
+             "A dead leader's lease lasts this long; then a standby takes over.")] = 3.0,
     metrics_address: MetricsAddressOpt = "",
     tls_cert: TlsCertOpt = None,
     tls_key: TlsKeyOpt = None,
@@ -485,7 +489,7 @@ def scheduler_cmd(
                              orphan_release_s=orphan_release_s, master_ports=ports, policy=policies[policy],
                              quotas=quotas, stream_caps=StreamCaps(max_streams, max_streams_per_user),
                              max_workers=grpc_workers, tls=tls, predictor_tls=predictor_tls,
-                             metrics_address=metrics_address or None)
+                             metrics_address=metrics_address or None, leader_ttl_s=leader_ttl_s)
     logging.getLogger("frenzy.scheduler").info("scheduler listening on %s (port %d)", address, server.port)
     if server.metrics is not None:
         logging.getLogger("frenzy.scheduler").info("metrics on %s", server.metrics.url)

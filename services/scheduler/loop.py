@@ -58,6 +58,7 @@ from frenzy.scheduler.agent_events import (
     UnknownJob,
     interpret,
 )
+from frenzy.scheduler.leader import LeaderLease
 from frenzy.scheduler.metrics import ClusterCollector, SchedulerMetrics, Snapshots
 from frenzy.scheduler.oom_policy import OomRetry, decide_oom, max_oom_retries, plan_share
 from frenzy.scheduler.outage import RedisContact
@@ -129,6 +130,9 @@ class SchedulerLoop:
         self.master_ports = master_ports
         self.replan = replan
         self.wake = threading.Event()
+        self.lease: LeaderLease | None = None  # set by ``run``; None: this loop acts without one
+        self.leading = threading.Event()  # set while this loop holds the lease (always, without one)
+        self.leading.set()
         self._group_ready = False
         self._pending_checked = False
         self._orphans: dict[OrphanKey, float] = {}  # each orphan GPU or port -> when first seen
@@ -617,15 +621,26 @@ class SchedulerLoop:
         and to roll back a stuck reservation within ~1.5 times its own."""
         return max(0.2, min(self.dead_after_s / 4, 5.0, self.reservation_timeout_s / 2))
 
-    def run(self, stop: threading.Event, tick_s: float = 0.25) -> None:
-        """Run placement ticks, reaping and event handling until ``stop`` is set.
+    def run(self, stop: threading.Event, tick_s: float = 0.25, lease: LeaderLease | None = None) -> None:
+        """Run placement ticks, reaping and event handling until ``stop`` is set, while this
+        scheduler holds the leader lease (``leader.LeaderLease``; a standby waits for it).
 
-        The first reap rolls back every reservation left undispatched by an earlier scheduler."""
-        events = threading.Thread(target=self._events_forever, args=(stop,), name="events", daemon=True)
-        events.start()
+        The first reap of each tenure rolls back every reservation left undispatched by an earlier
+        scheduler. Besides its own wake (submissions in this process, events that freed GPUs), the
+        loop wakes on a token another process pushes (``StateStore.wake_leader``: a standby's API,
+        ``frenzy queue release``)."""
+        self.lease = lease
+        threads = [threading.Thread(target=self._events_forever, args=(stop,), name="events", daemon=True),
+                   threading.Thread(target=self._wakes_forever, args=(stop,), name="wakes", daemon=True)]
+        for t in threads:
+            t.start()
         started = False
         while not stop.is_set():
             try:
+                if not self._lead():
+                    started = False  # a new tenure starts with the start-up recovery again
+                    stop.wait(min(0.5, lease.ttl_s / 3) if lease is not None else 0.5)
+                    continue
                 if not started or time.monotonic() - self._last_reap >= self.reap_interval():
                     self._last_reap = time.monotonic()
                     self.reap(reservation_timeout_s=None if started else 0.0)
@@ -638,10 +653,43 @@ class SchedulerLoop:
                 self.contact.lost("scheduling loop", exc)
             self.wake.wait(tick_s)
             self.wake.clear()
-        events.join(timeout=5)
+        if lease is not None:
+            lease.release()
+            self.store.lease = ""
+        for t in threads:
+            t.join(timeout=5)
+
+    def _lead(self) -> bool:
+        """Hold (renew or take) the leader lease. -> whether this scheduler leads now."""
+        if self.lease is None:
+            return True
+        held = self.lease.hold()
+        if held and self.store.lease != self.lease.value:
+            self._pending_checked = False  # take over the last leader's unacknowledged events
+        self.store.lease = self.lease.value if held else ""
+        self.leading.set() if held else self.leading.clear()
+        return held
+
+    def nudge(self) -> None:
+        """Run a pass soon: now when this process leads, else by a token to the leader."""
+        self.wake.set()
+        if self.lease is not None and not self.leading.is_set():
+            self.store.wake_leader()
+
+    def _wakes_forever(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            if not self.leading.wait(0.5):
+                continue
+            try:
+                if self.store.wait_wake(1.0):
+                    self.wake.set()
+            except redis.RedisError:
+                stop.wait(0.5)  # the loop's own thread reports the outage
 
     def _events_forever(self, stop: threading.Event) -> None:
         while not stop.is_set():
+            if not self.leading.wait(0.5):  # a standby leaves the events to the leader
+                continue
             try:
                 if self.drain_events():
                     self.wake.set()  # GPUs may have been freed: schedule now

@@ -56,6 +56,7 @@ from frenzy.rpc.server import start_server
 from frenzy.rpc.server import stop_server as stop_grpc
 from frenzy.rpc.spec_limits import check_spec
 from frenzy.rpc.tls import ClientTls, ServerTls, open_channel
+from frenzy.scheduler.leader import DEFAULT_TTL_S, LeaderLease
 from frenzy.scheduler.loop import SchedulerLoop
 from frenzy.scheduler.metrics import MetricsServer, PredictionCacheCollector, serve_metrics
 from frenzy.scheduler.submit_pools import DEFAULT_POOLS_MAX_AGE_S, ClusterPools, Predictions
@@ -310,7 +311,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
             job_id, dup = self.store.submit(spec, self._within_quota(list(pred.plans)), pred.model_name,
                                             pred.parameter_count,
                                             max_attempts=self.loop.max_attempts, user=user)
-        self.loop.wake.set()
+        self.loop.nudge()
         job = self.store.get(job_id)
         assert job is not None
         return scheduler_pb2.SubmitJobResponse(job=job.to_proto(), duplicate=dup)
@@ -334,7 +335,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         ok, state = self.loop.cancel(job, request.reason or "requested by user")
         if not ok:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"job_id: job {job.id} is already {state}")
-        self.loop.wake.set()
+        self.loop.nudge()
         updated = self.store.get(job.id)
         assert updated is not None
         return scheduler_pb2.CancelJobResponse(job=updated.to_proto())
@@ -514,6 +515,10 @@ class SchedulerServer:
     ``metrics_address`` (host:port, port 0 for a free one): serve Prometheus metrics there
     (``frenzy.scheduler.metrics``); None: no metrics endpoint.
 
+    Several may run on one Redis: each serves the API, the leader lease's holder runs the loop
+    (``leader_ttl_s``, default ``FRENZY_LEADER_TTL_S`` or 3: how long a dead leader's lease
+    outlives it, so how soon a standby takes over).
+
     Node-loss settings default to ``FRENZY_NODE_DEAD_AFTER_S`` (30), ``FRENZY_MAX_ATTEMPTS`` (3),
     ``FRENZY_ORPHAN_RELEASE_S`` (120) and ``FRENZY_MASTER_PORTS`` (29500-32767) when not given.
     """
@@ -524,7 +529,8 @@ class SchedulerServer:
                  master_ports: tuple[int, int] | None = None, policy: QueuePolicy | None = None,
                  quotas: UserQuotas | None = None, stream_caps: StreamCaps | None = None,
                  max_workers: int = DEFAULT_WORKERS, tls: ServerTls | None = None,
-                 predictor_tls: ClientTls | None = None, metrics_address: str | None = None) -> None:
+                 predictor_tls: ClientTls | None = None, metrics_address: str | None = None,
+                 leader_ttl_s: float | None = None) -> None:
         self.client = redis.Redis.from_url(redis_url, decode_responses=True)
         self.keys = Keys(prefix)
         self.channel = open_channel(predictor_addr, predictor_tls)
@@ -553,15 +559,18 @@ class SchedulerServer:
                 stop_grpc(self.server, self.health)
                 raise
         self.stop_event = threading.Event()
-        self.thread = threading.Thread(target=self.loop.run, args=(self.stop_event, tick_s), name="scheduler-loop",
-                                       daemon=True)
+        # Only the lease's holder places jobs; another scheduler on this Redis stands by (leader.py).
+        self.lease = LeaderLease(self.client, self.keys, ttl_s=leader_ttl_s if leader_ttl_s is not None
+                                 else env_float("FRENZY_LEADER_TTL_S", DEFAULT_TTL_S))
+        self.thread = threading.Thread(target=self.loop.run, args=(self.stop_event, tick_s, self.lease),
+                                       name="scheduler-loop", daemon=True)
         self.thread.start()
 
     def stop(self) -> None:
         from frenzy.rpc.server import stop_server
 
         self.stop_event.set()
-        self.loop.wake.set()
+        self.loop.wake.set()  # (this process's own loop: let it see the stop)
         stop_server(self.server, self.health)
         if self.metrics is not None:
             self.metrics.stop()

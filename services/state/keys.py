@@ -25,6 +25,11 @@ the whole truth about what is in Redis.
     {p}:queue                    zset   PENDING job ids, scored by submit sequence (FIFO order)
     {p}:queue:hold               string set while an operator holds the queue (`frenzy queue hold`): its text is
                                         the reason; jobs are accepted and wait, none is placed until it is deleted
+    {p}:scheduler:leader         string the leader lease: "epoch:holder", with a TTL the leader renews; only its
+                                        holder places jobs and declares nodes dead (acquire_lease.lua)
+    {p}:scheduler:epoch          string leader tenures so far (the epoch in the lease value)
+    {p}:scheduler:wake           list   a token pushed to wake the leader's loop now (a release of the held queue,
+                                        a submission taken by a standby); at most one element
     {p}:idem:{key}               string idempotency key -> job id (submission dedup)
     {p}:seq                      string monotonically increasing submit sequence / fencing token
     {p}:launch:{node}            stream launch and cancel commands for one node's agent
@@ -95,6 +100,15 @@ class Keys:
 
     def queue(self) -> str:
         return f"{self.prefix}:queue"
+
+    def leader(self) -> str:
+        return f"{self.prefix}:scheduler:leader"
+
+    def leader_epoch(self) -> str:
+        return f"{self.prefix}:scheduler:epoch"
+
+    def wake(self) -> str:
+        return f"{self.prefix}:scheduler:wake"
 
     def queue_hold(self) -> str:
         return f"{self.prefix}:queue:hold"

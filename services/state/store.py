@@ -266,6 +266,9 @@ class StateStore:
         self._ports_used: dict[str, set[int]] = {}  # node -> rendezvous ports taken, as last read or taken here
         self._fences: list[int] = []  # fencing tokens taken from the counter (INCRBY), not used yet
         self._place = scripts.register(client, "place_jobs")
+        # The leader lease value this store's scheduler holds ("" without one): the fenced scripts
+        # (placing, declaring nodes dead) refuse to act for a lease that has passed to another.
+        self.lease = ""
         self._set_reasons = scripts.register(client, "set_pending_reasons")
         self._reasons: dict[str, tuple[object, str]] = {}  # job -> (queued stamp, reason) as last written
         # Nodes' signing keys, re-read every few seconds: sealing a message costs no round trip.
@@ -540,8 +543,8 @@ class StateStore:
         now = time.time()
         for start in range(0, len(orders), chunk):
             part = orders[start:start + chunk]
-            keys: list[str] = [self.k.queue(), self.k.seq()]
-            args: list[Any] = [repr(now), STREAM_MAXLEN, len(part)]
+            keys: list[str] = [self.k.queue(), self.k.seq(), self.k.leader()]
+            args: list[Any] = [repr(now), STREAM_MAXLEN, len(part), self.lease]
             for o in part:
                 nodes = [n for n, _ in o.nodes]
                 keys += [self.k.job(o.job_id), self.k.job_history(o.job_id), self.k.ports(nodes[0]),
@@ -670,9 +673,25 @@ class StateStore:
                                        args=[job_id, fence]))
 
     def declare_dead(self, node: str, heartbeat_at: str, now: float) -> bool:
-        """Mark ``node`` dead unless it heartbeated since ``heartbeat_at``. -> marked (or already was)"""
-        return int(self._declare_dead(keys=[self.k.node(node), self.k.node_alive(node)],
-                                      args=[heartbeat_at, repr(now)])) == 1
+        """Mark ``node`` dead unless it heartbeated since ``heartbeat_at`` (or this scheduler no
+        longer holds the leader lease it names). -> marked (or already was)"""
+        done = int(self._declare_dead(keys=[self.k.node(node), self.k.node_alive(node), self.k.leader()],
+                                      args=[heartbeat_at, repr(now), self.lease]))
+        if done == -1:
+            log.warning("node %s not declared dead: this scheduler's leader lease %s has passed to another",
+                        node, self.lease)
+        return done == 1
+
+    def wake_leader(self) -> None:
+        """Ask the leader's loop to run a pass now (from a standby's API, or an operator command)."""
+        pipe = self.r.pipeline(transaction=False)
+        pipe.lpush(self.k.wake(), "1")
+        pipe.ltrim(self.k.wake(), 0, 0)
+        pipe.execute()
+
+    def wait_wake(self, timeout_s: float) -> bool:
+        """Block until a wake token arrives (taking it) or ``timeout_s`` passes. -> woken"""
+        return self.r.blpop([self.k.wake()], timeout=max(0.01, timeout_s)) is not None
 
     def set_draining(self, node: str, draining: bool) -> bool:
         """An operator's drain / undrain. -> False when the node does not exist."""

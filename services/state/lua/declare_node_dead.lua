@@ -5,9 +5,18 @@
 -- scheduler judged too old; an agent that re-registered or heartbeated in
 -- between keeps its node alive (and register/heartbeat clear the mark).
 --
--- KEYS[1] node hash  KEYS[2] alive lease
+-- Fenced: a caller naming a leader lease value that is no longer the lease's
+-- (it paused past its lease, a standby took over) changes nothing.
+--
+-- KEYS[1] node hash  KEYS[2] alive lease  KEYS[3] leader lease
 -- ARGV[1] the heartbeat_at the decision was based on  ARGV[2] now (Redis time, seconds)
--- Returns 1 when the node is (now, or already) marked dead, 0 when it is alive again.
+-- ARGV[3] the caller's lease value ("" without one)
+-- Returns 1 when the node is (now, or already) marked dead, 0 when it is alive again,
+-- -1 when the caller is not the leader.
+
+if ARGV[3] ~= "" and redis.call("GET", KEYS[3]) ~= ARGV[3] then
+  return -1
+end
 
 if redis.call("EXISTS", KEYS[2]) == 1 then
   return 0

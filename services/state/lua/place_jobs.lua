@@ -10,7 +10,10 @@
 --   * every node holds a live heartbeat lease and is not draining;
 --   * the rendezvous port chosen for it is free on its master node;
 --   * the fencing token is above every token handed out before the scheduler
---     took its block (it came from INCRBY on the shared counter).
+--     took its block (it came from INCRBY on the shared counter);
+--   * the caller still holds the leader lease it names (acquire_lease.lua):
+--     a scheduler that paused past its lease while a standby took over places
+--     nothing (every job of the batch fails with that reason).
 -- If a check fails nothing is written for that job and its reason is
 -- returned; the jobs after it are still tried, seeing what the ones before
 -- wrote (two jobs of a batch can never take the same GPU or port).
@@ -23,11 +26,12 @@
 -- port are chosen outside and only checked here. A job is never left
 -- reserved without its launches, and a crash cannot publish half a batch's job.
 --
--- KEYS[1] queue zset  KEYS[2] sequence counter, then per job, in order:
+-- KEYS[1] queue zset  KEYS[2] sequence counter  KEYS[3] leader lease, then per job, in order:
 --   job hash, job history, ports hash of its master node (its first node),
 --   its n GPU hashes, its m nodes' alive-lease keys, their node hashes,
 --   their launch streams
--- ARGV[1] now  ARGV[2] stream MAXLEN  ARGV[3] number of jobs, then per job:
+-- ARGV[1] now  ARGV[2] stream MAXLEN  ARGV[3] number of jobs  ARGV[4] the caller's
+--   lease value ("" when it runs without one: a lone scheduler, tests), then per job:
 --   job id, attempt, fence, n, m, bytes needed per GPU, port, master node,
 --   master address, expected end ("" when unknown), plan JSON, placement
 --   JSON, reserved history entry, launching history entry, then the m
@@ -41,8 +45,16 @@ local maxlen = ARGV[2]
 local jobs = tonumber(ARGV[3])
 local seq = tonumber(redis.call("GET", KEYS[2]) or "0")
 local out = {}
-local k = 3  -- KEYS consumed so far
-local a = 4  -- next ARGV
+local k = 4  -- KEYS consumed so far
+local a = 5  -- next ARGV
+
+if ARGV[4] ~= "" and redis.call("GET", KEYS[3]) ~= ARGV[4] then
+  for _ = 1, jobs do
+    out[#out + 1] = 0
+    out[#out + 1] = "not the leader: this scheduler's lease " .. ARGV[4] .. " has expired or passed to another"
+  end
+  return out
+end
 
 local function check(job_key, ports_key, gpus, alive, nodes, attempt, fence, need, port, master)
   local h = redis.call("HMGET", job_key, "state", "attempt")
