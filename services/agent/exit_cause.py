@@ -113,14 +113,14 @@ def classify(exit_code: int | None, tail: Sequence[str], *, cancelled: bool = Fa
 
 def last_lines(text: str, lines: int, max_bytes: int) -> list[str]:
     """The last ``lines`` lines of ``text`` (without the agent's own ``# frenzy`` lines), each cut
-    to ``max_bytes`` // ``lines`` characters and together at most ``max_bytes`` bytes: what an
-    event may carry."""
+    to a quarter of ``max_bytes`` (at most 1,024 characters: PyTorch's out-of-memory line is ~500)
+    and together at most ``max_bytes`` bytes, the newest kept: what an event may carry."""
     if lines <= 0 or max_bytes <= 0:
         return []
     kept = [ln for ln in text.splitlines() if not ln.startswith(_AGENT_LINES)]
     out: list[str] = []
     size = 0
-    each = max(16, max_bytes // lines)
+    each = max(16, min(1024, max_bytes // 4))
     for line in reversed(kept[-lines:]):
         line = line if len(line) <= each else line[:each - 1] + "…"
         cost = len(line.encode("utf-8", "replace")) + 1

@@ -151,6 +151,9 @@ def submit(
     min_gpus: Annotated[int, typer.Option(help="At least this many GPUs (0: no minimum); with --max-gpus "
                                           "the same, a fixed world size.")] = 0,
     idempotency_key: Annotated[str, typer.Option(help="Same key, same job (safe retries).")] = "",
+    max_oom_retries: Annotated[int | None, typer.Option(
+        min=0, max=10, help="Re-plans after out-of-memory exits, each on a plan with more memory per GPU "
+                            "[default: 2].")] = None,
     wait: Annotated[bool, typer.Option(help="Follow the job until it ends.")] = False,
     scheduler: SchedulerOpt = "",
     as_json: JsonOpt = False,
@@ -171,7 +174,8 @@ def submit(
                             "micro_batch": micro_batch, "precision": precision, "optimizer": optimizer,
                             "train_steps": train_steps, "command": command, "env": env_map, "workdir": workdir,
                             "gpu_types": gpu_types or [], "max_gpus": max_gpus,
-                            "min_gpus": min_gpus, "idempotency_key": idempotency_key}).to_proto()
+                            "min_gpus": min_gpus, "idempotency_key": idempotency_key,
+                            "max_oom_retries": max_oom_retries}).to_proto()
     except JobSpecError as exc:
         msg = str(exc)
         if msg.startswith("command"):
@@ -191,7 +195,19 @@ def submit(
             if as_json:
                 echo_json(render.to_dict(job))
             if render.state_name(job.state) != "SUCCEEDED":
+                if not as_json:
+                    show_failure(job)
                 raise typer.Exit(1)
+
+
+def show_failure(j: types_pb2.Job) -> None:
+    """Why a job failed, where `--wait` ends: the reason, the cause the agent recognised and the
+    last lines of the failing node's output (from its exit report: no second call)."""
+    con = render.console()
+    for line in render.failure_lines(j):
+        con.print(line, highlight=False)
+    if render.state_name(j.state) == "FAILED" and not (j.attempts and j.attempts[-1].tail):
+        con.print(f"output: frenzy logs {j.id}")
 
 
 def _follow(stub, job_id: str, quiet: bool = False) -> types_pb2.Job:  # noqa: ANN001
@@ -276,6 +292,10 @@ def show_job(j: types_pb2.Job, plans_limit: int = 8) -> None:
     if j.failed_node:
         con.print(f"[red]failed:[/] node {j.failed_node} (torchrun node rank {j.failed_node_rank}) exited with "
                   f"code {j.failed_exit_code}. To see why: frenzy logs {j.id} --node {j.failed_node}")
+    last = j.attempts[-1] if j.attempts else None
+    if render.state_name(j.state) == "FAILED" and last is not None and last.cause:
+        con.print(f"[red]cause:[/] {render.user_text(render.cause_text(last.cause))}"
+                  + (f" on node {render.user_text(last.node)}" if last.node else "") + f" (attempt {last.attempt})")
     if j.candidate_plans:
         con.print(render.plan_table(j.candidate_plans, title="Candidate plans",
                                     chosen=j.plan if j.HasField("plan") else None, limit=plans_limit))
@@ -285,6 +305,8 @@ def show_job(j: types_pb2.Job, plans_limit: int = 8) -> None:
         rdzv = f"  rendezvous {j.master_addr}:{j.master_port}" if j.master_port else ""
         con.print("placement: " + "; ".join(f"{a.node} GPUs {list(a.gpu_indices)}" for a in j.placement) + rdzv)
     con.print(render.history_table(j))
+    if j.attempts:
+        con.print(render.attempts_table(j))
     for node, path in sorted(j.log_paths.items()):
         con.print(f"log ({render.user_text(node)}): {render.user_text(path)}")
     if j.exit_codes:

@@ -149,6 +149,54 @@ def history_table(job: types_pb2.Job) -> Table:
     return table
 
 
+def layout_text(lay: types_pb2.Layout) -> str:
+    """``"tp2 pp1 dp4 z1 mb2 rc=full"``: a layout in one short cell."""
+    text = f"tp{lay.tp} pp{lay.pp} dp{lay.dp} z{lay.zero_stage} mb{lay.micro_batch}"
+    return text + (f" rc={lay.recompute}" if lay.recompute and lay.recompute != "none" else "")
+
+
+def cause_text(cause: str) -> str:
+    """A recorded cause as a user reads it (``"oom"`` -> ``"out of memory"``)."""
+    return "out of memory" if cause == "oom" else cause
+
+
+def attempts_table(job: types_pb2.Job) -> Table:
+    """Each attempt: the plan it ran with, MARP's predicted peak per GPU against the observed one,
+    and how it ended (exit code, cause)."""
+    table = Table(title=f"Attempts of {user_text(job.id)}", title_justify="left")
+    for col, just in [("#", "right"), ("PLAN", "left"), ("LAYOUT", "left"), ("PREDICTED GiB", "right"),
+                      ("OBSERVED GiB", "right"), ("EXIT", "right"), ("CAUSE", "left"), ("OUTCOME", "left")]:
+        table.add_column(col, justify=just)
+    for a in job.attempts:
+        observed = gib(a.observed_peak_bytes) if a.observed_peak_bytes else "-"
+        ended = a.outcome not in ("", "running")
+        table.add_row(str(a.attempt), f"{a.num_gpus} x {user_text(a.gpu_type)}", layout_text(a.layout),
+                      f"{gib(a.predicted_peak_bytes)} / {gib(a.gpu_memory_bytes)}", observed,
+                      str(a.exit_code) if ended and a.cause else "", user_text(cause_text(a.cause)),
+                      user_text(a.outcome))
+    return table
+
+
+def failure_lines(job: types_pb2.Job) -> list[str]:
+    """Why a FAILED job failed, as rich markup lines: the reason, the recognised cause and the last
+    output lines of the attempt that failed (what the agent sent with its exit); empty when the job
+    did not fail."""
+    if state_name(job.state) != "FAILED":
+        return []
+    out = []
+    if job.history:
+        out.append(f"[red]failed:[/] {user_text(job.history[-1].reason)}")
+    last = job.attempts[-1] if job.attempts else None
+    if last is not None and last.cause:
+        where = f" on node {user_text(last.node)}" if last.node else ""
+        out.append(f"[red]cause:[/] {user_text(cause_text(last.cause))}{where} (attempt {last.attempt}, exit code "
+                   f"{last.exit_code})")
+    if last is not None and last.tail:
+        out.append(f"last {len(last.tail)} lines of its output (all of it: frenzy logs {user_text(job.id)}):")
+        out.extend("  " + user_text(line) for line in last.tail)
+    return out
+
+
 def nodes_table(nodes: Iterable[types_pb2.Node], now: float | None = None) -> Table:
     """Every node's GPUs: type, memory used/total, utilization, health (with the reason) and the holding job.
 

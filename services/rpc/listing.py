@@ -67,6 +67,13 @@ def job_summary(job: types_pb2.Job) -> types_pb2.Job:
         out.history.extend(latest)
     for h in out.history:
         h.reason = clip(h.reason, 1024)
+    if len(out.attempts) > MAX_SUMMARY_HISTORY:  # (a job re-planned that often: its latest)
+        latest_attempts = list(out.attempts[-MAX_SUMMARY_HISTORY:])
+        del out.attempts[:]
+        out.attempts.extend(latest_attempts)
+    for a in out.attempts:
+        del a.tail[:]  # up to 4 KiB each: GetJob has them
+        a.outcome = clip(a.outcome, 1024)
     return out
 
 
