@@ -51,7 +51,6 @@ from pathlib import Path
 import redis
 
 from frenzy.agent import jobenv, launcher
-from frenzy.agent.codecache import CodeCache, CodeUnavailable
 from frenzy.agent.exit_cause import classify, last_lines
 from frenzy.agent.gpus import GpuBackend, GpuInfo, NvmlBackend
 from frenzy.agent.launch_check import GpuHolder, LaunchFacts, LaunchVerdict, check_launch, opens_rendezvous
@@ -62,7 +61,6 @@ from frenzy.agent.peak import job_gpu_bytes
 from frenzy.agent.run_as import JobUser
 from frenzy.agent.run_as import resolve as resolve_user
 from frenzy.state import node_keys, scripts
-from frenzy.state.code_store import CodeReader
 from frenzy.state.keys import AGENT_GROUP, Keys
 from frenzy.state.messages import (
     TAIL_BYTES,
@@ -181,10 +179,6 @@ class Agent:
                                 retention_s=log_retention_s)
         state = Path(state_dir).resolve() if state_dir else self.log_dir / ".agent"
         self._ledger = Ledger(state / f"{node}.json")
-        # Jobs' packed code: read as bytes (a second client, the first decodes replies), unpacked
-        # under the state directory (frenzy.agent.codecache).
-        self._code_redis = redis.Redis.from_url(redis_url, decode_responses=False, protocol=2)
-        self._code = CodeCache(state, CodeReader(self._code_redis, self.keys))
         self._gpus: list[GpuInfo] = []
         self._jobs: dict[tuple[str, int], JobProcess] = {}
         self._lock = threading.Lock()
@@ -226,7 +220,6 @@ class Agent:
                     t.join(timeout=5)
             self.backend.close()
             self._redis.close()
-            self._code_redis.close()
             log.info("agent %s stopped", self.node)
 
     def _shutdown(self) -> None:
@@ -492,8 +485,6 @@ class Agent:
                 self.metrics.launch("refused")
                 self._emit(failed.model_copy(update={"message": verdict.problem, "retryable": verdict.retryable}))
                 return
-            if msg.code_sha256:
-                msg = self._with_code(msg)
             started = launcher.start(msg, self.node, self.log_dir, launch_id=self.launch_id(msg.job_id, msg.attempt),
                                      extra_env=self.extra_env, pass_env=self.pass_env, user=self.job_user)
         except launcher.LaunchError as exc:
@@ -528,16 +519,6 @@ class Agent:
                  msg.gpu_indices, job.log_path, extra=self._context(msg.job_id, msg.attempt))
         self.metrics.launch("started")
         self._announce(job)
-
-    def _with_code(self, msg: LaunchMessage) -> LaunchMessage:
-        """``msg`` running in a fresh copy of its packed code (fetched, checked and unpacked once per
-        hash). LaunchError when the code cannot be had; Redis errors propagate (the entry is retried)."""
-        assert msg.code_sha256 is not None
-        try:
-            workdir = self._code.workdir(msg.code_sha256, msg.job_id, msg.attempt, self.node, self.job_user)
-        except CodeUnavailable as exc:
-            raise launcher.LaunchError(f"the job's code could not be unpacked on node {self.node}: {exc}") from exc
-        return msg.model_copy(update={"workdir": str(workdir)})
 
     def _find_orphan(self, msg: LaunchMessage) -> JobProcess | None:
         """The process a crashed agent run started for ``msg`` before it could record it, if any."""
