@@ -43,6 +43,7 @@ class SimSettings:
     max_jobs: int
     jobs_per_hour: float
     seed: int
+    seeds: int  # runs at seeds seed .. seed + seeds - 1 (the truth's factors; the trace stays)
     runtime_noise: float
     memory_error: float
     speed_error: float
@@ -67,10 +68,15 @@ class SimInputs:
 
 @dataclass
 class SimOutcome:
-    """One result per policy (settings order), their metrics, and the decision-time rows."""
+    """One result per policy (settings order, first seed), their metrics (mean over seeds), the
+    spread (standard deviation over seeds), every seed's metrics, the jobs each policy left
+    unfinished in any seed (with why), and the decision-time rows."""
 
     results: list[SimResult] = field(default_factory=list)
     metrics: dict[str, dict[str, float | int]] = field(default_factory=dict)
+    spread: dict[str, dict[str, float]] = field(default_factory=dict)
+    per_seed: list[dict[str, dict[str, float | int]]] = field(default_factory=list)
+    unfinished: dict[str, dict[str, str]] = field(default_factory=dict)
     # one row per (size, policy): gpus, policy, decision_ms_median, reps, queued_jobs, ...
     scale: list[dict[str, float | int | str]] = field(default_factory=list)
 
@@ -92,7 +98,15 @@ PoliciesOpt = Annotated[
 MaxJobsOpt = Annotated[int, typer.Option(help="Only the first N jobs of the trace (0: all).")]
 SyntheticOpt = Annotated[int, typer.Option(help="Instead of --trace: N synthetic jobs (seeded by --seed).")]
 JobsPerHourOpt = Annotated[float, typer.Option(help="Arrival rate of --synthetic jobs.")]
-SeedOpt = Annotated[int, typer.Option(help="Seed of the runtime noise and of --synthetic.")]
+SeedOpt = Annotated[int, typer.Option(help="Seed of the truth's factors and of --synthetic.")]
+SeedsOpt = Annotated[
+    int,
+    typer.Option(
+        help="Run every policy at N seeds (--seed .. --seed+N-1; the truth's factors change, the "
+        "trace does not) and show the mean +- standard deviation.",
+        metavar="N",
+    ),
+]
 RuntimeNoiseOpt = Annotated[
     float, typer.Option(help="Sigma of the log-normal truth/estimate factor per job.")
 ]
@@ -153,6 +167,7 @@ def simulate(
     synthetic: SyntheticOpt = 0,
     jobs_per_hour: JobsPerHourOpt = 20.0,
     seed: SeedOpt = 0,
+    seeds: SeedsOpt = 1,
     runtime_noise: RuntimeNoiseOpt = 0.1,
     memory_error: MemoryErrorOpt = 0.0,
     speed_error: SpeedErrorOpt = 0.0,
@@ -180,8 +195,8 @@ def simulate(
 
     settings = check_settings(
         cluster=cluster, trace=trace, policies=policies, max_jobs=max_jobs, synthetic=synthetic,
-        jobs_per_hour=jobs_per_hour, seed=seed, runtime_noise=runtime_noise, memory_error=memory_error,
-        speed_error=speed_error, restart_s=restart_s, out=out,
+        jobs_per_hour=jobs_per_hour, seed=seed, seeds=seeds, runtime_noise=runtime_noise,
+        memory_error=memory_error, speed_error=speed_error, restart_s=restart_s, out=out,
         save_trace=save_trace, fail_node=fail_node or [], decision_sizes=decision_sizes,
         decision_queue=decision_queue, as_json=as_json,
     )  # fmt: skip
@@ -203,6 +218,7 @@ def check_settings(
     out: Path | None,
     memory_error: float = 0.0,
     speed_error: float = 0.0,
+    seeds: int = 1,
     save_trace: Path | None,
     fail_node: list[str],
     decision_sizes: str | None,
@@ -226,6 +242,8 @@ def check_settings(
     sizes = _sizes(decision_sizes, MIN_GPUS, MAX_GPUS) if decision_sizes is not None else []
     if decision_queue < 0:
         fail(f"--decision-queue: must be >= 0, got {decision_queue}", 2)
+    if not 1 <= seeds <= 100:
+        fail(f"--seeds: must be 1..100 runs, got {seeds}", 2)
     if not (restart_s >= 0 and restart_s < math.inf):
         fail(f"--restart-s: must be a number of seconds >= 0, got {restart_s}", 2)
     for flag, sigma in (("--runtime-noise", runtime_noise), ("--memory-error", memory_error),
@@ -234,8 +252,8 @@ def check_settings(
             fail(f"{flag}: must be a log-normal sigma in [0, 2], got {sigma}", 2)
     return SimSettings(
         cluster=cluster, trace=trace, synthetic=synthetic, policies=tuple(names), max_jobs=max_jobs,
-        jobs_per_hour=jobs_per_hour, seed=seed, runtime_noise=runtime_noise, memory_error=memory_error,
-        speed_error=speed_error, restart_s=restart_s, out=out,
+        jobs_per_hour=jobs_per_hour, seed=seed, seeds=seeds, runtime_noise=runtime_noise,
+        memory_error=memory_error, speed_error=speed_error, restart_s=restart_s, out=out,
         save_trace=save_trace, fail_node=tuple(fail_node), decision_sizes=tuple(sizes),
         decision_queue=decision_queue, as_json=as_json,
     )  # fmt: skip
@@ -283,21 +301,31 @@ def run(settings: SimSettings, inputs: SimInputs) -> SimOutcome:
     from has.sim.baselines import make_policy
     from has.sim.engine import SimError
     from has.sim.engine import simulate as run_sim
+    from has.sim.report import aggregate
     from has.sim.scale import time_decisions
 
     outcome = SimOutcome()
-    for name in settings.policies:
-        try:
-            res = run_sim(
-                inputs.spec, inputs.jobs, make_policy(name, restart_s=settings.restart_s), seed=settings.seed,
-                runtime_noise=settings.runtime_noise, memory_error=settings.memory_error,
-                speed_error=settings.speed_error, profiles=inputs.book, node_failures=inputs.failures,
-                restart_s=settings.restart_s,
-            )  # fmt: skip
-        except SimError as exc:
-            fail(f"simulation failed: {exc}", 1)
-        outcome.results.append(res)
-        outcome.metrics[name] = res.metrics()
+    for k in range(settings.seeds):
+        seed = settings.seed + k
+        metrics: dict[str, dict[str, float | int]] = {}
+        for name in settings.policies:
+            try:
+                res = run_sim(
+                    inputs.spec, inputs.jobs, make_policy(name, restart_s=settings.restart_s), seed=seed,
+                    runtime_noise=settings.runtime_noise, memory_error=settings.memory_error,
+                    speed_error=settings.speed_error, profiles=inputs.book, node_failures=inputs.failures,
+                    restart_s=settings.restart_s,
+                )  # fmt: skip
+            except SimError as exc:
+                fail(f"simulation failed (seed {seed}): {exc}", 1)
+            if k == 0:
+                outcome.results.append(res)
+            metrics[name] = res.metrics()
+            left = outcome.unfinished.setdefault(name, {})
+            for job_id, why in res.unfinished.items():
+                left.setdefault(job_id, why)
+        outcome.per_seed.append(metrics)
+    outcome.metrics, outcome.spread = aggregate(outcome.per_seed)
     if settings.decision_sizes:
 
         def note(line: str) -> None:

@@ -31,7 +31,7 @@ def show(settings: SimSettings, inputs: SimInputs, outcome: SimOutcome) -> None:
         typer.echo(json.dumps(data))
         return
     con = render.console()
-    print_metrics(con, outcome, heading)
+    print_metrics(con, settings, outcome, heading)
     if outcome.scale:
         print_decision_vs_size(con, settings, outcome)
     if settings.out is not None:
@@ -49,15 +49,49 @@ def payload(settings: SimSettings, inputs: SimInputs, outcome: SimOutcome) -> di
         "cluster": {"file": str(settings.cluster), "gpus": inputs.spec.total_gpus},
         "trace": {"file": trace, "jobs": len(inputs.jobs)},
         "restart_s": settings.restart_s,
+        "truth": {"runtime_noise": settings.runtime_noise, "memory_error": settings.memory_error,
+                  "speed_error": settings.speed_error},  # fmt: skip
+        "seeds": list(range(settings.seed, settings.seed + settings.seeds)),
+        # policy -> job id -> why it did not finish (in any seed); empty when every job finished
+        "unfinished": outcome.unfinished,
         # down_s null: down for the rest of the run
         "node_failures": [
             {"node": n, "at_s": at, "down_s": None if down == float("inf") else down}
             for at, n, down in inputs.failures
         ],
     }
+    if settings.seeds > 1:
+        data["spread"] = outcome.spread
+        data["per_seed"] = outcome.per_seed
     if outcome.scale:
         data["decision_vs_size"] = outcome.scale
     return data
+
+
+def settings_line(settings: SimSettings) -> str:
+    """The seeds and the truth's error settings, printed with every table."""
+    seeds = (f"seed {settings.seed}" if settings.seeds == 1
+             else f"seeds {settings.seed}-{settings.seed + settings.seeds - 1} (mean ± sd)")  # fmt: skip
+    return (f"{seeds}; truth: runtime noise {settings.runtime_noise:g}, memory error "
+            f"{settings.memory_error:g}, speed error {settings.speed_error:g}; restart {settings.restart_s:g} s")  # fmt: skip
+
+
+def unfinished_sets(outcome: SimOutcome) -> dict[str, frozenset[str]]:
+    return {name: frozenset(left) for name, left in outcome.unfinished.items()}
+
+
+def unfinished_lines(outcome: SimOutcome) -> list[str]:
+    """One line per policy that left jobs unfinished: how many and why (grouped)."""
+    lines = []
+    for name, left in outcome.unfinished.items():
+        if not left:
+            continue
+        why: dict[str, list[str]] = {}
+        for job_id, reason in left.items():
+            why.setdefault(reason, []).append(job_id)
+        parts = [f"{len(ids)} {reason} (e.g. {', '.join(sorted(ids)[:3])})" for reason, ids in why.items()]
+        lines.append(f"{name} did not finish {len(left)} jobs: " + "; ".join(parts))
+    return lines
 
 
 def title(settings: SimSettings, inputs: SimInputs) -> str:
@@ -73,28 +107,34 @@ def write_files(
 
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(data, indent=2) + "\n")
-    (out / "summary.md").write_text(markdown_table(outcome.metrics, f"**{heading}**"))
+    table = markdown_table(outcome.metrics, f"**{heading}**", spread=outcome.spread if settings.seeds > 1 else None,
+                           unfinished=unfinished_sets(outcome), settings=settings_line(settings))  # fmt: skip
+    notes = unfinished_lines(outcome)
+    (out / "summary.md").write_text(table + ("\n" + "\n".join(f"- {n}" for n in notes) + "\n" if notes else ""))
     write_plots(outcome.results, out)
     if outcome.scale:
         plot_decision_vs_size(outcome.scale, out / "decision_vs_size.png", queued=settings.decision_queue)
 
 
-def print_metrics(con: Console, outcome: SimOutcome, heading: str) -> None:
-    """One row per policy, then the markdown summary's comparison lines."""
+def print_metrics(con: Console, settings: SimSettings, outcome: SimOutcome, heading: str) -> None:
+    """One row per policy, the settings, the unfinished jobs and why, then the comparison lines."""
     from rich.table import Table
 
-    from has.sim.report import COLUMNS, markdown_table
+    from has.sim.report import COLUMNS, cell, markdown_table
 
-    table = Table(title=heading)
+    table = Table(title=heading, caption=settings_line(settings))
     table.add_column("policy")
     for _, head, _ in COLUMNS:
         table.add_column(head, justify="right")
+    spread = outcome.spread if settings.seeds > 1 else {}
     for name, m in outcome.metrics.items():
-        table.add_row(name, *(_cell(m[k], s) for k, _, s in COLUMNS))
+        table.add_row(name, *(cell(m, k, s, spread.get(name)) for k, _, s in COLUMNS))
     con.print(table)
-    tail = markdown_table(outcome.metrics).split("\n\n", 1)
-    if len(tail) == 2:
-        con.print(tail[1].strip())
+    for line in unfinished_lines(outcome):
+        con.print(line, markup=False)
+    tail = markdown_table(outcome.metrics, unfinished=unfinished_sets(outcome)).split("\n\n", 2)
+    if len(tail) == 3:
+        con.print(tail[2].strip(), markup=False)
 
 
 def print_decision_vs_size(con: Console, settings: SimSettings, outcome: SimOutcome) -> None:
@@ -112,10 +152,3 @@ def print_decision_vs_size(con: Console, settings: SimSettings, outcome: SimOutc
         ms = {int(r["gpus"]): float(r["decision_ms_median"]) for r in outcome.scale if r["policy"] == name}
         sized.add_row(name, *(f"{ms[g]:.2f}" if ms[g] < 100 else f"{ms[g]:,.0f}" for g in gpus))
     con.print(sized)
-
-
-def _cell(value: float | int, scale: float) -> str:
-    if isinstance(value, int):
-        return str(value)
-    v = value / scale
-    return f"{v:.2f}" if abs(v) < 100 else f"{v:.1f}"

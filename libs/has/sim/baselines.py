@@ -49,8 +49,9 @@ class FrenzyPolicy:
     round_s: float | None = None
     restart_s: float = 120.0
     _cache: dict[str, tuple[tuple[float, int, int], QueuedJob]] = field(default_factory=dict, repr=False)
-    # job -> the MARP plan index of each plan in its QueuedJob (plans an OOM ruled out are gone)
-    _index: dict[str, tuple[int, ...]] = field(default_factory=dict, repr=False)
+    # job -> (MARP plan index or None for a re-planned plan, plan) of each plan in its QueuedJob
+    _plans: dict[str, list[tuple[int | None, marp.Plan]]] = field(default_factory=dict, repr=False)
+    _view: SimView | None = field(default=None, repr=False)
     _preempted: set[str] = field(default_factory=set, repr=False)
     _running: dict[str, RunningJob] = field(default_factory=dict, repr=False)
 
@@ -61,28 +62,45 @@ class FrenzyPolicy:
         if hit is not None and hit[0] == key:
             return hit[1]
         extra = self.restart_s if job.restarts else 0.0
-        kept = self.plans_after_ooms(job)
-        self._index[job.job_id] = tuple(i for i, _ in kept)
+        kept = self.plans_after_ooms(job, self._view)
+        self._plans[job.job_id] = kept
         plans = tuple(self.option(p, job, extra) for _, p in kept)
         q = QueuedJob(job.job_id, job.seq, job.submitted_at, plans)
         self._cache[job.job_id] = (key, q)
         return q
 
     @staticmethod
-    def plans_after_ooms(job: JobInfo) -> list[tuple[int, marp.Plan]]:
+    def plans_after_ooms(job: JobInfo, view: SimView | None = None) -> list[tuple[int | None, marp.Plan]]:
         """(MARP index, plan) of the plans that may still fit after the job's OOMs, learnt as the
         live scheduler learns (``has.oom``): every plan whose predicted share of its GPU's memory
-        is at least a failed plan's share is dropped; the rest keep MARP's order."""
-        indexed = list(enumerate(job.profile.plans))
+        is at least a failed plan's share is dropped; the rest keep MARP's order. With a ``view``
+        the job is first re-planned with MARP below that share (safety margin just over 1 - threshold:
+        MARP keeps the best layout per GPU count, which would otherwise be the one that failed),
+        so layouts that need less memory at the same GPU count (a higher ZeRO stage,
+        recomputation, a smaller micro-batch) -- not among the best-per-count plans MARP ranked
+        first -- become candidates (index None)."""
+        indexed: list[tuple[int | None, marp.Plan]] = list(enumerate(job.profile.plans))
         if not job.oom_plans:
             return indexed
         threshold: float | None = None
-        for i in job.oom_plans:
-            failed = job.profile.plans[i]
+        for failed in job.oom_plans:
             threshold = oom_threshold(threshold, failed.memory.total, marp.get_gpu(failed.gpu_type).memory_bytes)
+        assert threshold is not None
+        if view is not None:
+            known = {(p.gpu_type, p.layout): i for i, p in indexed}
+            indexed = [(known.get((p.gpu_type, p.layout)), p)
+                       for p in view.replan(job, max(1.0 - threshold + 1e-6, 0.05))]  # fmt: skip
         return plans_that_may_fit(
             indexed, threshold, lambda ip: memory_share(ip[1].memory.total, marp.get_gpu(ip[1].gpu_type).memory_bytes)
         )
+
+    def why_waiting(self, job: JobInfo) -> str | None:
+        """Why HAS cannot place this job at all (None: it could, given free GPUs)."""
+        if not job.profile.plans:
+            return "MARP finds no plan within its 5 % memory safety margin on this cluster"
+        if not self.plans_after_ooms(job, self._view):
+            return f"every plan ruled out by its OOMs ({len(job.oom_plans)}, has.oom)"
+        return None
 
     @staticmethod
     def option(p: marp.Plan, job: JobInfo, extra_s: float = 0.0) -> PlanOption:
@@ -91,6 +109,7 @@ class FrenzyPolicy:
                           f"{p.gpu_type}x{p.num_gpus}", extra_s + job.steps_left * p.step_time_s)  # fmt: skip
 
     def decide(self, view: SimView) -> list[Start | Stop]:
+        self._view = view
         queue = [self.queued_job(j) for j in view.queue]
         if not queue:
             return []
@@ -119,13 +138,15 @@ class FrenzyPolicy:
         for pre in result.preemptions:
             self._preempted.add(pre.job_id)
             stops.append(Stop(pre.job_id, lose_progress=True))
-        return stops + [self.start_of(p, self._index.get(p.job_id)) for p in result.placements]
+        return stops + [self.start_of(p, self._plans.get(p.job_id)) for p in result.placements]
 
     @staticmethod
-    def start_of(p: Placement, index: tuple[int, ...] | None = None) -> Start:
-        """The placement as a Start; ``index`` maps the QueuedJob's plan order to MARP's."""
-        plan_index = p.plan_index if index is None or p.plan_index is None else index[p.plan_index]
-        return Start(p.job_id, p.plan.gpu_type, tuple(p.gpus()), plan_index)
+    def start_of(p: Placement, plans: list[tuple[int | None, marp.Plan]] | None = None) -> Start:
+        """The placement as a Start; ``plans`` maps the QueuedJob's plan order to MARP's plans."""
+        if plans is None or p.plan_index is None:
+            return Start(p.job_id, p.plan.gpu_type, tuple(p.gpus()), p.plan_index)
+        index, plan = plans[p.plan_index]
+        return Start(p.job_id, p.plan.gpu_type, tuple(p.gpus()), index, plan)
 
 
 # ----- opportunistic -------------------------------------------------------------------

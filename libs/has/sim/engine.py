@@ -32,6 +32,7 @@ import heapq
 import math
 import random
 import time
+from bisect import bisect_right as _bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -90,6 +91,7 @@ class ProfileBook:
         self.pools = [marp.GpuPool(t, n, per) for t, (n, per) in sorted(per_type.items())]
         self._cache: dict[tuple[str, int, int], JobProfile] = {}
         self._fits: dict[tuple[str, int, int, str, float], dict[int, float]] = {}
+        self._replans: dict[tuple[str, int, int, str, float], tuple[marp.Plan, ...]] = {}
         self.memory = {p.gpu_type: marp.get_gpu(p.gpu_type).memory_bytes for p in self.pools}
 
     def get(self, job: TraceJob) -> JobProfile:
@@ -105,6 +107,17 @@ class ProfileBook:
             prof = JobProfile(job.model, tuple(ranked.plans), configs, runnable, recipe)
             self._cache[key] = prof
         return prof
+
+    def replan(self, job: TraceJob, safety_margin: float) -> tuple[marp.Plan, ...]:
+        """MARP's ranked plans for ``job`` on this cluster with ``safety_margin`` (cached)."""
+        margin = round(min(max(safety_margin, 0.0), 0.99), 6)
+        key = (job.model, job.seq_len, job.global_batch, "*", margin)
+        hit = self._replans.get(key)
+        if hit is None:
+            hit = self._replans[key] = tuple(
+                marp.enumerate_plans(marp.get_model(job.model), job.recipe(), self.pools, safety_margin=margin).plans
+            )
+        return hit
 
     def fastest_fitting(self, job: TraceJob, gpu_type: str, n: int, mem_factor: float) -> float | None:
         """Predicted seconds per step of the fastest layout on ``n`` GPUs of ``gpu_type`` whose
@@ -146,14 +159,15 @@ class JobInfo:
     profile: JobProfile
     steps_left: float
     failed_configs: set[tuple[str, int]] = field(default_factory=set)
-    # MARP plan indices whose start ended in an OOM, in order (what the live scheduler learns
-    # from an agent's OOM exit; frenzy filters its plans by them with ``has.oom``)
-    oom_plans: list[int] = field(default_factory=list)
+    # the MARP plans whose start ended in an OOM, in order (what the live scheduler learns from
+    # an agent's OOM exit; frenzy re-plans and filters its plans by them with ``has.oom``)
+    oom_plans: list[marp.Plan] = field(default_factory=list)
     restarts: int = 0
     # Set while running:
     gpu_type: str | None = None
     gpus: tuple[tuple[str, int], ...] = ()
     plan_index: int | None = None
+    plan: marp.Plan | None = None
     started_at: float | None = None
     est_end: float | None = None
 
@@ -166,14 +180,17 @@ class JobInfo:
 class Start:
     """Start ``job_id`` on these GPUs (all of ``gpu_type``) at ``step_time_s`` per step (estimate).
 
-    ``plan_index`` names the MARP plan when the policy used one (its layout's step time
-    then applies); memory-blind policies leave it None and get the best layout at that count.
+    ``plan_index`` names the MARP plan when the policy used one of the job's ranked plans, or
+    ``plan`` gives it (a plan MARP made when the policy re-planned after an OOM); its layout's
+    step time and memory then apply. Memory-blind policies leave both None and get the best
+    layout at that count.
     """
 
     job_id: str
     gpu_type: str
     gpus: tuple[tuple[str, int], ...]
     plan_index: int | None = None
+    plan: marp.Plan | None = None
 
 
 @dataclass(frozen=True)
@@ -196,6 +213,11 @@ class SimView:
         self.running: list[JobInfo] = [sim.info[j] for j in sim.running]
         self._sim = sim
         self._cluster: ClusterView | None = None
+
+    def replan(self, job: JobInfo, safety_margin: float) -> tuple[marp.Plan, ...]:
+        """MARP's ranked plans for the job with a stricter memory margin (what the predictor
+        answers when the scheduler re-plans a job after an OOM)."""
+        return self._sim.book.replan(self._sim.trace[job.job_id], safety_margin)
 
     @property
     def cluster(self) -> ClusterView:
@@ -246,25 +268,42 @@ class SimResult:
     oom_failures: int
     restarts: int
     placements: list[tuple[float, str, str, tuple[tuple[str, int], ...]]]  # (t, job, type, gpus)
+    end_s: float = 0.0  # when the run ended: the last finish, or when nothing more could happen
+    unfinished: dict[str, str] = field(default_factory=dict)  # job id -> why it did not finish
+    # job id -> the job's runtime alone on 1/N of the cluster (Themis' T_id; see ``Simulator``)
+    isolated_s: dict[str, float] = field(default_factory=dict)
 
     def metrics(self) -> dict[str, float | int]:
-        """The stable JSON shape of `frenzy simulate --json` (docs/simulator.md)."""
+        """The stable JSON shape of `frenzy simulate --json` (docs/simulator.md).
+
+        ``avg_jct_s`` and the percentiles are over finished jobs; ``avg_jct_censored_s`` over
+        every job, an unfinished one counted until the end of the run (a lower bound on its JCT),
+        so a policy cannot look faster by leaving its hardest jobs out. ``rho_*``: Themis'
+        finish-time fairness, JCT / isolated time (censored for unfinished jobs)."""
         jcts = sorted(j.jct_s for j in self.jobs if j.jct_s is not None)
         queues = [j.first_start_s - j.submit_s for j in self.jobs if j.first_start_s is not None]
         finished = [j for j in self.jobs if j.finish_s is not None]
         start = min((j.submit_s for j in self.jobs), default=0.0)
         end = max((j.finish_s for j in finished), default=start)
+        end_run = max(self.end_s, end)
+        censored = [j.jct_s if j.jct_s is not None else max(0.0, end_run - j.submit_s) for j in self.jobs]
+        rhos = sorted(c / self.isolated_s[j.job_id] for j, c in zip(self.jobs, censored, strict=True)
+                      if self.isolated_s.get(j.job_id, 0.0) > 0)  # fmt: skip
         dec = sorted(d * 1000.0 for d in self.decisions_s)
         return {
             "avg_jct_s": _mean(jcts),
             "p50_jct_s": _pct(jcts, 50),
             "p99_jct_s": _pct(jcts, 99),
+            "avg_jct_censored_s": _mean(censored),
             "avg_queue_s": _mean(queues),
             "makespan_s": end - start,
             "utilization": self.utilization(start, end),
             "oom_failures": self.oom_failures,
             "restarts": self.restarts,
             "jobs_finished": len(finished),
+            "jobs_total": len(self.jobs),
+            "rho_mean": _mean(rhos),
+            "rho_max": rhos[-1] if rhos else 0.0,
             "decision_ms_mean": _mean(dec),
             "decision_ms_p99": _pct(dec, 99),
         }
@@ -405,10 +444,13 @@ class Simulator:
     def run(self) -> SimResult:
         round_s = self.policy.round_s
         next_round: float | None = None
+        now = 0.0
+        timed_out = False
         while self._events:
-            now = self._events[0][0]
-            if now > self.max_time_s:
+            if self._events[0][0] > self.max_time_s:
+                timed_out = True
                 break
+            now = self._events[0][0]
             had_round = False
             while self._events and self._events[0][0] == now:
                 _, kind, _, attempt, key = heapq.heappop(self._events)
@@ -439,11 +481,80 @@ class Simulator:
                 and all(e[1] == _ROUND for e in self._events)
             ):
                 break  # nothing left can ever start (jobs that fit no GPU of this cluster)
+        end = now
+        unfinished = {}
+        for job_id, rec in self.outcomes.items():
+            if rec.finish_s is None:
+                unfinished[job_id] = self._why_unfinished(job_id, timed_out)
         return SimResult(
             policy=self.policy.name, total_gpus=self.total_gpus, jobs=list(self.outcomes.values()),
             decisions_s=self.decisions, busy_timeline=self.busy, oom_failures=self.ooms,
-            restarts=self.restarts, placements=self.placements,
+            restarts=self.restarts, placements=self.placements, end_s=end, unfinished=unfinished,
+            isolated_s=self._isolated_times(end),
         )  # fmt: skip
+
+    def _why_unfinished(self, job_id: str, timed_out: bool) -> str:
+        """Why a job did not finish: the policy's own word where it has one, else what the
+        engine saw (no GPU type for its precision, OOMs, never placed, the time limit)."""
+        info = self.info[job_id]
+        if job_id in self.running:
+            return f"still running when the run stopped at the {self.max_time_s / 86400:.0f}-day limit"
+        if not info.profile.runnable_types:
+            return "no GPU type of this cluster runs its precision"
+        if not info.profile.configs:
+            return "too big for this cluster: MARP finds no layout that fits any of its GPU types"
+        explain = getattr(self.policy, "why_waiting", None)
+        said = explain(info) if explain is not None else None
+        if said:
+            return str(said)
+        ooms = self.outcomes[job_id].ooms
+        if timed_out:
+            return f"still queued at the {self.max_time_s / 86400:.0f}-day limit ({ooms} OOMs)"
+        if ooms:
+            return f"OOM on every configuration the policy would try ({ooms} OOMs)"
+        return "never placed: the policy found no configuration for it on this cluster"
+
+    def _isolated_times(self, end: float) -> dict[str, float]:
+        """Themis' T_id per job (Mahajan et al., "Themis: Fair and Efficient GPU Cluster
+        Scheduling", NSDI'20, sec. 3): the job's runtime alone on an equal 1/N share of the
+        cluster, N the time-averaged number of jobs in the system (arrived, not finished) over the
+        job's own lifetime. Here: its fastest true runtime over the configurations MARP predicts
+        fit, stretched by n / share where a configuration needs more GPUs than the share
+        (time-slicing). The same reference under every policy except for N, which is the run's."""
+        # N(t): +1 at each submit, -1 at each finish. times[k]: a change point; level[k]: N from
+        # times[k] on; integral[k]: the integral of N up to times[k].
+        changes = sorted([(o.submit_s, 1) for o in self.outcomes.values()]
+                         + [(o.finish_s, -1) for o in self.outcomes.values() if o.finish_s is not None])  # fmt: skip
+        times: list[float] = []
+        level: list[int] = []
+        integral: list[float] = []
+        for t, d in changes:
+            if times and times[-1] == t:
+                level[-1] += d
+                continue
+            integral.append(integral[-1] + level[-1] * (t - times[-1]) if times else 0.0)
+            level.append((level[-1] if level else 0) + d)
+            times.append(t)
+
+        def area(t: float) -> float:
+            k = _bisect_right(times, t) - 1
+            return 0.0 if k < 0 else integral[k] + level[k] * (t - times[k])
+
+        out: dict[str, float] = {}
+        for job_id, rec in self.outcomes.items():
+            info = self.info[job_id]
+            t1 = rec.finish_s if rec.finish_s is not None else max(end, rec.submit_s)
+            t0 = rec.submit_s
+            n_avg = max(1.0, (area(t1) - area(t0)) / (t1 - t0)) if t1 > t0 else 1.0
+            share = self.total_gpus / n_avg
+            steps = float(self.trace[job_id].train_steps)
+            best = math.inf
+            for (t, n), step in info.profile.configs.items():
+                true = step * self.factor[job_id] * self.type_factor("speed", job_id, t)
+                best = min(best, steps * true * max(1.0, n / share))
+            if math.isfinite(best):
+                out[job_id] = best
+        return out
 
     def _handle(self, now: float, kind: int, key: str, attempt: int) -> None:
         if kind == _ARRIVE:
@@ -459,8 +570,8 @@ class Simulator:
             else:
                 info = self.info[key]
                 cfg = info.config
-                if info.plan_index is not None:
-                    info.oom_plans.append(info.plan_index)
+                if info.plan is not None:
+                    info.oom_plans.append(info.plan)
                 self._release(now, key)
                 self.ooms += 1
                 self.outcomes[key].ooms += 1
@@ -483,6 +594,7 @@ class Simulator:
             del self.owner[g]
         del self.running[job_id]
         info.gpu_type, info.gpus, info.plan_index, info.started_at, info.est_end = None, (), None, None, None
+        info.plan = None
         self._attempt[job_id] = self._attempt.get(job_id, 0) + 1
         self._mark_busy(now)
 
@@ -564,8 +676,8 @@ class Simulator:
         cfg = (a.gpu_type, n)
         mem_f = self.type_factor("mem", a.job_id, a.gpu_type)
         true_est: float | None  # the predicted step time of the layout that truly runs (None: OOM)
-        if a.plan_index is not None:
-            plan = info.profile.plans[a.plan_index]
+        plan = a.plan if a.plan is not None else None if a.plan_index is None else info.profile.plans[a.plan_index]
+        if plan is not None:
             if (plan.gpu_type, plan.num_gpus) != cfg:
                 raise SimError(
                     f"{name}: {a.job_id}: plan {a.plan_index} is {plan.gpu_type}x{plan.num_gpus}, not {cfg}"
@@ -587,6 +699,7 @@ class Simulator:
             a.plan_index,
             now,
         )
+        info.plan = plan
         rec = self.outcomes[a.job_id]
         if rec.first_start_s is None:
             rec.first_start_s = now

@@ -7,6 +7,7 @@ over time and decision-time distributions. Files only; no decisions happen here.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -14,45 +15,112 @@ from has.sim.engine import SimResult
 
 COLUMNS = (
     ("avg_jct_s", "avg JCT (h)", 3600.0),
+    ("avg_jct_censored_s", "avg JCT all (h)", 3600.0),
     ("p50_jct_s", "p50 JCT (h)", 3600.0),
     ("p99_jct_s", "p99 JCT (h)", 3600.0),
     ("avg_queue_s", "avg queue (h)", 3600.0),
     ("makespan_s", "makespan (h)", 3600.0),
     ("utilization", "util", 1.0),
+    ("rho_mean", "rho mean", 1.0),
+    ("rho_max", "rho max", 1.0),
     ("oom_failures", "OOMs", 1.0),
     ("restarts", "restarts", 1.0),
     ("jobs_finished", "finished", 1.0),
     ("decision_ms_mean", "decision ms (mean)", 1.0),
     ("decision_ms_p99", "decision ms (p99)", 1.0),
 )
+# Shown as mean +- standard deviation over seeds when there are several.
+SPREAD_KEYS = ("avg_jct_s", "avg_jct_censored_s", "rho_mean", "oom_failures", "restarts")
+
+Metrics = dict[str, dict[str, float | int]]
 
 
 def _fmt(value: float | int, scale: float) -> str:
     if isinstance(value, int):
         return str(value)
     v = value / scale
+    if v == int(v) and scale == 1.0 and abs(v) >= 1:
+        return str(int(v))
     return f"{v:.2f}" if abs(v) < 100 else f"{v:.1f}"
 
 
-def ratios(metrics: dict[str, dict[str, float | int]], ours: str = "frenzy") -> dict[str, float]:
-    """avg JCT of ``ours`` / avg JCT of each other policy (< 1: ours is faster)."""
+def cell(m: dict[str, float | int], key: str, scale: float, sd: dict[str, float] | None = None) -> str:
+    """One table cell: the value (finished as ``done/total``), ``+- sd`` over seeds where given."""
+    if key == "jobs_finished" and "jobs_total" in m:
+        return f"{_fmt(m[key], 1.0)}/{_fmt(m['jobs_total'], 1.0)}"
+    text = _fmt(m[key], scale)
+    if sd is not None and key in sd and key in SPREAD_KEYS:
+        text += f" ± {_fmt(float(sd[key]), scale)}"
+    return text
+
+
+def aggregate(runs: Sequence[Metrics]) -> tuple[Metrics, dict[str, dict[str, float]]]:
+    """Per policy, the mean of each metric over ``runs`` (one per seed) and its standard
+    deviation (population; 0 for one run)."""
+    mean: Metrics = {}
+    sd: dict[str, dict[str, float]] = {}
+    for name in runs[0]:
+        mean[name], sd[name] = {}, {}
+        for key in runs[0][name]:
+            xs = [float(r[name][key]) for r in runs]
+            mu = sum(xs) / len(xs)
+            v = runs[0][name][key]
+            mean[name][key] = int(mu) if isinstance(v, int) and mu == int(mu) else mu
+            sd[name][key] = math.sqrt(sum((x - mu) ** 2 for x in xs) / len(xs))
+    return mean, sd
+
+
+def ratios(
+    metrics: Metrics, ours: str = "frenzy", unfinished: dict[str, frozenset[str]] | None = None
+) -> dict[str, float]:
+    """avg JCT of ``ours`` / avg JCT of each other policy (< 1: ours is faster), only for the
+    policies that finished the same jobs as ``ours`` (``unfinished``: policy -> ids it left
+    unfinished in any seed; None: compare the finished counts)."""
     if ours not in metrics or not metrics[ours]["avg_jct_s"]:
         return {}
     mine = float(metrics[ours]["avg_jct_s"])
     return {
-        name: mine / float(m["avg_jct_s"]) for name, m in metrics.items() if name != ours and m["avg_jct_s"]
+        name: mine / float(m["avg_jct_s"])
+        for name, m in metrics.items()
+        if name != ours and m["avg_jct_s"] and same_jobs(metrics, ours, name, unfinished)
     }
 
 
-def markdown_table(metrics: dict[str, dict[str, float | int]], title: str = "") -> str:
+def same_jobs(metrics: Metrics, a: str, b: str, unfinished: dict[str, frozenset[str]] | None) -> bool:
+    """Did ``a`` and ``b`` finish the same set of jobs (so their averages are comparable)?"""
+    if unfinished is not None:
+        return unfinished.get(a, frozenset()) == unfinished.get(b, frozenset())
+    return metrics[a]["jobs_finished"] == metrics[b]["jobs_finished"]
+
+
+def markdown_table(
+    metrics: Metrics,
+    title: str = "",
+    *,
+    spread: dict[str, dict[str, float]] | None = None,
+    unfinished: dict[str, frozenset[str]] | None = None,
+    settings: str = "",
+) -> str:
+    """The table (mean +- sd over seeds where ``spread`` is given), the settings line, and the
+    ratios of frenzy's avg JCT to the policies that finished the same jobs; a policy that
+    finished a different set gets no ratio, and the line says so."""
     lines = []
     if title:
         lines += [title, ""]
+    if settings:
+        lines += [settings, ""]
     lines.append("| policy | " + " | ".join(h for _, h, _ in COLUMNS) + " |")
     lines.append("|---" * (len(COLUMNS) + 1) + "|")
     for name, m in metrics.items():
-        lines.append(f"| {name} | " + " | ".join(_fmt(m[k], s) for k, _, s in COLUMNS) + " |")
-    r = ratios(metrics)
+        sd = spread.get(name) if spread else None
+        lines.append(f"| {name} | " + " | ".join(cell(m, k, s, sd) for k, _, s in COLUMNS) + " |")
+    lines.append("")
+    lines.append(
+        "avg JCT: over finished jobs; avg JCT all: every job, an unfinished one counted until the run "
+        "ended (censored); rho: Themis finish-time fairness, JCT / the job's time alone on 1/N of the "
+        "cluster."
+    )
+    r = ratios(metrics, unfinished=unfinished)
     if r:
         lines.append("")
         lines.append(
@@ -62,6 +130,15 @@ def markdown_table(metrics: dict[str, dict[str, float | int]], title: str = "") 
                 for n, v in r.items()
             )
         )
+    if "frenzy" in metrics:
+        skipped = [n for n in metrics if n != "frenzy" and not same_jobs(metrics, "frenzy", n, unfinished)]
+        if skipped:
+            lines.append("")
+            lines.append(
+                "no ratio against "
+                + ", ".join(skipped)
+                + ": it and frenzy did not finish the same jobs (compare avg JCT all)"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -158,4 +235,4 @@ def plot_decision_vs_size(rows: Sequence[dict], path: Path, queued: int = 1000) 
     return path
 
 
-__all__ = ["COLUMNS", "markdown_table", "plot_decision_vs_size", "ratios", "write_plots"]
+__all__ = ["COLUMNS", "aggregate", "cell", "markdown_table", "plot_decision_vs_size", "ratios", "same_jobs", "write_plots"]

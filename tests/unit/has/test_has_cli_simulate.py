@@ -12,7 +12,8 @@ from frenzy.cli.main import app
 
 REPO = Path(__file__).resolve().parents[3]
 KEYS = {"avg_jct_s", "p50_jct_s", "p99_jct_s", "avg_queue_s", "makespan_s", "utilization", "oom_failures",
-        "restarts", "jobs_finished", "decision_ms_mean", "decision_ms_p99"}  # fmt: skip
+        "restarts", "jobs_finished", "jobs_total", "avg_jct_censored_s", "rho_mean", "rho_max",
+        "decision_ms_mean", "decision_ms_p99"}  # fmt: skip
 CLUSTER = str(REPO / "examples/clusters/paper-64.yaml")
 
 
@@ -50,6 +51,9 @@ def test_simulate_json_table_and_outputs(tmp_path: Path) -> None:
         (["--synthetic", "3", "--decision-sizes", "4"], "--decision-sizes: '4' is not a cluster size in GPUs (8..100,000)"),
         (["--synthetic", "3", "--decision-sizes", "64", "--decision-queue", "-1"], "--decision-queue: must be >= 0"),
         (["--synthetic", "3", "--restart-s", "-5"], "--restart-s: must be a number of seconds >= 0, got -5.0"),
+        (["--synthetic", "3", "--memory-error", "-0.1"], "--memory-error: must be a log-normal sigma in [0, 2]"),
+        (["--synthetic", "3", "--speed-error", "9"], "--speed-error: must be a log-normal sigma in [0, 2]"),
+        (["--synthetic", "3", "--seeds", "0"], "--seeds: must be 1..100 runs, got 0"),
     ],
 )
 def test_bad_input_exits_2_naming_the_field(tmp_path: Path, args: list[str], needle: str) -> None:
@@ -146,3 +150,52 @@ def test_restart_cost_is_what_a_restart_costs_in_the_run() -> None:
     assert cheap["restart_s"] == 0.0 and dear["restart_s"] == 600.0
     assert dear["policies"]["gavel"]["restarts"] > 0
     assert dear["policies"]["gavel"]["avg_jct_s"] > cheap["policies"]["gavel"]["avg_jct_s"]
+
+
+def test_seeds_errors_and_unfinished_jobs_are_reported(tmp_path: Path) -> None:
+    """Issue 18: --seeds N gives mean and spread; every table names its seeds and error settings;
+    a job no GPU of the cluster holds is reported with why, counted in the censored mean, and no
+    ratio is printed between policies that finished different jobs."""
+    cluster = tmp_path / "tiny.yaml"
+    cluster.write_text("nodes:\n  - {gpu: L4, count: 1, gpus_per_node: 4, name_prefix: l4}\n")
+    trace = tmp_path / "t.csv"
+    trace.write_text("job_id,submit_s,model,seq_len,global_batch,tokens,gpu_type,gpus\n"
+                     "small,0,qwen2.5-0.5b,2048,64,20000000,,2\n"
+                     "huge,10,qwen2.5-72b,2048,64,20000000,,4\n")  # fmt: skip
+    runner = CliRunner()
+    args = ["simulate", "--cluster", str(cluster), "--trace", str(trace), "--policies", "frenzy,opportunistic",
+            "--seeds", "3", "--memory-error", "0.05", "--speed-error", "0.1"]  # fmt: skip
+    res = runner.invoke(app, [*args, "--json", "--out", str(tmp_path / "o")])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    assert data["seeds"] == [0, 1, 2] and len(data["per_seed"]) == 3
+    assert data["truth"] == {"runtime_noise": 0.1, "memory_error": 0.05, "speed_error": 0.1}
+    for name in ("frenzy", "opportunistic"):
+        m = data["policies"][name]
+        assert m["jobs_finished"] == 1 and m["jobs_total"] == 2
+        assert "too big for this cluster" in data["unfinished"][name]["huge"]
+        # the unfinished job counts, from its arrival (10 s) until the run ended (a lower bound)
+        assert m["avg_jct_censored_s"] >= (m["avg_jct_s"] + m["avg_jct_s"] - 10.0) / 2
+        assert set(data["spread"][name]) == set(m)
+    summary = (tmp_path / "o" / "summary.md").read_text()
+    assert "seeds 0-2 (mean ± sd); truth: runtime noise 0.1, memory error 0.05, speed error 0.1" in summary
+    assert "1/2" in summary and "huge" in summary
+    table = runner.invoke(app, args)
+    assert table.exit_code == 0 and "did not finish 1 jobs" in table.stdout
+
+
+def test_no_ratio_between_policies_that_finished_different_jobs() -> None:
+    from has.sim.report import markdown_table
+
+    m = {"frenzy": {"avg_jct_s": 100.0, "jobs_finished": 9}, "sia": {"avg_jct_s": 200.0, "jobs_finished": 10},
+         "gavel": {"avg_jct_s": 400.0, "jobs_finished": 9}}  # fmt: skip
+    for v in m.values():
+        v.update({k: 0.0 for k in ("avg_jct_censored_s", "p50_jct_s", "p99_jct_s", "avg_queue_s", "makespan_s",
+                                   "utilization", "rho_mean", "rho_max", "decision_ms_mean", "decision_ms_p99")})
+        v.update({"oom_failures": 0, "restarts": 0, "jobs_total": 10})
+    text = markdown_table(m, unfinished={"frenzy": frozenset({"x"}), "sia": frozenset(), "gavel": frozenset({"x"})})
+    assert "gavel 0.25" in text and "sia 0." not in text
+    assert "no ratio against sia" in text
+    # the same counts but different jobs: still no ratio
+    text = markdown_table(m, unfinished={"frenzy": frozenset({"x"}), "sia": frozenset(), "gavel": frozenset({"y"})})
+    assert "no ratio against sia, gavel" in text

@@ -76,9 +76,17 @@ def test_every_policy_finishes_and_conserves_gpus(name: str, jobs: list[TraceJob
         "oom_failures",
         "restarts",
         "jobs_finished",
+        "jobs_total",
+        "avg_jct_censored_s",
+        "rho_mean",
+        "rho_max",
         "decision_ms_mean",
         "decision_ms_p99",
     }
+    # every job counted: the unfinished ones are named with why, and count in the censored mean
+    assert m["jobs_total"] == len(jobs) and len(res.unfinished) == len(jobs) - expected
+    assert all(res.unfinished.values())
+    assert m["avg_jct_censored_s"] >= m["avg_jct_s"] * m["jobs_finished"] / len(jobs)
 
 
 @pytest.mark.parametrize("name", ("frenzy", "frenzy-paper"))

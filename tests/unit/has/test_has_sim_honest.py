@@ -108,12 +108,15 @@ def test_frenzy_learns_from_an_oom_as_the_live_scheduler_will() -> None:
     first = probe.run()
     first_type = probe.placements[0][2]
     policy = make_policy("frenzy")
-    used: list[int | None] = []
+    used: list[marp.Plan] = []
     decide = policy.decide
 
     def spy(view: SimView) -> list:
         acts = decide(view)
-        used.extend(a.plan_index for a in acts if isinstance(a, Start))
+        info = view._sim.info
+        for a in acts:
+            if isinstance(a, Start):
+                used.append(a.plan if a.plan is not None else info[a.job_id].profile.plans[a.plan_index])
         return acts
 
     policy.decide = spy  # type: ignore[method-assign]
@@ -124,9 +127,8 @@ def test_frenzy_learns_from_an_oom_as_the_live_scheduler_will() -> None:
     assert res.oom_failures >= 1 and res.jobs[0].finish_s is not None
     assert res.jobs[0].finish_s >= 100.0  # the OOM cost its delay
     info = sim.info[job.job_id]
-    plans = info.profile.plans
-    share = lambda i: memory_share(plans[i].memory.total, marp.get_gpu(plans[i].gpu_type).memory_bytes)  # noqa: E731
+    share = lambda p: memory_share(p.memory.total, marp.get_gpu(p.gpu_type).memory_bytes)  # noqa: E731
     assert info.oom_plans == used[: len(info.oom_plans)] and len(used) == res.oom_failures + 1
     # every start after an OOM used a plan below the share of every plan that failed before it
     for k in range(1, len(used)):
-        assert all(share(used[k]) < share(f) for f in used[:k])  # type: ignore[arg-type]
+        assert all(share(used[k]) < share(f) for f in used[:k])
