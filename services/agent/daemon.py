@@ -27,6 +27,11 @@ Whether a launch may run here is judged by ``launch_check.check_launch`` (pure)
 over facts this module gathers (GPUs, the rendezvous port, owner and fence of
 the launch's GPUs in Redis, the job's resolved working directory).
 
+A launch that carries packed code (``code_sha256``) runs in a fresh copy of it: fetched from
+Redis, its sha256 checked, unpacked once per hash with nothing allowed outside
+(``frenzy.agent.codecache``); a blob that is missing, corrupt or unsafe fails the launch with
+the reason in the event and in the job's log.
+
 Jobs run clean: their environment is an allowlist of the agent's (never its
 Redis address or a credential), their logs stay under the log directory, their
 working directory under a ``--workdir-root``, and with ``--run-as`` they run as
@@ -51,6 +56,7 @@ from pathlib import Path
 import redis
 
 from frenzy.agent import jobenv, launcher
+from frenzy.agent.codecache import CodeCache, CodeUnavailable
 from frenzy.agent.exit_cause import classify, last_lines
 from frenzy.agent.gpus import GpuBackend, GpuInfo, NvmlBackend
 from frenzy.agent.launch_check import GpuHolder, LaunchFacts, LaunchVerdict, check_launch, opens_rendezvous
@@ -61,6 +67,7 @@ from frenzy.agent.peak import job_gpu_bytes
 from frenzy.agent.run_as import JobUser
 from frenzy.agent.run_as import resolve as resolve_user
 from frenzy.state import node_keys, scripts
+from frenzy.state.code_store import CodeReader
 from frenzy.state.keys import AGENT_GROUP, Keys
 from frenzy.state.messages import (
     TAIL_BYTES,
@@ -179,6 +186,10 @@ class Agent:
                                 retention_s=log_retention_s)
         state = Path(state_dir).resolve() if state_dir else self.log_dir / ".agent"
         self._ledger = Ledger(state / f"{node}.json")
+        # Jobs' packed code: read as bytes (a second client, the first decodes replies), unpacked
+        # under the state directory (frenzy.agent.codecache).
+        self._code_redis = redis.Redis.from_url(redis_url, decode_responses=False, protocol=2)
+        self._code = CodeCache(state, CodeReader(self._code_redis, self.keys))
         self._gpus: list[GpuInfo] = []
         self._jobs: dict[tuple[str, int], JobProcess] = {}
         self._lock = threading.Lock()
@@ -220,6 +231,7 @@ class Agent:
                     t.join(timeout=5)
             self.backend.close()
             self._redis.close()
+            self._code_redis.close()
             log.info("agent %s stopped", self.node)
 
     def _shutdown(self) -> None:
@@ -485,6 +497,8 @@ class Agent:
                 self.metrics.launch("refused")
                 self._emit(failed.model_copy(update={"message": verdict.problem, "retryable": verdict.retryable}))
                 return
+            if msg.code_sha256:
+                msg = self._with_code(msg)
             started = launcher.start(msg, self.node, self.log_dir, launch_id=self.launch_id(msg.job_id, msg.attempt),
                                      extra_env=self.extra_env, pass_env=self.pass_env, user=self.job_user)
         except launcher.LaunchError as exc:
@@ -519,6 +533,20 @@ class Agent:
                  msg.gpu_indices, job.log_path, extra=self._context(msg.job_id, msg.attempt))
         self.metrics.launch("started")
         self._announce(job)
+
+    def _with_code(self, msg: LaunchMessage) -> LaunchMessage:
+        """``msg`` running in a fresh copy of its packed code (fetched, checked and unpacked once per
+        hash). LaunchError when the code cannot be had; Redis errors propagate (the entry is retried)."""
+        assert msg.code_sha256 is not None
+        try:
+            workdir = self._code.workdir(msg.code_sha256, msg.job_id, msg.attempt, self.node, self.job_user)
+        except CodeUnavailable as exc:
+            problem = f"the job's code could not be unpacked on node {self.node}: {exc}"
+            # In the job's log too (shipped by the failure path): `frenzy logs` and `frenzy job` show why.
+            _append_line(launcher.log_path_for(self.log_dir, msg, self.node),
+                         f"# frenzy agent {self.node}: job {msg.job_id} attempt {msg.attempt}: launch failed: {problem}")
+            raise launcher.LaunchError(problem) from exc
+        return msg.model_copy(update={"workdir": str(workdir)})
 
     def _find_orphan(self, msg: LaunchMessage) -> JobProcess | None:
         """The process a crashed agent run started for ``msg`` before it could record it, if any."""
@@ -779,6 +807,15 @@ def _entries(reply) -> list[tuple[str, dict | None]]:
     A deleted-but-pending entry comes back with empty (or None) fields.
     """
     return [(entry_id, fields) for _stream, entries in reply or [] for entry_id, fields in entries]
+
+
+def _append_line(log_path: os.PathLike[str] | str, line: str) -> None:
+    try:
+        Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "a") as f:
+            f.write(line + "\n")
+    except OSError as exc:  # the log is a convenience; the event is what counts
+        log.debug("could not append to %s: %s", log_path, exc)
 
 
 def _append_trailer(log_path: str, code: int | None, cancelled: bool) -> None:
