@@ -145,7 +145,13 @@ def submit(
     train_steps: Annotated[int, typer.Option()] = 1000,
     name: Annotated[str, typer.Option(help="A label for the job.")] = "",
     env: Annotated[list[str] | None, typer.Option(help="KEY=VALUE for the job's environment (repeat).")] = None,
-    workdir: Annotated[str, typer.Option(help="Working directory on the nodes.")] = "",
+    workdir: Annotated[str, typer.Option(help="Working directory on the nodes (a shared filesystem); the "
+                                          "code is not packed then.")] = "",
+    no_code: Annotated[bool, typer.Option("--no-code", help="Do not pack the directory: the command runs in "
+                                          "the agent's own directory (or --workdir).")] = False,
+    code_dir: Annotated[Path, typer.Option(help="The directory to pack and run in (git-aware: what git would "
+                                           "commit).")] = Path("."),
+    max_code_mib: Annotated[float, typer.Option(min=0.001, help="Refuse to pack more than this many MiB.")] = 100.0,
     gpu_types: Annotated[list[str] | None, typer.Option("--gpu-type", help="Only these GPU types.")] = None,
     max_gpus: Annotated[int, typer.Option(help="At most this many GPUs (0: no limit).")] = 0,
     min_gpus: Annotated[int, typer.Option(help="At least this many GPUs (0: no minimum); with --max-gpus "
@@ -159,6 +165,10 @@ def submit(
     as_json: JsonOpt = False,
 ) -> None:
     """Submit a job: the model and recipe, then the command after `--`.
+
+    The current directory travels with the job (what git would commit, at most --max-code-mib):
+    each node runs the command in a fresh copy of it. --workdir (a directory on the nodes) or
+    --no-code runs it without packing.
 
         frenzy submit --model gpt2-124m --seq-len 1024 --global-batch 32 -- python train.py --tp {tp}
     """
@@ -181,7 +191,10 @@ def submit(
         if msg.startswith("command"):
             msg += ". To fix: put the command after `--`, e.g. `frenzy submit ... -- python train.py`"
         fail(msg, 2)
+    packed = None if (workdir or no_code) else _pack_code(code_dir, max_code_mib)
     with scheduler_call(scheduler) as stub:
+        if packed is not None:
+            spec.code_sha256 = _upload_code(stub, packed, quiet=as_json)
         resp = stub.SubmitJob(scheduler_pb2.SubmitJobRequest(spec=spec), timeout=60)
         job = resp.job
         if as_json and not wait:
@@ -208,6 +221,35 @@ def show_failure(j: types_pb2.Job) -> None:
         con.print(line, highlight=False)
     if render.state_name(j.state) == "FAILED" and not (j.attempts and j.attempts[-1].tail):
         con.print(f"output: frenzy logs {j.id}")
+
+
+def _pack_code(code_dir: Path, max_code_mib: float):  # noqa: ANN202 -> frenzy.code.pack.PackedCode
+    """The submit directory packed (frenzy.code.pack), or the command ends naming what is wrong."""
+    from frenzy.code.pack import PackError, pack
+
+    try:
+        return pack(code_dir, max_bytes=int(max_code_mib * 1024 * 1024))
+    except PackError as exc:
+        fail(str(exc), 2)
+
+
+def _upload_code(stub, packed, quiet: bool) -> str:  # noqa: ANN001
+    """Send the packed code unless the scheduler holds it already; its sha256 for the JobSpec."""
+    from frenzy.code.pack import CodeTooLarge
+    from frenzy.code.upload import ensure_uploaded
+
+    try:
+        sent = ensure_uploaded(stub, packed)
+    except CodeTooLarge as exc:
+        fail(str(exc), 2)
+    con = render.console(stderr=quiet)
+    how = "uploaded" if sent.sent else "already stored"
+    con.print(f"code: {packed.files} files from {render.user_text(packed.root)}"
+              f"{' (git)' if packed.git else ''}, {packed.size / 1024:.0f} KiB packed, {how} "
+              f"({packed.sha256[:12]})", highlight=False)
+    for note in packed.skipped[:10]:
+        con.print(f"[yellow]code: left out[/] {render.user_text(note)}", highlight=False)
+    return packed.sha256
 
 
 def _follow(stub, job_id: str, quiet: bool = False) -> types_pb2.Job:  # noqa: ANN001
