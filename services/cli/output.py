@@ -43,13 +43,11 @@ def fail(message: str, code: int = 1) -> NoReturn:
 
 
 def rpc_fail(exc: grpc.RpcError) -> NoReturn:
+    # One text for a failed call, here and in the SDK's exceptions (frenzy.sdk.errors).
+    from frenzy.sdk.errors import describe
+
     code = exc.code()
-    hint = ""
-    if code == grpc.StatusCode.UNAVAILABLE:
-        hint = "\nTo fix: start the stack (`frenzy up`) or point --scheduler / FRENZY_SCHEDULER at it."
-    elif code == grpc.StatusCode.UNAUTHENTICATED:
-        hint = ""  # the server's message already says how to get a token
-    fail(f"{code.name}: {exc.details()}{hint}", EXIT_BY_CODE.get(code, 1))
+    fail(describe(code, exc.details()), EXIT_BY_CODE.get(code, 1))
 
 
 def echo_json(data: object) -> None:
