@@ -11,6 +11,7 @@ import asyncio
 import hashlib
 import io
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -93,7 +94,9 @@ def test_the_sdk_runs_a_fresh_directory_s_train_py(stack: LocalStack, client: Cl
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     proj = _project(tmp_path / "sdk-project", "tokens-from-the-sdk")
     monkeypatch.chdir(proj)
-    job = client.submit(model="gpt2-355m", seq_len=1024, global_batch=32, command=[sys.executable, "train.py"])
+    # The issue's words: `python` as the nodes' PATH finds it (this interpreter where there is none).
+    python = "python" if shutil.which("python") else sys.executable
+    job = client.submit(model="gpt2-355m", seq_len=1024, global_batch=32, command=[python, "train.py"])
     assert job.state == "PENDING" and job.code_sha256
     done = job.wait(timeout=90)
     assert done.succeeded, done
