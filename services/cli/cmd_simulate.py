@@ -48,6 +48,7 @@ class SimSettings:
     memory_error: float
     speed_error: float
     restart_s: float
+    gavel_round_s: float
     out: Path | None
     save_trace: Path | None
     fail_node: tuple[str, ...]
@@ -91,8 +92,8 @@ TraceOpt = Annotated[
 PoliciesOpt = Annotated[
     str,
     typer.Option(
-        help="Comma-separated: frenzy, frenzy-paper, opportunistic, sia, gavel, frenzy-fifo, "
-        "frenzy-ranked, sia-memaware, frenzy-nopreempt."
+        help="Comma-separated: frenzy, frenzy-paper, opportunistic, sia, sia-memaware, gavel, "
+        "gavel-memaware, gavel-minjct, hadar, frenzy-fifo, frenzy-ranked, frenzy-nopreempt."
     ),
 ]
 MaxJobsOpt = Annotated[int, typer.Option(help="Only the first N jobs of the trace (0: all).")]
@@ -134,6 +135,9 @@ RestartOpt = Annotated[
         "(frenzy's preemption, Sia's restart factor) are told the same number."
     ),
 ]
+GavelRoundOpt = Annotated[
+    float, typer.Option(help="Round length of gavel, gavel-memaware and gavel-minjct (Gavel's: 360 s).")
+]
 OutOpt = Annotated[Path | None, typer.Option(help="Write results.json, summary.md and PNG plots here.")]
 SaveTraceOpt = Annotated[Path | None, typer.Option(help="Also write the (mapped) jobs in our trace format.")]
 FailNodeOpt = Annotated[
@@ -172,6 +176,7 @@ def simulate(
     memory_error: MemoryErrorOpt = 0.0,
     speed_error: SpeedErrorOpt = 0.0,
     restart_s: RestartOpt = 120.0,
+    gavel_round_s: GavelRoundOpt = 360.0,
     out: OutOpt = None,
     save_trace: SaveTraceOpt = None,
     fail_node: FailNodeOpt = None,
@@ -196,8 +201,8 @@ def simulate(
     settings = check_settings(
         cluster=cluster, trace=trace, policies=policies, max_jobs=max_jobs, synthetic=synthetic,
         jobs_per_hour=jobs_per_hour, seed=seed, seeds=seeds, runtime_noise=runtime_noise,
-        memory_error=memory_error, speed_error=speed_error, restart_s=restart_s, out=out,
-        save_trace=save_trace, fail_node=fail_node or [], decision_sizes=decision_sizes,
+        memory_error=memory_error, speed_error=speed_error, restart_s=restart_s, gavel_round_s=gavel_round_s,
+        out=out, save_trace=save_trace, fail_node=fail_node or [], decision_sizes=decision_sizes,
         decision_queue=decision_queue, as_json=as_json,
     )  # fmt: skip
     inputs = load_inputs(settings)
@@ -219,6 +224,7 @@ def check_settings(
     memory_error: float = 0.0,
     speed_error: float = 0.0,
     seeds: int = 1,
+    gavel_round_s: float = 360.0,
     save_trace: Path | None,
     fail_node: list[str],
     decision_sizes: str | None,
@@ -244,6 +250,8 @@ def check_settings(
         fail(f"--decision-queue: must be >= 0, got {decision_queue}", 2)
     if not 1 <= seeds <= 100:
         fail(f"--seeds: must be 1..100 runs, got {seeds}", 2)
+    if not (gavel_round_s >= 1 and gavel_round_s < math.inf):
+        fail(f"--gavel-round-s: must be a number of seconds >= 1, got {gavel_round_s}", 2)
     if not (restart_s >= 0 and restart_s < math.inf):
         fail(f"--restart-s: must be a number of seconds >= 0, got {restart_s}", 2)
     for flag, sigma in (("--runtime-noise", runtime_noise), ("--memory-error", memory_error),
@@ -253,8 +261,8 @@ def check_settings(
     return SimSettings(
         cluster=cluster, trace=trace, synthetic=synthetic, policies=tuple(names), max_jobs=max_jobs,
         jobs_per_hour=jobs_per_hour, seed=seed, seeds=seeds, runtime_noise=runtime_noise,
-        memory_error=memory_error, speed_error=speed_error, restart_s=restart_s, out=out,
-        save_trace=save_trace, fail_node=tuple(fail_node), decision_sizes=tuple(sizes),
+        memory_error=memory_error, speed_error=speed_error, restart_s=restart_s, gavel_round_s=gavel_round_s,
+        out=out, save_trace=save_trace, fail_node=tuple(fail_node), decision_sizes=tuple(sizes),
         decision_queue=decision_queue, as_json=as_json,
     )  # fmt: skip
 
@@ -311,7 +319,7 @@ def run(settings: SimSettings, inputs: SimInputs) -> SimOutcome:
         for name in settings.policies:
             try:
                 res = run_sim(
-                    inputs.spec, inputs.jobs, make_policy(name, restart_s=settings.restart_s), seed=seed,
+                    inputs.spec, inputs.jobs, make_policy(name, restart_s=settings.restart_s, gavel_round_s=settings.gavel_round_s), seed=seed,
                     runtime_noise=settings.runtime_noise, memory_error=settings.memory_error,
                     speed_error=settings.speed_error, profiles=inputs.book, node_failures=inputs.failures,
                     restart_s=settings.restart_s,

@@ -49,6 +49,7 @@ def payload(settings: SimSettings, inputs: SimInputs, outcome: SimOutcome) -> di
         "cluster": {"file": str(settings.cluster), "gpus": inputs.spec.total_gpus},
         "trace": {"file": trace, "jobs": len(inputs.jobs)},
         "restart_s": settings.restart_s,
+        "gavel_round_s": settings.gavel_round_s,
         "truth": {"runtime_noise": settings.runtime_noise, "memory_error": settings.memory_error,
                   "speed_error": settings.speed_error},  # fmt: skip
         "seeds": list(range(settings.seed, settings.seed + settings.seeds)),

@@ -15,7 +15,10 @@ system would see them) into Start/Stop actions.
   solved with HiGHS, memory-blind: it learns that a configuration OOMs only by trying it.
 * ``gavel``: Gavel's heterogeneity-aware max-min fairness (LAS) LP and round-based
   time-sharing (Narayanan et al., OSDI'20), at the user's requested GPU count, memory-blind
-  with opportunistic's OOM rule.
+  with opportunistic's OOM rule. ``gavel-memaware``: told which configurations fit;
+  ``gavel-minjct``: that, with a completion-time objective over the same LP.
+* ``hadar``: Hadar (Sultana et al., arXiv 2503.10918, 2025), round-based primal-dual pricing of
+  GPU types, from the paper's description (``HadarPolicy``; assumptions in docs/simulator.md).
 """
 
 from __future__ import annotations
@@ -467,11 +470,25 @@ class GavelPolicy:
       pays the simulator's restart cost when it runs again.
     Simplifications: no space sharing (job pairs on one GPU), no priority weights, no
     throughput estimation: the believed step times are known from the start (generous).
+
+    ``objective="minjct"`` (``gavel-minjct``): Gavel expresses each policy as an objective over
+    the effective throughput sum_j T[m, j] X[m, j] (sec. 3.1, 4.2); its FIFO objective weights
+    job m's normalised throughput by its arrival rank. The completion-time objective here weights
+    it by 1 / the job's remaining time instead (Smith's rule, the LP relaxation of minimum total
+    completion time): maximise sum_m sum_j T[m, j] X[m, j] / steps_left[m] -- each job's share of
+    its remaining work done per second -- under the same constraints and the same rounds. (Gavel's
+    artifact ships a min-JCT policy, AlloX, for single-GPU jobs only; this is our generalisation
+    to scale factors, not the paper's formula.)
     """
 
     name: str = "gavel"
     round_s: float | None = 360.0
     time_limit_s: float = 30.0
+    # True: Gavel given MARP's memory knowledge -- a job is never placed on a (type, count) MARP
+    # says does not fit; at the requested count with no fitting type it asks for 2x (gavel-memaware)
+    memory_aware: bool = False
+    # "maxmin": sec. 4.1's max-min fairness (LAS); "minjct": a completion-time objective (below)
+    objective: str = "maxmin"
     _sia: SiaPolicy = field(default_factory=SiaPolicy, repr=False)  # its believed step times
     _rounds: dict[str, int] = field(default_factory=dict, repr=False)  # job → rounds it was active
     _served: dict[str, dict[str, int]] = field(default_factory=dict, repr=False)  # job → type → rounds run
@@ -487,10 +504,12 @@ class GavelPolicy:
             if job.config is not None and job.config not in job.failed_configs:
                 n, allowed = job.config[1], [t for t in types if (t, job.config[1]) not in job.failed_configs]
             else:
-                req = OpportunisticPolicy.request(job, types, capacity)
+                req = self.request(job, types, capacity)
                 if req is None:
                     continue
                 n, allowed = req
+            if self.memory_aware:
+                allowed = [t for t in allowed if (t, n) in job.profile.configs]
             for t in allowed:
                 if capacity.get(t, 0) < n:
                     continue
@@ -499,12 +518,17 @@ class GavelPolicy:
                     pairs.append((i, t, n, 1.0 / step))
         chosen: dict[str, tuple[str, int]] = {}
         if pairs:
-            iso = self._fair([(i, t, n, 1.0) for i, t, n, _ in pairs], capacity)
-            t_iso = [0.0] * len(jobs)
-            for (i, _, _, thr), x in zip(pairs, iso, strict=True):
-                t_iso[i] += thr * x
-            weighted = [(i, t, n, thr * n / t_iso[i] if t_iso[i] > 0 else 0.0) for i, t, n, thr in pairs]
-            alloc = self._fair(weighted, capacity)
+            if self.objective == "minjct":
+                # Smith's rule over the effective throughput: sum T X / steps_left, one LP
+                weighted = [(i, t, n, thr / max(jobs[i].steps_left, 1e-9)) for i, t, n, thr in pairs]
+                _, alloc = self._lp(weighted, capacity, 0.0)
+            else:
+                iso = self._fair([(i, t, n, 1.0) for i, t, n, _ in pairs], capacity)
+                t_iso = [0.0] * len(jobs)
+                for (i, _, _, thr), x in zip(pairs, iso, strict=True):
+                    t_iso[i] += thr * x
+                weighted = [(i, t, n, thr * n / t_iso[i] if t_iso[i] > 0 else 0.0) for i, t, n, thr in pairs]
+                alloc = self._fair(weighted, capacity)
             ranked = []
             for (i, t, n, _), x in zip(pairs, alloc, strict=True):
                 if x <= 1e-6:
@@ -540,6 +564,18 @@ class GavelPolicy:
             self._rounds = {k: v for k, v in self._rounds.items() if k in active}
             self._served = {k: v for k, v in self._served.items() if k in active}
         return actions
+
+    def request(self, job: JobInfo, types: Sequence[str], capacity: dict[str, int]) -> tuple[int, list[str]] | None:
+        """(GPU count, types) for a job not running: opportunistic's OOM rule; memory-aware, the
+        smallest count at or above the request at which MARP says some type fits."""
+        if not self.memory_aware:
+            return OpportunisticPolicy.request(job, types, capacity)
+        fits = sorted({n for (t, n) in job.profile.configs if capacity.get(t, 0) >= n and (t, n) not in job.failed_configs})
+        if not fits:
+            return None
+        # the smallest count at or above the request where MARP says a type fits (else the largest)
+        n = next((c for c in fits if c >= job.requested_gpus), fits[-1])
+        return n, [t for t in types if (t, n) in job.profile.configs and (t, n) not in job.failed_configs]
 
     def _fair(self, pairs: list[tuple[int, str, int, float]], capacity: dict[str, int]) -> list[float]:
         """The max-min fair X for ``pairs`` = (m, j, n_m, c[m, j]) — maximise min_m sum_j
@@ -598,6 +634,107 @@ class GavelPolicy:
         return (float(sol[-1]) if floor is None else sum(c * v for (_, _, _, c), v in zip(pairs, x, strict=True))), x
 
 
+# ----- Hadar ---------------------------------------------------------------------------
+
+
+@dataclass
+class HadarPolicy:
+    """Hadar (Sultana et al., "Resource Heterogeneity-Aware and Utilization-Enhanced Scheduling for
+    Deep Learning Clusters", arXiv 2503.10918, 2025), built from the paper's description: a
+    task-level heterogeneity-aware scheduler that decides, round by round, which jobs run on which
+    GPU types, by an online primal-dual optimisation over each job's throughput on each type.
+
+    What we take from the paper: rounds (the temporal dimension; preemption between rounds),
+    per-job throughputs per GPU type from profiling, an online primal-dual framework in which each
+    GPU type has a price that rises with its allocation in the round, and a dual subroutine that
+    gives each job the allocation maximising its utility minus the price of the GPUs it takes
+    (admitted only when positive). What we had to assume (docs/simulator.md, "Hadar"):
+
+    * utility of a configuration c = (type, n): round_s / the job's estimated JCT on c -- a
+      decreasing function of the completion time, as in the primal-dual schedulers Hadar builds
+      on -- with the estimated JCT = time since submission + restart (when c differs from where
+      it runs) + steps_left x step time; so short jobs are worth more per GPU when GPUs are dear.
+      (A utility normalised per job, best JCT / JCT on c, did worse: 1.29 h vs 0.66 h avg JCT on
+      Pollux workload 6, paper-64, seed 0: every job was worth the same, so the first arrivals took
+      their widest configurations);
+    * prices per GPU: p_t(y) = L (U / L)^(y / C_t), y the GPUs of type t given out this round,
+      C_t the type's healthy GPUs, U the largest utility per GPU of any job's configuration this
+      round and L a quarter of the smallest (the exponential price of the primal-dual framework
+      Hadar builds on, Bao et al., INFOCOM'18); a configuration costs n x p_t(y + n / 2);
+    * jobs are offered the round's GPUs in arrival order (an online algorithm's order);
+    * task level collapses to one type per job: our LLM jobs run TP/PP layouts, and a synchronous
+      job split over types runs at its slowest type's pace, so a mix never beats one type;
+    * memory: Hadar profiles each job, so it knows which (type, n) run -- MARP's fit (like
+      sia-memaware); counts as Sia's (1, 2, 4, ... per node, whole nodes), up to max_scale x the
+      request (more where nothing smaller fits); 360 s rounds as Gavel (the paper compares with
+      Gavel's round-based simulator); no job forking (that is HadarE).
+    """
+
+    name: str = "hadar"
+    round_s: float | None = 360.0
+    restart_s: float = 120.0
+    max_scale: int = 2
+
+    def configs(self, job: JobInfo, shape: dict[str, tuple[int, int]]) -> list[tuple[str, int, float]]:
+        """(type, n, predicted step s) Hadar may give the job: fitting, not failed, within scale."""
+        out = []
+        for (t, n), step in job.profile.configs.items():
+            if t in shape and n <= shape[t][0] * shape[t][1] and (t, n) not in job.failed_configs:
+                per, _ = shape[t]
+                if n <= per and n & (n - 1) == 0 or n % per == 0:
+                    out.append((t, n, step))
+        if not out:
+            return []
+        smallest = min(n for _, n, _ in out)
+        cap = max(job.requested_gpus * self.max_scale, smallest)
+        return [c for c in out if c[1] <= cap]
+
+    def decide(self, view: SimView) -> list[Start | Stop]:
+        cluster = view.cluster
+        shape: dict[str, tuple[int, int]] = {}
+        capacity: dict[str, int] = {}
+        for t in _type_order(view):
+            per = cluster.healthy_by_node(t)
+            if per:
+                shape[t] = (max(per.values()), len(per))
+                capacity[t] = sum(per.values())
+        jobs = sorted(list(view.running) + list(view.queue), key=lambda j: j.seq)
+        offers: list[tuple[JobInfo, list[tuple[str, int, float]]]] = []
+        density: list[float] = []
+        for job in jobs:
+            cfgs = self.configs(job, shape)
+            if not cfgs:
+                continue
+            age = view.now - job.submitted_at
+            est = []
+            for t, n, step in cfgs:
+                switch = self.restart_s if (job.config is not None and job.config != (t, n)) or (
+                    job.config is None and job.restarts) else 0.0
+                est.append(age + switch + job.steps_left * step)
+            utility = [(t, n, self.round_s / max(e, 1.0)) for (t, n, _), e in zip(cfgs, est, strict=True)]
+            offers.append((job, utility))
+            density += [u / n for _, n, u in utility]
+        if not offers:
+            return []
+        upper = max(density)
+        lower = min(density) / 4.0
+        used = dict.fromkeys(capacity, 0)
+        chosen: dict[str, tuple[str, int]] = {}
+        for job, utility in offers:
+            pick, gain = None, 0.0
+            for t, n, u in utility:
+                if used[t] + n > capacity[t]:
+                    continue
+                price = lower * (upper / lower) ** ((used[t] + n / 2) / capacity[t])
+                payoff = u - n * price + (1e-6 if job.config == (t, n) else 0.0)  # ties keep a job where it is
+                if payoff > gain:
+                    pick, gain = (t, n), payoff
+            if pick is not None:
+                chosen[job.job_id] = pick
+                used[pick[0]] += pick[1]
+        return _place_round(view, chosen)
+
+
 # ----- registry ------------------------------------------------------------------------
 
 POLICY_NAMES = (
@@ -610,16 +747,21 @@ POLICY_NAMES = (
     "sia-memaware",
     "frenzy-nopreempt",
     "gavel",
+    "gavel-memaware",
+    "gavel-minjct",
+    "hadar",
 )
 
 
 def make_policy(
-    name: str, restart_s: float = 120.0
-) -> FrenzyPolicy | OpportunisticPolicy | SiaPolicy | GavelPolicy:
+    name: str, restart_s: float = 120.0, gavel_round_s: float = 360.0
+) -> FrenzyPolicy | OpportunisticPolicy | SiaPolicy | GavelPolicy | HadarPolicy:
     """A fresh policy by name (ablations: frenzy-fifo = frenzy without shortest-first,
     frenzy-ranked = frenzy without completion-time-aware plan choice; sia-memaware = Sia told
     which configurations fit, a baseline stronger than the paper's; frenzy-nopreempt = frenzy
-    that never stops a just-arrived job for a much shorter one)."""
+    that never stops a just-arrived job for a much shorter one; gavel-memaware = Gavel told which
+    configurations fit; gavel-minjct = that with the completion-time objective; ``gavel_round_s``:
+    Gavel's round length)."""
     if name == "frenzy":
         # preemption's switch cost is the simulator's restart cost
         return FrenzyPolicy(name, QueuePolicy.frenzy(preempt_restart_s=restart_s, explain=False), restart_s=restart_s)
@@ -640,7 +782,13 @@ def make_policy(
     if name == "sia-memaware":
         return SiaPolicy(name="sia-memaware", restart_s=restart_s, memory_aware=True)
     if name == "gavel":
-        return GavelPolicy()
+        return GavelPolicy(round_s=gavel_round_s)
+    if name == "gavel-memaware":
+        return GavelPolicy(name=name, round_s=gavel_round_s, memory_aware=True)
+    if name == "gavel-minjct":
+        return GavelPolicy(name=name, round_s=gavel_round_s, memory_aware=True, objective="minjct")
+    if name == "hadar":
+        return HadarPolicy(restart_s=restart_s)
     raise UnknownPolicyError(f"unknown policy {name!r}; known: {', '.join(POLICY_NAMES)}")
 
 
@@ -648,6 +796,7 @@ __all__ = [
     "POLICY_NAMES",
     "FrenzyPolicy",
     "GavelPolicy",
+    "HadarPolicy",
     "OpportunisticPolicy",
     "SiaPolicy",
     "UnknownPolicyError",

@@ -132,3 +132,55 @@ def test_frenzy_learns_from_an_oom_as_the_live_scheduler_will() -> None:
     # every start after an OOM used a plan below the share of every plan that failed before it
     for k in range(1, len(used)):
         assert all(share(used[k]) < share(f) for f in used[:k])
+
+
+# ----- baselines at their best -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["gavel-memaware", "gavel-minjct", "hadar", "sia-memaware"])
+def test_memory_aware_baselines_never_place_where_marp_says_no_fit(name: str) -> None:
+    # llama-2-7b does not fit one or two 24 GB L4s; a memory-blind Gavel tries and OOMs
+    jobs = [TraceJob(f"j{i}", 30.0 * i, "llama-2-7b", 2048, 64, 64 * 2048 * 40, 1) for i in range(4)]
+    sim = Simulator(PAPERISH, jobs, make_policy(name), runtime_noise=0.0)
+    res = sim.run()
+    assert res.metrics()["jobs_finished"] == 4 and res.oom_failures == 0
+    for _, job_id, t, gpus in sim.placements:
+        assert (t, len(gpus)) in sim.info[job_id].profile.configs
+    blind = Simulator(PAPERISH, jobs, make_policy("gavel"), runtime_noise=0.0).run()
+    assert blind.oom_failures > 0  # the memory-blind one learns by OOMing
+
+
+def test_gavel_minjct_runs_the_shorter_job_first_where_maxmin_shares() -> None:
+    """One 4-GPU node, two 4-GPU jobs, one 10x shorter: max-min fairness time-shares them round by
+    round; the completion-time objective (Smith's rule) gives the node to the short job."""
+    spec = parse_cluster({"nodes": [{"gpu": "H100-80GB", "count": 1, "gpus_per_node": 4}]})
+    jobs = [TraceJob("long", 0.0, "qwen2.5-0.5b", 2048, 64, 64 * 2048 * 40_000, 4),
+            TraceJob("short", 0.0, "qwen2.5-0.5b", 2048, 64, 64 * 2048 * 4_000, 4)]  # fmt: skip
+    fair = Simulator(spec, jobs, make_policy("gavel-memaware"), runtime_noise=0.0).run()
+    fast = Simulator(spec, jobs, make_policy("gavel-minjct"), runtime_noise=0.0).run()
+    short = lambda r: next(j for j in r.jobs if j.job_id == "short").jct_s  # noqa: E731
+    assert fast.restarts == 0 and short(fast) < short(fair)
+    assert fast.metrics()["avg_jct_s"] < fair.metrics()["avg_jct_s"]
+
+
+def test_gavel_round_length_is_an_option() -> None:
+    assert make_policy("gavel", gavel_round_s=60.0).round_s == 60.0
+    assert make_policy("gavel-minjct", gavel_round_s=720.0).round_s == 720.0
+
+
+def test_hadar_prices_gpus_so_a_contended_type_is_shared() -> None:
+    """Hadar's dual subroutine: a GPU type's price rises with what is given out in the round, and a
+    job gets the configuration with the best utility minus price. Alone on an empty node, the
+    first round gives the earlier arrival all four GPUs (cheap); with the second job waiting, the
+    next round prices the node so that the last GPUs buy j0 less than they cost, and the node is
+    split: both jobs run (Hadar's utilisation argument), each placement on free GPUs only."""
+    spec = parse_cluster({"nodes": [{"gpu": "H100-80GB", "count": 1, "gpus_per_node": 4}]})
+    jobs = [TraceJob(f"j{i}", 0.0, "qwen2.5-0.5b", 2048, 64, 64 * 2048 * 3_000, 4) for i in range(2)]
+    sim = Simulator(spec, jobs, make_policy("hadar"), runtime_noise=0.0)
+    res = sim.run()
+    assert res.metrics()["jobs_finished"] == 2 and res.oom_failures == 0
+    first, *rest = sim.placements
+    assert first[1] == "j0" and len(first[3]) == 4
+    second_round = [p for p in rest if p[0] == rest[0][0]]
+    assert {p[1] for p in second_round} == {"j0", "j1"}
+    assert sum(len(p[3]) for p in second_round) <= 4
