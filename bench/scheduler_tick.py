@@ -187,7 +187,7 @@ def submit(store: StateStore, sim: Simulator, job_id: str) -> str:
                                         train_steps=int(info.steps_left)),
         command=["torchrun", "train.py", "--tp", "{tp}", "--pp", "{pp}", "--dp", "{dp}"],
     )  # fmt: skip
-    job_id, _ = store.submit(spec, plans_of(info), info.model, marp.get_model(info.model).param_count)
+    job_id, _ = store.submit(spec, plans_of(info), info.model, marp.get_model(info.model).param_count())
     return job_id
 
 
