@@ -75,16 +75,24 @@ def test_every_scheduler_rpc_without_a_token_is_unauthenticated(up: dict) -> Non
         calls = {"SubmitJob": scheduler_pb2.SubmitJobRequest(), "GetJob": scheduler_pb2.GetJobRequest(job_id="x"),
                  "ListJobs": scheduler_pb2.ListJobsRequest(), "CancelJob": scheduler_pb2.CancelJobRequest(job_id="x"),
                  "WatchJob": scheduler_pb2.WatchJobRequest(job_id="x"), "ListNodes": scheduler_pb2.ListNodesRequest(),
-                 "StreamLogs": scheduler_pb2.StreamLogsRequest(job_id="x")}
+                 "StreamLogs": scheduler_pb2.StreamLogsRequest(job_id="x"),
+                 "HasCode": scheduler_pb2.HasCodeRequest(sha256="0" * 64),
+                 "UploadCode": scheduler_pb2.CodeChunk(sha256="0" * 64, size=3, data=b"abc")}
         service = scheduler_pb2.DESCRIPTOR.services_by_name["Scheduler"]
         assert {m.name for m in service.methods} == set(calls)
         for method in service.methods:
             streaming = method.server_streaming
-            fn = (channel.unary_stream if streaming else channel.unary_unary)(
-                f"/{service.full_name}/{method.name}", request_serializer=lambda m: m.SerializeToString(),
-                response_deserializer=lambda b: b)
+            if method.client_streaming:
+                fn = channel.stream_unary(f"/{service.full_name}/{method.name}",
+                                          request_serializer=lambda m: m.SerializeToString(),
+                                          response_deserializer=lambda b: b)
+            else:
+                fn = (channel.unary_stream if streaming else channel.unary_unary)(
+                    f"/{service.full_name}/{method.name}", request_serializer=lambda m: m.SerializeToString(),
+                    response_deserializer=lambda b: b)
             with pytest.raises(grpc.RpcError) as err:
-                result = fn(calls[method.name], timeout=10)
+                request = iter([calls[method.name]]) if method.client_streaming else calls[method.name]
+                result = fn(request, timeout=10)
                 if streaming:
                     list(result)
             assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED, method.name
