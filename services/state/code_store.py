@@ -144,7 +144,10 @@ class CodeUpload:
         return StoredCode(self.sha, self.size, existed=False)
 
     def abandon(self) -> None:
-        self.store.r.delete(self._key)
+        try:
+            self.store.r.delete(self._key)
+        except redis.RedisError:
+            pass  # Redis is down: the chunks expire with the upload key (UPLOAD_TTL_S)
 
 
 class CodeReader:

@@ -39,6 +39,8 @@ REQUESTS = {
     "WatchJob": scheduler_pb2.WatchJobRequest(job_id="job-000000000000"),
     "ListNodes": scheduler_pb2.ListNodesRequest(),
     "StreamLogs": scheduler_pb2.StreamLogsRequest(job_id="job-000000000000"),
+    "HasCode": scheduler_pb2.HasCodeRequest(sha256="0" * 64),
+    "UploadCode": [scheduler_pb2.CodeChunk(sha256="0" * 64, size=3, data=b"abc")],  # client-streamed
 }
 
 
@@ -53,7 +55,8 @@ def test_every_rpc_answers_unavailable_without_internals_while_redis_is_down(own
         t0 = time.monotonic()
         for name, request in REQUESTS.items():
             with pytest.raises(grpc.RpcError) as err:
-                result = getattr(servers.stub, name)(request, timeout=10)
+                result = getattr(servers.stub, name)(iter(request) if isinstance(request, list) else request,
+                                                     timeout=10)
                 if not hasattr(result, "ListFields"):
                     list(result)
             details = err.value.details() or ""

@@ -46,11 +46,14 @@ REQUESTS = {
     "WatchJob": scheduler_pb2.WatchJobRequest(job_id="job-000000000000"),
     "ListNodes": scheduler_pb2.ListNodesRequest(),
     "StreamLogs": scheduler_pb2.StreamLogsRequest(job_id="job-000000000000"),
+    "HasCode": scheduler_pb2.HasCodeRequest(sha256="0" * 64),
+    "UploadCode": [scheduler_pb2.CodeChunk(sha256="0" * 64, size=3, data=b"abc")],  # client-streamed
 }
 
 
 def _call(stub, name: str) -> None:  # noqa: ANN001
-    result = getattr(stub, name)(REQUESTS[name], timeout=10)
+    request = REQUESTS[name]
+    result = getattr(stub, name)(iter(request) if isinstance(request, list) else request, timeout=10)
     if not hasattr(result, "ListFields"):  # a stream: read it to get the status
         list(result)
 
