@@ -6,7 +6,9 @@ system would see them) into Start/Stop actions.
 * ``frenzy`` / ``frenzy-paper`` (and ablations): build ``QueuedJob``s from MARP's ranked
   plans and call ``has.schedule`` — the very function the live scheduler calls every tick;
   only the ``QueuePolicy`` differs. frenzy-paper = ``QueuePolicy()`` (first satisfiable
-  ranked plan, FIFO, backfill); frenzy = ``QueuePolicy.frenzy()``.
+  ranked plan, FIFO, backfill); frenzy = ``QueuePolicy.frenzy(plan_choice=RANKED)``
+  (shortest-first with aging; chosen on the tuning split, docs/simulator.md); frenzy-completion
+  = ``QueuePolicy.frenzy()``, the live scheduler's default.
 * ``opportunistic``: memory-blind; the user's requested GPU count on whatever type has that
   many free GPUs, first fit, FIFO with backfill. OOM rule: after an OOM on (type, n) the job
   tries the next type at n; once every type failed at n it asks for 2n.
@@ -743,7 +745,7 @@ POLICY_NAMES = (
     "opportunistic",
     "sia",
     "frenzy-fifo",
-    "frenzy-ranked",
+    "frenzy-completion",
     "sia-memaware",
     "frenzy-nopreempt",
     "gavel",
@@ -756,22 +758,27 @@ POLICY_NAMES = (
 def make_policy(
     name: str, restart_s: float = 120.0, gavel_round_s: float = 360.0
 ) -> FrenzyPolicy | OpportunisticPolicy | SiaPolicy | GavelPolicy | HadarPolicy:
-    """A fresh policy by name (ablations: frenzy-fifo = frenzy without shortest-first,
-    frenzy-ranked = frenzy without completion-time-aware plan choice; sia-memaware = Sia told
-    which configurations fit, a baseline stronger than the paper's; frenzy-nopreempt = frenzy
-    that never stops a just-arrived job for a much shorter one; gavel-memaware = Gavel told which
+    """A fresh policy by name (frenzy = shortest-first with aging over MARP's ranked plans, the
+    default the tuning split chose; ablations: frenzy-fifo = frenzy without shortest-first,
+    frenzy-completion = the live scheduler's QueuePolicy.frenzy() with completion-time-aware plan
+    choice and preemption, frenzy-nopreempt = that without preemption; sia-memaware = Sia told
+    which configurations fit, a baseline stronger than the paper's; gavel-memaware = Gavel told which
     configurations fit; gavel-minjct = that with the completion-time objective; ``gavel_round_s``:
     Gavel's round length)."""
     if name == "frenzy":
-        # preemption's switch cost is the simulator's restart cost
+        # The default, chosen on the tuning half of bench/sim_tables.py (docs/simulator.md):
+        # shortest-first with aging over MARP's ranked plans -- the completion-time plan choice
+        # (and the preemption that needs it) did not pay there.
+        return FrenzyPolicy(name, QueuePolicy.frenzy(plan_choice=PlanChoice.RANKED, explain=False), restart_s=restart_s)
+    if name == "frenzy-completion":
+        # the live scheduler's QueuePolicy.frenzy(); preemption's switch cost is the simulator's restart cost
         return FrenzyPolicy(name, QueuePolicy.frenzy(preempt_restart_s=restart_s, explain=False), restart_s=restart_s)
     if name == "frenzy-paper":
         return FrenzyPolicy(name, QueuePolicy(explain=False), restart_s=restart_s)
     if name == "frenzy-fifo":
-        return FrenzyPolicy(name, QueuePolicy.frenzy(order=QueueOrder.FIFO, explain=False), restart_s=restart_s)
-    if name == "frenzy-ranked":
         return FrenzyPolicy(
-            name, QueuePolicy.frenzy(plan_choice=PlanChoice.RANKED, explain=False), restart_s=restart_s
+            name, QueuePolicy.frenzy(order=QueueOrder.FIFO, plan_choice=PlanChoice.RANKED, explain=False),
+            restart_s=restart_s,
         )
     if name == "frenzy-nopreempt":
         return FrenzyPolicy(name, QueuePolicy.frenzy(preempt_within_s=0.0, explain=False), restart_s=restart_s)

@@ -164,7 +164,7 @@ def _spec() -> ClusterSpec:
 def test_simulator_stops_the_victim_which_loses_its_progress_and_restarts_once() -> None:
     assert "frenzy-nopreempt" in POLICY_NAMES
     base = Simulator(_spec(), _trace(), make_policy("frenzy-nopreempt"), runtime_noise=0.0).run()
-    pre = Simulator(_spec(), _trace(), make_policy("frenzy"), runtime_noise=0.0).run()
+    pre = Simulator(_spec(), _trace(), make_policy("frenzy-completion"), runtime_noise=0.0).run()
     by = {r.job_id: r for r in base.jobs}
     got = {r.job_id: r for r in pre.jobs}
     assert base.restarts == 0 and pre.restarts == 1 and pre.oom_failures == 0

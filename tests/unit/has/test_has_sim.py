@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import pytest
 
 import has.sim.baselines as baselines
-from has import QueuePolicy, schedule
+from has import PlanChoice, QueuePolicy, schedule
 from has.cluster_spec import parse_cluster
 from has.sim.baselines import (
     FrenzyPolicy,
@@ -159,8 +159,11 @@ def test_frenzy_policy_calls_has_schedule(monkeypatch: pytest.MonkeyPatch, jobs:
         return schedule(cluster, queue, now, policy, running)
 
     monkeypatch.setattr(baselines, "schedule", spy)
-    simulate(SMALL, jobs[:5], make_policy("frenzy"), profiles=book)
-    assert calls and all(p == QueuePolicy.frenzy(explain=False) for p in calls)
+    simulate(SMALL, jobs[:5], make_policy("frenzy-completion"), profiles=book)
+    assert calls and all(p == QueuePolicy.frenzy(explain=False) for p in calls)  # the live default
+    calls.clear()
+    simulate(SMALL, jobs[:5], make_policy("frenzy"), profiles=book)  # the split's choice
+    assert calls and all(p == QueuePolicy.frenzy(plan_choice=PlanChoice.RANKED, explain=False) for p in calls)
 
 
 def test_engine_rejects_double_booking(jobs: list[TraceJob], book: ProfileBook) -> None:
