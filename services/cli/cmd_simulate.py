@@ -243,6 +243,7 @@ def check_settings(
     for n in names:
         if n not in POLICY_NAMES:
             fail(f"--policies: unknown policy {n!r}; known: {', '.join(POLICY_NAMES)}", 2)
+    _check_extra(names, out is not None)
     if (trace is None) == (synthetic <= 0):
         fail("give exactly one of --trace FILE or --synthetic N", 2)
     sizes = _sizes(decision_sizes, MIN_GPUS, MAX_GPUS) if decision_sizes is not None else []
@@ -306,6 +307,8 @@ def load_inputs(settings: SimSettings) -> SimInputs:
 def run(settings: SimSettings, inputs: SimInputs) -> SimOutcome:
     """Each policy through the simulator (exit 1 if the simulator refuses), then the
     decision-time rows when --decision-sizes asked for them (progress on stderr)."""
+    from rich.markup import escape
+
     from has.sim.baselines import make_policy
     from has.sim.engine import SimError
     from has.sim.engine import simulate as run_sim
@@ -325,7 +328,7 @@ def run(settings: SimSettings, inputs: SimInputs) -> SimOutcome:
                     restart_s=settings.restart_s,
                 )  # fmt: skip
             except SimError as exc:
-                fail(f"simulation failed (seed {seed}): {exc}", 1)
+                fail(f"simulation failed (seed {seed}): {escape(str(exc))}", 1)
             if k == 0:
                 outcome.results.append(res)
             metrics[name] = res.metrics()
@@ -344,6 +347,21 @@ def run(settings: SimSettings, inputs: SimInputs) -> SimOutcome:
             seed=settings.seed, progress=note,
         )  # fmt: skip
     return outcome
+
+
+def _check_extra(policies: list[str], plots: bool) -> None:
+    """Exit 2 naming `frenzy[sim]` when a policy or --out needs a dependency that is missing."""
+    import importlib.util
+
+    from rich.markup import escape
+
+    from has.sim.engine import SIM_EXTRA
+
+    needs = {"highspy": [p for p in policies if p.startswith(("sia", "gavel"))], "matplotlib": ["--out"] if plots else []}
+    for module, users in needs.items():
+        if users and importlib.util.find_spec(module) is None:
+            fail(escape(f"{', '.join(users)}: {module} is needed for {SIM_EXTRA[module]}; install it with "
+                        "pip install 'frenzy[sim]'"), 2)  # fmt: skip
 
 
 def _node_failure(text: str, nodes: set[str]) -> NodeFailure:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -35,7 +36,7 @@ import marp
 from has import PlanChoice, QueuedJob, QueueOrder, QueuePolicy, RunningJob, schedule
 from has.oom import memory_share, oom_threshold, plans_that_may_fit
 from has.placement import Placement, PlanOption
-from has.sim.engine import JobInfo, JobProfile, SimError, SimView, Start, Stop
+from has.sim.engine import JobInfo, JobProfile, SimError, SimView, Start, Stop, require
 
 
 class UnknownPolicyError(ValueError):
@@ -324,7 +325,7 @@ class SiaPolicy:
         return out
 
     def decide(self, view: SimView) -> list[Start | Stop]:
-        import highspy
+        highspy: Any = require("highspy")
 
         cluster = view.cluster
         shape: dict[str, tuple[int, int]] = {}
@@ -391,7 +392,7 @@ class SiaPolicy:
 
 def _solve(lp: object, time_limit_s: float) -> list[float]:
     """Solve a ``highspy.HighsLp`` quietly on one thread; its column values."""
-    import highspy
+    highspy: Any = require("highspy")
 
     h = highspy.Highs()
     h.setOptionValue("output_flag", False)
@@ -595,7 +596,7 @@ class GavelPolicy:
         """Subject to sum_j X[m, j] <= 1, sum_m n_m X[m, j] <= capacity[j], 0 <= X <= 1: with
         ``floor`` None, maximise z <= sum_j c[m, j] X[m, j] for every job m; else maximise
         sum c X with sum_j c[m, j] X[m, j] >= floor for every job. -> (objective, X per pair)."""
-        import highspy
+        highspy: Any = require("highspy")
 
         jobs = sorted({i for i, _, _, _ in pairs})
         fair = {i: k for k, i in enumerate(jobs)}  # the row of job i's (weighted) throughput

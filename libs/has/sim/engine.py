@@ -52,6 +52,21 @@ class SimError(ValueError):
     """The simulation cannot run (unknown GPU type in the cluster, a policy broke a rule)."""
 
 
+# The simulator's optional dependencies (`pip install 'frenzy[sim]'`): HiGHS for the Sia ILP and
+# the Gavel LPs, matplotlib for the plots. The rest of the simulator needs neither.
+SIM_EXTRA = {"highspy": "the sia and gavel policies (HiGHS solver)", "matplotlib": "the plots (--out)"}
+
+
+def require(module: str) -> object:
+    """Import one of the simulator's optional dependencies, or a SimError naming the extra."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise SimError(f"{module} is needed for {SIM_EXTRA.get(module, 'this')}: pip install 'frenzy[sim]'") from exc
+
+
 # ----- per-job profiles from MARP ----------------------------------------------------
 
 
@@ -731,6 +746,7 @@ __all__ = [
     "JobProfile",
     "JobOutcome",
     "ProfileBook",
+    "SIM_EXTRA",
     "SimError",
     "SimPolicy",
     "SimResult",
@@ -738,5 +754,6 @@ __all__ = [
     "Simulator",
     "Start",
     "Stop",
+    "require",
     "simulate",
 ]

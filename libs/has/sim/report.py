@@ -10,8 +10,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from has.sim.engine import SimResult
+from has.sim.engine import SimResult, require
 
 COLUMNS = (
     ("avg_jct_s", "avg JCT (h)", 3600.0),
@@ -144,8 +145,7 @@ def markdown_table(
 
 def write_plots(results: Sequence[SimResult], out: Path) -> list[Path]:
     """jct_cdf.png, utilization.png, decision_ms.png in ``out``; returns the paths."""
-    import matplotlib
-
+    matplotlib: Any = require("matplotlib")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -205,8 +205,7 @@ def plot_decision_vs_size(rows: Sequence[dict], path: Path, queued: int = 1000) 
     policy and a median in ms — ``pass_ms_median`` (bench/has_decision.py; ``pass_ms_mean``
     for rows written before it reported medians) or ``decision_ms_median``
     (``has.sim.scale.time_decisions``, what ``frenzy simulate --decision-sizes`` writes)."""
-    import matplotlib
-
+    matplotlib: Any = require("matplotlib")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

@@ -199,3 +199,27 @@ def test_no_ratio_between_policies_that_finished_different_jobs() -> None:
     # the same counts but different jobs: still no ratio
     text = markdown_table(m, unfinished={"frenzy": frozenset({"x"}), "sia": frozenset(), "gavel": frozenset({"y"})})
     assert "no ratio against sia, gavel" in text
+
+
+def test_a_missing_sim_extra_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    """highspy and matplotlib are the optional `frenzy[sim]` extra: without them the command says
+    so (exit 2) before running, and the policy itself raises a SimError naming the extra."""
+    import sys
+
+    from has.cluster_spec import parse_cluster
+    from has.sim.baselines import make_policy
+    from has.sim.engine import SimError, simulate
+    from has.sim.traces import synthetic
+
+    monkeypatch.setitem(sys.modules, "highspy", None)  # import fails as if not installed
+    res = CliRunner().invoke(app, ["simulate", "--cluster", CLUSTER, "--synthetic", "3", "--policies", "frenzy,sia"])
+    assert res.exit_code == 2 and "pip install 'frenzy[sim]'" in res.output and "sia" in res.output
+    ok = CliRunner().invoke(app, ["simulate", "--cluster", CLUSTER, "--synthetic", "3", "--policies", "frenzy"])
+    assert ok.exit_code == 0, ok.output  # frenzy needs neither
+    spec = parse_cluster({"nodes": [{"gpu": "A100-80GB", "count": 1, "gpus_per_node": 8}]})
+    with pytest.raises(SimError, match=r"highspy is needed .*'frenzy\[sim\]'"):
+        simulate(spec, synthetic(3, seed=1), make_policy("gavel"))
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    res = CliRunner().invoke(app, ["simulate", "--cluster", CLUSTER, "--synthetic", "3", "--policies", "frenzy",
+                                   "--out", "/tmp/never-written"])  # fmt: skip
+    assert res.exit_code == 2 and "--out: matplotlib is needed" in res.output
