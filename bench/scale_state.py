@@ -38,6 +38,9 @@ loopback, free port, stopped at the end, also on error) and writes through Frenz
 * ``has.schedule`` (``QueuePolicy.frenzy(explain=False)``) of each queue on each cluster view;
 * SubmitJob's per-user queued count (``SchedulerServicer._queued_jobs``: one HGET per queued job).
 
+For the incremental reads and the count, ``*_redis_ms_median`` is the time Redis itself spent
+on them (``INFO commandstats`` after ``CONFIG RESETSTAT``): its one core's share of a tick.
+
 Per-item costs are then multiplied out to 10,000 nodes and 100,000 queued jobs (``extrapolated``:
 labelled as such). ``cpu_ref_us``: median µs of ``sum(range(1000))`` before and after, to compare
 machines.
@@ -115,6 +118,11 @@ def mem_available() -> int:
             if line.startswith("MemAvailable:"):
                 return int(line.split()[1]) * 1024
     return 0
+
+
+def redis_busy_us(r: redis.Redis) -> int:
+    """Microseconds Redis has spent running commands since its stats were last reset (``INFO commandstats``)."""
+    return sum(int(v["usec"]) for v in r.info("commandstats").values())
 
 
 def stats(ms: list[float]) -> dict:
@@ -323,7 +331,7 @@ def measure_cluster(r: redis.Redis, nodes: int, reps: int, seed: int) -> tuple[d
                 raise AssertionError(f"cluster(): node {n.name} owners {[g.owner for g in n.gpus]}, expected {want}")
 
     check(view)
-    incr = []
+    incr, busy_us = [], []
     for i in range(reps):
         # One job ends (its GPUs freed), one starts on a free node: each GPU write bumps rev.
         done = rng.choice(sorted(busy))
@@ -337,7 +345,9 @@ def measure_cluster(r: redis.Redis, nodes: int, reps: int, seed: int) -> tuple[d
         for g in range(GPUS_PER_NODE):
             set_gpu(r, k, start, g, owner=job, fence=10_000_000 + i)
         busy[start] = job
+        r.config_resetstat()
         ms, view = timed(store.cluster)
+        busy_us.append(redis_busy_us(r))
         check(view)
         incr.append(ms)
     store.full_read_s, every = 0.0, store.full_read_s
@@ -349,6 +359,7 @@ def measure_cluster(r: redis.Redis, nodes: int, reps: int, seed: int) -> tuple[d
     store.full_read_s = every
     row = {"nodes": nodes, "gpus": total, "busy_nodes": len(busy), "setup_s": setup_s,
            "redis_bytes": used(r) - m0, "cold_ms": cold, "incremental": stats(incr),
+           "incremental_redis_ms_median": statistics.median(busy_us) / 1e3,
            "full_read": {**stats(full), "every_s": every}}  # fmt: skip
     log(f"cluster {nodes} nodes: cold {cold:.0f} ms, incremental {statistics.median(incr):.1f} ms, "
         f"full {statistics.median(full):.0f} ms")
@@ -427,23 +438,27 @@ def measure_queue(r: redis.Redis, raw: redis.Redis, sizes: list[int], templates:
         rss1 = rss_bytes()
         if len(queue) != size:
             raise AssertionError(f"queue(): {len(queue)} jobs, expected {size}")
-        incr = []
+        incr, busy_us = [], []
         for _ in range(reps):
             gone = rng.choice(cloner.ids)
             cloner.cancel(gone)
             (came,) = cloner.add(1)
+            r.config_resetstat()
             ms, queue = timed(store.queue)
+            busy_us.append(redis_busy_us(r))
             ids = {q.job_id for q in queue}
             if len(queue) != size or gone in ids or came not in ids:
                 raise AssertionError(f"queue(): {len(queue)} jobs after a cancel and a submit, expected {size} "
                                      f"without {gone} and with {came}")
             incr.append(ms)
-        counted = []
+        counted, counted_us = [], []
         # The O(queue) read: the whole of _queued_jobs at the commit that filed issue 15, the path a
         # standby (not leading) or a loop that has not read the queue yet takes since.
         servicer = SimpleNamespace(store=store, loop=SimpleNamespace(store=store, leading=threading.Event()))
         for _ in range(reps):
+            r.config_resetstat()
             ms, n = timed(SchedulerServicer._queued_jobs, servicer, "")
+            counted_us.append(redis_busy_us(r))
             if n != size:
                 raise AssertionError(f"_queued_jobs: {n}, expected {size}")
             counted.append(ms)
@@ -460,7 +475,9 @@ def measure_queue(r: redis.Redis, raw: redis.Redis, sizes: list[int], templates:
                "redis_bytes_per_job": (redis_total - m0) / max(1, grow),
                "cold_ms": cold, "python_rss_growth_first_read": rss1 - rss0,
                "python_rss_per_job_first_read": (rss1 - rss0) / size,
-               "incremental": stats(incr), "submit_queued_count": stats(counted), "schedule": sched}  # fmt: skip
+               "incremental": stats(incr), "incremental_redis_ms_median": statistics.median(busy_us) / 1e3,
+               "submit_queued_count": stats(counted), "submit_queued_count_redis_ms_median":
+                   statistics.median(counted_us) / 1e3, "schedule": sched}  # fmt: skip
         log(f"queue {size}: cold {cold:.0f} ms, incremental {statistics.median(incr):.0f} ms, "
             f"_queued_jobs {statistics.median(counted):.0f} ms, Python +{(rss1 - rss0) / GiB:.2f} GiB")
         rows.append(row)
@@ -513,7 +530,6 @@ def main() -> int:
             row, views[nodes] = measure_cluster(r, nodes, args.reps, args.seed)
             clusters.append(row)
         queues = measure_queue(r, raw, queue_sizes, templates, views, args.reps, args.seed)
-        peak = int(r.info("memory")["used_memory_peak"])
         r.close()
         raw.close()
     finally:
@@ -521,7 +537,7 @@ def main() -> int:
     out = {"bench": "scale_state", "python": platform.python_version(), "machine": platform.machine(),
            "cpus": os.cpu_count(), "redis": version, "cpu_ref_us": cpu_start, "cpu_ref_us_end": cpu_ref_us(),
            "python_maxrss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-           "redis_used_memory_peak_bytes": peak, "memory": mem, "extrapolated": extrapolate(mem),
+           "memory": mem, "extrapolated": extrapolate(mem),
            "cluster": clusters, "queue": queues}  # fmt: skip
     json.dump(out, sys.stdout, indent=2)
     print()
