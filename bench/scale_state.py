@@ -57,11 +57,9 @@ import random
 import resource
 import statistics
 import sys
-import threading
 import time
 import uuid
 from pathlib import Path
-from types import SimpleNamespace
 
 import redis
 
@@ -452,12 +450,13 @@ def measure_queue(r: redis.Redis, raw: redis.Redis, sizes: list[int], templates:
                                      f"without {gone} and with {came}")
             incr.append(ms)
         counted, counted_us = [], []
-        # The O(queue) read: the whole of _queued_jobs at the commit that filed issue 15, the path a
-        # standby (not leading) or a loop that has not read the queue yet takes since.
-        servicer = SimpleNamespace(store=store, loop=SimpleNamespace(store=store, leading=threading.Event()))
+        # The O(queue) read: the whole of _queued_jobs at the commit that filed issue 15, and since
+        # then the path of a standby or of a loop that has not read the queue yet (as this
+        # servicer's own loop has not); no predictor is called.
+        servicer = SchedulerServicer(r, k, predictor=None)  # type: ignore[arg-type]
         for _ in range(reps):
             r.config_resetstat()
-            ms, n = timed(SchedulerServicer._queued_jobs, servicer, "")
+            ms, n = timed(servicer._queued_jobs, "")
             counted_us.append(redis_busy_us(r))
             if n != size:
                 raise AssertionError(f"_queued_jobs: {n}, expected {size}")
