@@ -28,6 +28,7 @@ afresh, so a node that has just joined is never missed.
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import os
@@ -64,7 +65,7 @@ from frenzy.state.code_store import CodeError, CodeStore, max_code_bytes_from_en
 from frenzy.state.job_states import JobState
 from frenzy.state.keys import Keys
 from frenzy.state.messages import SAFE_NAME_RE, BadMessage, LogChunk, decode_log_chunk
-from frenzy.state.store import DEFAULT_MASTER_PORTS, JobRecord, StateStore
+from frenzy.state.store import DEFAULT_MASTER_PORTS, JobRecord, StateStore, plans_to_json
 from frenzy.v1 import predictor_pb2, predictor_pb2_grpc, scheduler_pb2, scheduler_pb2_grpc, types_pb2
 from has import QueuePolicy
 
@@ -74,6 +75,8 @@ SERVICE_NAME = scheduler_pb2.DESCRIPTOR.services_by_name["Scheduler"].full_name
 GiB = 1024**3
 JOB_ID = SAFE_NAME_RE  # one rule for job ids: frenzy.state.messages
 DEFAULT_MAX_QUEUED_PER_USER = 1000
+# How old the leader loop's queue read may be for admission control to count from it.
+QUEUE_VIEW_MAX_AGE_S = 2.0
 DEFAULT_MAX_GPUS_PER_USER = 0  # 0: no limit; the right number depends on the cluster, as in Slurm
 
 
@@ -126,6 +129,70 @@ def parse_port_range(text: str) -> tuple[int, int]:
     return lo, hi
 
 
+class Admitted:
+    """The submissions this process admitted lately (when, whose), and those being written now:
+    what a queue read made before them has not counted yet. A write is counted as in flight from
+    the quota check until it returns, then by when it returned, so a job the read may already
+    have seen is counted twice rather than not at all (a quota errs on the safe side), and the
+    admission lock need not be held across the write."""
+
+    def __init__(self, keep_s: float = 2 * QUEUE_VIEW_MAX_AGE_S) -> None:
+        self.keep_s = keep_s
+        self._lock = threading.Lock()
+        self._recent: collections.deque[tuple[float, str]] = collections.deque()
+        self._inflight: dict[str, int] = {}
+
+    def begin(self, user: str) -> None:
+        with self._lock:
+            self._inflight[user] = self._inflight.get(user, 0) + 1
+
+    def end(self, user: str, written: bool) -> None:
+        now = time.monotonic()
+        with self._lock:
+            left = self._inflight.get(user, 0) - 1
+            if left > 0:
+                self._inflight[user] = left
+            else:
+                self._inflight.pop(user, None)
+            if written:
+                self._recent.append((now, user))
+            while self._recent and self._recent[0][0] < now - self.keep_s:
+                self._recent.popleft()
+
+    def inflight(self, user: str) -> int:
+        with self._lock:
+            return self._inflight.get(user, 0)
+
+    def since(self, user: str, t: float) -> int:
+        with self._lock:
+            return sum(1 for at, who in self._recent if at >= t and who == user)
+
+
+class PlansJson:
+    """Plans rendered as the job hash stores them, kept by their content: a sweep of jobs with the
+    same prediction renders its 50-odd plans once, not per submission (``MessageToDict`` of every
+    plan was most of a submission's CPU)."""
+
+    def __init__(self, size: int = 256) -> None:
+        self.size = size
+        self._lock = threading.Lock()
+        self._kept: collections.OrderedDict[bytes, str] = collections.OrderedDict()
+
+    def render(self, plans: list[types_pb2.Plan]) -> str:
+        key = predictor_pb2.PredictResponse(plans=plans).SerializeToString(deterministic=True)
+        with self._lock:
+            hit = self._kept.get(key)
+            if hit is not None:
+                self._kept.move_to_end(key)
+                return hit
+        text = plans_to_json(plans)
+        with self._lock:
+            self._kept[key] = text
+            while len(self._kept) > self.size:
+                self._kept.popitem(last=False)
+        return text
+
+
 class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
     def __init__(self, client: redis.Redis, keys: Keys, predictor: predictor_pb2_grpc.PredictorStub,
                  loop: SchedulerLoop | None = None, quotas: UserQuotas | None = None,
@@ -137,11 +204,13 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         # queued-jobs check; other users' submissions go on in parallel.
         self._admission: dict[str, threading.Lock] = {}
         self._admission_lock = threading.Lock()
+        self._admitted = Admitted()
         self.loop = loop or SchedulerLoop(client, keys)
         self.predictor = predictor
         seen = getattr(self.loop, "seen", None)
         self.pools = ClusterPools(self.store, lambda: seen.view if seen is not None else None, pools_max_age_s)
         self.predictions = Predictions()
+        self.plans_json = PlansJson()
         self.code = CodeStore(client, keys, max_bytes=max_code_bytes_from_env())
         if self.loop.replan is None:
             self.loop.replan = self.replan
@@ -217,12 +286,22 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
             return self._admission.setdefault(user, threading.Lock())
 
     def _queued_jobs(self, user: str) -> int:
-        """How many PENDING jobs ``user`` has (one pipelined read over the queue)."""
+        """How many PENDING jobs ``user`` has, counting those this process is writing now.
+
+        On the leader: what its loop's last queue read counted (at most a tick old) plus what
+        this process admitted since — no Redis read, so a submission costs the same with 10 or
+        100,000 jobs waiting. Elsewhere (a standby, a loop that has not read yet): one pipelined
+        read over the queue."""
+        store = self.loop.store
+        read_at = store.queue_read_at
+        inflight = self._admitted.inflight(user)
+        if self.loop.leading.is_set() and read_at is not None and time.monotonic() - read_at < QUEUE_VIEW_MAX_AGE_S:
+            return store.queued_by_user.get(user, 0) + self._admitted.since(user, read_at) + inflight
         ids = self.store.r.zrange(self.store.k.queue(), 0, -1)
         pipe = self.store.r.pipeline(transaction=False)
         for job_id in ids:
             pipe.hget(self.store.k.job(job_id), "user")
-        return sum(1 for owner in pipe.execute() if (owner or "") == user)
+        return sum(1 for owner in pipe.execute() if (owner or "") == user) + inflight
 
     def _gpus_held(self, user: str) -> int:
         """How many GPUs jobs of ``user`` hold now (reserved, launching or running)."""
@@ -304,17 +383,27 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
                           f"spec: no GPU type in the cluster can hold {pred.model_name} with this recipe "
                           f"(cluster: {have}). {why}. To fix: lower recipe.micro_batch or recipe.seq_len, "
                           "allow recompute, or add larger GPUs")
+        # Rendered before the admission lock: one user's submissions wait for each other only for
+        # the quota check and the one-round-trip write.
+        plans = self._within_quota(list(pred.plans))
+        prepared = self.store.prepare_submission(spec, plans, pred.model_name, pred.parameter_count,
+                                                 max_attempts=self.loop.max_attempts, user=user,
+                                                 plans_json=self.plans_json.render(plans))
         with self._admission_for(user):
             over = self._over_quota(user, list(pred.plans))
             if over is not None:
                 context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, over)
-            job_id, dup = self.store.submit(spec, self._within_quota(list(pred.plans)), pred.model_name,
-                                            pred.parameter_count,
-                                            max_attempts=self.loop.max_attempts, user=user)
+            self._admitted.begin(user)  # counted from here: the write need not hold the lock
+        written = False
+        try:
+            made = self.store.submit_prepared(prepared)
+            written = not made.duplicate
+        finally:
+            self._admitted.end(user, written)
         self.loop.nudge()
-        job = self.store.get(job_id)
+        job = made.record or self.store.get(made.job_id)
         assert job is not None
-        return scheduler_pb2.SubmitJobResponse(job=job.to_proto(), duplicate=dup)
+        return scheduler_pb2.SubmitJobResponse(job=job.to_proto(), duplicate=made.duplicate)
 
     def GetJob(self, request: scheduler_pb2.GetJobRequest, context: grpc.ServicerContext) -> types_pb2.Job:
         return self._job(request.job_id, context).to_proto()

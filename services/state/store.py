@@ -200,6 +200,34 @@ def option_from_json(plan: dict[str, Any]) -> PlanOption:
     )
 
 
+def plans_to_json(plans: list[types_pb2.Plan]) -> str:
+    """Plans as the job hash stores them (a JSON list of ``MessageToDict``)."""
+    return json.dumps([json_format.MessageToDict(p) for p in plans])
+
+
+@dataclass(frozen=True)
+class Submission:
+    """A job about to be written (``StateStore.prepare_submission``)."""
+
+    job_id: str
+    at: float
+    spec: types_pb2.JobSpec
+    plans: list[types_pb2.Plan]
+    fields: dict[str, str]
+    history: str
+    user: str
+
+
+@dataclass(frozen=True)
+class Submitted:
+    """What a submission wrote: the job's id, whether an earlier job had its idempotency key, and
+    (when new) the record as written."""
+
+    job_id: str
+    duplicate: bool
+    record: JobRecord | None
+
+
 @dataclass(frozen=True)
 class PlacementOrder:
     """One job's placement, ready for ``place_jobs.lua``: the launches are signed (JSON), so the
@@ -259,6 +287,8 @@ class StateStore:
         self._last_full_read = -math.inf
         self._unreadable: set[str] = set()  # jobs whose stored plans did not parse (logged once)
         self.hold: str | None = None  # as the last ``queue()`` read it: why an operator holds the queue
+        self.queued_by_user: dict[str, int] = {}  # as the last ``queue()`` read it: PENDING jobs per user
+        self.queue_read_at: float | None = None  # time.monotonic() when that read began
         # What a launch is rendered from, read with the plans when a job enters the queue
         # (job id -> (attempt as stored, spec JSON, the stored plans)): placing costs no read.
         self._sources: dict[str, tuple[str, str, list[dict[str, Any]]]] = {}
@@ -282,29 +312,57 @@ class StateStore:
     ) -> tuple[str, bool]:
         """Create a PENDING job owned by ``user`` (or return the one this user submitted with the same
         idempotency key: keys are per user, so nobody learns of or gets another's job). -> (id, duplicate)"""
+        made = self.submit_prepared(self.prepare_submission(spec, plans, model_name, parameter_count, pending_reason,
+                                                            max_attempts, user))
+        return made.job_id, made.duplicate
+
+    def prepare_submission(
+        self, spec: types_pb2.JobSpec, plans: list[types_pb2.Plan], model_name: str, parameter_count: int,
+        pending_reason: str = "waiting for the first scheduling pass", max_attempts: int = 0, user: str = "",
+        plans_json: str | None = None,
+    ) -> Submission:
+        """Everything ``submit_prepared`` writes, rendered (no I/O): the JSON is made here, outside
+        whatever lock the caller holds around the write. ``plans_json``: ``plans`` as JSON when the
+        caller kept it from an earlier submission with the same prediction."""
         job_id = f"job-{uuid.uuid4().hex[:12]}"
         now = time.time()
-        idem = spec.idempotency_key
-        idem_key = self.idempotency_key(idem, user) if idem else self.k.idempotency("-unused-")
         fields = {
             "user": user,
             "name": spec.name or model_name,
             "spec": json_format.MessageToJson(spec, indent=None),
-            "plans": json.dumps([json_format.MessageToDict(p) for p in plans]),
+            "plans": plans_json if plans_json is not None else plans_to_json(plans),
             "model_name": model_name,
             "parameter_count": str(parameter_count),
             "pending_reason": pending_reason,
         }
         if max_attempts > 0:
             fields["max_attempts"] = str(max_attempts)
-        argv: list[Any] = [job_id, repr(now), history_entry(JobState.PENDING, "submitted", now), "1" if idem else "0"]
-        for kv in fields.items():
+        return Submission(job_id=job_id, at=now, spec=spec, plans=list(plans), fields=fields,
+                          history=history_entry(JobState.PENDING, "submitted", now), user=user)
+
+    def submit_prepared(self, sub: Submission) -> Submitted:
+        """Write a prepared submission (``submit_job.lua``, one round trip). -> the new job's record
+        as written (no read back), or the earlier job's id when the idempotency key names one."""
+        idem = sub.spec.idempotency_key
+        idem_key = self.idempotency_key(idem, sub.user) if idem else self.k.idempotency("-unused-")
+        argv: list[Any] = [sub.job_id, repr(sub.at), sub.history, "1" if idem else "0"]
+        for kv in sub.fields.items():
             argv.extend(kv)
         res = self._submit(
-            keys=[idem_key, self.k.job(job_id), self.k.job_history(job_id), self.k.jobs(), self.k.queue(), self.k.seq()],
+            keys=[idem_key, self.k.job(sub.job_id), self.k.job_history(sub.job_id), self.k.jobs(), self.k.queue(),
+                  self.k.seq()],
             args=argv,
         )
-        return str(res[0]), bool(int(res[1]))
+        job_id, duplicate = str(res[0]), bool(int(res[1]))
+        if duplicate:
+            return Submitted(job_id, True, None)
+        record = JobRecord(
+            id=job_id, state=JobState.PENDING, seq=int(res[2]), submitted_at=sub.at, attempt=1, spec=sub.spec,
+            plans=sub.plans, model_name=sub.fields["model_name"], parameter_count=int(sub.fields["parameter_count"]),
+            plan=None, placement=[], fence=0, pending_reason=sub.fields["pending_reason"], cancel_requested=False,
+            exit_codes={}, log_paths={}, history=[json.loads(sub.history)], user=sub.user,
+            max_attempts=int(sub.fields.get("max_attempts", 0)))
+        return Submitted(job_id, False, record)
 
     def get(self, job_id: str) -> JobRecord | None:
         pipe = self.r.pipeline(transaction=True)
@@ -397,12 +455,17 @@ class StateStore:
         pipe.get(self.k.queue_hold())
         entries, hold = pipe.execute()
         self.hold = hold  # the operator's reason while the queue is held, else None
+        read_at = time.monotonic()
         heads = self._read_hashes(keys=[self.k.job(job_id) for job_id, _ in entries],
-                                  args=("attempt", "submitted_at", "state")) if entries else []
+                                  args=("attempt", "submitted_at", "state", "user")) if entries else []
         pending: list[tuple[str, tuple[str, str, int]]] = []
-        for (job_id, seq), (attempt, submitted_at, state) in zip(entries, heads, strict=True):
+        users: dict[str, int] = {}
+        for (job_id, seq), (attempt, submitted_at, state, user) in zip(entries, heads, strict=True):
             if state == JobState.PENDING:
                 pending.append((job_id, (attempt or "", submitted_at or "", int(seq))))
+                users[user or ""] = users.get(user or "", 0) + 1
+        # What admission control counts against a user's queued-jobs quota without a read of its own.
+        self.queued_by_user, self.queue_read_at = users, read_at
         cached = self._queued
         missing = [job_id for job_id, stamp in pending if cached.get(job_id, ((),))[0] != stamp]
         if missing:

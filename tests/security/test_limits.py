@@ -10,6 +10,7 @@ an unreachable predictor's address reached the client. Each test here failed on 
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -152,6 +153,32 @@ def test_queued_jobs_per_user_are_capped(redis_url: str, prefix: str) -> None:
         submit(bob, "b0")  # one user's quota is not another's
         jobs = alice.ListJobs(scheduler_pb2.ListJobsRequest(), timeout=10).jobs
         assert len(jobs) == 3
+
+
+def test_a_burst_of_submissions_cannot_overrun_the_queued_quota(redis_url: str, prefix: str) -> None:
+    """The leader counts queued jobs from its loop's last queue read plus what it admitted since
+    (no scan of the queue per submission): 12 submissions at once with a quota of 5 admit 5."""
+    with scheduler(redis_url, prefix, UserQuotas(max_queued=5)) as sched:
+        wait_for(lambda: sched.loop.store.queue_read_at is not None, 5, "the loop's first queue read")
+        alice = stub(sched, "alice")
+        outcomes: list[str] = []
+
+        def one(i: int) -> None:
+            try:
+                submit(alice, f"a{i}")
+                outcomes.append("ok")
+            except grpc.RpcError as exc:
+                outcomes.append(exc.code().name)
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(12)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=30)
+        assert outcomes.count("ok") == 5 and outcomes.count("RESOURCE_EXHAUSTED") == 7, outcomes
+        time.sleep(0.3)  # several ticks later the loop's own count says the same
+        why = refused(lambda: submit(alice, "late"))
+        assert "5 queued jobs" in why
 
 
 def test_gpus_held_per_user_are_capped(redis_url: str, prefix: str, redis_client: redis.Redis, keys: Keys) -> None:
