@@ -126,6 +126,14 @@ class JobProcess:
                            gpu_indices=self.gpu_indices, peak_bytes_per_gpu=self.peak_bytes_per_gpu)
 
 
+
+def _ended(job: JobProcess) -> bool:
+    """Whether the job's leader has exited (a zombie not yet reaped counts), without reaping it."""
+    try:
+        return os.waitid(os.P_PID, job.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:  # not our child (adopted after a restart): is it still there?
+        return not launcher.process_running(job.pid, job.start_ticks)
+
 class Agent:
     """The node agent daemon; see the module docstring. Construct, then ``run(stop_event)``."""
 
@@ -353,6 +361,10 @@ class Agent:
         scheduler drops them as stale (an attempt it has moved past)."""
         with self._lock:
             jobs = [j for j in self._jobs.values() if not j.exited.is_set() and not j.cancelled]
+        # A copy that ended on its own while this agent was cut off (its exit not yet seen by the
+        # watcher thread, thawed at the same moment) is not stopped: its real exit is reported, and
+        # an exit 0 may still be the job's result (the scheduler's late-success path).
+        jobs = [j for j in jobs if not _ended(j)]
         if not jobs:
             log.warning("node %s had been declared dead; no job of it runs here", self.node)
             return

@@ -133,6 +133,9 @@ class SchedulerLoop:
         self.lease: LeaderLease | None = None  # set by ``run``; None: this loop acts without one
         self.leading = threading.Event()  # set while this loop holds the lease (always, without one)
         self.leading.set()
+        # Set once this tenure's start-up recovery ran (the first reap: reservations an earlier
+        # scheduler left undispatched are rolled back); cleared while standing by.
+        self.recovered = threading.Event()
         self._group_ready = False
         self._pending_checked = False
         self._orphans: dict[OrphanKey, float] = {}  # each orphan GPU or port -> when first seen
@@ -229,7 +232,8 @@ class SchedulerLoop:
             out.append((placement, ok, why))
             if ok:
                 log.info("job %s attempt %d launched on %s (rendezvous %s:%d)", order.job_id, order.attempt,
-                         [n for n, _ in order.nodes], order.master_addr, order.port)
+                         [n for n, _ in order.nodes], order.master_addr, order.port,
+                         extra={"job_id": order.job_id, "attempt": order.attempt, "node": order.nodes[0][0]})
         return out
 
     def _order(self, placement: Placement, fence: int, rings: dict, now: float) -> PlacementOrder | str:
@@ -298,7 +302,7 @@ class SchedulerLoop:
                 came_back.add(death.node)  # it heartbeated after the snapshot
                 continue
             log.warning("node %s declared dead: no heartbeat for %.1f s (timeout %.1f s)", death.node,
-                        death.age_s, self.dead_after_s)
+                        death.age_s, self.dead_after_s, extra={"node": death.node})
             report.declared_dead.append(death.node)
         if came_back:
             plan = decide_reap(snapshot, mono, self._orphans, settings, came_back=frozenset(came_back))
@@ -406,10 +410,12 @@ class SchedulerLoop:
             return ""
         if state == JobState.PENDING.value:
             log.warning("job %s requeued for attempt %d of %d: %s%s", job.id, job.attempt + 1, limit, why,
-                        f" ({len(plans)} plans for the remaining cluster)" if plans else "")
+                        f" ({len(plans)} plans for the remaining cluster)" if plans else "",
+                        extra={"job_id": job.id, "attempt": job.attempt + 1})
             self.wake.set()
         else:
-            log.warning("job %s FAILED after attempt %d of %d: %s", job.id, job.attempt, limit, why)
+            log.warning("job %s FAILED after attempt %d of %d: %s", job.id, job.attempt, limit, why,
+                        extra={"job_id": job.id, "attempt": job.attempt})
         return state
 
     def _requeue_oom(self, job: JobRecord, event: AgentEvent, ended: Exited) -> bool:
@@ -594,7 +600,8 @@ class SchedulerLoop:
         note = exit_note(job, event.node, ended.code, ended.cause, ended.tail, ended.peak, ended.peak_measured)
         status, state = self.store.record_exit(job, event.attempt, event.node, ended.code, ended.reason,
                                                told_to_stop=ended.told_to_stop, note=note)
-        log.info("job %s: %s -> %s (%s)", job.id, ended.reason, state, status)
+        log.info("job %s: %s -> %s (%s)", job.id, ended.reason, state, status,
+                 extra={"job_id": job.id, "attempt": event.attempt, "node": event.node})
         if status == "recorded" and ended.stop_others:
             job = self.store.get(job.id) or job
             self.store.request_cancel(job, f"node {event.node} (node rank {job.node_rank(event.node)}) failed "
@@ -639,12 +646,14 @@ class SchedulerLoop:
             try:
                 if not self._lead():
                     started = False  # a new tenure starts with the start-up recovery again
+                    self.recovered.clear()
                     stop.wait(min(0.5, lease.ttl_s / 3) if lease is not None else 0.5)
                     continue
                 if not started or time.monotonic() - self._last_reap >= self.reap_interval():
                     self._last_reap = time.monotonic()
                     self.reap(reservation_timeout_s=None if started else 0.0)
                     started = True
+                    self.recovered.set()
                 started_tick = time.perf_counter()
                 self.tick()
                 self.metrics.tick_seconds.observe(time.perf_counter() - started_tick)

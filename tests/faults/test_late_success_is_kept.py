@@ -59,11 +59,13 @@ def test_a_late_exit_0_of_a_requeued_job_is_its_result_and_the_next_attempt_stop
         assert agent is not None
         agent.proc.send_signal(signal.SIGSTOP)  # cut off: no heartbeat, its job runs on
         try:
-            # (its process gone too: done-1 is written a moment before the process exits, and the
-            # agent, thawed in that moment, would rightly stop a copy it finds still running)
+            # (its processes gone too: done-1 is written a moment before the command exits, and its
+            # shim exits after it; the agent, thawed in that moment, would rightly stop a copy it
+            # finds still running)
             first_pid = int((runs / "started-1").read_text())
-            wait_for(lambda: job().attempt == 2 and (runs / "done-1").exists() and not alive(first_pid), 30,
-                     "the job requeued as attempt 2 while attempt 1 ran to its end")
+            shim_pid = int(Path(f"/proc/{first_pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            wait_for(lambda: job().attempt == 2 and (runs / "done-1").exists() and not alive(first_pid)
+                     and not alive(shim_pid), 30, "the job requeued as attempt 2 while attempt 1 ran to its end")
             assert not (runs / "done-2").exists()
             # The requeue's cancel for attempt 1 never reaches the cut-off node (it expires, the
             # stream is trimmed): the agent reports the exit as it saw it.

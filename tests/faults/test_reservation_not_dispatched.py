@@ -77,6 +77,9 @@ def test_the_reaper_rolls_back_a_reservation_another_scheduler_left(
     store = StateStore(redis_client, keys)
     with running_servers(redis_url, prefix) as servers:
         servers.scheduler.loop.reservation_timeout_s = 1.0
+        # After its start-up recovery (which rolls back at once what it finds reserved): what
+        # follows is the reaper's timeout at work, not that.
+        wait_for(lambda: servers.scheduler.loop.recovered.is_set(), 10, "the scheduler's start-up recovery")
         # Plans for a GPU type this cluster lacks: the running scheduler never places the job
         # itself, so only the reservation another scheduler made (and died) holds it.
         plan = make_plan("H100-80GB")
