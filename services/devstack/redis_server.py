@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import hashlib
 import os
+import random
 import secrets
 import shutil
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,9 +28,32 @@ from frenzy.auth.credentials import write_private
 from frenzy.devstack.procs import die_with_parent
 from frenzy.state import acl
 
+# Where the local stack's services listen: below the kernel's ephemeral range (32768-60999 on
+# Linux), where every outgoing connection takes its local port — a port picked there and handed
+# to a service a moment later was often gone once a hundred agents were connecting (seen as
+# "Address already in use" starting `frenzy up` with 100 agents) — and below the rendezvous
+# ports jobs get (29500-32767).
+SERVICE_PORTS = (15000, 29000)
+_given: set[int] = set()
+_given_lock = threading.Lock()
+
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that was free a moment ago (the OS picks it)."""
+    """A TCP port free now, never handed out before by this process (two services of one stack
+    never get the same one), from ``SERVICE_PORTS``; the OS's pick if that range is exhausted."""
+    lo, hi = SERVICE_PORTS
+    with _given_lock:
+        for _ in range(500):
+            port = random.randrange(lo, hi)
+            if port in _given:
+                continue
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind((host, port))
+                except OSError:
+                    continue
+            _given.add(port)
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
