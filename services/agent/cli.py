@@ -131,6 +131,12 @@ def agent_command(
         "--run-as", metavar="USER",
         help="Run jobs as this user (name or uid): its uid, groups and HOME. Needs the agent to run as root.")]
     = None,
+    checkpoint_root: Annotated[Path | None, typer.Option(
+        "--checkpoint-root", metavar="PATH", envvar="FRENZY_CHECKPOINT_ROOT",
+        help="Give every job FRENZY_CHECKPOINT_DIR=PATH/<job id>, the same directory for all its attempts "
+        "(made by the agent), so a job re-planned after an out-of-memory exit or a lost node resumes from "
+        "its checkpoint. An absolute path on a filesystem every node shares. Default: no checkpoint "
+        "directory.")] = None,
     state_dir: Annotated[Path | None, typer.Option(
         help="Where the agent keeps its ledger of running jobs (default: LOG_DIR/.agent). Must survive "
         "agent restarts.")] = None,
@@ -161,6 +167,7 @@ def agent_command(
       frenzy agent --node n2 --fake-gpus-file gpus.yaml --addr 10.0.0.2
       REDIS_URL=redis://head:6379/0 frenzy agent --log-dir /data/frenzy/logs
       sudo frenzy agent --run-as train --workdir-root /data/jobs --pass-env 'NCCL_*'
+      frenzy agent --checkpoint-root /shared/frenzy/checkpoints   # FRENZY_CHECKPOINT_DIR for every job
       frenzy agent --drain             # no new jobs here; returns when the running ones are done
       frenzy agent --undrain
 
@@ -210,7 +217,8 @@ def agent_command(
                       kill_on_exit=kill_on_exit, verify_fence=verify_fence, state_dir=state_dir,
                       extra_env=extra_env, log_poll_s=log_poll_s, log_stream_maxlen=log_stream_maxlen,
                       log_retention_s=log_retention_s, pass_env=list(pass_env or []),
-                      workdir_roots=list(workdir_root) if workdir_root else None, run_as=run_as)
+                      workdir_roots=list(workdir_root) if workdir_root else None, run_as=run_as,
+                      checkpoint_root=checkpoint_root)
     except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None

@@ -159,6 +159,7 @@ class Agent:
         pass_env: list[str] | tuple[str, ...] = (),
         workdir_roots: list[str | os.PathLike[str]] | None = None,
         run_as: str | None = None,
+        checkpoint_root: str | os.PathLike[str] | None = None,
     ) -> None:
         if not is_safe_name(node):
             raise ValueError(f"node name {node!r}: use letters, digits, '.', '_' and '-' (at most 128, starting "
@@ -183,6 +184,8 @@ class Agent:
         self.pass_env = jobenv.check_pass_env(pass_env)
         self.job_user: JobUser | None = resolve_user(run_as) if run_as else None
         self.workdir_roots = _workdir_roots(workdir_roots, self.job_user)
+        # Every attempt of a job gets ROOT/<job id> (FRENZY_CHECKPOINT_DIR): "" when not given.
+        self.checkpoint_root = jobenv.check_checkpoint_root(os.fspath(checkpoint_root)) if checkpoint_root else ""
         self.instance = uuid.uuid4().hex  # lease value: tells this agent run from any other
         self.ready = threading.Event()  # set once registered and past the pending entries (tests wait on it)
 
@@ -512,7 +515,8 @@ class Agent:
             if msg.code_sha256:
                 msg = self._with_code(msg)
             started = launcher.start(msg, self.node, self.log_dir, launch_id=self.launch_id(msg.job_id, msg.attempt),
-                                     extra_env=self.extra_env, pass_env=self.pass_env, user=self.job_user)
+                                     extra_env=self.extra_env, pass_env=self.pass_env, user=self.job_user,
+                                     checkpoint_root=self.checkpoint_root)
         except launcher.LaunchError as exc:
             log.warning("job %s attempt %d could not start: %s", msg.job_id, msg.attempt, exc,
                         extra=self._context(msg.job_id, msg.attempt))

@@ -14,13 +14,22 @@ A job's own env may not set the variables Frenzy sets for it (``RESERVED``):
 they say which GPUs and rendezvous the job has, so a job that set them would
 run on GPUs another job holds. The launch check refuses such a launch.
 
+``FRENZY_CHECKPOINT_DIR`` (``checkpoint_dir``): with the agent's ``--checkpoint-root ROOT``, every
+attempt of a job, on every node, gets ``ROOT/<job id>``. The same path across attempts is the
+point: a job re-planned after an out-of-memory exit or a lost node finds what its earlier attempt
+saved there and resumes instead of starting over (``examples/train_resume.py``). ROOT should be a
+filesystem every node shares; without it, no variable is set.
+
 Pure functions: no I/O, no ``os.environ``.
 """
 
 from __future__ import annotations
 
+import posixpath
 import re
 from collections.abc import Iterable, Mapping
+
+from frenzy.state.messages import is_safe_name
 
 # From the agent's environment, always (when set there).
 ALLOWED = frozenset({"PATH", "HOME", "LANG", "LANGUAGE", "TZ", "USER", "LOGNAME", "SHELL", "TMPDIR", "TERM",
@@ -108,3 +117,33 @@ def inherited(agent_env: Mapping[str, str], pass_env: Iterable[str] = ()) -> dic
 
 def _what(name: str) -> str:
     return f"variables matching {name}" if name.endswith("*") else name
+
+
+CHECKPOINT_DIR_VAR = "FRENZY_CHECKPOINT_DIR"
+
+
+def check_checkpoint_root(root: str) -> str:
+    """The ``--checkpoint-root`` as given, normalised; raises ValueError unless it is an absolute path.
+
+    Absolute because every node (and every restart of an agent, from whatever directory) must name
+    the same place: a relative root would resolve against each agent's own working directory.
+    """
+    if not root or "\x00" in root or not posixpath.isabs(root):
+        raise ValueError(f"--checkpoint-root {root!r}: give an absolute path (a directory every node shares, "
+                         "e.g. /shared/frenzy/checkpoints)")
+    return posixpath.normpath(root)
+
+
+def checkpoint_dir(root: str, job_id: str) -> str:
+    """``ROOT/<job id>``: the job's checkpoint directory, the same for every attempt and node.
+
+    Raises ValueError for a job id that could name anything but one directory right under ROOT
+    (launch messages only carry safe ids, ``messages.SafeName``; this is the second lock).
+    """
+    root = check_checkpoint_root(root)
+    if not is_safe_name(job_id) or job_id in (".", ".."):
+        raise ValueError(f"job id {job_id!r}: not a safe name; no checkpoint directory for it")
+    path = posixpath.join(root, job_id)
+    if posixpath.dirname(posixpath.normpath(path)) != root:
+        raise ValueError(f"job id {job_id!r}: its checkpoint directory would leave {root}")
+    return path

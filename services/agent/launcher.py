@@ -37,6 +37,7 @@ import shlex
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -168,11 +169,12 @@ def inject_torchrun(argv: list[str], msg: LaunchMessage) -> list[str]:
 
 def build_env(msg: LaunchMessage, node: str, base: Mapping[str, str] | None = None,
               extra: Mapping[str, str] | None = None, launch_id: str = "", pass_env: Iterable[str] = (),
-              user: JobUser | None = None, run_dir: str = "") -> dict[str, str]:
+              user: JobUser | None = None, run_dir: str = "", checkpoint_root: str = "") -> dict[str, str]:
     """The job's environment: the allowed part of the agent's (``base``, default ``os.environ``; see
     ``jobenv.inherited``), the job user's login variables (``--run-as``), the agent's ``--env``, the
     message's ``env``, then Frenzy's. ``run_dir``: the attempt's own directory on this node
-    (``FRENZY_RUN_DIR``, see ``run_dir_for``).
+    (``FRENZY_RUN_DIR``, see ``run_dir_for``). ``checkpoint_root``: the agent's ``--checkpoint-root``;
+    the job gets ``FRENZY_CHECKPOINT_DIR=ROOT/<job id>``, the same for every attempt (none without it).
 
     Frenzy's variables win over ``msg.env`` so a job can never be told to use
     GPUs other than the ones reserved for it (the launch check refuses a job
@@ -222,6 +224,10 @@ def build_env(msg: LaunchMessage, node: str, base: Mapping[str, str] | None = No
     })
     if run_dir:
         env["FRENZY_RUN_DIR"] = run_dir
+    if checkpoint_root:
+        env[jobenv.CHECKPOINT_DIR_VAR] = jobenv.checkpoint_dir(checkpoint_root, msg.job_id)
+    else:
+        env.pop(jobenv.CHECKPOINT_DIR_VAR, None)  # from the job's own env: it is Frenzy's to set
     if launch_id:
         # Inherited by every descendant, even ones in other sessions (torchrun's
         # workers): how the agent finds all of a job's processes.
@@ -256,6 +262,38 @@ def log_path_for(log_dir: Path, msg: LaunchMessage, node: str) -> Path:
     if not under(os.path.realpath(path), root):
         raise LaunchError(f"the log path of job {msg.job_id!r} would leave the agent's log directory {root}")
     return path
+
+
+def prepare_checkpoint_dir(root: str, path: str, user: JobUser | None = None) -> None:
+    """Make the job's checkpoint directory ``path`` (``ROOT/<job id>``) if it is not there yet, owned
+    by the job's user; raises LaunchError when it cannot, or when what is there is not a plain
+    directory right under ROOT.
+
+    Kept when it exists: what an earlier attempt saved there is what the next one resumes from.
+    Every node of a job makes the same directory on a shared filesystem, hence ``exist_ok``. A job
+    may write under ROOT, so an entry there may be a symlink it planted for a job that has not
+    started yet: it is refused (never followed, never chowned), and the path must resolve to a
+    directory directly under ROOT's real path.
+    """
+    try:
+        Path(root).mkdir(parents=True, exist_ok=True)
+        try:
+            os.mkdir(path)
+        except FileExistsError:
+            pass
+        info = os.lstat(path)
+    except OSError as exc:
+        raise LaunchError(f"cannot make the checkpoint directory {path} (--checkpoint-root {root}): "
+                          f"{exc.strerror or exc}") from None
+    if not stat.S_ISDIR(info.st_mode) or os.path.dirname(os.path.realpath(path)) != os.path.realpath(root):
+        raise LaunchError(f"the checkpoint directory {path} is not a directory directly under the agent's "
+                          f"--checkpoint-root {root} (a symlink or a file is there); remove it")
+    if user is not None and user.switches() and info.st_uid != user.uid:
+        try:
+            os.chown(path, user.uid, user.gid, follow_symlinks=False)  # the job saves there as its own user
+        except OSError as exc:
+            raise LaunchError(f"cannot give the checkpoint directory {path} to uid {user.uid}: "
+                              f"{exc.strerror or exc}") from None
 
 
 def run_dir_for(log_path: str | os.PathLike[str]) -> Path:
@@ -319,17 +357,24 @@ class Started:
 
 def start(msg: LaunchMessage, node: str, log_dir: Path, launch_id: str = "",
           extra_env: Mapping[str, str] | None = None, pass_env: Iterable[str] = (),
-          user: JobUser | None = None) -> Started:
+          user: JobUser | None = None, checkpoint_root: str = "") -> Started:
     """Start this node's share of the job; raises LaunchError when it cannot start at all.
 
     ``user``: run the command as this user (``--run-as``); None: as the agent's.
+    ``checkpoint_root``: the agent's ``--checkpoint-root`` ("" for none); the job's directory under it
+    is made here (``prepare_checkpoint_dir``).
     """
     argv = build_argv(msg)
     workdir = resolved_workdir(msg)
     log_path = log_path_for(log_dir, msg, node)
     run_dir = run_dir_for(log_path)
-    env = build_env(msg, node, extra=extra_env, launch_id=launch_id, pass_env=pass_env, user=user,
-                    run_dir=str(run_dir))
+    try:
+        env = build_env(msg, node, extra=extra_env, launch_id=launch_id, pass_env=pass_env, user=user,
+                        run_dir=str(run_dir), checkpoint_root=checkpoint_root)
+    except ValueError as exc:
+        raise LaunchError(str(exc)) from None
+    if checkpoint_root:
+        prepare_checkpoint_dir(checkpoint_root, env[jobenv.CHECKPOINT_DIR_VAR], user)
     try:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         run_dir.mkdir(exist_ok=True)

@@ -195,7 +195,10 @@ class LocalStack:
                 cmd = ["agent", "--node", node, "--fake-gpus", f"{group.gpu}:{group.gpus_per_node}",
                        "--prefix", self.prefix, "--addr", "127.0.0.1",
                        "--heartbeat-s", str(self.heartbeat_s), "--ttl-s", str(self.ttl_s),
-                       "--log-dir", str(self.run_dir / "jobs"), *self._metrics_args(f"agent-{node}"),
+                       "--log-dir", str(self.run_dir / "jobs"),
+                       # One directory all the fake nodes share, as a cluster's shared filesystem would be.
+                       "--checkpoint-root", str(self.run_dir / "checkpoints"),
+                       *self._metrics_args(f"agent-{node}"),
                        *self.agent_args]
                 if self.cancel_grace_s is not None:
                     cmd += ["--cancel-grace-s", str(self.cancel_grace_s)]

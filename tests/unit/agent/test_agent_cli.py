@@ -55,3 +55,10 @@ def test_a_malformed_env_option_exits_2_naming_it() -> None:
 def test_help_mentions_drain_and_the_restart_behaviour() -> None:
     result = runner.invoke(app, ["--help"])
     assert "--drain" in result.output and "adopts" in result.output
+
+
+def test_a_relative_checkpoint_root_exits_2_asking_for_an_absolute_path() -> None:
+    result = runner.invoke(app, ["--node", "n1", "--fake-gpus", "L4:1", "--checkpoint-root", "ckpt"])
+    assert result.exit_code == 2 and "--checkpoint-root 'ckpt': give an absolute path" in result.output
+    result = runner.invoke(app, ["--node", "n1", "--fake-gpus", "L4:1"], env={"FRENZY_CHECKPOINT_ROOT": "rel"})
+    assert result.exit_code == 2 and "--checkpoint-root 'rel'" in result.output

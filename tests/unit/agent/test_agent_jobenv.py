@@ -53,3 +53,20 @@ def test_run_as_resolves_names_and_uids() -> None:
     assert user.login_env()["USER"] == me.pw_name and me.pw_gid in user.groups
     with pytest.raises(ValueError, match="no such user"):
         resolve("99999999999999999999")
+
+
+def test_the_checkpoint_dir_is_the_job_id_right_under_an_absolute_root() -> None:
+    assert jobenv.checkpoint_dir("/shared/ckpt/", "job-7") == "/shared/ckpt/job-7"
+    assert jobenv.checkpoint_dir("/shared//ckpt", "j.1_a") == "/shared/ckpt/j.1_a"
+
+
+@pytest.mark.parametrize("root", ["", "ckpt", "./ckpt", "~/ckpt", "/a\x00b"])
+def test_a_checkpoint_root_must_be_an_absolute_path(root: str) -> None:
+    with pytest.raises(ValueError, match="--checkpoint-root .*absolute path"):
+        jobenv.check_checkpoint_root(root)
+
+
+@pytest.mark.parametrize("job_id", ["..", ".", "../x", "a/../../b", "a/b", "/etc", "", "a..b", "-x", "a b"])
+def test_no_job_id_names_anything_but_a_directory_right_under_the_root(job_id: str) -> None:
+    with pytest.raises(ValueError, match="job id"):
+        jobenv.checkpoint_dir("/shared/ckpt", job_id)

@@ -151,6 +151,46 @@ def test_standalone_and_other_commands_are_left_as_written() -> None:
         "bash", "-c", "torchrun t.py"]
 
 
+def test_every_attempt_on_every_node_gets_the_same_checkpoint_dir_and_none_without_a_root() -> None:
+    dirs = {launcher.build_env(make_launch(attempt=a, node=n, node_rank=r), n, base={},
+                               checkpoint_root="/shared/ckpt")["FRENZY_CHECKPOINT_DIR"]
+            for a in (1, 2, 5) for n, r in (("n1", 0), ("n2", 1))}
+    assert dirs == {"/shared/ckpt/job-7"}
+    assert "FRENZY_CHECKPOINT_DIR" not in launcher.build_env(make_launch(), "n1", base={})
+    # Not from the agent's environment, nor from the agent's --env: only the root decides.
+    assert "FRENZY_CHECKPOINT_DIR" not in launcher.build_env(
+        make_launch(), "n1", base={"FRENZY_CHECKPOINT_DIR": "/elsewhere"}, pass_env=["FRENZY_CHECKPOINT_DIR"])
+    other = launcher.build_env(make_launch(job_id="job-8"), "n1", base={}, checkpoint_root="/shared/ckpt")
+    assert other["FRENZY_CHECKPOINT_DIR"] == "/shared/ckpt/job-8"
+
+
+def test_start_makes_the_checkpoint_dir_and_keeps_what_an_earlier_attempt_saved(tmp_path: Path) -> None:
+    root = tmp_path / "ckpt"
+    script = ("import os; d = os.environ['FRENZY_CHECKPOINT_DIR']; print('saw', sorted(os.listdir(d))); "
+              "open(os.path.join(d, 'step-' + os.environ['FRENZY_ATTEMPT']), 'w').close()")
+    for attempt in (1, 2):
+        msg = make_launch(attempt=attempt, command=[sys.executable, "-c", script])
+        started = launcher.start(msg, "n1", tmp_path / "logs", checkpoint_root=str(root))
+        assert started.proc.wait(timeout=10) == 0
+    assert "saw ['step-1']" in started.log_path.read_text()  # attempt 2 found attempt 1's file
+    assert sorted(os.listdir(root / "job-7")) == ["step-1", "step-2"]
+
+
+def test_a_symlink_or_file_planted_as_a_jobs_checkpoint_dir_refuses_the_launch(tmp_path: Path) -> None:
+    root = tmp_path / "ckpt"
+    root.mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    (root / "job-7").symlink_to(tmp_path / "elsewhere")
+    (root / "job-8").write_text("not a directory")
+    for job_id in ("job-7", "job-8"):
+        with pytest.raises(launcher.LaunchError, match="not a directory directly under"):
+            launcher.start(make_launch(job_id=job_id), "n1", tmp_path / "logs", checkpoint_root=str(root))
+    sneaky = LaunchMessage.model_construct(**{**make_launch().__dict__, "job_id": "../../x"})
+    with pytest.raises(launcher.LaunchError):
+        launcher.start(sneaky, "n1", tmp_path / "logs", checkpoint_root=str(root))
+    assert not (tmp_path / "x").exists()
+
+
 def test_log_path_layout(tmp_path: Path) -> None:
     assert launcher.log_path_for(tmp_path, make_launch(), "n1") == tmp_path / "job-7" / "attempt-2" / "n1.log"
 
