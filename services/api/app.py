@@ -7,6 +7,9 @@
     POST /api/jobs               body: a job entry as `frenzy submit` takes it (see the OpenAPI schema)
     POST /api/jobs/{id}/cancel   body (optional): {"reason": "..."}
     GET  /api/nodes              ?include_dead=true -> {"nodes": [...]}
+    GET  /docs, /redoc           the API's documentation (Swagger UI, ReDoc) from files shipped in the
+                                 fastapi-offline package (/static-offline-docs): FastAPI's own pages
+                                 load them from a CDN, which an air-gapped cluster cannot reach
 
 gRPC status codes become HTTP ones: INVALID_ARGUMENT 400 (the message names the
 field), NOT_FOUND 404, FAILED_PRECONDITION and ALREADY_EXISTS 409,
@@ -38,6 +41,7 @@ import grpc
 from fastapi import APIRouter, Depends, FastAPI, Header, HTTPException, Path, Query, Request
 from fastapi.params import Depends as Dependency
 from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi_offline import FastAPIOffline
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from starlette.concurrency import run_in_threadpool
 
@@ -212,7 +216,9 @@ def create_app(scheduler_address: str, *, bind_host: str = "127.0.0.1", allowed_
         if "c" in channel:
             channel.pop("c").close()
 
-    app = FastAPI(
+    # FastAPIOffline is FastAPI with /docs and /redoc pointed at the Swagger UI and ReDoc files
+    # inside the fastapi-offline package, served under /static-offline-docs (no CDN).
+    app = FastAPIOffline(
         title="Frenzy", version="0.1.0", lifespan=lifespan,
         description="Submit LLM training jobs by model and recipe; Frenzy picks the GPUs. "
                     f"Gateway to the scheduler at {scheduler_address}.",
