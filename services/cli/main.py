@@ -161,10 +161,24 @@ def submit(
         min=0, max=10, help="Re-plans after out-of-memory exits, each on a plan with more memory per GPU "
                             "[default: 2].")] = None,
     wait: Annotated[bool, typer.Option(help="Follow the job until it ends.")] = False,
+    finetune: Annotated[str, typer.Option(help="full | lora | qlora (planned as it will run).")] = "full",
+    lora_rank: Annotated[int, typer.Option(help="Rank of the LoRA / QLoRA adapters.")] = 16,
+    lora_targets: Annotated[str, typer.Option(help="Linears with adapters, e.g. q,k,v,o,gate,up,down.")] = "",
+    weight_decay: Annotated[float | None, typer.Option(help="Optimizer weight decay (default: the "
+                                                         "optimizer's own).")] = None,
+    ep: Annotated[int, typer.Option(help="Expert-parallel degree (mixture-of-experts models).")] = 1,
+    etp: Annotated[int | None, typer.Option(help="Expert-tensor-parallel degree (default: tp).")] = None,
+    pp_layers: Annotated[str, typer.Option(help="Layers of each pipeline (or virtual) stage, e.g. "
+                                                "2,4,4,2.")] = "",
+    compiled: Annotated[bool, typer.Option("--compile", help="The model runs under torch.compile.")] = False,
+    float8: Annotated[bool, typer.Option("--float8", help="Float8 linears (GPUs with fp8 only).")] = False,
     scheduler: SchedulerOpt = "",
     as_json: JsonOpt = False,
 ) -> None:
     """Submit a job: the model and recipe, then the command after `--`.
+
+    The recipe flags (--finetune, --lora-*, --ep, --etp, --pp-layers, --compile, --float8,
+    --weight-decay) are those of `frenzy predict`: the job is planned the way it will run.
 
     The current directory travels with the job (what git would commit, at most --max-code-mib):
     each node runs the command in a fresh copy of it. --workdir (a directory on the nodes) or
@@ -185,7 +199,10 @@ def submit(
                             "train_steps": train_steps, "command": command, "env": env_map, "workdir": workdir,
                             "gpu_types": gpu_types or [], "max_gpus": max_gpus,
                             "min_gpus": min_gpus, "idempotency_key": idempotency_key,
-                            "max_oom_retries": max_oom_retries}).to_proto()
+                            "max_oom_retries": max_oom_retries, **_recipe_flags(
+                                finetune=finetune, lora_rank=lora_rank, lora_targets=lora_targets,
+                                weight_decay=weight_decay, ep=ep, etp=etp, pp_layers=pp_layers, compile=compiled,
+                                float8=float8)}).to_proto()
     except JobSpecError as exc:
         msg = str(exc)
         if msg.startswith("command"):
@@ -559,6 +576,17 @@ def scheduler_cmd(
         logging.getLogger("frenzy.scheduler").info("metrics on %s", server.metrics.url)
     stop.wait()
     server.stop()
+
+
+def _recipe_flags(**flags: object) -> dict[str, object]:
+    """The recipe flags given (not at their defaults), as JobEntry fields: an unset flag keeps the
+    entry's own default (and its validation names the field when a value is wrong)."""
+    defaults = {"finetune": "full", "lora_rank": 16, "lora_targets": "", "weight_decay": None, "ep": 1, "etp": None,
+                "pp_layers": "", "compile": False, "float8": False}
+    out: dict[str, object] = {k: v for k, v in flags.items() if v != defaults.get(k)}
+    if isinstance(out.get("lora_targets"), str):
+        out["lora_targets"] = [t.strip() for t in str(out["lora_targets"]).split(",") if t.strip()]
+    return out
 
 
 def _register_optional() -> None:
