@@ -102,8 +102,12 @@ def measure(
         config = MeasureConfig(seq_len=seq_len, micro_batch=micro_batch, precision=policy, optimizer=optimizer,
                                attention=attention, recompute=recompute, gqa=gqa, dropout=dropout,
                                grad_buffer=grad_buffer, optimizer_impl=optimizer_impl)  # fmt: skip
-        measured = run(spec, config)
-        predicted = compare.predict(spec, config)
+        # One traced step of a real model on fake tensors takes seconds to minutes (a 7B model's
+        # graph is large): say what is happening, on stderr, not in the JSON on stdout.
+        with render.console(stderr=True).status(f"measuring one training step of {spec.name} on fake tensors "
+                                                f"(seq {seq_len}, micro-batch {micro_batch}, {precision})..."):
+            measured = run(spec, config)
+            predicted = compare.predict(spec, config)
     except (ValueError, marp.MarpError) as exc:
         _fail(str(exc))
     out = compare.report(measured.to_dict(), predicted)
