@@ -486,6 +486,7 @@ class GavelPolicy:
 
     name: str = "gavel"
     round_s: float | None = 360.0
+    restart_s: float = 120.0  # what a restart costs (the simulator's), for the amortisation guard
     time_limit_s: float = 30.0
     # True: Gavel given MARP's memory knowledge -- a job is never placed on a (type, count) MARP
     # says does not fit; at the requested count with no fitting type it asks for 2x (gavel-memaware)
@@ -534,13 +535,16 @@ class GavelPolicy:
                 alloc = self._fair(weighted, capacity)
             ranked = []
             for (i, t, n, _), x in zip(pairs, alloc, strict=True):
-                if x <= 1e-6:
-                    continue
                 job = jobs[i]
+                amortising = self._amortising(job, view.now) and job.config == (t, n)
+                if x <= 1e-6 and not amortising:
+                    continue
                 rounds = self._rounds.get(job.job_id, 0)
                 served = self._served.get(job.job_id, {}).get(t, 0)
                 share = served / rounds if rounds else 0.0
                 priority = x / share if share > 0 else math.inf
+                if amortising:
+                    priority = 1e300  # kept before anything else (inf is a never-served job)
                 # (x rounded: an LP's equal shares may differ in the last digits; ties go by seq)
                 ranked.append((-priority, -round(x, 6), job.seq, job.job_id, t, n))
             ranked.sort()
@@ -567,6 +571,15 @@ class GavelPolicy:
             self._rounds = {k: v for k, v in self._rounds.items() if k in active}
             self._served = {k: v for k, v in self._served.items() if k in active}
         return actions
+
+    def _amortising(self, job: JobInfo, now: float) -> bool:
+        """Has a running job not yet run as long as the restart it paid? Then it keeps its GPUs
+        this round. Our guard, not Gavel's: with a round no longer than the restart cost,
+        rotating every round would give jobs no progress at all (a livelock); with Gavel's 360 s
+        rounds and our 120 s restarts it never fires (jobs start at round boundaries)."""
+        if job.started_at is None or not job.restarts:
+            return False
+        return now - job.started_at < 2 * self.restart_s
 
     def request(self, job: JobInfo, types: Sequence[str], capacity: dict[str, int]) -> tuple[int, list[str]] | None:
         """(GPU count, types) for a job not running: opportunistic's OOM rule; memory-aware, the
@@ -790,11 +803,11 @@ def make_policy(
     if name == "sia-memaware":
         return SiaPolicy(name="sia-memaware", restart_s=restart_s, memory_aware=True)
     if name == "gavel":
-        return GavelPolicy(round_s=gavel_round_s)
+        return GavelPolicy(round_s=gavel_round_s, restart_s=restart_s)
     if name == "gavel-memaware":
-        return GavelPolicy(name=name, round_s=gavel_round_s, memory_aware=True)
+        return GavelPolicy(name=name, round_s=gavel_round_s, restart_s=restart_s, memory_aware=True)
     if name == "gavel-minjct":
-        return GavelPolicy(name=name, round_s=gavel_round_s, memory_aware=True, objective="minjct")
+        return GavelPolicy(name=name, round_s=gavel_round_s, restart_s=restart_s, memory_aware=True, objective="minjct")
     if name == "hadar":
         return HadarPolicy(restart_s=restart_s)
     raise UnknownPolicyError(f"unknown policy {name!r}; known: {', '.join(POLICY_NAMES)}")

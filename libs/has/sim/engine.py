@@ -370,6 +370,7 @@ class Simulator:
         node_failures: Sequence[tuple[float, str, float]] = (),
         profiles: ProfileBook | None = None,
         max_time_s: float = 10 * 365 * 86400.0,
+        stall_s: float = 60 * 86400.0,
     ) -> None:
         for label, sigma in (("runtime_noise", runtime_noise), ("memory_error", memory_error),
                              ("speed_error", speed_error)):  # fmt: skip
@@ -384,6 +385,11 @@ class Simulator:
         self.oom_delay_s = oom_delay_s
         self.restart_s = restart_s
         self.max_time_s = max_time_s
+        # A round-based policy that keeps jobs busy without finishing any (e.g. rotating every
+        # round with a restart as long as the round) would run to max_time_s; a round more than
+        # stall_s after the last arrival or finish stops the run, the jobs left reported stalled.
+        self.stall_s = stall_s
+        self._stalled = False
         self.book = profiles or ProfileBook(spec)
         # GPUs: node → [(index, type, memory)]; ownership kept in one dict.
         self.node_gpus: dict[str, list[tuple[int, str, int]]] = {}
@@ -461,11 +467,17 @@ class Simulator:
         next_round: float | None = None
         now = 0.0
         timed_out = False
+        last_event = 0.0  # the last arrival or finish
         while self._events:
             if self._events[0][0] > self.max_time_s:
                 timed_out = True
                 break
+            if self._events[0][1] == _ROUND and self._events[0][0] - last_event > self.stall_s and self.running:
+                self._stalled = True
+                break
             now = self._events[0][0]
+            if self._events[0][1] in (_ARRIVE, _FINISH):
+                last_event = now
             had_round = False
             while self._events and self._events[0][0] == now:
                 _, kind, _, attempt, key = heapq.heappop(self._events)
@@ -512,6 +524,9 @@ class Simulator:
         """Why a job did not finish: the policy's own word where it has one, else what the
         engine saw (no GPU type for its precision, OOMs, never placed, the time limit)."""
         info = self.info[job_id]
+        if self._stalled:
+            return (f"stalled: no job finished or arrived for {self.stall_s / 86400:.0f} days "
+                    f"({self.outcomes[job_id].restarts} restarts; the policy gave no progress)")  # fmt: skip
         if job_id in self.running:
             return f"still running when the run stopped at the {self.max_time_s / 86400:.0f}-day limit"
         if not info.profile.runnable_types:

@@ -184,3 +184,35 @@ def test_hadar_prices_gpus_so_a_contended_type_is_shared() -> None:
     second_round = [p for p in rest if p[0] == rest[0][0]]
     assert {p[1] for p in second_round} == {"j0", "j1"}
     assert sum(len(p[3]) for p in second_round) <= 4
+
+
+def test_a_round_policy_that_never_lets_jobs_progress_is_stopped_and_reported() -> None:
+    """A policy that restarts every job every round, with the restart as long as the round, makes
+    no progress: the run stops after stall_s and names the jobs as stalled, not 10 years later."""
+    from has.sim.engine import Stop
+
+    class Rotate:
+        name, round_s = "rotate", 100.0
+
+        def decide(self, view: SimView) -> list:
+            stops = [Stop(j.job_id) for j in view.running]
+            free = [s for n in view.cluster.nodes for s in n.gpus]
+            starts = [Start(j.job_id, free[0].gpu_type, ((free[0].node, free[0].index),)) for j in view.queue[:1]]
+            return stops + starts
+
+    spec = parse_cluster({"nodes": [{"gpu": "H100-80GB", "count": 1, "gpus_per_node": 1}]})
+    jobs = _jobs(2, steps=100_000, gpus=1)
+    res = Simulator(spec, jobs, Rotate(), runtime_noise=0.0, restart_s=100.0, stall_s=86400.0).run()
+    assert res.metrics()["jobs_finished"] == 0
+    assert res.end_s < 3 * 86400.0
+    assert all(why.startswith("stalled") for why in res.unfinished.values()) and len(res.unfinished) == 2
+
+
+def test_gavel_keeps_a_job_until_its_restart_is_amortised() -> None:
+    """With a round no longer than the restart cost, Gavel's rotation alone would give no progress;
+    our guard keeps a restarted job for a second round, so both jobs finish."""
+    spec = parse_cluster({"nodes": [{"gpu": "H100-80GB", "count": 1, "gpus_per_node": 4}]})
+    jobs = [TraceJob(f"j{i}", 0.0, "qwen2.5-0.5b", 2048, 64, 64 * 2048 * 5_000, 4) for i in range(3)]
+    res = Simulator(spec, jobs, make_policy("gavel", restart_s=120.0, gavel_round_s=120.0),
+                    runtime_noise=0.0, restart_s=120.0).run()  # fmt: skip
+    assert res.metrics()["jobs_finished"] == 3
