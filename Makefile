@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint proto up clean
+.PHONY: demo test test-fast lint proto up clean browser
 
 # setup.py compiles these with mypyc at install (pure Python where it cannot): an edit
 # re-installs, so the tests run the compiled build of the current source.
@@ -22,8 +22,21 @@ $(STAMP): pyproject.toml setup.py $(COMPILED)
 demo: $(STAMP)
 	$(BIN)/frenzy demo
 
+# The dashboard's browser test (tests/e2e/test_dashboard_browser.py) drives Debian's chromium
+# through Playwright, which cannot download a browser of its own here. Installed when missing
+# and this is root with apt-get; otherwise that test fails saying how to install it.
+browser:
+	@if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing chromium (Debian package) for the dashboard's browser test"; \
+	    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+	        chromium fonts-liberation; } >/tmp/frenzy-chromium-install.log 2>&1 \
+	      || echo "could not install chromium (see /tmp/frenzy-chromium-install.log): the browser test will fail"; \
+	  else echo "chromium is missing and cannot be installed here (not root, or no apt-get): the browser test will fail"; fi; \
+	fi
+
 ## test: the whole suite (unit, integration on a real Redis, end to end); fails if no test ran
-test: $(STAMP)
+test: $(STAMP) browser
 	@$(BIN)/python -m pytest; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing on purpose"; exit 1; fi; exit $$rc
 

@@ -7,9 +7,9 @@
     POST /api/jobs               body: a job entry as `frenzy submit` takes it (see the OpenAPI schema)
     POST /api/jobs/{id}/cancel   body (optional): {"reason": "..."}
     GET  /api/nodes              ?include_dead=true -> {"nodes": [...]}
-    GET  /docs, /redoc           the API's documentation (Swagger UI, ReDoc) from files shipped in the
-                                 fastapi-offline package (/static-offline-docs): FastAPI's own pages
-                                 load them from a CDN, which an air-gapped cluster cannot reach
+    GET  /docs                   the API's documentation (Swagger UI) from files shipped in the
+                                 fastapi-offline package (/static-offline-docs): FastAPI's own page
+                                 loads them from a CDN, which an air-gapped cluster cannot reach
 
 gRPC status codes become HTTP ones: INVALID_ARGUMENT 400 (the message names the
 field), NOT_FOUND 404, FAILED_PRECONDITION and ALREADY_EXISTS 409,
@@ -216,9 +216,13 @@ def create_app(scheduler_address: str, *, bind_host: str = "127.0.0.1", allowed_
         if "c" in channel:
             channel.pop("c").close()
 
-    # FastAPIOffline is FastAPI with /docs and /redoc pointed at the Swagger UI and ReDoc files
-    # inside the fastapi-offline package, served under /static-offline-docs (no CDN).
+    # FastAPIOffline is FastAPI with /docs pointed at the Swagger UI files inside the
+    # fastapi-offline package, served under /static-offline-docs (no CDN). No /redoc: ReDoc 2.5
+    # always loads its sidebar logo from cdn.redoc.ly, a request out of the cluster for every
+    # reader (tests/e2e/test_dashboard_browser.py caught it). No validator badge: Swagger UI
+    # would send the schema's URL to validator.swagger.io whenever the host is not loopback.
     app = FastAPIOffline(
+        redoc_url=None, swagger_ui_parameters={"validatorUrl": None},
         title="Frenzy", version="0.1.0", lifespan=lifespan,
         description="Submit LLM training jobs by model and recipe; Frenzy picks the GPUs. "
                     f"Gateway to the scheduler at {scheduler_address}.",
