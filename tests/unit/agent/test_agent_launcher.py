@@ -191,6 +191,18 @@ def test_a_symlink_or_file_planted_as_a_jobs_checkpoint_dir_refuses_the_launch(t
     assert not (tmp_path / "x").exists()
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a directory to another user needs root")
+def test_the_checkpoint_dir_belongs_to_the_run_as_user_and_is_kept(tmp_path: Path) -> None:
+    user = JobUser("nobody", 65534, 65534, (65534,), "/nonexistent", "/usr/sbin/nologin")
+    path = str(tmp_path / "ckpt" / "job-7")
+    launcher.prepare_checkpoint_dir(str(tmp_path / "ckpt"), path, user)
+    (Path(path) / "step-00000003").mkdir()
+    launcher.prepare_checkpoint_dir(str(tmp_path / "ckpt"), path, user)  # the next attempt's launch
+    info = os.stat(path)
+    assert (info.st_uid, info.st_gid) == (65534, 65534) and os.listdir(path) == ["step-00000003"]
+    assert os.stat(tmp_path / "ckpt").st_uid == 0  # the root stays the agent's
+
+
 def test_log_path_layout(tmp_path: Path) -> None:
     assert launcher.log_path_for(tmp_path, make_launch(), "n1") == tmp_path / "job-7" / "attempt-2" / "n1.log"
 
