@@ -502,13 +502,14 @@ class GavelPolicy:
         cluster = view.cluster
         types = _type_order(view)
         capacity = {t: sum(cluster.healthy_by_node(t).values()) for t in types}
+        per_node = {t: max(cluster.healthy_by_node(t).values(), default=0) for t in types}
         jobs = list(view.running) + list(view.queue)
         pairs: list[tuple[int, str, int, float]] = []  # (job row, type, GPUs, steps/s)
         for i, job in enumerate(jobs):
             if job.config is not None and job.config not in job.failed_configs:
                 n, allowed = job.config[1], [t for t in types if (t, job.config[1]) not in job.failed_configs]
             else:
-                req = self.request(job, types, capacity)
+                req = self.request(job, types, capacity, per_node)
                 if req is None:
                     continue
                 n, allowed = req
@@ -525,6 +526,10 @@ class GavelPolicy:
             if self.objective == "minjct":
                 # Smith's rule over the effective throughput: sum T X / steps_left, one LP
                 weighted = [(i, t, n, thr / max(jobs[i].steps_left, 1e-9)) for i, t, n, thr in pairs]
+                # scaled so the largest weight is 1 (Smith's rule is scale-free; raw weights,
+                # steps/s per step left, are ~1e-5 and the solver is happier near 1)
+                top = max(c for _, _, _, c in weighted)
+                weighted = [(i, t, n, c / top) for i, t, n, c in weighted]
                 _, alloc = self._lp(weighted, capacity, 0.0)
             else:
                 iso = self._fair([(i, t, n, 1.0) for i, t, n, _ in pairs], capacity)
@@ -581,17 +586,28 @@ class GavelPolicy:
             return False
         return now - job.started_at < 2 * self.restart_s
 
-    def request(self, job: JobInfo, types: Sequence[str], capacity: dict[str, int]) -> tuple[int, list[str]] | None:
+    def request(
+        self, job: JobInfo, types: Sequence[str], capacity: dict[str, int], per_node: dict[str, int] | None = None
+    ) -> tuple[int, list[str]] | None:
         """(GPU count, types) for a job not running: opportunistic's OOM rule; memory-aware, the
-        smallest count at or above the request at which MARP says some type fits."""
+        smallest count at or above the request at which MARP says some type fits, among the
+        counts a round can place (a power of two within a node, or whole nodes)."""
         if not self.memory_aware:
             return OpportunisticPolicy.request(job, types, capacity)
-        fits = sorted({n for (t, n) in job.profile.configs if capacity.get(t, 0) >= n and (t, n) not in job.failed_configs})
+        per = per_node or {}
+
+        def placeable(t: str, n: int) -> bool:
+            r = per.get(t, 0)
+            return r > 0 and capacity.get(t, 0) >= n and ((n <= r and n & (n - 1) == 0) or n % r == 0)
+
+        fits = sorted({n for (t, n) in job.profile.configs if placeable(t, n) and (t, n) not in job.failed_configs})
         if not fits:
-            return None
+            # every configuration MARP says fits has OOMed (its prediction was short): fall
+            # back to the memory-blind rule -- the next type, then twice the GPUs
+            return OpportunisticPolicy.request(job, types, capacity)
         # the smallest count at or above the request where MARP says a type fits (else the largest)
         n = next((c for c in fits if c >= job.requested_gpus), fits[-1])
-        return n, [t for t in types if (t, n) in job.profile.configs and (t, n) not in job.failed_configs]
+        return n, [t for t in types if (t, n) in job.profile.configs and placeable(t, n) and (t, n) not in job.failed_configs]
 
     def _fair(self, pairs: list[tuple[int, str, int, float]], capacity: dict[str, int]) -> list[float]:
         """The max-min fair X for ``pairs`` = (m, j, n_m, c[m, j]) — maximise min_m sum_j

@@ -216,3 +216,30 @@ def test_gavel_keeps_a_job_until_its_restart_is_amortised() -> None:
     res = Simulator(spec, jobs, make_policy("gavel", restart_s=120.0, gavel_round_s=120.0),
                     runtime_noise=0.0, restart_s=120.0).run()  # fmt: skip
     assert res.metrics()["jobs_finished"] == 3
+
+
+def test_gavel_minjct_places_long_jobs_too() -> None:
+    """Smith's-rule weights are tiny for a long job (steps/s per step left); a lone long job
+    still starts at the first round."""
+    spec = parse_cluster({"nodes": [{"gpu": "H100-80GB", "count": 1, "gpus_per_node": 4}]})
+    jobs = [TraceJob("long", 0.0, "qwen2.5-0.5b", 2048, 64, 64 * 2048 * 2_000_000, 4)]
+    sim = Simulator(spec, jobs, make_policy("gavel-minjct"), runtime_noise=0.0)
+    res = sim.run()
+    assert res.metrics()["jobs_finished"] == 1 and sim.placements[0][0] == 360.0
+
+
+def test_gavel_memaware_asks_only_for_counts_a_round_can_place() -> None:
+    """MARP may fit a job on 20 A100s, but a round places a power of two within a node or whole
+    nodes; asking for 20 on 8-GPU nodes blocked the type every round (seen on Pollux 6 with
+    memory error: two 32-GPU jobs never ran). The memory-aware request takes a placeable count,
+    and after every fitting count OOMed it falls back to the memory-blind rule."""
+    from has.sim.baselines import GavelPolicy
+    from has.sim.engine import JobInfo, JobProfile
+
+    prof = JobProfile("qwen2.5-72b", (), {("A100-80GB", 16): 2.0, ("A100-80GB", 20): 1.7}, frozenset({"A100-80GB"}))
+    job = JobInfo("j", 0, 0.0, "qwen2.5-72b", 64, "", prof, 100.0)
+    g = GavelPolicy(memory_aware=True)
+    cap, per = {"A100-80GB": 32}, {"A100-80GB": 8}
+    assert g.request(job, ["A100-80GB"], cap, per) == (16, ["A100-80GB"])
+    job.failed_configs.add(("A100-80GB", 16))
+    assert g.request(job, ["A100-80GB"], cap, per) == (32, ["A100-80GB"])  # memory-blind: 2 x 16
