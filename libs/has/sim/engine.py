@@ -588,6 +588,13 @@ class Simulator:
 
     def _handle(self, now: float, kind: int, key: str, attempt: int) -> None:
         if kind == _ARRIVE:
+            prof = self.info[key].profile
+            if not prof.configs or not prof.runnable_types:
+                # No layout of this job fits any GPU type of the cluster (or none runs its
+                # precision): no policy can ever run it here, so it never enters the queue (a
+                # memory-blind policy would only OOM on it; round-based ones would keep deciding
+                # for it until the end). It is reported unfinished with that reason.
+                return
             self.queue[key] = None
             self._changed = True
         elif kind in (_FINISH, _OOM):

@@ -243,3 +243,16 @@ def test_gavel_memaware_asks_only_for_counts_a_round_can_place() -> None:
     assert g.request(job, ["A100-80GB"], cap, per) == (16, ["A100-80GB"])
     job.failed_configs.add(("A100-80GB", 16))
     assert g.request(job, ["A100-80GB"], cap, per) == (32, ["A100-80GB"])  # memory-blind: 2 x 16
+
+
+@pytest.mark.parametrize("name", ["sia", "gavel", "hadar", "opportunistic", "frenzy"])
+def test_a_job_no_gpu_of_the_cluster_holds_is_reported_not_retried(name: str) -> None:
+    """qwen2.5-72b fits no layout on four L4s: it never enters the queue (no policy could run it
+    here), the run ends with the small job's finish, and the big one is named with why."""
+    spec = parse_cluster({"nodes": [{"gpu": "L4", "count": 1, "gpus_per_node": 4}]})
+    jobs = [TraceJob("small", 0.0, "qwen2.5-0.5b", 2048, 64, 64 * 2048 * 50, 1),
+            TraceJob("huge", 10.0, "qwen2.5-72b", 2048, 64, 64 * 2048 * 50, 4)]  # fmt: skip
+    res = Simulator(spec, jobs, make_policy(name), runtime_noise=0.0).run()
+    small = next(j for j in res.jobs if j.job_id == "small")
+    assert small.finish_s is not None and res.end_s == small.finish_s and res.oom_failures == 0
+    assert "too big for this cluster" in res.unfinished["huge"]
