@@ -467,7 +467,10 @@ class StateStore:
         # What admission control counts against a user's queued-jobs quota without a read of its own.
         self.queued_by_user, self.queue_read_at = users, read_at
         cached = self._queued
-        missing = [job_id for job_id, stamp in pending if cached.get(job_id, ((),))[0] != stamp]
+        # (also a job whose launch source went with a placement and that is PENDING again at the
+        # same attempt: an old-style reservation rolled back)
+        missing = [job_id for job_id, stamp in pending
+                   if cached.get(job_id, ((),))[0] != stamp or job_id not in self._sources]
         if missing:
             pipe = self.r.pipeline(transaction=False)
             for job_id in missing:
