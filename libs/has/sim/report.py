@@ -49,9 +49,10 @@ def cell(m: dict[str, float | int], key: str, scale: float, sd: dict[str, float]
     """One table cell: the value (finished as ``done/total``), ``+- sd`` over seeds where given."""
     if key == "jobs_finished" and "jobs_total" in m:
         return f"{_fmt(m[key], 1.0)}/{_fmt(m['jobs_total'], 1.0)}"
-    text = _fmt(m[key], scale)
+    counts = key in ("oom_failures", "restarts")
+    text = f"{float(m[key]):.1f}" if counts and sd is not None and float(m[key]) != int(m[key]) else _fmt(m[key], scale)
     if sd is not None and key in sd and key in SPREAD_KEYS:
-        text += f" ± {_fmt(float(sd[key]), scale)}"
+        text += f" ± {float(sd[key]):.1f}" if counts else f" ± {_fmt(float(sd[key]), scale)}"
     return text
 
 
