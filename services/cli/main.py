@@ -502,9 +502,11 @@ def scheduler_cmd(
     policy: Annotated[str, typer.Option(
         envvar="FRENZY_POLICY",
         help="Queue policy: 'frenzy' (shortest-first with aging, completion-time-aware plan choice, and "
-             "stopping a job submitted under a minute ago for a much shorter one), 'frenzy-nopreempt' (the "
-             "same, never stopping a running job) or 'paper' (FIFO with backfill, first satisfiable plan; "
-             "the Frenzy paper's HAS).")] = "frenzy",
+             "stopping a job submitted under a minute ago for a much shorter one; the simulator calls it "
+             "frenzy-completion), 'frenzy-ranked' (shortest-first with aging over MARP's ranked plans, no "
+             "preemption: the simulator's frenzy, which won its tuning split, docs/simulator.md), "
+             "'frenzy-nopreempt' (frenzy never stopping a running job) or 'paper' (FIFO with backfill, "
+             "first satisfiable plan; the Frenzy paper's HAS).")] = "frenzy",
     max_queued_per_user: Annotated[int, typer.Option(
         envvar="FRENZY_MAX_QUEUED_PER_USER", min=1,
         help="PENDING jobs one user may have; more submissions are refused (RESOURCE_EXHAUSTED).")] = 1000,
@@ -553,10 +555,11 @@ def scheduler_cmd(
         tls, predictor_tls = ServerTls.from_files(tls_cert, tls_key, tls_ca), ClientTls.from_env()
     except ValueError as exc:
         fail(str(exc), 2)
-    from has import QueuePolicy
+    from has import PlanChoice, QueuePolicy
 
-    policies = {"frenzy": QueuePolicy.frenzy(), "frenzy-nopreempt": QueuePolicy.frenzy(preempt_within_s=0.0),
-                "paper": QueuePolicy()}
+    policies = {"frenzy": QueuePolicy.frenzy(), "frenzy-completion": QueuePolicy.frenzy(),
+                "frenzy-ranked": QueuePolicy.frenzy(plan_choice=PlanChoice.RANKED),
+                "frenzy-nopreempt": QueuePolicy.frenzy(preempt_within_s=0.0), "paper": QueuePolicy()}
     if policy not in policies:
         fail(f"--policy: unknown policy {policy!r}; one of {', '.join(policies)}", 2)
     if max_streams >= grpc_workers:
