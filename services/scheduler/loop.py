@@ -665,8 +665,10 @@ class SchedulerLoop:
         if lease is not None:
             lease.release()
             self.store.lease = ""
-        for t in threads:
-            t.join(timeout=5)
+        # The events thread ends within its read's block (200 ms); the wakes thread may sit in a
+        # BLPOP for up to its timeout and touches nothing on the way out, so a stop does not wait
+        # for it (a daemon thread: it ends on its own, or when the client is closed).
+        threads[0].join(timeout=5)
 
     def _lead(self) -> bool:
         """Hold (renew or take) the leader lease. -> whether this scheduler leads now."""
@@ -690,7 +692,7 @@ class SchedulerLoop:
             if not self.leading.wait(0.5):
                 continue
             try:
-                if self.store.wait_wake(1.0):
+                if self.store.wait_wake(0.5):
                     self.wake.set()
             except redis.RedisError:
                 stop.wait(0.5)  # the loop's own thread reports the outage
