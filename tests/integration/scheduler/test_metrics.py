@@ -39,6 +39,8 @@ def running(redis_url: str, prefix: str) -> Iterator[Running]:
     pserver, pport, phealth = serve_predictor("127.0.0.1:0")
     sched = SchedulerServer(redis_url, f"127.0.0.1:{pport}", "127.0.0.1:0", prefix=prefix, tick_s=0.05,
                             metrics_address="127.0.0.1:0")
+    # The reaper refreshes the node gauges; read every half second, not every 5 s (test speed).
+    sched.loop.reservation_timeout_s = 1.0
     token, _ = sched.tokens.create("metrics-test", Role.ADMIN)
     channel = with_token(grpc.insecure_channel(f"127.0.0.1:{sched.port}"), token)
     try:
