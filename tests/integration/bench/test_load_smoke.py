@@ -20,8 +20,8 @@ KEYS = ("placements_per_s", "placements_per_s_overall", "first_wave", "submit_to
 
 
 def test_load_at_toy_size_prints_one_json_line_and_every_job_succeeds_once(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, str(BENCH), "--agents", "3", "--gpus-per-agent", "2", "--jobs", "12",
-                           "--rate", "20", "--backlog", "20", "--seed", "7", "--timeout-s", "120", "--json"],
+    proc = subprocess.run([sys.executable, str(BENCH), "--agents", "3", "--gpus-per-agent", "2", "--jobs", "8",
+                           "--job-s", "0.2", "--rate", "20", "--backlog", "20", "--seed", "7", "--timeout-s", "120", "--json"],
                           capture_output=True, text=True, timeout=240, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -29,12 +29,12 @@ def test_load_at_toy_size_prints_one_json_line_and_every_job_succeeds_once(tmp_p
     for key in KEYS:
         assert key in out, key
     assert out["problems"] == [] and out["complete"] is True
-    # 12 burst + 12 latency + the probe behind the backlog; blockers and the backlog are not counted
-    assert (out["submitted"], out["succeeded"], out["lost"], out["ran_twice"], out["refused"]) == (25, 25, 0, 0, 0)
+    # 8 burst + 8 latency + the probe behind the backlog; blockers and the backlog are not counted
+    assert (out["submitted"], out["succeeded"], out["lost"], out["ran_twice"], out["refused"]) == (17, 17, 0, 0, 0)
     sizes = out["sizes"]
     assert (sizes["agents"], sizes["gpus"], sizes["k"], sizes["backlog"]) == (3, 6, [1, 6], 20)
     burst, latency, backlog = out["phases"]["burst"], out["phases"]["latency"], out["phases"]["backlog"]
-    assert burst["placements"] == 12 and burst["first_wave_gpus"] <= 6  # the wave fits the free GPUs
+    assert burst["placements"] == 8 and burst["first_wave_gpus"] <= 6  # the wave fits the free GPUs
     assert out["placements_per_s_overall"] > 0
     assert out["submit_to_running_p50_s"] <= out["submit_to_running_p99_s"]
     assert 0 < out["submit_p50_ms"] <= out["submit_p99_ms"]
@@ -45,7 +45,7 @@ def test_load_at_toy_size_prints_one_json_line_and_every_job_succeeds_once(tmp_p
     assert 0 <= out["backlog_new_job_to_running_s"] <= backlog["probe_call_to_running_s"] < 30
     assert {"scheduler", "predictor", "agents", "redis"} <= set(out["cpu_s"])
     assert out["scheduler_metrics"]["frenzy_agent_events_total_refused"] == 0
-    assert "burst submitted 12/12" in proc.stderr and "backlog queued 20/20" in proc.stderr  # progress on stderr
+    assert "burst submitted 8/8" in proc.stderr and "backlog queued 20/20" in proc.stderr  # progress on stderr
     assert "://***@" in proc.stderr and ":" + "//frenzy:" not in proc.stderr  # no admin password printed
 
 
