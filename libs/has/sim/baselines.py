@@ -158,6 +158,19 @@ class FrenzyPolicy:
 # ----- opportunistic -------------------------------------------------------------------
 
 
+def _shape_and_capacity(view: SimView) -> tuple[dict[str, tuple[int, int]], dict[str, int]]:
+    """Per GPU type with healthy GPUs, in ``_type_order``: (GPUs on its fullest node, nodes) and the
+    healthy GPUs in all — what Sia's and Hadar's rounds size their allocations by."""
+    shape: dict[str, tuple[int, int]] = {}
+    capacity: dict[str, int] = {}
+    for t in _type_order(view):
+        per = view.cluster.healthy_by_node(t)
+        if per:
+            shape[t] = (max(per.values()), len(per))
+            capacity[t] = sum(per.values())
+    return shape, capacity
+
+
 def _type_order(view: SimView) -> list[str]:
     """GPU types in cluster-file order (the operator's order; no speed or memory knowledge)."""
     seen: list[str] = []
@@ -327,14 +340,7 @@ class SiaPolicy:
     def decide(self, view: SimView) -> list[Start | Stop]:
         highspy: Any = require("highspy")
 
-        cluster = view.cluster
-        shape: dict[str, tuple[int, int]] = {}
-        capacity: dict[str, int] = {}
-        for t in _type_order(view):
-            per = cluster.healthy_by_node(t)
-            if per:
-                shape[t] = (max(per.values()), len(per))
-                capacity[t] = sum(per.values())
+        shape, capacity = _shape_and_capacity(view)
         jobs = list(view.running) + list(view.queue)
         cols: list[tuple[int, str, int, float]] = []  # (job row, type, count, cost)
         for i, job in enumerate(jobs):
@@ -722,14 +728,7 @@ class HadarPolicy:
         return [c for c in out if c[1] <= cap]
 
     def decide(self, view: SimView) -> list[Start | Stop]:
-        cluster = view.cluster
-        shape: dict[str, tuple[int, int]] = {}
-        capacity: dict[str, int] = {}
-        for t in _type_order(view):
-            per = cluster.healthy_by_node(t)
-            if per:
-                shape[t] = (max(per.values()), len(per))
-                capacity[t] = sum(per.values())
+        shape, capacity = _shape_and_capacity(view)
         jobs = sorted(list(view.running) + list(view.queue), key=lambda j: j.seq)
         offers: list[tuple[JobInfo, list[tuple[str, int, float]]]] = []
         density: list[float] = []
