@@ -200,6 +200,12 @@ def option_from_json(plan: dict[str, Any]) -> PlanOption:
     )
 
 
+def _port_offset(job_id: str, span: int) -> int:
+    """Where in the port range the search for ``job_id``'s rendezvous port starts: derived from the
+    job id, so jobs of different stacks (prefixes) sharing a host rarely probe the same ports."""
+    return int(uuid.uuid5(uuid.NAMESPACE_URL, job_id).int % span)
+
+
 def plans_to_json(plans: list[types_pb2.Plan]) -> str:
     """Plans as the job hash stores them (a JSON list of ``MessageToDict``)."""
     return json.dumps([json_format.MessageToDict(p) for p in plans])
@@ -530,9 +536,7 @@ class StateStore:
         nodes = [node for node, _ in placement.nodes]
         master = nodes[0]
         first, last = ports
-        # Start looking at a port derived from the job id: jobs of different
-        # stacks (prefixes) sharing a host rarely probe the same ports.
-        preferred = int(uuid.uuid5(uuid.NAMESPACE_URL, placement.job_id).int % (last - first + 1))
+        preferred = _port_offset(placement.job_id, last - first + 1)
         now = time.time()
         res = self._reserve(
             keys=[self.k.job(placement.job_id), self.k.job_history(placement.job_id), self.k.queue(), self.k.seq(),
@@ -573,13 +577,8 @@ class StateStore:
     def load_ports(self, nodes: Iterable[str]) -> None:
         """Read the port tables of ``nodes`` not known yet (one pipelined round trip)."""
         missing = sorted({n for n in nodes if n not in self._ports_used})
-        if not missing:
-            return
-        pipe = self.r.pipeline(transaction=False)
-        for node in missing:
-            pipe.hkeys(self.k.ports(node))
-        for node, taken in zip(missing, pipe.execute(), strict=True):
-            self._ports_used[node] = {int(p) for p in taken if str(p).isdigit()}
+        if missing:
+            self.port_tables(missing)  # (it records what it read for pick_port)
 
     def pick_port(self, node: str, job_id: str, ports: tuple[int, int] = DEFAULT_MASTER_PORTS) -> int | None:
         """A rendezvous port on ``node`` that is free as far as this scheduler knows (``load_ports`` first),
@@ -589,7 +588,7 @@ class StateStore:
         first, last = ports
         span = last - first + 1
         used = self._ports_used.setdefault(node, set())
-        start = int(uuid.uuid5(uuid.NAMESPACE_URL, job_id).int % span)
+        start = _port_offset(job_id, span)
         for step in range(span):
             port = first + (start + step) % span
             if port not in used:
