@@ -9,6 +9,7 @@ expert-data-parallel group (dp x cp / ep). MARP used to charge the experts as if
 from __future__ import annotations
 
 import pytest
+from unit.marp.marp_builders import MOE
 
 from marp import (
     GpuPool,
@@ -20,10 +21,6 @@ from marp import (
     get_model,
     predict_memory,
 )
-
-MOE = ModelSpec(name="moe-tiny", family="custom", n_layers=8, hidden=1024, heads=8, kv_heads=8, ffn=2048,
-                mlp="swiglu", vocab=32000, tied_embeddings=False, pos_emb="rope", max_positions=8192,
-                norm="rmsnorm", bias=False, experts=8, top_k=2)  # fmt: skip
 
 
 def _mem(ep: int, zero: int = 1) -> dict[str, int]:

@@ -9,6 +9,7 @@ tokens over the etp ranks, so the dispatch copies grow with etp (etp / tp of the
 from __future__ import annotations
 
 import pytest
+from unit.marp.marp_builders import MOE
 
 from marp import (
     GpuPool,
@@ -22,9 +23,6 @@ from marp import (
     predict_memory,
 )
 
-MOE = ModelSpec(name="moe-tiny", family="custom", n_layers=8, hidden=1024, heads=8, kv_heads=8, ffn=2048,
-                mlp="swiglu", vocab=32000, tied_embeddings=False, pos_emb="rope", max_positions=8192,
-                norm="rmsnorm", bias=False, experts=8, top_k=2)  # fmt: skip
 SEQ = 2048
 
 
