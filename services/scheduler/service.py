@@ -29,6 +29,7 @@ afresh, so a node that has just joined is never missed.
 from __future__ import annotations
 
 import collections
+import functools
 import json
 import logging
 import os
@@ -171,26 +172,17 @@ class Admitted:
 class PlansJson:
     """Plans rendered as the job hash stores them, kept by their content: a sweep of jobs with the
     same prediction renders its 50-odd plans once, not per submission (``MessageToDict`` of every
-    plan was most of a submission's CPU)."""
+    plan was most of a submission's CPU). The last ``size`` contents are kept."""
 
     def __init__(self, size: int = 256) -> None:
-        self.size = size
-        self._lock = threading.Lock()
-        self._kept: collections.OrderedDict[bytes, str] = collections.OrderedDict()
+        self._render = functools.lru_cache(maxsize=size)(_plans_json_of)
 
     def render(self, plans: list[types_pb2.Plan]) -> str:
-        key = predictor_pb2.PredictResponse(plans=plans).SerializeToString(deterministic=True)
-        with self._lock:
-            hit = self._kept.get(key)
-            if hit is not None:
-                self._kept.move_to_end(key)
-                return hit
-        text = plans_to_json(plans)
-        with self._lock:
-            self._kept[key] = text
-            while len(self._kept) > self.size:
-                self._kept.popitem(last=False)
-        return text
+        return self._render(predictor_pb2.PredictResponse(plans=plans).SerializeToString(deterministic=True))
+
+
+def _plans_json_of(serialized: bytes) -> str:
+    return plans_to_json(list(predictor_pb2.PredictResponse.FromString(serialized).plans))
 
 
 class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):

@@ -991,11 +991,8 @@ class StateStore:
                                  block=block_ms)
         return resp[0][1] if resp else []
 
-    def ack_event(self, entry_id: str) -> None:
-        """The event is handled (or dropped as malformed): it is not delivered again."""
-        self.r.xack(self.k.events_stream(), SCHEDULER_GROUP, entry_id)
-
     def ack_events(self, entry_ids: list[str]) -> None:
-        """``ack_event`` for many, in one command."""
+        """These events are handled (or dropped as malformed or refused): they are not delivered
+        again. One command for a batch."""
         if entry_ids:
             self.r.xack(self.k.events_stream(), SCHEDULER_GROUP, *entry_ids)
