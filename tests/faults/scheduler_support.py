@@ -150,15 +150,3 @@ def frozen_node_stack(redis_url: str, prefix: str, tmp_path: Path) -> Iterator[L
             except ProcessLookupError:
                 pass
         s.stop()
-
-
-def alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie does not)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except OSError:
-        return False

@@ -19,13 +19,13 @@ from pathlib import Path
 import grpc
 import redis
 from faults import scheduler_support
-from faults.scheduler_support import alive
 
 from frenzy.devstack.stack import LocalStack
 from frenzy.rpc.auth import with_token
 from frenzy.rpc.jobspec import parse_entry
 from frenzy.state.keys import Keys
 from frenzy.v1 import scheduler_pb2, scheduler_pb2_grpc, types_pb2
+from support.processes import alive
 from support.waiting import wait_for
 
 stack = scheduler_support.frozen_node_stack  # the fixture

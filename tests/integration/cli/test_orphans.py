@@ -11,17 +11,7 @@ from pathlib import Path
 
 import pytest
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # a zombie still answers kill(0); read its state
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except OSError:
-        return False
+from support.processes import alive
 
 
 @pytest.mark.slow
@@ -44,6 +34,6 @@ def test_services_die_with_a_killed_up(tmp_path: Path) -> None:
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=10)
     deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and any(_alive(p) for p in children):
+    while time.monotonic() < deadline and any(alive(p) for p in children):
         time.sleep(0.2)
-    assert not [p for p in children if _alive(p)]
+    assert not [p for p in children if alive(p)]
