@@ -131,23 +131,25 @@ def parse_port_range(text: str) -> tuple[int, int]:
 
 
 class Admitted:
-    """The submissions this process admitted lately (when, whose), and those being written now:
-    what a queue read made before them has not counted yet. A write is counted as in flight from
-    the quota check until it returns, then by when it returned, so a job the read may already
-    have seen is counted twice rather than not at all (a quota errs on the safe side), and the
-    admission lock need not be held across the write."""
+    """The submissions this process admitted lately (when, whose, which job), and those being
+    written now: what a queue read made before them has not counted yet. A write is counted as in
+    flight from the quota check until it returns, then by when it returned unless the read saw its
+    job (by id: a job the read saw is not counted twice), so the admission lock need not be held
+    across the write."""
 
     def __init__(self, keep_s: float = 2 * QUEUE_VIEW_MAX_AGE_S) -> None:
         self.keep_s = keep_s
         self._lock = threading.Lock()
-        self._recent: collections.deque[tuple[float, str]] = collections.deque()
+        self._recent: collections.deque[tuple[float, str, str]] = collections.deque()
         self._inflight: dict[str, int] = {}
 
     def begin(self, user: str) -> None:
         with self._lock:
             self._inflight[user] = self._inflight.get(user, 0) + 1
 
-    def end(self, user: str, written: bool) -> None:
+    def end(self, user: str, job_id: str | None) -> None:
+        """The write of ``user``'s submission returned: ``job_id`` the job it queued, None when it
+        queued none (refused, a duplicate, an error)."""
         now = time.monotonic()
         with self._lock:
             left = self._inflight.get(user, 0) - 1
@@ -155,8 +157,8 @@ class Admitted:
                 self._inflight[user] = left
             else:
                 self._inflight.pop(user, None)
-            if written:
-                self._recent.append((now, user))
+            if job_id is not None:
+                self._recent.append((now, user, job_id))
             while self._recent and self._recent[0][0] < now - self.keep_s:
                 self._recent.popleft()
 
@@ -164,9 +166,11 @@ class Admitted:
         with self._lock:
             return self._inflight.get(user, 0)
 
-    def since(self, user: str, t: float) -> int:
+    def since(self, user: str, t: float, seen: frozenset[str] = frozenset()) -> int:
+        """``user``'s jobs whose write returned at or after ``t`` and that a queue read made then did
+        not see (``seen``: the ids it saw, counted there already)."""
         with self._lock:
-            return sum(1 for at, who in self._recent if at >= t and who == user)
+            return sum(1 for at, who, job_id in self._recent if at >= t and who == user and job_id not in seen)
 
 
 class PlansJson:
@@ -284,11 +288,11 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         this process admitted since — no Redis read, so a submission costs the same with 10 or
         100,000 jobs waiting. Elsewhere (a standby, a loop that has not read yet): one pipelined
         read over the queue."""
-        store = self.loop.store
-        read_at = store.queue_read_at
+        view = self.loop.store.queued_view
         inflight = self._admitted.inflight(user)
-        if self.loop.leading.is_set() and read_at is not None and time.monotonic() - read_at < QUEUE_VIEW_MAX_AGE_S:
-            return store.queued_by_user.get(user, 0) + self._admitted.since(user, read_at) + inflight
+        if self.loop.leading.is_set() and view is not None and time.monotonic() - view[0] < QUEUE_VIEW_MAX_AGE_S:
+            read_at, by_user, seen = view
+            return by_user.get(user, 0) + self._admitted.since(user, read_at, seen) + inflight
         ids = self.store.r.zrange(self.store.k.queue(), 0, -1)
         pipe = self.store.r.pipeline(transaction=False)
         for job_id in ids:
@@ -386,12 +390,12 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
             if over is not None:
                 context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, over)
             self._admitted.begin(user)  # counted from here: the write need not hold the lock
-        written = False
+        queued: str | None = None
         try:
             made = self.store.submit_prepared(prepared)
-            written = not made.duplicate
+            queued = None if made.duplicate else made.job_id
         finally:
-            self._admitted.end(user, written)
+            self._admitted.end(user, queued)
         self.loop.nudge()
         job = made.record or self.store.get(made.job_id)
         assert job is not None

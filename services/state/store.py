@@ -293,8 +293,9 @@ class StateStore:
         self._last_full_read = -math.inf
         self._unreadable: set[str] = set()  # jobs whose stored plans did not parse (logged once)
         self.hold: str | None = None  # as the last ``queue()`` read it: why an operator holds the queue
-        self.queued_by_user: dict[str, int] = {}  # as the last ``queue()`` read it: PENDING jobs per user
-        self.queue_read_at: float | None = None  # time.monotonic() when that read began
+        # As the last ``queue()`` read it: (time.monotonic() when the read began, PENDING jobs per
+        # user, their ids), replaced whole so another thread never sees half of one read.
+        self.queued_view: tuple[float, dict[str, int], frozenset[str]] | None = None
         # What a launch is rendered from, read with the plans when a job enters the queue
         # (job id -> (attempt as stored, spec JSON, the stored plans)): placing costs no read.
         self._sources: dict[str, tuple[str, str, list[dict[str, Any]]]] = {}
@@ -471,7 +472,7 @@ class StateStore:
                 pending.append((job_id, (attempt or "", submitted_at or "", int(seq))))
                 users[user or ""] = users.get(user or "", 0) + 1
         # What admission control counts against a user's queued-jobs quota without a read of its own.
-        self.queued_by_user, self.queue_read_at = users, read_at
+        self.queued_view = (read_at, users, frozenset(job_id for job_id, _ in pending))
         cached = self._queued
         # (also a job whose launch source went with a placement and that is PENDING again at the
         # same attempt: an old-style reservation rolled back)

@@ -159,7 +159,7 @@ def test_a_burst_of_submissions_cannot_overrun_the_queued_quota(redis_url: str, 
     """The leader counts queued jobs from its loop's last queue read plus what it admitted since
     (no scan of the queue per submission): 12 submissions at once with a quota of 5 admit 5."""
     with scheduler(redis_url, prefix, UserQuotas(max_queued=5)) as sched:
-        wait_for(lambda: sched.loop.store.queue_read_at is not None, 5, "the loop's first queue read")
+        wait_for(lambda: sched.loop.store.queued_view is not None, 5, "the loop's first queue read")
         alice = stub(sched, "alice")
         outcomes: list[str] = []
 

@@ -26,9 +26,20 @@ def test_a_write_in_flight_counts_until_it_is_recorded_by_when_it_ended() -> Non
     admitted = Admitted(keep_s=10.0)
     admitted.begin("alice")
     assert admitted.inflight("alice") == 1 and admitted.inflight("bob") == 0
-    admitted.end("alice", written=True)
+    admitted.end("alice", "job-1")
     assert admitted.inflight("alice") == 0
     assert admitted.since("alice", 0.0) == 1 and admitted.since("bob", 0.0) == 0
     admitted.begin("alice")
-    admitted.end("alice", written=False)  # refused or a duplicate: nothing new queued
+    admitted.end("alice", None)  # refused or a duplicate: nothing new queued
     assert admitted.since("alice", 0.0) == 1
+
+
+def test_a_job_the_queue_read_saw_is_not_counted_twice() -> None:
+    """A write that returned after the read began, whose job the read nevertheless saw, is counted
+    by the read only: a user at the quota's edge is not refused for a job counted twice."""
+    admitted = Admitted(keep_s=10.0)
+    for job_id in ("job-1", "job-2"):
+        admitted.begin("alice")
+        admitted.end("alice", job_id)
+    assert admitted.since("alice", 0.0, frozenset({"job-1"})) == 1
+    assert admitted.since("alice", 0.0, frozenset({"job-1", "job-2"})) == 0
