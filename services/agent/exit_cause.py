@@ -12,6 +12,12 @@ done by the daemon) and asks ``classify`` for the cause it reports with the EXIT
 * ``"signal 9 (SIGKILL)"``: killed by a signal (the shim re-raises its child's signal, so the exit
   status is negative); ``"exit code 137 (128 + SIGKILL: ...)"`` when a shell reports a child
   killed so.
+* ``"launch failed: <why>"``: the command never ran. The agent's own checks say so before it
+  starts anything (``launcher.start``: command not found, working directory missing; the scheduler
+  builds this cause from the LAUNCH_FAILED event), and the shim says so when its exec fails after
+  those checks passed (a script without a ``#!`` line, a binary of another architecture): its
+  ``# frenzy shim: cannot start ...`` line with exit 127 is recognised here. Either way the cause
+  keeps the reason, not "exit code 127".
 * ``"exit code N"``: anything else that failed; ``""`` for a clean exit 0.
 
 "node lost" is the scheduler's to say (an agent that is gone reports nothing): see
@@ -44,6 +50,9 @@ import signal
 from collections.abc import Sequence
 
 OOM = "oom"
+LAUNCH_FAILED = "launch failed"
+# What the shim (shim.py) prints, then exits 127, when the command cannot be executed at all.
+SHIM_CANNOT_START = "# frenzy shim: cannot start "
 # A job that failed while one of its GPUs was this full is taken to have run out of memory: the
 # caching allocator fails an allocation that does not fit in what is left, so a failing job at its
 # peak sits just under the capacity (a few hundred MiB of a 40-80 GiB GPU: ~1 %); 5 % leaves room
@@ -76,6 +85,15 @@ def oom_line(lines: Sequence[str]) -> str | None:
     return None
 
 
+def shim_cannot_start(lines: Sequence[str]) -> str | None:
+    """Why the shim could not execute the command (``"cannot start 'x': [Errno 8] Exec format
+    error: ..."``), from its line in ``lines``; None when there is none."""
+    for line in reversed(lines):
+        if line.startswith(SHIM_CANNOT_START):
+            return line[len("# frenzy shim: "):_LINE_CHARS].strip()
+    return None
+
+
 def signal_name(number: int) -> str:
     """``9`` -> ``"SIGKILL"``; a number Python does not name -> ``"SIG?"``."""
     try:
@@ -101,6 +119,10 @@ def classify(exit_code: int | None, tail: Sequence[str], *, cancelled: bool = Fa
         return OOM
     if gpu_measured and peak_share is not None and peak_share >= NEAR_FULL_SHARE:
         return OOM
+    if exit_code == 127:
+        never_ran = shim_cannot_start(tail)
+        if never_ran is not None:
+            return f"{LAUNCH_FAILED}: {never_ran}"
     if exit_code is None:
         return "exit code unknown"
     if exit_code < 0:

@@ -189,8 +189,9 @@ def failure_lines(job: types_pb2.Job) -> list[str]:
     last = job.attempts[-1] if job.attempts else None
     if last is not None and last.cause:
         where = f" on node {user_text(last.node)}" if last.node else ""
-        out.append(f"[red]cause:[/] {user_text(cause_text(last.cause))}{where} (attempt {last.attempt}, exit code "
-                   f"{last.exit_code})")
+        # A launch failure's 127 is a count, not the command's status: it never ran.
+        how = "never started" if last.cause.startswith("launch failed") else f"exit code {last.exit_code}"
+        out.append(f"[red]cause:[/] {user_text(cause_text(last.cause))}{where} (attempt {last.attempt}, {how})")
     if last is not None and last.tail:
         out.append(f"last {len(last.tail)} lines of its output (all of it: frenzy logs {user_text(job.id)}):")
         out.extend("  " + user_text(line) for line in last.tail)

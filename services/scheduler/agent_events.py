@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from frenzy.agent.exit_cause import OOM
+from frenzy.agent.exit_cause import LAUNCH_FAILED, OOM
 from frenzy.state.job_states import ACTIVE, TERMINAL, JobState
 from frenzy.state.messages import AgentEvent, EventKind
 from frenzy.state.store import JobRecord
@@ -126,8 +126,11 @@ def interpret(event: AgentEvent, job: JobRecord | None) -> EventMeaning:
         return LaunchRefused((event.node,), f"launch failed on {event.node}: {event.message}")
     cause = event.cause
     if event.kind == EventKind.LAUNCH_FAILED:
+        # The command never ran. It is counted as exit 127 (the shell's "command not found"), but
+        # the cause keeps the agent's words ("command not found: 'x'", "working directory ... does
+        # not exist"): they become the job's reason, not the made-up exit code.
         code, reason = 127, f"launch failed on {event.node}: {event.message}"
-        cause = cause or "launch failed"
+        cause = cause or (f"{LAUNCH_FAILED}: {event.message}" if event.message else LAUNCH_FAILED)
     else:
         code = event.exit_code if event.exit_code is not None else -1
         reason = f"{event.node} exited with code {code}" + (" (cancelled)" if event.cancelled else "")

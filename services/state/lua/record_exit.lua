@@ -25,6 +25,26 @@
 --#include release_gpus
 --#include attempt_record
 
+-- The job's reason when a node's failure ends it: the node and what its agent recognised (the
+-- attempt record's cause: "out of memory", "signal 9 (SIGKILL)"), and for a command that never
+-- started (cause "launch failed: <why>") the agent's words instead of the exit code 127 it is
+-- counted with.
+local function failure_reason(node, rank, code, cause)
+  local where = "node " .. node .. " (node rank " .. rank .. ")"
+  cause = cause or ""
+  if string.sub(cause, 1, 15) == "launch failed: " then
+    return where .. " could not start the job: " .. string.sub(cause, 16)
+  end
+  local reason = where .. " failed with exit code " .. code
+  if cause == "oom" then
+    return reason .. ": out of memory"
+  end
+  if cause ~= "" and cause ~= "exit code " .. code and cause ~= "cancelled" then
+    return reason .. ": " .. cause
+  end
+  return reason
+end
+
 local h = redis.call("HMGET", KEYS[1], "state", "attempt", "cancel_requested", "master_port")
 local state = h[1]
 if not state then
@@ -66,7 +86,7 @@ elseif failed > 0 then
   final = JOB_STATE.failed
   local f = redis.call("HMGET", KEYS[1], "failed_node", "failed_rank", "failed_exit_code")
   if f[1] then
-    reason = "node " .. f[1] .. " (node rank " .. f[2] .. ") failed with exit code " .. f[3]
+    reason = failure_reason(f[1], f[2], f[3], load_attempt(KEYS[1], ARGV[2], note).cause)
   end
 end
 redis.call("HSET", KEYS[1], "state", final, "updated_at", ARGV[6], "finished_at", ARGV[6])

@@ -14,7 +14,7 @@ from frenzy.state.keys import Keys
 from frenzy.state.messages import AgentEvent, EventKind
 from frenzy.state.store import JobRecord
 from frenzy.v1 import types_pb2
-from has import Placement, PlanOption
+from support.placed import event, run_on
 from support.state import GiB, add_node, make_spec
 
 OOM_TAIL = ["  File \"train.py\", line 3, in <module>",
@@ -44,28 +44,6 @@ def submit(loop: SchedulerLoop, max_oom_retries: int | None = None) -> str:
         spec.max_oom_retries = max_oom_retries
     job_id, _ = loop.store.submit(spec, PLANS, "gpt2-124m", 1, max_attempts=3)
     return job_id
-
-
-def run_on(loop: SchedulerLoop, job_id: str, chosen: types_pb2.Plan) -> JobRecord:
-    """Place the job's current attempt on node a's first ``chosen.num_gpus`` GPUs and report it RUNNING."""
-    store = loop.store
-    gpus = tuple(range(chosen.num_gpus))
-    placement = Placement(job_id=job_id, plan_index=0, nodes=(("a", gpus),),
-                          plan=PlanOption(gpu_type=chosen.gpu_type, tp=1, pp=1, dp=chosen.num_gpus,
-                                          bytes_per_gpu=chosen.peak_bytes_per_gpu))
-    ok, fence = store.reserve(placement, chosen, loop.master_ports)
-    assert ok, fence
-    job = store.get(job_id)
-    assert job is not None
-    assert store.dispatch(job_id, int(fence), loop.launch_messages(job, int(fence)))[0]
-    loop.handle_event(event(job, EventKind.RUNNING, pid=100))
-    job = store.get(job_id)
-    assert job is not None and job.state == JobState.RUNNING
-    return job
-
-
-def event(job: JobRecord, kind: EventKind, **kw: object) -> AgentEvent:
-    return AgentEvent(kind=kind, job_id=job.id, attempt=job.attempt, node="a", fence=job.fence, **kw)  # type: ignore[arg-type]
 
 
 def oom(job: JobRecord, peak: int = 79 * GiB) -> AgentEvent:

@@ -104,3 +104,13 @@ def test_last_lines_are_bounded_and_skip_the_agents_lines() -> None:
     out = last_lines(many, 20, 1024)
     assert sum(len(s.encode()) + 1 for s in out) <= 1024 and out  # multi-byte text stays within the bytes
     assert last_lines("a\nb\n", 0, 100) == []
+
+
+def test_a_command_the_shim_could_not_execute_is_a_launch_failure_with_its_reason() -> None:
+    # What shim.py prints when exec fails after the agent's checks passed (a script without "#!").
+    shim = "# frenzy shim: cannot start './train.sh': [Errno 8] Exec format error: './train.sh'"
+    assert classify(127, [shim, "# frenzy agent n1: exited with code 127"]) == (
+        "launch failed: cannot start './train.sh': [Errno 8] Exec format error: './train.sh'")
+    # The same words with another status are the job's own output, and a 127 without them is a shell's.
+    assert classify(1, [shim]) == "exit code 1"
+    assert classify(127, ["bash: line 1: nosuch: command not found"]) == "exit code 127"

@@ -58,8 +58,11 @@ def test_running_records_pid_and_log_and_moves_a_launching_job_on() -> None:
 def test_a_retryable_launch_failure_requeues_and_another_fails_the_node() -> None:
     assert interpret(event(EventKind.LAUNCH_FAILED, retryable=True, message="port taken"), JOB) == LaunchRefused(
         ("a",), "launch failed on a: port taken")
+    # The cause keeps the agent's reason (it becomes the job's), not just "launch failed".
     assert interpret(event(EventKind.LAUNCH_FAILED, message="no such file"), JOB) == Exited(
-        127, "launch failed on a: no such file", told_to_stop=False, stop_others=True, cause="launch failed")
+        127, "launch failed on a: no such file", told_to_stop=False, stop_others=True,
+        cause="launch failed: no such file")
+    assert interpret(event(EventKind.LAUNCH_FAILED), JOB).cause == "launch failed"  # type: ignore[union-attr]
 
 
 def test_exits() -> None:
