@@ -18,7 +18,9 @@ once ``max_attempts`` is reached. It also frees what no live reservation
 holds any more (GPUs of a requeued job whose node never reported, leaked
 ports) after ``orphan_release_s``, and rolls back into the queue a job left RESERVED
 without a dispatch (a scheduler stopped between the two scripts): on start, and after
-``reservation_timeout_s``. A node's silence is counted from when Redis was reachable again
+``reservation_timeout_s``. Every ``code_renew_interval`` the reaper also renews the packed code
+(``code:{sha256}``, ``frenzy.state.code_store``) of every job waiting or running, so a job queued
+longer than the code's TTL (7 days) still finds its code when it is placed. A node's silence is counted from when Redis was reachable again
 when that is later than its last heartbeat: an outage of Redis kills no node. What to do is
 decided without I/O in ``reaping.decide_reap``; ``reap`` only reads and writes through the store.
 
@@ -44,7 +46,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
 import redis
@@ -64,6 +66,7 @@ from frenzy.scheduler.oom_policy import OomRetry, decide_oom, max_oom_retries, p
 from frenzy.scheduler.outage import RedisContact
 from frenzy.scheduler.placing import Rendezvous, plan_from_stored, render_launches
 from frenzy.scheduler.reaping import NodeLease, OrphanKey, ReapSettings, ReapSnapshot, decide_reap
+from frenzy.state.code_store import CodeStore
 from frenzy.state.job_states import ACTIVE, JobState
 from frenzy.state.keys import Keys
 from frenzy.state.messages import AgentEvent, BadMessage, LaunchMessage, event_from, payload
@@ -107,7 +110,8 @@ class SchedulerLoop:
     def __init__(self, client: redis.Redis, keys: Keys, policy: QueuePolicy | None = None,
                  consumer: str = "scheduler-1", *, dead_after_s: float = 30.0, max_attempts: int = 3,
                  orphan_release_s: float = 120.0, master_ports: tuple[int, int] = DEFAULT_MASTER_PORTS,
-                 replan: Replanner | None = None, reservation_timeout_s: float = 10.0) -> None:
+                 replan: Replanner | None = None, reservation_timeout_s: float = 10.0,
+                 code_ttl_s: float | None = None) -> None:
         if dead_after_s <= 0 or max_attempts < 1 or orphan_release_s < 0 or reservation_timeout_s < 0:
             raise ValueError(f"need dead_after_s > 0, max_attempts >= 1, orphan_release_s >= 0, "
                              f"reservation_timeout_s >= 0 (got {dead_after_s}, {max_attempts}, {orphan_release_s}, "
@@ -140,6 +144,9 @@ class SchedulerLoop:
         self._pending_checked = False
         self._orphans: dict[OrphanKey, float] = {}  # each orphan GPU or port -> when first seen
         self._last_reap = 0.0
+        # Jobs' packed code: its TTL (FRENZY_CODE_TTL_S unless ``code_ttl_s``) is renewed by the reaper.
+        self.code = CodeStore(client, keys, ttl_s=code_ttl_s)
+        self._code_renewed = float("-inf")
         self.contact = RedisContact()
         self._count_from = 0.0  # Redis time since which node silence counts (after an outage)
         self._last_read: float | None = None  # monotonic time of the reaper's last read
@@ -292,6 +299,10 @@ class SchedulerLoop:
         Read (``_reap_snapshot``), decide (``reaping.decide_reap``, pure), write (the store)."""
         report = ReapReport([], [], [], 0)
         snapshot = self._reap_snapshot()
+        # After a queue read (the first reap of a tenure comes before it): its specs name the code.
+        if self.store.queued_view is not None and time.monotonic() - self._code_renewed >= self.code_renew_interval():
+            self._code_renewed = time.monotonic()
+            self.renew_code(snapshot.jobs.values())
         timeout = self.reservation_timeout_s if reservation_timeout_s is None else reservation_timeout_s
         settings = ReapSettings(self.dead_after_s, self.orphan_release_s, timeout)
         mono = time.monotonic()
@@ -345,6 +356,26 @@ class SchedulerLoop:
             if count:
                 self.metrics.reaper.labels(action).inc(count)
         return report
+
+    def code_renew_interval(self) -> float:
+        """How often the reaper renews the code of waiting and running jobs: an eighth of the code's
+        TTL (21 hours at the 7-day default), so a blob keeps at least 7/8 of its life while a job of
+        it waits, and no placement has to touch it."""
+        return self.code.ttl_ms / 8000
+
+    def renew_code(self, jobs: Iterable[JobRecord | None]) -> int:
+        """Renew the code of every job in the last queue read and of the active ones of ``jobs``
+        (the reaper's: every job holding a GPU or a port), in one round trip; how many blobs were
+        stored. Renewing here, not when a job is placed or re-planned, adds nothing to the placement
+        path and also covers a job that waits for days: renewing at placement would come too late
+        for it (its code gone at day 7), and a job re-planned after an OOM is queued again, so the
+        next renewal covers it. Agents cannot renew (they only read code keys: frenzy.state.acl)."""
+        shas = self.store.queued_code()
+        shas.update(j.spec.code_sha256 for j in jobs if j is not None and j.state in ACTIVE and j.spec.code_sha256)
+        renewed = self.code.renew(shas)
+        if shas:
+            log.info("renewed the code of waiting and running jobs: %d of %d blobs stored", renewed, len(shas))
+        return renewed
 
     def _reap_snapshot(self) -> ReapSnapshot:
         """What the reaper decides on: the nodes, then the port tables, then the jobs they name."""

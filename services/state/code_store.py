@@ -9,7 +9,8 @@ half-sent or lying upload never becomes a blob anyone reads. The same tree uploa
 stored once: a blob already held is only given a longer life.
 
 Blobs expire ``ttl_s`` after their last use (asked for with ``has``, uploaded, named by a
-submission), so code of jobs long gone does not fill Redis. Agents read a blob in ranges
+submission, and renewed by the leading scheduler every ``ttl_s / 8`` while a job that names it
+waits or runs: ``renew``), so code of jobs long gone does not fill Redis. Agents read a blob in ranges
 (``CodeReader``, a read-only Redis user: ``frenzy.state.acl``) into a file, checking its sha256
 before anything is unpacked.
 """
@@ -20,7 +21,7 @@ import hashlib
 import os
 import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -88,6 +89,18 @@ class CodeStore:
         pipe.strlen(self.k.code(sha))
         renewed, size = pipe.execute()
         return int(size) if renewed else None
+
+    def renew(self, shas: Iterable[str]) -> int:
+        """Give every stored blob of ``shas`` its full life again, in one round trip; how many were
+        stored. The scheduler's loop renews the code of every job still waiting or running this way
+        (``SchedulerLoop.renew_code``), so a job queued longer than the TTL still finds its code."""
+        wanted = sorted({sha for sha in shas if SHA256_RE.fullmatch(sha)})
+        if not wanted:
+            return 0
+        pipe = self.r.pipeline(transaction=False)
+        for sha in wanted:
+            pipe.pexpire(self.k.code(sha), self.ttl_ms)
+        return sum(1 for renewed in pipe.execute() if renewed)
 
     def begin(self, sha: str, size: int) -> CodeUpload:
         """An upload claiming ``size`` bytes with sha256 ``sha``; CodeError when either is unusable."""

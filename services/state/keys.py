@@ -46,7 +46,8 @@ the whole truth about what is in Redis.
     {p}:code:{sha256}            string a job's packed code (deterministic tar.gz, frenzy.code.pack), stored once per
                                         tree under the sha256 of its bytes (checked when it was uploaded);
                                         expires FRENZY_CODE_TTL_S (7 days) after its last use (HasCode, an
-                                        upload, a submission naming it); agents only read it (ACL)
+                                        upload, a submission naming it, the leader's renewal every TTL/8
+                                        while a job naming it waits or runs); agents only read it (ACL)
     {p}:code-upload:{id}         string an upload in progress (Scheduler.UploadCode): its chunks appended; renamed
                                         to code:{sha256} once size and sha256 check, else deleted; expires
                                         after 10 minutes (an abandoned upload)

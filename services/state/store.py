@@ -563,6 +563,23 @@ class StateStore:
         attempt, spec, plans = hit
         return int(attempt), json_format.Parse(spec, types_pb2.JobSpec(), ignore_unknown_fields=True), plans
 
+    def queued_code(self) -> set[str]:
+        """The code sha256 of every job in the last ``queue()`` read that runs in packed code, from
+        the specs that read kept (no Redis read; a job that left the queue since may be among them
+        until the read forgets it: its code lives a little longer, nothing more)."""
+        shas: set[str] = set()
+        for _attempt, spec, _plans in self._sources.values():
+            if "ha256" not in spec:  # no "codeSha256" (or "code_sha256"): nothing to parse
+                continue
+            try:
+                raw = json.loads(spec)
+            except ValueError:
+                continue
+            sha = raw.get("codeSha256") or raw.get("code_sha256") if isinstance(raw, dict) else None
+            if isinstance(sha, str) and sha:
+                shas.add(sha)
+        return shas
+
     def fences(self, count: int, block: int = 512) -> list[int]:
         """``count`` fencing tokens never handed out before, from a block taken with one INCRBY on the
         shared counter (a round trip per ``block`` placements, not per placement). Unique across
