@@ -20,6 +20,12 @@ Policy — FIFO with backfill and a starvation reservation (docs/has-policy.md):
 4. Preemption (``QueuePolicy.preempt_within_s``, on in ``QueuePolicy.frenzy()``): given
    the running jobs, a job submitted seconds ago may be stopped for a much shorter waiting
    one, at most one per pass (``has.preemption``; docs/has-policy.md).
+5. Priorities (``QueuedJob.priority``, 0 unless set): the queue is walked highest class
+   first, each class in the order above (``has.queue_order.by_priority``). The first job
+   that cannot be placed and whose class is above the lowest waiting one becomes the holder
+   at once, as if it starved: lower-priority jobs backfill only around its held GPUs, so
+   they never delay it. Starvation protects a job within its class, not against higher
+   classes. Preemption never stops a job for one of a lower class.
 
 Why the holder cannot starve: held GPUs stay free (nothing else may take them)
 and the running jobs on its target keep ending, so the best achievable number
@@ -210,12 +216,15 @@ class RunningJob:
 
     preemptible: False once the job was preempted (each job at most once, so no job is
     stopped again and again), or whenever the operator says so.
+    priority: its class (``QueuedJob.priority``); it is stopped only for a job of at least
+    that priority.
     """
 
     job_id: str
     started_at: float
     submitted_at: float
     preemptible: bool = True
+    priority: int = 0
 
 
 @dataclass(frozen=True)

@@ -96,7 +96,7 @@ def preempt(
         left = max(_INF if g.free_at is None or g.free_at != g.free_at else g.free_at for g in slots) - now
         if left == _INF:
             continue
-        taker = _taker(policy, now, free, rows, pending, holder, slots)
+        taker = _taker(policy, now, free, rows, pending, holder, slots, victim.priority)
         if taker is None:
             continue
         job, i = taker.job, taker.index
@@ -148,9 +148,11 @@ def _taker(
     pending: dict[str, PendingReason],
     holder: QueuedJob | None,
     slots: list[GpuSlot],
+    victim_priority: int,
 ) -> _Taker | None:
     """The first waiting, timed, not starving job in the pass's order whose fastest candidate
-    plan that fits with the victim's GPUs (``slots``) freed fits only then; None if no job."""
+    plan that fits with the victim's GPUs (``slots``) freed fits only then, of at least the
+    victim's priority; None if no job."""
     starvation_s, width_slack = policy.starvation_s, policy.width_slack
     total = free.total
     vtype, vcount = slots[0].gpu_type, len(slots)  # a job's GPUs are of one type
@@ -161,6 +163,8 @@ def _taker(
     answers: dict[tuple[int, tuple[int, ...]], int] = {}
     for row in rows:  # in the pass's priority order
         info = row[4]
+        if info.priority < victim_priority:
+            break  # (classes come highest first: every later job is of a lower class too)
         if info.job_id not in pending or row[3] is holder or not info.timed:
             continue
         if starvation_s <= 0.0 or now - info.submitted_at >= starvation_s:

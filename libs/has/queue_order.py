@@ -3,7 +3,8 @@
 FIFO walks by (seq, job id). Shortest-first walks the jobs that waited ``starvation_s``
 first (by seq, or with ``StarvingOrder.IDEAL`` by ideal completion), then the rest by the
 GPU-seconds of their cheapest plan. Each job becomes a ``QueueRow``: its sort key (cached on
-the job's ``JobPlans``), the job and that summary.
+the job's ``JobPlans``), the job and that summary. Priority classes (``QueuedJob.priority``)
+come first: the whole queue is walked highest class first, each class in that order.
 """
 
 from __future__ import annotations
@@ -38,14 +39,15 @@ def queue_order(queue: Sequence[QueuedJob], now: float, policy: QueuePolicy) -> 
     """The queue in the order the pass tries it: by (seq, job id); with
     ``order="shortest"``, the jobs that waited ``starvation_s`` that way, then the rest by
     (size, seq, job id); with ``starving_order="ideal"`` the starving jobs by (submit time +
-    runtime of the cheapest plan, seq, job id). (Sort keys are cached per job; job ids are
-    unique, so two rows never tie on the key.)"""
+    runtime of the cheapest plan, seq, job id). Before all of that, by priority, highest
+    first (``by_priority``). (Sort keys are cached per job; job ids are unique, so two rows
+    never tie on the key.)"""
     if policy.order is QueueOrder.FIFO:
         rows: list[QueueRow] = []
         for j in queue:
             info = plans_of(j)
             rows.append((info.seq, info.seq, info.fifo_key, j, info))
-        return sorted_rows(rows)
+        return by_priority(sorted_rows(rows))
     # Aging: starving jobs keep FIFO priority, so shortest-first cannot starve a big job.
     # (``wait_s(j, now) >= s`` written out: a pass tests it once per queued job.)
     s = policy.starvation_s
@@ -61,7 +63,26 @@ def queue_order(queue: Sequence[QueuedJob], now: float, policy: QueuePolicy) -> 
                 starving.append((info.seq, info.seq, info.fifo_key, j, info))
         else:
             rest.append((info.short_first, info.seq, info.short_key, j, info))
-    return sorted_rows(starving) + sorted_rows(rest)
+    return by_priority(sorted_rows(starving) + sorted_rows(rest))
+
+
+def _minus_priority(row: QueueRow) -> int:
+    return -row[4].priority
+
+
+def by_priority(rows: list[QueueRow]) -> list[QueueRow]:
+    """``rows`` (already in the policy's order) by priority, highest first, in place; a stable
+    sort, so each class keeps the policy's order, aging included: a starving job goes before
+    the rest of its class, never before a higher class (a priority is the operator's word that
+    those jobs matter more). When every job has the same priority (the usual queue), one read
+    per row and no sort."""
+    if rows:
+        first = rows[0][4].priority
+        for r in rows:
+            if r[4].priority != first:
+                rows.sort(key=_minus_priority)
+                break
+    return rows
 
 
 _FIRST = operator.itemgetter(0)

@@ -41,7 +41,9 @@ class _Pass:
     ``free`` is the GPUs still free in this pass minus the holder's held GPUs; ``unheld``
     is the same without the hold (it tells "held for X" from "no room"), kept separately only
     once a hold exists. Both are ``PassFree`` indexes, changed in place as jobs are placed.
-    ``holder`` / ``reservation``: the starving job GPUs are held for, and its hold;
+    ``holder`` / ``reservation``: the starving job GPUs are held for, and its hold (or, with
+    priorities, a job of a higher class than the lowest waiting one: ``by_priority`` says which);
+    ``lowest``: the lowest priority in the queue;
     ``fifo_head``: with backfill off, the first job that did not fit (every later job waits
     behind it, with ``behind`` as its reason).
     """
@@ -68,6 +70,8 @@ class _Pass:
         self.reservation: Reservation | None = None
         self.fifo_head: QueuedJob | None = None
         self.behind = _NO_FIT_NOW
+        self.lowest = 0  # the lowest priority queued (set by ``run``)
+        self.by_priority = False  # the holder holds for its priority, not because it starves
         self._lines: dict[tuple[str, int, int, int, int, str, int], str] = {}
         self._reasons: dict[tuple[int, tuple[int, ...]], PendingReason] = {}
         self.most_free = max(self.free.total.values(), default=0)  # of any one type, in ``free``
@@ -107,6 +111,8 @@ class _Pass:
         if completion:
             self.lists = self.releases.load()
         self._count_free()
+        if rows:  # (``queue_order`` puts the lowest class last)
+            self.lowest = rows[-1][4].priority
         pending = self.pending
         for _, _, _, queued, info in rows:
             if self.fifo_head is not None:
@@ -233,11 +239,18 @@ class _Pass:
             )
             return result
         starvation_s = self.starvation_s
-        # (``_wait_s(job, now) >= starvation_s``, written out)
-        if self.holder is None and (starvation_s <= 0.0 or self.now - info.submitted_at >= starvation_s):
-            reserving = self._hold_for(job, result, preferred)
-            if reserving is not None:
-                return reserving
+        # (``_wait_s(job, now) >= starvation_s``, written out.) A job of a higher class than some
+        # waiting job holds at once: otherwise lower-priority jobs would take each GPU as it frees
+        # and it would wait as long as if it had no priority (until it starves).
+        if self.holder is None:
+            if starvation_s <= 0.0 or self.now - info.submitted_at >= starvation_s:
+                reserving = self._hold_for(job, result, preferred, False)
+                if reserving is not None:
+                    return reserving
+            elif info.priority > self.lowest:
+                reserving = self._hold_for(job, result, preferred, True)
+                if reserving is not None:
+                    return reserving
         return result
 
     def _held_reason(self, job: QueuedJob, info: JobPlans, result: PendingReason) -> PendingReason | None:
@@ -251,17 +264,23 @@ class _Pass:
         alt = _first_fit(self.unheld, info)
         if alt is None or _first_fit(self.free, info) is not None:
             return None
+        why = (
+            f"higher-priority job {holder.job_id} (priority {holder.priority})" if self.by_priority
+            else f"starving job {holder.job_id} (waiting {_wait_s(holder, self.now):.0f} s)"
+        )  # fmt: skip
         return PendingReason(
-            f"would fit now ({job.plans[alt].describe()}) but those GPUs are held for starving "
-            f"job {holder.job_id} (waiting {_wait_s(holder, self.now):.0f} s)",
+            f"would fit now ({job.plans[alt].describe()}) but those GPUs are held for {why}",
             result.per_plan,
             WaitKind.HELD_FOR_STARVING,
         )
 
-    def _hold_for(self, job: QueuedJob, result: PendingReason, preferred: int | None) -> PendingReason | None:
-        """Make the starving ``job`` the holder: hold the free GPUs of its drain target (for
-        ``preferred``, the plan it chose to wait for, else its best) and return its reason;
-        None when no plan of it can drain (it keeps ``result``)."""
+    def _hold_for(
+        self, job: QueuedJob, result: PendingReason, preferred: int | None, by_priority: bool
+    ) -> PendingReason | None:
+        """Make ``job`` the holder (it starves, or ``by_priority``: its class is above the lowest
+        waiting one): hold the free GPUs of its drain target (for ``preferred``, the plan it
+        chose to wait for, else its best) and return its reason; None when no plan of it can
+        drain (it keeps ``result``)."""
         view = PassInventory(self.cluster, self.free, self.placements)
         if preferred is None:
             res = drain_target(view, job.job_id, job.plans)
@@ -271,12 +290,16 @@ class _Pass:
                 res = dataclasses.replace(res, plan_index=preferred)
         if res is None:
             return None
-        self.holder, self.reservation = job, res
+        self.holder, self.reservation, self.by_priority = job, res, by_priority
         self.unheld = self.free.copy()
         self._take(self.free, res.plan.gpu_type, res.held, False)
         nodes = ", ".join(f"{n}×{c}" for n, c in res.target)
+        why = (
+            f"priority {job.priority}, above waiting jobs of priority {self.lowest}" if by_priority
+            else f"starving for {_wait_s(job, self.now):.0f} s"
+        )  # fmt: skip
         return PendingReason(
-            f"{result.summary}; starving for {_wait_s(job, self.now):.0f} s: holding {res.held_count} free "
+            f"{result.summary}; {why}: holding {res.held_count} free "
             f"{res.plan.gpu_type} for plan {res.plan_index} (target {nodes}), "
             f"waiting for {res.missing} more to be released",
             result.per_plan,

@@ -16,12 +16,14 @@ from has.placement import PlanOption
 
 @dataclass(frozen=True)
 class QueuedJob:
-    """A job waiting for GPUs: ``seq`` is its FIFO position, ``plans`` are ranked best first."""
+    """A job waiting for GPUs: ``seq`` is its FIFO position, ``plans`` are ranked best first,
+    ``priority`` its class (higher first; 0 normal; docs/has-policy.md, "Priorities")."""
 
     job_id: str
     seq: int
     submitted_at: float
     plans: tuple[PlanOption, ...]
+    priority: int = 0
     # What ``schedule`` derives from the plans, computed on first use and kept with the job
     # (``plans_of``). Not part of equality, hashing or repr; ``dataclasses.replace`` gives
     # the new job an empty cache (its plans may differ).
@@ -89,7 +91,7 @@ class JobPlans:
 
     __slots__ = (
         "rows", "runtimes", "least", "fewest", "timed", "size", "fifo_key", "short_key", "ideal_key", "by_slack",
-        "short_first", "ideal_first", "seq", "job_id", "submitted_at", "has_plans",
+        "short_first", "ideal_first", "seq", "job_id", "submitted_at", "has_plans", "priority",
         "_shape", "ever", "sigs", "lean_for", "lean",
     )  # fmt: skip
 
@@ -134,6 +136,7 @@ class JobPlans:
         self.job_id = job.job_id
         self.submitted_at = job.submitted_at
         self.has_plans = bool(plans)
+        self.priority = job.priority
         self.by_slack: dict[float, list[Candidate]] = {}
         self.sigs: dict[float, tuple[int, tuple[int, ...]]] = {}
         self.ever: tuple[object, bool] = (None, True)  # (capacity it was answered for, answer)
