@@ -66,6 +66,9 @@ def payload(settings: SimSettings, inputs: SimInputs, outcome: SimOutcome) -> di
         data["per_seed"] = outcome.per_seed
     if outcome.scale:
         data["decision_vs_size"] = outcome.scale
+    # policy -> priority class -> its JCT numbers (first seed), only for a trace with priorities
+    if any(len({j.priority for j in r.jobs}) > 1 for r in outcome.results):
+        data["by_priority"] = {r.policy: {str(p): m for p, m in r.by_priority().items()} for r in outcome.results}
     return data
 
 
@@ -104,13 +107,16 @@ def write_files(
     out: Path, settings: SimSettings, outcome: SimOutcome, data: dict[str, Any], heading: str
 ) -> None:
     """results.json, summary.md and the plots in ``out`` (--out; created if missing)."""
-    from has.sim.report import markdown_table, plot_decision_vs_size, write_plots
+    from has.sim.report import markdown_table, plot_decision_vs_size, priority_table, write_plots
 
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(data, indent=2) + "\n")
     table = markdown_table(outcome.metrics, f"**{heading}**", spread=outcome.spread if settings.seeds > 1 else None,
                            unfinished=unfinished_sets(outcome), settings=settings_line(settings))  # fmt: skip
     notes = unfinished_lines(outcome)
+    classes = priority_table(outcome.results)
+    if classes:
+        table += f"\nJCT by priority class ({settings_seed_note(settings)}):\n\n" + classes
     (out / "summary.md").write_text(table + ("\n" + "\n".join(f"- {n}" for n in notes) + "\n" if notes else ""))
     write_plots(outcome.results, out)
     if outcome.scale:
@@ -121,7 +127,7 @@ def print_metrics(con: Console, settings: SimSettings, outcome: SimOutcome, head
     """One row per policy, the settings, the unfinished jobs and why, then the comparison lines."""
     from rich.table import Table
 
-    from has.sim.report import COLUMNS, cell, markdown_table
+    from has.sim.report import COLUMNS, cell, markdown_table, priority_table
 
     table = Table(title=heading, caption=settings_line(settings))
     table.add_column("policy")
@@ -136,6 +142,15 @@ def print_metrics(con: Console, settings: SimSettings, outcome: SimOutcome, head
     tail = markdown_table(outcome.metrics, unfinished=unfinished_sets(outcome)).split("\n\n", 2)
     if len(tail) == 3:
         con.print(tail[2].strip(), markup=False)
+    classes = priority_table(outcome.results)
+    if classes:
+        con.print(f"JCT by priority class ({settings_seed_note(settings)}):", markup=False)
+        con.print(classes.strip(), markup=False)
+
+
+def settings_seed_note(settings: SimSettings) -> str:
+    """Which run the per-class table shows: the first seed's (``SimOutcome.results``)."""
+    return f"seed {settings.seed}" if settings.seeds == 1 else f"first seed, {settings.seed}"
 
 
 def print_decision_vs_size(con: Console, settings: SimSettings, outcome: SimOutcome) -> None:

@@ -71,7 +71,7 @@ class FrenzyPolicy:
         kept = self.plans_after_ooms(job, self._view)
         self._plans[job.job_id] = kept
         plans = tuple(self.option(p, job, extra) for _, p in kept)
-        q = QueuedJob(job.job_id, job.seq, job.submitted_at, plans)
+        q = QueuedJob(job.job_id, job.seq, job.submitted_at, plans, job.priority)
         self._cache[job.job_id] = (key, q)
         return q
 
@@ -134,7 +134,7 @@ class FrenzyPolicy:
                 r = cache.get(j.job_id)
                 preemptible = j.job_id not in self._preempted
                 if r is None or r.started_at != j.started_at or r.preemptible != preemptible:
-                    r = cache[j.job_id] = RunningJob(j.job_id, j.started_at, j.submitted_at, preemptible)
+                    r = cache[j.job_id] = RunningJob(j.job_id, j.started_at, j.submitted_at, preemptible, j.priority)
                 running.append(r)
             if len(cache) > 2 * len(running) + 64:  # forget jobs that ended, now and then
                 keep = {r.job_id for r in running}

@@ -178,6 +178,7 @@ class JobInfo:
     # an agent's OOM exit; frenzy re-plans and filters its plans by them with ``has.oom``)
     oom_plans: list[marp.Plan] = field(default_factory=list)
     restarts: int = 0
+    priority: int = 0  # the trace's priority column (0 without one)
     # Set while running:
     gpu_type: str | None = None
     gpus: tuple[tuple[str, int], ...] = ()
@@ -267,6 +268,7 @@ class JobOutcome:
     gpus: int = 0
     ooms: int = 0
     restarts: int = 0
+    priority: int = 0
 
     @property
     def jct_s(self) -> float | None:
@@ -322,6 +324,27 @@ class SimResult:
             "decision_ms_mean": _mean(dec),
             "decision_ms_p99": _pct(dec, 99),
         }
+
+    def by_priority(self) -> dict[int, dict[str, float | int]]:
+        """Per priority class (highest first): jobs, finished, avg JCT over finished jobs, avg JCT
+        with unfinished jobs censored at the end of the run (as ``metrics``), avg queueing time.
+        What a priority buys one class and costs the others."""
+        start = min((j.submit_s for j in self.jobs), default=0.0)
+        end_run = max(self.end_s, max((j.finish_s for j in self.jobs if j.finish_s is not None), default=start))
+        out: dict[int, dict[str, float | int]] = {}
+        for p in sorted({j.priority for j in self.jobs}, reverse=True):
+            jobs = [j for j in self.jobs if j.priority == p]
+            jcts = [j.jct_s for j in jobs if j.jct_s is not None]
+            out[p] = {
+                "jobs": len(jobs),
+                "jobs_finished": len(jcts),
+                "avg_jct_s": _mean(jcts),
+                "avg_jct_censored_s": _mean(
+                    [j.jct_s if j.jct_s is not None else max(0.0, end_run - j.submit_s) for j in jobs]
+                ),
+                "avg_queue_s": _mean([j.first_start_s - j.submit_s for j in jobs if j.first_start_s is not None]),
+            }
+        return out
 
     def utilization(self, start: float, end: float) -> float:
         """Busy GPU-seconds / (GPUs × (end − start)); GPUs held by a job that will OOM count as busy."""
@@ -416,9 +439,9 @@ class Simulator:
             self.info[job.job_id] = JobInfo(
                 job_id=job.job_id, seq=seq, submitted_at=job.submit_s, model=job.model,
                 requested_gpus=job.gpus, requested_type=job.gpu_type, profile=self.book.get(job),
-                steps_left=float(job.train_steps),
+                steps_left=float(job.train_steps), priority=job.priority,
             )  # fmt: skip
-            self.outcomes[job.job_id] = JobOutcome(job.job_id, job.submit_s)
+            self.outcomes[job.job_id] = JobOutcome(job.job_id, job.submit_s, priority=job.priority)
 
         self.queue: dict[str, None] = {}  # insertion-ordered set of queued job ids
         self.running: dict[str, None] = {}

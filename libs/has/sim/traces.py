@@ -5,7 +5,9 @@ user would submit them (model, recipe, tokens to train, the GPUs they would have
 asked for). Three file formats are read, detected from the file's first line:
 
 * ours (``frenzy-trace``): CSV with the header ``job_id,submit_s,model,seq_len,
-  global_batch,tokens,gpu_type,gpus`` (``#`` lines are comments; ``gpu_type`` may be empty);
+  global_batch,tokens,gpu_type,gpus`` and optionally a last column ``priority`` (an integer,
+  -100..100 as submissions take it; absent: 0) (``#`` lines are comments; ``gpu_type`` may be
+  empty);
 * Gavel's Philly-derived ``.trace`` files (Narayanan et al., OSDI'20; tab-separated,
   7 fields: job_type, command, num_steps_arg, needs_data_dir, total_steps,
   arrival_time, scale_factor);
@@ -38,6 +40,8 @@ from pathlib import Path
 import marp
 
 OWN_HEADER = ("job_id", "submit_s", "model", "seq_len", "global_batch", "tokens", "gpu_type", "gpus")
+OWN_HEADER_PRIORITY = (*OWN_HEADER, "priority")  # the optional column
+MIN_PRIORITY, MAX_PRIORITY = -100, 100  # what a submission may ask (frenzy.rpc.jobspec)
 POLLUX_HEADER = ("name", "time", "application", "num_replicas", "batch_size")
 
 # The reference GPU of the mapping: public traces' lengths become GPU-time on this type.
@@ -85,6 +89,7 @@ class TraceJob:
     gpus: int
     gpu_type: str = ""
     origin: str = ""  # where it came from, e.g. "gavel 2869ce.trace:12 (ResNet-50 ...)"
+    priority: int = 0  # its class (``has.QueuedJob.priority``): higher classes go first
 
     def recipe(self) -> marp.TrainingRecipe:
         return marp.TrainingRecipe(seq_len=self.seq_len, global_batch=self.global_batch)
@@ -241,8 +246,9 @@ def read_pollux(path: Path, text: str) -> list[TraceJob]:
 def read_own(path: Path, text: str) -> list[TraceJob]:
     body = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
     reader = csv.DictReader(io.StringIO(body))
-    if tuple(reader.fieldnames or ()) != OWN_HEADER:
-        raise TraceError(f"{path.name}: header must be {','.join(OWN_HEADER)}")
+    if tuple(reader.fieldnames or ()) not in (OWN_HEADER, OWN_HEADER_PRIORITY):
+        raise TraceError(f"{path.name}: header must be {','.join(OWN_HEADER)} (optionally ,priority)")
+    with_priority = tuple(reader.fieldnames or ()) == OWN_HEADER_PRIORITY
     jobs = []
     seen: set[str] = set()
     known_models = {m.name for m in marp.list_models()}
@@ -269,7 +275,10 @@ def read_own(path: Path, text: str) -> list[TraceJob]:
             global_batch=_num(row["global_batch"], where, "global_batch", int),
             tokens=_num(row["tokens"], where, "tokens", int), gpus=_num(row["gpus"], where, "gpus", int),
             gpu_type=gpu_type, origin=f"{path.name}:{job_id}",
+            priority=_num(row["priority"] or "0", where, "priority", int) if with_priority else 0,
         )  # fmt: skip
+        if not MIN_PRIORITY <= job.priority <= MAX_PRIORITY:
+            raise TraceError(f"{where} ({job_id}): field priority: must be {MIN_PRIORITY}..{MAX_PRIORITY}")
         for name in ("seq_len", "global_batch", "tokens", "gpus"):
             if getattr(job, name) <= 0:
                 raise TraceError(f"{where} ({job_id}): field {name}: must be > 0")
@@ -299,7 +308,7 @@ def _num(value: str | None, where: str, field: str, kind: type) -> int | float:
 def detect_format(first_line: str) -> str:
     """'frenzy', 'pollux' or 'gavel' from a trace file's first non-comment line."""
     head = tuple(c.strip() for c in first_line.strip().split(","))
-    if head == OWN_HEADER:
+    if head in (OWN_HEADER, OWN_HEADER_PRIORITY):
         return "frenzy"
     if head == POLLUX_HEADER:
         return "pollux"
@@ -354,11 +363,13 @@ def write_trace(jobs: Sequence[TraceJob], path: str | Path | None = None) -> str
         "# frenzy-trace v1: submit_s in seconds from the start; tokens to train; gpus/gpu_type = user's ask\n"
     )
     w = csv.writer(out, lineterminator="\n")
-    w.writerow(OWN_HEADER)
+    # the priority column only when a job has one: traces without priorities stay as they were
+    with_priority = any(j.priority for j in jobs)
+    w.writerow(OWN_HEADER_PRIORITY if with_priority else OWN_HEADER)
     for j in jobs:
-        w.writerow(
-            [j.job_id, f"{j.submit_s:.3f}", j.model, j.seq_len, j.global_batch, j.tokens, j.gpu_type, j.gpus]
-        )
+        row: list[object] = [j.job_id, f"{j.submit_s:.3f}", j.model, j.seq_len, j.global_batch, j.tokens,
+                             j.gpu_type, j.gpus]  # fmt: skip
+        w.writerow([*row, j.priority] if with_priority else row)
     if path is not None:
         Path(path).write_text(out.getvalue())
     return out.getvalue()
