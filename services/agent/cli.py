@@ -22,6 +22,7 @@ from typing import Annotated
 
 import typer
 
+from frenzy.agent.codecache import CachePolicy
 from frenzy.agent.daemon import Agent
 from frenzy.agent.drain import drain as drain_node
 from frenzy.agent.gpus import FakeBackend, GpuBackend, GpuDiscoveryError, NvmlBackend
@@ -140,6 +141,15 @@ def agent_command(
     state_dir: Annotated[Path | None, typer.Option(
         help="Where the agent keeps its ledger of running jobs (default: LOG_DIR/.agent). Must survive "
         "agent restarts.")] = None,
+    code_cache_gib: Annotated[float, typer.Option(
+        min=0, help="Keep at most this much unpacked job code (STATE_DIR/code), dropping the least recently "
+        "used first.")] = CachePolicy.max_bytes / 2**30,
+    code_cache_days: Annotated[float, typer.Option(
+        min=0.001, help="Drop unpacked job code no job started from for this long.")] = CachePolicy.max_age_s / 86400,
+    workdir_days: Annotated[float, typer.Option(
+        min=0.001, help="Remove a job attempt's working directory (STATE_DIR/work: its copy of the code and what "
+        "it wrote there) this long after it last ran here; never while it runs.")]
+    = CachePolicy.work_max_age_s / 86400,
     log_poll_s: Annotated[float, typer.Option(help="Seconds between shipping new job output to Redis.")] = 0.25,
     log_stream_maxlen: Annotated[int, typer.Option(
         min=100, help="Cap on the entries of a job's Redis log stream (the file on disk is complete).")] = 10_000,
@@ -218,7 +228,9 @@ def agent_command(
                       extra_env=extra_env, log_poll_s=log_poll_s, log_stream_maxlen=log_stream_maxlen,
                       log_retention_s=log_retention_s, pass_env=list(pass_env or []),
                       workdir_roots=list(workdir_root) if workdir_root else None, run_as=run_as,
-                      checkpoint_root=checkpoint_root)
+                      checkpoint_root=checkpoint_root,
+                      cache_policy=CachePolicy(int(code_cache_gib * 2**30), code_cache_days * 86400,
+                                               workdir_days * 86400))
     except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None

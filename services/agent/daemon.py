@@ -56,7 +56,7 @@ from pathlib import Path
 import redis
 
 from frenzy.agent import jobenv, launcher
-from frenzy.agent.codecache import CodeCache, CodeUnavailable
+from frenzy.agent.codecache import CachePolicy, CodeCache, CodeUnavailable, PruneReport
 from frenzy.agent.exit_cause import classify, last_lines
 from frenzy.agent.gpus import GpuBackend, GpuInfo, NvmlBackend
 from frenzy.agent.launch_check import GpuHolder, LaunchFacts, LaunchVerdict, check_launch, opens_rendezvous
@@ -90,6 +90,9 @@ from frenzy.state.streams import ensure_group
 log = logging.getLogger(__name__)
 
 _RETRY_S = 1.0  # pause after a Redis error before trying again
+# How often the heartbeat thread prunes the code cache and old working directories: a walk of a
+# few directories, and nothing there grows fast enough to need more.
+PRUNE_EVERY_S = 600.0
 
 
 @dataclass
@@ -160,6 +163,7 @@ class Agent:
         workdir_roots: list[str | os.PathLike[str]] | None = None,
         run_as: str | None = None,
         checkpoint_root: str | os.PathLike[str] | None = None,
+        cache_policy: CachePolicy | None = None,
     ) -> None:
         if not is_safe_name(node):
             raise ValueError(f"node name {node!r}: use letters, digits, '.', '_' and '-' (at most 128, starting "
@@ -201,6 +205,8 @@ class Agent:
         # under the state directory (frenzy.agent.codecache).
         self._code_redis = redis.Redis.from_url(redis_url, decode_responses=False, protocol=2)
         self._code = CodeCache(state, CodeReader(self._code_redis, self.keys))
+        self.cache_policy = cache_policy or CachePolicy()
+        self._pruned_at = float("-inf")  # monotonic time of the last prune (the heartbeat thread's)
         self._gpus: list[GpuInfo] = []
         self._jobs: dict[tuple[str, int], JobProcess] = {}
         self._lock = threading.Lock()
@@ -390,12 +396,30 @@ class Agent:
             log.info("node %s: signing key rotated", self.node)
         self._ring = ring
 
+    def prune(self) -> PruneReport:
+        """Remove old or surplus code trees and the working directories of attempts not running here
+        (``CodeCache.prune``, by ``cache_policy``)."""
+        self._pruned_at = time.monotonic()
+        with self._lock:
+            running = set(self._jobs)
+        return self._code.prune(self.node, running, self.cache_policy, log_dir=self.log_dir)
+
+    def _prune_quietly(self) -> None:
+        try:
+            self.prune()
+        except Exception:  # a disk problem is logged; the agent goes on
+            log.exception("pruning the code cache failed")
+
     def _heartbeat_loop(self, stop: threading.Event) -> None:
         failing = False
         while not stop.wait(self.heartbeat_s):
             try:
                 self._heartbeat_once()
                 self._read_key()
+                if time.monotonic() - self._pruned_at >= PRUNE_EVERY_S:
+                    # In a thread of its own: deleting big trees must not delay the next heartbeat.
+                    self._pruned_at = time.monotonic()
+                    threading.Thread(target=self._prune_quietly, name=f"prune-{self.node}", daemon=True).start()
                 if failing:
                     log.info("heartbeat: Redis is back")
                 failing = False
