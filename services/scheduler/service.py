@@ -45,6 +45,7 @@ import redis
 from frenzy.auth.roles import sees_all_jobs
 from frenzy.auth.tokens import TokenStore
 from frenzy.rpc.auth import TokenAuth, current_identity
+from frenzy.rpc.convert import recipe_from_proto
 from frenzy.rpc.limits import DEFAULT_WORKERS, RateLimit, StreamCaps, SubmitRate
 from frenzy.rpc.listing import (
     MAX_GPU_LINKS,
@@ -61,6 +62,7 @@ from frenzy.rpc.tls import ClientTls, ServerTls, open_channel
 from frenzy.scheduler.leader import DEFAULT_TTL_S, LeaderLease
 from frenzy.scheduler.loop import SchedulerLoop
 from frenzy.scheduler.metrics import MetricsServer, PredictionCacheCollector, serve_metrics
+from frenzy.scheduler.no_plan import no_plan_reason
 from frenzy.scheduler.submit_pools import DEFAULT_POOLS_MAX_AGE_S, ClusterPools, Predictions
 from frenzy.state.code_store import CodeError, CodeStore, max_code_bytes_from_env
 from frenzy.state.job_states import JobState
@@ -373,12 +375,9 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
             log.warning("predictor failed for a submission by %r: %s %s", user, code, exc.details())
             context.abort(grpc.StatusCode.UNAVAILABLE, "predictor unavailable, try again")
         if not pred.plans:
-            have = ", ".join(f"{p.total_gpus} x {p.gpu_type}" for p in pools) or "no live nodes (catalog checked)"
-            why = "; ".join(pred.rejected) or "no layout fits"
-            context.abort(grpc.StatusCode.FAILED_PRECONDITION,
-                          f"spec: no GPU type in the cluster can hold {pred.model_name} with this recipe "
-                          f"(cluster: {have}). {why}. To fix: lower recipe.micro_batch or recipe.seq_len, "
-                          "allow recompute, or add larger GPUs")
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, no_plan_reason(
+                pred.model_name, recipe_from_proto(spec.recipe, spec.limits).precision,
+                [(p.gpu_type, p.total_gpus) for p in pools], list(spec.limits.allowed_gpu_types), list(pred.rejected)))
         # Rendered before the admission lock: one user's submissions wait for each other only for
         # the quota check and the one-round-trip write.
         plans = self._within_quota(list(pred.plans))
