@@ -124,6 +124,7 @@ class StepShape:
     dp_bytes: NDArray[np.float64]  # per step, 0 for ZeRO-3 (inside fsdp_bytes_mb)
     dp_inter: NDArray[np.bool_]
     dp_rails: NDArray[np.float64]  # members of the DP (FSDP) group per node: NICs it uses at once
+    dp_tail_bytes: NDArray[np.float64]  # the part of dp_bytes reduced after the backward ends (exposed)
     opt_params: NDArray[np.float64]
     fp8: bool = False
     fused: bool = False  # Megatron / Transformer Engine or compiled kernels
@@ -226,6 +227,15 @@ class StepShape:
                             ring * trainable * np.where(zs >= 1, grad_b + e,
                                                         2.0 * grad_b), 0.0)  # fmt: skip
         opt_params = np.where(zs >= 1, trainable / shard_f, trainable)
+        # The last gradient bucket is reduced only after the backward ends, with nothing left to
+        # hide behind: DDP fills buckets in reverse parameter order and the bucket holding the first
+        # parameters (the input embedding, whose gradient completes last) is all-reduced after the
+        # final backward kernel (Li et al. 2020, PyTorch Distributed, sec. 3.2.3 and 4.1; Megatron's
+        # --overlap-grad-reduce likewise). A bucket holds whole tensors, so it is the larger of the
+        # bucket cap and, on a single stage, the vocab matrix (as big as 30 % of a small model).
+        emb_grad = np.where(pp_ == 1, _f(_vocab), 0.0) * (0.01 if recipe.finetune != "full" else 1.0) * grad_b
+        tail = np.maximum(R.DDP_BUCKET_BYTES, emb_grad) * np.where(zs >= 1, 1.0 + e / grad_b, 2.0)
+        dp_tail = np.where(dp_bytes > 0, np.minimum(ring * tail, dp_bytes), 0.0)
 
         bubble = np.where(pp_ > 1, _f(pp_ - 1) / vpp_, 0.0)
         p2p = np.where(pp_ > 1, 2.0 * (_f(ga) * vpp_ + pp_ - 1), 0.0)
@@ -234,7 +244,7 @@ class StepShape:
             n_mb=_f(ga), bubble=bubble, p2p_count=p2p, tp_n=tp_, tp_bytes_mb=tp_bytes, tp_hops_mb=tp_hops,
             cp_bytes_mb=cp_bytes, cp_inter=tp_ * cp_ > gpus_per_node, shard_n=shard, fsdp_bytes_mb=fsdp,
             layers=layers, dp_bytes=dp_bytes, dp_inter=tp_ * dp_ * cp_ > gpus_per_node, dp_rails=rails,
-            opt_params=opt_params, fp8=fp8, fused=bool(fused),
+            dp_tail_bytes=dp_tail, opt_params=opt_params, fp8=fp8, fused=bool(fused),
         )  # fmt: skip
 
     def seconds_on(
@@ -270,10 +280,12 @@ class StepShape:
         # DP gradient reduce: hidden behind the last micro-batch's backward (2/3 of its compute).
         dp_bw = fsdp_bw
         dp_alpha = np.where(self.dp_inter, R.ALPHA_INTER_S, R.ALPHA_INTRA_S)
-        dp_t = self.dp_bytes / dp_bw + np.where(self.dp_bytes > 0, 2.0 * (self.shard_n - 1) * dp_alpha, 0.0)
+        dp_t = (self.dp_bytes - self.dp_tail_bytes) / dp_bw
+        dp_t = dp_t + np.where(self.dp_bytes > 0, 2.0 * (self.shard_n - 1) * dp_alpha, 0.0)
         # The reduce of the last micro-batch's gradients overlaps its backward; with pipelining the
         # cool-down (bubble) slots hide it too, and the parameter gather the next step's warm-up.
-        dp = _exposed(dp_t, (2.0 / 3.0 + self.bubble) * per_mb)
+        # The last bucket (dp_tail_bytes) comes after the backward: exposed in full.
+        dp = _exposed(dp_t, (2.0 / 3.0 + self.bubble) * per_mb) + self.dp_tail_bytes / dp_bw
         optimizer = self.opt_params * R.OPT_BYTES_PER_PARAM / mem + R.STEP_FIXED_S
         return pipeline + dp + optimizer
 
