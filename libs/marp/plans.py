@@ -101,6 +101,15 @@ RANK_BY: tuple[str, ...] = ("time", "gpu_hours")
 # are ordered by GPU-hours, so a negligible speed-up never buys more GPUs (Sia and Pollux weigh
 # goodput per GPU for the same reason). docs/marp.md, "Ranking".
 DEFAULT_TIME_MARGIN = 0.05
+# Ranking by time: a plan must pay for its GPUs. Its scaling efficiency is the fewest GPU-hours of
+# any plan of its GPU type over its own (1.0 for the cheapest; 8 GPUs at 2x the speed of 1: 0.25).
+# Plans below this efficiency rank after every plan that reaches it, so a job whose step is bound by
+# fixed costs (kernel launches, the optimizer step, the per-step constant) stays on few GPUs, while
+# a big job, whose plans scale at 0.8-1.0 in the model, still gets the wide ones. A policy choice,
+# not a measured constant: each GPU beyond the cheapest plan's must deliver at least 70 % of its
+# linear share of speed (Pollux and Sia weigh goodput per GPU for the same reason). 0 turns it off.
+# docs/marp.md, "Ranking".
+DEFAULT_MIN_SCALING_EFF = 0.7
 
 
 def _check_gbps(value: float | None, field: str) -> None:
@@ -234,6 +243,7 @@ def enumerate_plans(
     inter_node_gbps: float | None = DEFAULT_INTER_NODE_GBPS,
     rank_by: str = "time",
     time_margin: float = DEFAULT_TIME_MARGIN,
+    min_scaling_eff: float = DEFAULT_MIN_SCALING_EFF,
 ) -> PlanSet:
     """Ranked plans that fit, over ``pools`` (None: every catalog GPU type, 8 per node, 64 max).
 
@@ -241,8 +251,10 @@ def enumerate_plans(
     memory x (1 - safety_margin). The best layout per (GPU type, GPU count) becomes a plan, so
     the list stays diverse. ``rank_by`` "time" (default) ranks by estimated completion time
     (train_steps x step time), except that the plans within ``time_margin`` (default 5 %) of the
-    fastest completion come first ordered by GPU-hours (a negligible speed-up does not buy GPUs);
-    "gpu_hours" by GPU-hours, then GPU count, then time. ``inter_node_gbps`` (GB/s per GPU)
+    fastest completion come first ordered by GPU-hours (a negligible speed-up does not buy GPUs),
+    and plans below ``min_scaling_eff`` (default 0.7: the fewest GPU-hours of a plan of the same GPU
+    type over the plan's own) rank after all others (GPUs that barely speed the job up are not
+    bought); "gpu_hours" by GPU-hours, then GPU count, then time. ``inter_node_gbps`` (GB/s per GPU)
     overrides every pool's own value and the GPU generation's default. ``rejected`` has one line per GPU type without any fitting layout, with the need and
     the memory; when no type fits, a last line names the nearest plan that would fit (more GPUs).
     """
@@ -259,6 +271,9 @@ def enumerate_plans(
     _check_gbps(inter_node_gbps, "inter_node_gbps")
     if isinstance(time_margin, bool) or not isinstance(time_margin, int | float) or not 0.0 <= time_margin < 1.0:
         raise MarpError("time_margin", f"must be in [0, 1), got {time_margin!r}.")
+    if (isinstance(min_scaling_eff, bool) or not isinstance(min_scaling_eff, int | float)
+            or not 0.0 <= min_scaling_eff <= 1.0):  # fmt: skip
+        raise MarpError("min_scaling_eff", f"must be in [0, 1], got {min_scaling_eff!r}.")
     if rank_by not in RANK_BY:
         raise MarpError("rank_by", f"must be one of {', '.join(RANK_BY)}, got {rank_by!r}.")
     check_seq_len(model, recipe)
@@ -374,12 +389,7 @@ def enumerate_plans(
             candidates.append((key, plan))
 
     if rank_by == "time" and candidates:
-        # Near-fastest plans (within time_margin of the best completion) first, fewest GPU-hours
-        # first among them; the rest by completion time as before.
-        fastest = min(plan.completion_s for _, plan in candidates)
-        limit = fastest * (1.0 + time_margin)
-        candidates = [((0.0, plan.gpu_hours, float(plan.num_gpus), plan.completion_s) if plan.completion_s <= limit
-                       else (1.0, *key), plan) for key, plan in candidates]  # fmt: skip
+        candidates = _rank_by_time(candidates, time_margin, min_scaling_eff)
     ranked = sorted(candidates, key=lambda kp: (kp[0], kp[1].gpu_type))
     if max_plans is not None:
         ranked = ranked[:max_plans]
@@ -395,6 +405,40 @@ def enumerate_plans(
     return PlanSet(plans=plans, rejected=rejected)
 
 
+def _rank_by_time(candidates: list[tuple[tuple[float, ...], Plan]], time_margin: float,
+                  min_eff: float) -> list[tuple[tuple[float, ...], Plan]]:  # fmt: skip
+    """Sort keys for ranking by time: plans that pay for their GPUs (scaling efficiency at least
+    ``min_eff`` against the fewest GPU-hours of their GPU type) first; among them those within
+    ``time_margin`` of the fastest by GPU-hours, the rest by completion; the others last, by
+    completion, each with a line in its explanation that says why."""
+    cheapest: dict[str, Plan] = {}
+    for _, plan in candidates:
+        if plan.gpu_type not in cheapest or plan.gpu_hours < cheapest[plan.gpu_type].gpu_hours:
+            cheapest[plan.gpu_type] = plan
+
+    def efficiency(plan: Plan) -> float:
+        return cheapest[plan.gpu_type].gpu_hours / plan.gpu_hours if plan.gpu_hours > 0 else 1.0
+
+    # The relative tolerance keeps a plan at exactly the bar (and the cheapest, at 1.0) on its side.
+    pays = [kp for kp in candidates if efficiency(kp[1]) >= min_eff * (1.0 - 1e-9)]
+    fastest = min(plan.completion_s for _, plan in pays)
+    limit = fastest * (1.0 + time_margin)
+    out: list[tuple[tuple[float, ...], Plan]] = []
+    for key, plan in candidates:
+        eff = efficiency(plan)
+        if eff < min_eff * (1.0 - 1e-9):
+            low = cheapest[plan.gpu_type]
+            why = (f"{plan.explanation}; scaling efficiency {eff:.2f} < {min_eff:.2f} (GPU-hours against "
+                   f"{low.num_gpus} {plan.gpu_type}: {low.gpu_hours:.3g}): ranked after the plans that pay for their GPUs")
+            out.append(((2.0, *key), replace(plan, explanation=why)))
+        elif plan.completion_s <= limit:
+            # Near-fastest: fewest GPU-hours first (a negligible speed-up does not buy GPUs).
+            out.append(((0.0, plan.gpu_hours, float(plan.num_gpus), plan.completion_s), plan))
+        else:
+            out.append(((1.0, *key), plan))
+    return out
+
+
 def _nearest_fit(
     model: ModelSpec, recipe: TrainingRecipe, pools: list[GpuPool], margin: float, mfu: float | None,
     inter_node_gbps: float | None,
@@ -407,4 +451,4 @@ def _nearest_fit(
     return min(found, key=lambda p: (p.num_gpus, p.gpu_hours)) if found else None
 
 
-__all__ = ["DEFAULT_GPUS_PER_NODE", "DEFAULT_MAX_GPUS", "DEFAULT_TIME_MARGIN", "RANK_BY", "GpuPool", "Plan", "PlanSet", "enumerate_plans"]
+__all__ = ["DEFAULT_GPUS_PER_NODE", "DEFAULT_MAX_GPUS", "DEFAULT_MIN_SCALING_EFF", "DEFAULT_TIME_MARGIN", "RANK_BY", "GpuPool", "Plan", "PlanSet", "enumerate_plans"]
