@@ -113,8 +113,11 @@ def predict(
     max_gpus: Annotated[int, typer.Option(help="At most this many GPUs (0: no limit).")] = 0,
     rank_by: Annotated[str, typer.Option(help="Ranked mode: time (completion time) | gpu_hours.")] = "time",
     inter_node_gbps: Annotated[float | None, typer.Option(
-        "--inter-node-gbps", help="Ranked mode: GB/s per GPU between nodes (default: the cluster file's, else the "
-        "GPU generation's: 50 for H100/H200/B200, 25 for A100).")] = None,
+        "--inter-node-gbps", help="GB/s per GPU between nodes, for the step time (default: the cluster file's, "
+        "else the GPU generation's: 50 for H100/H200/B200, 25 for A100).")] = None,
+    min_scaling_eff: Annotated[float | None, typer.Option(
+        "--min-scaling-eff", help="Ranked mode: plans whose GPU-hours exceed the cheapest plan of their GPU type's "
+        f"by more than 1 / this rank last (default {marp.plans.DEFAULT_MIN_SCALING_EFF}; 0: off).")] = None,
     top: Annotated[int, typer.Option(help="Rows to show in the table.")] = 20,
     as_json: JsonOpt = False,
 ) -> None:
@@ -159,19 +162,32 @@ def predict(
         if len(split) % per_rank:
             fail(f"--pp-layers: {len(split)} stages do not split into --vpp {per_rank} chunks per pipeline rank.", 2)
         pp = len(split) // per_rank
+    if inter_node_gbps is not None and not 0.0 < inter_node_gbps < 1e6:
+        fail(f"--inter-node-gbps: must be a positive number of GB/s per GPU, got {inter_node_gbps}.", 2)
     if single:
+        if min_scaling_eff is not None:
+            fail("--min-scaling-eff: ranks plans; it contradicts the single-layout flags (--dp/--tp/--pp/--gpu...).",
+                 2)  # fmt: skip
         _single(model, seq_len, global_batch, micro_batch, precision, optimizer, optimizer_impl, train_steps,
                 recompute or "none", flash, dropout, loss, dp or 1, tp or 1, pp or 1, vpp or 1, cp or 1,
                 0 if zero is None else zero, sequence_parallel, stage or "max", gpu, cluster, gpu_types, max_gpus,
-                no_recompute, tuning, as_json)  # fmt: skip
+                no_recompute, tuning, as_json, inter_node_gbps)  # fmt: skip
         return
     if not global_batch:
         fail("--global-batch: global_batch must be >= 1; it is required without layout flags (the ranked plans "
              "need it).", 2)
     allow_recompute = not no_recompute and recompute != "none"
-    if inter_node_gbps is not None and not 0.0 < inter_node_gbps < 1e6:
-        fail(f"--inter-node-gbps: must be a positive number of GB/s per GPU, got {inter_node_gbps}.", 2)
-    legacy = (inter_node_gbps is None and precision in ("fp32", "fp16", "bf16") and optimizer in ("adamw", "adam", "sgd")
+    if min_scaling_eff is not None and not 0.0 <= min_scaling_eff <= 1.0:
+        fail(f"--min-scaling-eff: must be in [0, 1], got {min_scaling_eff}.", 2)
+    try:
+        pools = _pools(cluster, gpu_types)
+    except (marp.MarpError, ValueError) as exc:
+        fail(_flag_error(exc) if isinstance(exc, marp.MarpError) else str(exc), 2)
+    # The predictor service's pools carry no link speed: a cluster file that declares one (and the
+    # flags the service has no field for) are planned here, with MARP directly.
+    links = any(p.inter_node_gbps is not None for p in pools or [])
+    legacy = (inter_node_gbps is None and min_scaling_eff is None and not links
+              and precision in ("fp32", "fp16", "bf16") and optimizer in ("adamw", "adam", "sgd")
               and optimizer_impl is None and loss is None and dropout is None and rank_by == "time")  # fmt: skip
     if legacy:
         _ranked_via_predictor(model, seq_len, global_batch, micro_batch, precision, optimizer, train_steps,
@@ -185,8 +201,9 @@ def predict(
             allow_recompute=allow_recompute, flash_attention=flash, train_steps=train_steps,
             max_gpus=max_gpus or None, **tuning,  # type: ignore[arg-type]
         )  # fmt: skip
-        pools = _pools(cluster, gpu_types)
-        plan_set = marp.enumerate_plans(spec, recipe, pools, rank_by=rank_by, inter_node_gbps=inter_node_gbps)
+        ranking: dict[str, Any] = {} if min_scaling_eff is None else {"min_scaling_eff": min_scaling_eff}
+        plan_set = marp.enumerate_plans(spec, recipe, pools, rank_by=rank_by, inter_node_gbps=inter_node_gbps,
+                                        **ranking)
     except (marp.MarpError, ValueError) as exc:
         fail(_flag_error(exc) if isinstance(exc, marp.MarpError) else str(exc), 2)
     from frenzy.rpc import convert
@@ -253,7 +270,7 @@ def _single(
     optimizer_impl: str | None, train_steps: int, recompute: str, flash: bool, dropout: float | None,
     loss: str | None, dp: int, tp: int, pp: int, vpp: int, cp: int, zero: int, sp: bool, stage: str,
     gpu: str | None, cluster: Path | None, gpu_types: list[str] | None, max_gpus: int, no_recompute: bool,
-    tuning: dict[str, Any], as_json: bool = False,
+    tuning: dict[str, Any], as_json: bool = False, inter_node_gbps: float | None = None,
 ) -> None:  # fmt: skip
     for value, flag in ((cluster, "--cluster"), (gpu_types, "--gpu-type"), (max_gpus, "--max-gpus")):
         if value:
@@ -291,7 +308,8 @@ def _single(
                              sp=sp, cp=cp, vpp=vpp, ep=tuning["ep"], pp_layers=tuning["pp_layers"],
                              etp=tuning["etp"])  # fmt: skip
         mem = marp.predict_memory(spec, recipe, layout, gpu_type, stage=stage)
-        step = marp.estimate_step_time(spec, recipe, layout, gpu_type, fp8=recipe.float8, compiled=recipe.compile)
+        step = marp.estimate_step_time(spec, recipe, layout, gpu_type, inter_node_gbps=inter_node_gbps,
+                                       fp8=recipe.float8, compiled=recipe.compile)  # fmt: skip
     except marp.MarpError as exc:
         fail(_flag_error(exc), 2)
     prediction = prediction_dict(spec, recipe, layout, gpu_type, mem, step, stage)
