@@ -12,7 +12,8 @@ bench/data/speed/throughput.csv, MARP's predicted tokens per second per GPU
 (``estimate_step_time``) against the measured one, with the signed error.
 
 Run from the repository root: ``.venv/bin/python bench/marp_accuracy.py`` (prints JSON; ``--table``
-prints the two summaries and the speed table as text). The mapping from CSV columns to MARP's
+prints the two summaries and the speed table as text; ``--docs`` writes the speed table into
+docs/marp.md between its ``speed-table`` markers). The mapping from CSV columns to MARP's
 inputs is below; it reads configuration only, never the measured value, and no row is
 special-cased.
 """
@@ -284,10 +285,24 @@ def speed_table(speed: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def write_docs(table: str, path: Path = ROOT / "docs" / "marp.md") -> None:
+    """Put ``table`` between docs/marp.md's ``<!-- speed-table begin/end -->`` markers (the doc's
+    table is this script's output, never typed by hand)."""
+    text = path.read_text(encoding="utf-8")
+    begin, end = "<!-- speed-table begin -->", "<!-- speed-table end -->"
+    pattern = re.compile(re.escape(begin) + ".*?" + re.escape(end), re.S)
+    if not pattern.search(text):
+        raise SystemExit(f"{path}: no {begin} ... {end} markers")
+    body = f"{begin}\n_Printed by `.venv/bin/python bench/marp_accuracy.py --table`._\n\n```\n{table}\n```\n{end}"
+    path.write_text(pattern.sub(lambda _: body, text), encoding="utf-8")
+
+
 if __name__ == "__main__":
     memory = run()
     speed = run_speed()
-    if "--table" in sys.argv[1:]:
+    if "--docs" in sys.argv[1:]:
+        write_docs(speed_table(speed))
+    elif "--table" in sys.argv[1:]:
         print("memory (MARP):", json.dumps(memory["marp"]))
         print("speed: tokens/s/GPU, predicted vs measured (bench/data/speed/throughput.csv)")
         print(speed_table(speed))

@@ -52,3 +52,11 @@ def test_measured_conversion_matches_published_figures() -> None:
     row |= {"n_layers": "96", "measured_value": "0.514", "measured_metric": "model FLOPs utilization (MFU)"}
     per_token = 72 * 96 * 12288**2 * (1 + 2048 / (6 * 12288) + 51200 / (12 * 96 * 12288))
     assert marp_accuracy.measured_tokens_per_gpu(row) == pytest.approx(0.514 * 312e12 / per_token)
+
+
+def test_docs_speed_table_is_the_scripts_output(speed: dict) -> None:
+    # docs/marp.md shows the table `bench/marp_accuracy.py --docs` writes: a change to the model
+    # that moves a number must regenerate it (the doc never drifts from the code).
+    text = (ROOT / "docs" / "marp.md").read_text(encoding="utf-8")
+    block = text.split("<!-- speed-table begin -->", 1)[1].split("<!-- speed-table end -->", 1)[0]
+    assert marp_accuracy.speed_table(speed) in block, "run: .venv/bin/python bench/marp_accuracy.py --docs"
