@@ -3,7 +3,8 @@
     GET  /                       the dashboard (one static HTML file, no CDN)
     GET  /healthz                200 when the scheduler answers its health check, else 503
     GET  /api/jobs               ?state=PENDING&state=RUNNING&limit=100 -> {"jobs": [summary, ...]}
-    GET  /api/jobs/{id}          the whole job: spec, plan, placement, history, candidate plans
+    GET  /api/jobs/{id}          the whole job: spec, plan, placement, history, candidate plans, and
+                                 per attempt the predicted against observed peak memory (``memory``)
     POST /api/jobs               body: a job entry as `frenzy submit` takes it (see the OpenAPI schema)
     POST /api/jobs/{id}/cancel   body (optional): {"reason": "..."}
     GET  /api/nodes              ?include_dead=true -> {"nodes": [...]}
@@ -49,6 +50,7 @@ from frenzy.api.guard import DEFAULT_MAX_BODY_BYTES, WebGuard, allowed_host_name
 from frenzy.api.metrics import ApiMetrics, RequestMetrics
 from frenzy.auth.tokens import AuthError, bearer, parse_token
 from frenzy.rpc.auth import with_token
+from frenzy.rpc.job_json import attempt_memory
 from frenzy.rpc.jobspec import MAX_JSON_DEPTH, JobEntry, JobSpecError, json_depth, parse_entry
 from frenzy.rpc.protojson import to_json
 from frenzy.rpc.tls import ClientTls, open_channel
@@ -112,7 +114,9 @@ def job_summary(job: types_pb2.Job) -> dict[str, Any]:
 
 
 def job_detail(job: types_pb2.Job) -> dict[str, Any]:
-    return {**job_summary(job), "job": to_json(job)}
+    """The summary, each attempt's predicted against observed peak memory per GPU (``memory``:
+    what `frenzy accuracy` compares; the dashboard's job view shows it) and the whole record."""
+    return {**job_summary(job), "memory": [attempt_memory(a) for a in job.attempts], "job": to_json(job)}
 
 
 # ---- the app ----------------------------------------------------------------------------------

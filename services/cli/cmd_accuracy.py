@@ -7,7 +7,8 @@ what the job declared in ``$FRENZY_RUN_DIR/peak_bytes``). This command reads the
 and layout, how far the prediction was off: the ratio observed / predicted, and the attempts that
 ran out of memory. Attempts without an observation are counted but not in the ratios.
 
-The grouping and the numbers are pure (``accuracy_rows``); the command only fetches and prints.
+The grouping and the numbers are pure (``accuracy_rows``; the ratio is ``frenzy.rpc.job_json``'s, which
+the dashboard's job view shows per attempt); the command only fetches and prints.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import typer
 
 from frenzy.cli import render
 from frenzy.cli.output import JsonOpt, SchedulerOpt, echo_json, scheduler_call
+from frenzy.rpc.job_json import memory_ratio
 from frenzy.v1 import scheduler_pb2, types_pb2
 
 GiB = 2**30
@@ -55,8 +57,8 @@ def accuracy_rows(jobs: Iterable[types_pb2.Job], per_job: bool = False) -> list[
             groups.setdefault(key + ((job.id,) if per_job else ()), []).append(a)
     rows = []
     for key, attempts in groups.items():
-        seen = [a for a in attempts if a.observed_peak_bytes > 0 and a.predicted_peak_bytes > 0]
-        ratios = [a.observed_peak_bytes / a.predicted_peak_bytes for a in seen]
+        seen = [a for a in attempts if memory_ratio(a) is not None]
+        ratios = [r for r in map(memory_ratio, seen) if r is not None]
         basis = seen or attempts
         model = key[0] if not per_job else f"{key[0]} ({key[3]})"
         rows.append(AccuracyRow(

@@ -40,8 +40,10 @@ CLUSTER = {"nodes": [{"gpu": "A100-80GB", "count": 1, "gpus_per_node": 4, "name_
                      {"gpu": "T4", "count": 1, "gpus_per_node": 4, "name_prefix": "t4"}]}
 TOTAL_GPUS = 10
 # A job that runs until cancelled (at most two minutes), printing a line every 0.3 s; one line of
-# Python, as the log's first line repeats the command.
-TICKER = 'import time; [print("step %d loss %.3f" % (i, 4 / (1 + i)), flush=True) or time.sleep(0.3) for i in range(400)]'
+# Python, as the log's first line repeats the command. It declares a peak of 3 GiB per GPU (on fake
+# GPUs, what the agent reports as observed: $FRENZY_RUN_DIR/peak_bytes).
+TICKER = ('import os, time; open(os.environ["FRENZY_RUN_DIR"] + "/peak_bytes", "w").write(str(3 * 2**30)); '
+          '[print("step %d loss %.3f" % (i, 4 / (1 + i)), flush=True) or time.sleep(0.3) for i in range(400)]')
 INSTALL_HELP = ("Install Debian's chromium: `apt-get install -y chromium` (as root; `make test` does it when it "
                 "can), or point FRENZY_CHROMIUM at a Chromium binary")
 WAIT_MS = 20_000
@@ -186,6 +188,10 @@ def test_dashboard_sign_in_gpus_running_job_live_log_and_cancel(tab: Page, stack
     expect(log).to_contain_text("step 0", timeout=WAIT_MS)
     seen = max(int(n) for n in re.findall(r"step (\d+)", log.inner_text()))
     expect(log).to_contain_text(f"step {seen + 8} ", timeout=WAIT_MS)  # the next poll's output (2 s)
+    # Its memory: the plan's predicted peak per GPU, nothing observed while it runs.
+    first = page.locator("#memory-rows tr[data-attempt='1']")
+    expect(first.locator("td").nth(2)).to_contain_text(re.compile(r"\d+\.\d GiB of \d+\.\d GiB"))
+    expect(first.locator("td").nth(3)).to_have_text("not measured")
 
     page.screenshot(path=str(SCREENSHOT), full_page=True)
 
@@ -203,6 +209,10 @@ def test_dashboard_sign_in_gpus_running_job_live_log_and_cancel(tab: Page, stack
     expect(row.get_by_role("button", name="cancel")).to_have_count(0)  # an ended job has none
     expect(page.locator("#nodes .gpu.busy")).to_have_count(0, timeout=WAIT_MS)
     expect(page.locator("#summary")).to_contain_text(f"0/{TOTAL_GPUS}")
+    # Ended: the peak it declared, against the prediction (as `frenzy accuracy` shows it).
+    expect(first.locator("td").nth(3)).to_have_text("3.0 GiB", timeout=WAIT_MS)
+    expect(first.locator("td").nth(4)).to_have_text(re.compile(r"[+-]\d+%"))
+    expect(first.locator("td").nth(5)).to_contain_text("cancelled")
 
     # The scheduler agrees, with the dashboard's reason.
     job = httpx.get(f"{tab.base}/api/jobs/{job_id}", headers={"authorization": f"Bearer {stack.token}"},
