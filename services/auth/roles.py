@@ -8,7 +8,7 @@ agents (node) hold a credential that only lets them act for their own node.
     role     may
     read     list nodes; list, read, watch and read the logs of their own jobs
     submit   everything read may, plus submit jobs and cancel their own jobs
-    admin    everything, on every user's jobs; create and revoke tokens
+    admin    everything, on every user's jobs; create and revoke tokens; any job priority
     node     nothing on the Scheduler API (agents talk to Redis with their own ACL user)
 
 Health checks and server reflection stay open (compose health checks and
@@ -83,3 +83,15 @@ def allows(role: Role, method: str) -> bool:
 
 def sees_all_jobs(role: Role) -> bool:
     return Permission.ADMIN in GRANTS[role]
+
+
+def priority_refusal(role: Role, priority: int, max_user_priority: int) -> str | None:
+    """Why ``role`` may not submit at ``priority``, or None. Lowering is always allowed (it only
+    yields to others); raising above the cluster's cap for users (the scheduler's
+    ``--max-user-priority``) is an operator's call, as Slurm reserves raising a job's priority to
+    its operators, or every user would ask for the most."""
+    if priority <= max_user_priority or Permission.ADMIN in GRANTS[role]:
+        return None
+    return (f"spec.priority: {priority} is above {max_user_priority}, the most a {role.value} token may ask "
+            "(scheduler option --max-user-priority). To fix: submit with --priority "
+            f"{max_user_priority} or lower, or ask an admin to submit it")

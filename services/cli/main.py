@@ -160,6 +160,9 @@ def submit(
     max_oom_retries: Annotated[int | None, typer.Option(
         min=0, max=10, help="Re-plans after out-of-memory exits, each on a plan with more memory per GPU "
                             "[default: 2].")] = None,
+    priority: Annotated[int, typer.Option(
+        help="-100..100; higher starts first (0: normal). Above the scheduler's --max-user-priority "
+             "(default 0) only with an admin token.")] = 0,
     wait: Annotated[bool, typer.Option(help="Follow the job until it ends.")] = False,
     finetune: Annotated[str, typer.Option(help="full | lora | qlora (planned as it will run).")] = "full",
     lora_rank: Annotated[int, typer.Option(help="Rank of the LoRA / QLoRA adapters.")] = 16,
@@ -199,7 +202,7 @@ def submit(
                             "train_steps": train_steps, "command": command, "env": env_map, "workdir": workdir,
                             "gpu_types": gpu_types or [], "max_gpus": max_gpus,
                             "min_gpus": min_gpus, "idempotency_key": idempotency_key,
-                            "max_oom_retries": max_oom_retries, **_recipe_flags(
+                            "max_oom_retries": max_oom_retries, "priority": priority, **_recipe_flags(
                                 finetune=finetune, lora_rank=lora_rank, lora_targets=lora_targets,
                                 weight_decay=weight_decay, ep=ep, etp=etp, pp_layers=pp_layers, compile=compiled,
                                 float8=float8)}).to_proto()
@@ -345,7 +348,7 @@ def show_job(j: types_pb2.Job, plans_limit: int = 8) -> None:
     con = render.console()
     attempts = f"attempt {j.attempt}" + (f" of {j.max_attempts}" if j.max_attempts else "")
     con.print(f"[bold]{j.id}[/] {render.user_text(j.spec.name)}  model {render.user_text(j.model_name)} ({j.parameter_count / 1e9:.3f} B)  "
-              f"state {render.styled_state(j.state)}  {attempts}")
+              f"state {render.styled_state(j.state)}  {attempts}  priority {j.spec.priority}")
     if render.state_name(j.state) == "PENDING" and j.pending_reason:
         con.print(f"[yellow]pending:[/] {render.user_text(j.pending_reason)}")
     if j.failed_node:
@@ -514,6 +517,10 @@ def scheduler_cmd(
         envvar="FRENZY_MAX_GPUS_PER_USER", min=0,
         help="GPUs one user's jobs may hold: a submission is refused while the user holds this many, or when "
              "its smallest plan needs more. 0: no limit.")] = 0,
+    max_user_priority: Annotated[int, typer.Option(
+        envvar="FRENZY_MAX_USER_PRIORITY", min=-100, max=100,
+        help="Highest --priority a non-admin token may give a job (lower is always allowed); admins may give "
+             "any of -100..100. Above it: PERMISSION_DENIED.")] = 0,
     submit_rate: Annotated[float, typer.Option(
         envvar="FRENZY_SUBMIT_RATE", min=0.001, help="Submissions a second per user, sustained (token bucket).")]
     = 20.0,
@@ -566,7 +573,7 @@ def scheduler_cmd(
         fail(f"--max-streams ({max_streams}) must be below --grpc-workers ({grpc_workers}), or open streams can "
              "take every thread", 2)
     quotas = UserQuotas(max_queued=max_queued_per_user, max_gpus=max_gpus_per_user,
-                        rate=RateLimit(per_s=submit_rate, burst=submit_burst))
+                        rate=RateLimit(per_s=submit_rate, burst=submit_burst), max_priority=max_user_priority)
     stop = _stop_event()
     server = SchedulerServer(redis_url, predictor, address, prefix=prefix, tick_s=tick_s,
                              dead_after_s=node_dead_after_s, max_attempts=max_attempts,

@@ -126,14 +126,14 @@ def memory_table(plan: types_pb2.Plan) -> Table:
 
 def jobs_table(jobs: Iterable[types_pb2.Job]) -> Table:
     table = Table(title="Jobs", title_justify="left")
-    for col in ("ID", "NAME", "MODEL", "STATE", "PLAN", "NODES", "SUBMITTED", "REASON"):
-        table.add_column(col)
+    for col in ("ID", "NAME", "MODEL", "STATE", "PRIO", "PLAN", "NODES", "SUBMITTED", "REASON"):
+        table.add_column(col, justify="right" if col == "PRIO" else "left")
     for j in jobs:
         plan = f"{j.plan.num_gpus} x {j.plan.gpu_type}" if j.HasField("plan") else "-"
         nodes = ",".join(a.node for a in j.placement) or "-"
         reason = j.pending_reason if state_name(j.state) == "PENDING" else ""
         table.add_row(user_text(j.id), user_text(j.spec.name), user_text(j.model_name), styled_state(j.state),
-                      user_text(plan), user_text(nodes), when(j.submitted_at), user_text(reason))
+                      str(j.spec.priority), user_text(plan), user_text(nodes), when(j.submitted_at), user_text(reason))
     return table
 
 

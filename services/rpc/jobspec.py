@@ -56,9 +56,12 @@ MAX_STAGE_LAYERS = 1 << 16  # layers of one pipeline stage (real models: at most
 MAX_SHORT_CHARS = 256  # idempotency key, catalog name, GPU type
 MAX_WORKDIR_CHARS = 4096  # PATH_MAX
 MAX_OOM_RETRIES = 10  # re-plans after out-of-memory exits; each one is a whole new attempt
+# Scheduling priority: a small symmetric range, like nice(1)'s -20..19 but wide enough for a few
+# named classes (say -50 batch, 0 normal, 50 urgent) with room between them.
+MIN_PRIORITY, MAX_PRIORITY = -100, 100
 _INT_BOUNDS = {"seq_len": MAX_SEQ_LEN, "global_batch": MAX_BATCH, "micro_batch": MAX_BATCH,
                "train_steps": MAX_TRAIN_STEPS, "max_gpus": MAX_GPUS, "min_gpus": MAX_GPUS, "lora_rank": MAX_LORA_RANK, "ep": MAX_GPUS,
-               "etp": MAX_GPUS}
+               "etp": MAX_GPUS, "priority": MAX_PRIORITY}
 ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,255}")
 CATALOG_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,255}")
 
@@ -165,6 +168,9 @@ class JobEntry(BaseModel):
     idempotency_key: Text = Field(default="", max_length=MAX_SHORT_CHARS)
     max_oom_retries: int | None = Field(default=None, ge=0, le=MAX_OOM_RETRIES,
                                         description="re-plans after out-of-memory exits; unset: 2")
+    priority: int = Field(default=0, ge=MIN_PRIORITY, le=MAX_PRIORITY,
+                          description="scheduling priority, -100..100 (0: normal; higher starts first). Raising it "
+                                      "above the scheduler's --max-user-priority (default 0) needs an admin token")
 
     @field_validator("model", mode="before")
     @classmethod
@@ -191,7 +197,7 @@ class JobEntry(BaseModel):
         return v
 
     @field_validator("seq_len", "global_batch", "micro_batch", "train_steps", "max_gpus", "min_gpus", "lora_rank", "ep",
-                     "etp", mode="before")
+                     "etp", "priority", mode="before")
     @classmethod
     def _no_float_overflow(cls, v: object, info: ValidationInfo) -> object:
         # 1e23 arrives as a float; name the bound rather than pydantic's "unable to parse".
@@ -286,6 +292,12 @@ class JobEntry(BaseModel):
         elif read_model_files and os.path.isfile(ref):
             model.config_json = _read_config_file(ref)
             model.display_name = os.path.splitext(os.path.basename(ref))[0][:MAX_SHORT_CHARS]
+        elif read_model_files and looks_like_path(ref):
+            # Not a catalog name (it has a path's characters or ends in .json): a file that is not there.
+            what = "is a directory" if os.path.isdir(ref) else "file not found"
+            raise JobSpecError(f"model: {what}: {ref!r} (relative to {os.getcwd()}). To fix: give the path of an "
+                               "existing config.json (Hugging Face style, e.g. examples/models/qwen2.5-0.5b-config.json), "
+                               "a catalog name (see `frenzy models`) or the config as a JSON object")
         else:
             model.catalog_name = ref
         recipe = types_pb2.TrainingRecipe(
@@ -304,6 +316,7 @@ class JobEntry(BaseModel):
                                        allowed_gpu_types=self.gpu_types),
             idempotency_key=self.idempotency_key,
             max_oom_retries=self.max_oom_retries,
+            priority=self.priority,
         )
 
 

@@ -19,11 +19,13 @@ from frenzy.rpc.jobspec import (
     MAX_NAME_CHARS,
     MAX_OOM_RETRIES,
     MAX_PIPELINE_STAGES,
+    MAX_PRIORITY,
     MAX_SEQ_LEN,
     MAX_SHORT_CHARS,
     MAX_STAGE_LAYERS,
     MAX_TRAIN_STEPS,
     MAX_WORKDIR_CHARS,
+    MIN_PRIORITY,
     check_inline_config,
 )
 from frenzy.state.code_store import SHA256_RE
@@ -103,6 +105,8 @@ def check_spec(spec: types_pb2.JobSpec) -> None:
     check_limits(spec.limits, "spec.limits")
     if spec.HasField("max_oom_retries") and not 0 <= spec.max_oom_retries <= MAX_OOM_RETRIES:
         raise ValueError(f"spec.max_oom_retries: {spec.max_oom_retries}; must be 0..{MAX_OOM_RETRIES}")
+    if not MIN_PRIORITY <= spec.priority <= MAX_PRIORITY:
+        raise ValueError(f"spec.priority: {spec.priority}; must be {MIN_PRIORITY}..{MAX_PRIORITY} (0: normal)")
     size = sum(len(a.encode()) + 1 for a in spec.command) + sum(
         len(k.encode()) + len(v.encode()) + 2 for k, v in spec.env.items())
     if size > MAX_COMMAND_ENV_BYTES:

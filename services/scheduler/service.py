@@ -42,10 +42,11 @@ from typing import Any
 import grpc
 import redis
 
-from frenzy.auth.roles import sees_all_jobs
+from frenzy.auth.roles import priority_refusal, sees_all_jobs
 from frenzy.auth.tokens import TokenStore
 from frenzy.rpc.auth import TokenAuth, current_identity
 from frenzy.rpc.convert import recipe_from_proto
+from frenzy.rpc.jobspec import MAX_PRIORITY, MIN_PRIORITY
 from frenzy.rpc.limits import DEFAULT_WORKERS, RateLimit, StreamCaps, SubmitRate
 from frenzy.rpc.listing import (
     MAX_GPU_LINKS,
@@ -81,20 +82,26 @@ DEFAULT_MAX_QUEUED_PER_USER = 1000
 # How old the leader loop's queue read may be for admission control to count from it.
 QUEUE_VIEW_MAX_AGE_S = 2.0
 DEFAULT_MAX_GPUS_PER_USER = 0  # 0: no limit; the right number depends on the cluster, as in Slurm
+DEFAULT_MAX_USER_PRIORITY = 0  # users may lower their jobs' priority; raising it is an admin's call
 
 
 @dataclass(frozen=True)
 class UserQuotas:
-    """What one user may have at once: PENDING jobs, GPUs held (0: no limit), and the submission rate."""
+    """What one user may have at once: PENDING jobs, GPUs held (0: no limit), the submission rate,
+    and the highest priority a non-admin may give a job (``max_priority``)."""
 
     max_queued: int = DEFAULT_MAX_QUEUED_PER_USER
     max_gpus: int = DEFAULT_MAX_GPUS_PER_USER
     rate: RateLimit = field(default_factory=RateLimit)
+    max_priority: int = DEFAULT_MAX_USER_PRIORITY
 
     def __post_init__(self) -> None:
         if self.max_queued < 1 or self.max_gpus < 0:
             raise ValueError(f"quotas: max queued jobs must be >= 1 and max GPUs >= 0 "
                              f"(got {self.max_queued}, {self.max_gpus})")
+        if not MIN_PRIORITY <= self.max_priority <= MAX_PRIORITY:
+            raise ValueError(f"quotas: max user priority must be {MIN_PRIORITY}..{MAX_PRIORITY} "
+                             f"(got {self.max_priority})")
 
 
 def check_job_id(job_id: str) -> None:
@@ -354,6 +361,10 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
             validate_spec(spec)
         except ValueError as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        who = current_identity()  # (None: tokens are off, everyone acts as an operator)
+        refused = None if who is None else priority_refusal(who.role, spec.priority, self.quotas.max_priority)
+        if refused is not None:
+            context.abort(grpc.StatusCode.PERMISSION_DENIED, refused)
         if spec.idempotency_key:
             job = self.store.job_by_idempotency_key(spec.idempotency_key, user)
             if job is not None:

@@ -200,6 +200,15 @@ def option_from_json(plan: dict[str, Any]) -> PlanOption:
     )
 
 
+def _priority(raw: str | None) -> int:
+    """A job hash's ``priority`` field (checked at submission): absent (a job written before
+    priorities) or unreadable is 0, normal."""
+    try:
+        return int(raw or 0)
+    except ValueError:
+        return 0
+
+
 def _port_offset(job_id: str, span: int) -> int:
     """Where in the port range the search for ``job_id``'s rendezvous port starts: derived from the
     job id, so jobs of different stacks (prefixes) sharing a host rarely probe the same ports."""
@@ -287,7 +296,8 @@ class StateStore:
         # node → (rev, GPU count, its GPU rows, the jobs owning them) as last read; the rows are
         # re-read only when rev moved
         self._gpu_rows: dict[str, tuple[str, str, list[list[str | None]], frozenset[str]]] = {}
-        self._owners: dict[str, tuple[float, float, int]] = {}  # GPU owner -> (submitted, reserved, preempted)
+        # GPU owner -> (submitted, reserved, preempted, priority)
+        self._owners: dict[str, tuple[float, float, int, int]] = {}
         self._stopping: set[str] = set()
         self.full_read_s = full_read_s
         self._last_full_read = -math.inf
@@ -341,6 +351,8 @@ class StateStore:
             "model_name": model_name,
             "parameter_count": str(parameter_count),
             "pending_reason": pending_reason,
+            # (also in the spec; a field of its own so the queue read need not parse the spec)
+            "priority": str(spec.priority),
         }
         if max_attempts > 0:
             fields["max_attempts"] = str(max_attempts)
@@ -481,9 +493,9 @@ class StateStore:
         if missing:
             pipe = self.r.pipeline(transaction=False)
             for job_id in missing:
-                pipe.hmget(self.k.job(job_id), "plans", "attempt", "submitted_at", "spec")
+                pipe.hmget(self.k.job(job_id), "plans", "attempt", "submitted_at", "spec", "priority")
             stamps = dict(pending)
-            for job_id, (raw, attempt, submitted_at, spec) in zip(missing, pipe.execute(), strict=True):
+            for job_id, (raw, attempt, submitted_at, spec, priority) in zip(missing, pipe.execute(), strict=True):
                 stamp = stamps[job_id]
                 if (attempt or "", submitted_at or "") != stamp[:2]:
                     continue  # changed between the two reads: left for the next tick
@@ -496,7 +508,7 @@ class StateStore:
                         log.error("job %s: stored plans unreadable (%s); it is not scheduled", job_id, exc)
                     continue
                 cached[job_id] = (stamp, QueuedJob(job_id=job_id, seq=stamp[2], submitted_at=float(submitted_at or 0),
-                                                   plans=options))
+                                                   plans=options, priority=_priority(priority)))
                 self._sources[job_id] = (attempt or "1", spec or "{}", stored)
         out = [cached[job_id][1] for job_id, stamp in pending if cached.get(job_id, ((),))[0] == stamp]
         if len(cached) > 2 * len(pending) + 64:  # forget jobs that left the queue, now and then
@@ -858,15 +870,16 @@ class StateStore:
         ``self._stopping`` the preempted jobs whose GPUs are not back yet."""
         ids = sorted(job_ids)
         rows = self._read_hashes(keys=[self.k.job(j) for j in ids],
-                                 args=("est_end", "submitted_at", "reserved_at", "preemptions", "state")) if ids else []
+                                 args=("est_end", "submitted_at", "reserved_at", "preemptions", "state", "priority")
+                                 ) if ids else []
         ends: dict[str, float] = {}
-        owners: dict[str, tuple[float, float, int]] = {}
+        owners: dict[str, tuple[float, float, int, int]] = {}
         stopping: set[str] = set()
-        for job_id, (end, submitted, reserved, preempted, state) in zip(ids, rows, strict=True):
+        for job_id, (end, submitted, reserved, preempted, state, priority) in zip(ids, rows, strict=True):
             if end:
                 ends[job_id] = float(end)
             if state in ACTIVE and submitted and reserved:
-                owners[job_id] = (float(submitted), float(reserved), int(preempted or 0))
+                owners[job_id] = (float(submitted), float(reserved), int(preempted or 0), _priority(priority))
             elif state == JobState.PENDING.value and int(preempted or 0) > 0:
                 stopping.add(job_id)  # requeued by a preemption, its processes still stopping
         self._owners, self._stopping = owners, stopping
@@ -881,8 +894,8 @@ class StateStore:
         """The jobs holding GPUs in the last ``cluster()`` read that were submitted at most
         ``within_s`` ago, as preemption sees them (``QueuePolicy.preempt_within_s``): a job
         HAS already preempted once is not preemptible again."""
-        return [RunningJob(job_id, reserved, submitted, preemptible=preempted == 0)
-                for job_id, (submitted, reserved, preempted) in sorted(self._owners.items())
+        return [RunningJob(job_id, reserved, submitted, preemptible=preempted == 0, priority=priority)
+                for job_id, (submitted, reserved, preempted, priority) in sorted(self._owners.items())
                 if 0.0 <= now - submitted <= within_s]
 
     # The GPU fields a ClusterView is built from (not utilization or processes: they change on

@@ -13,7 +13,8 @@
 -- KEYS[4] jobs zset       KEYS[5] queue zset        KEYS[6] sequence counter
 -- ARGV[1] job id  ARGV[2] now (float seconds)  ARGV[3] history entry JSON
 -- ARGV[4] "1" when the idempotency key is in use
--- ARGV[5..] field, value pairs for the job hash
+-- ARGV[5..] field, value pairs for the job hash (StateStore.prepare_submission: user, name, spec,
+--           plans, model_name, parameter_count, pending_reason, priority, max_attempts)
 -- Returns {job_id, duplicate(0|1), seq}
 
 --#include job_states
