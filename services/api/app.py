@@ -101,6 +101,7 @@ def job_summary(job: types_pb2.Job) -> dict[str, Any]:
         "name": job.spec.name,
         "state": types_pb2.JobState.Name(job.state).removeprefix("JOB_STATE_"),
         "pending_reason": job.pending_reason,
+        "priority": job.spec.priority,
         "model_name": job.model_name or job.spec.model.catalog_name or job.spec.model.display_name,
         "parameter_count": int(job.parameter_count),
         "seq_len": int(job.spec.recipe.seq_len),

@@ -71,9 +71,9 @@ class AsyncClient:
 
     async def submit(self, model: str, seq_len: int, global_batch: int, command: Iterable[str] | str,
                      workdir: str | None = None, code_dir: str | os.PathLike[str] | None = ".",
-                     max_code_mib: float = DEFAULT_MAX_CODE_MIB, **recipe: Any) -> Job:
+                     max_code_mib: float = DEFAULT_MAX_CODE_MIB, priority: int = 0, **recipe: Any) -> Job:
         """As ``Client.submit``."""
-        spec = build_spec(model, seq_len, global_batch, command, workdir, **recipe)
+        spec = build_spec(model, seq_len, global_batch, command, workdir, priority=priority, **recipe)
         packed = await asyncio.to_thread(pack_code, code_dir, workdir, max_code_mib)
         if packed is not None:
             spec.code_sha256 = await self.upload_code(packed)

@@ -135,15 +135,18 @@ class Client:
 
     def submit(self, model: str, seq_len: int, global_batch: int, command: Iterable[str] | str,
                workdir: str | None = None, code_dir: str | os.PathLike[str] | None = ".",
-               max_code_mib: float = DEFAULT_MAX_CODE_MIB, **recipe: Any) -> Job:
+               max_code_mib: float = DEFAULT_MAX_CODE_MIB, priority: int = 0, **recipe: Any) -> Job:
         """Submit a job: the model and recipe (never GPUs) and the command each node runs.
+
+        ``priority``: -100..100, higher starts first (0: normal); above the scheduler's
+        ``--max-user-priority`` (default 0) only with an admin token (PermissionDenied otherwise).
 
         ``code_dir`` (default: the current directory) is packed as `frenzy submit` packs it (what
         git would commit, at most ``max_code_mib``) and each node runs the command in a fresh copy
         of it; ``code_dir=None`` or a ``workdir`` on the nodes (a shared filesystem) sends no code.
         ``recipe``: micro_batch, precision, optimizer, train_steps, name, env, max_gpus, min_gpus,
         gpu_types, idempotency_key, finetune, ... (``frenzy.rpc.jobspec.JobEntry``)."""
-        spec = build_spec(model, seq_len, global_batch, command, workdir, **recipe)
+        spec = build_spec(model, seq_len, global_batch, command, workdir, priority=priority, **recipe)
         packed = pack_code(code_dir, workdir, max_code_mib)
         if packed is not None:
             spec.code_sha256 = self.upload_code(packed)

@@ -136,6 +136,7 @@ class Job:
     failed_exit_code: int = 0
     code_sha256: str = ""
     command: list[str] = field(default_factory=list)
+    priority: int = 0  # -100..100, higher starts first
     _client: Client | None = field(default=None, repr=False, compare=False)
 
     @classmethod
@@ -148,7 +149,7 @@ class Job:
             history=[Transition.from_proto(t) for t in p.history], attempts=_attempts(p, plan),
             exit_codes=dict(p.exit_codes), pending_reason=p.pending_reason, failed_node=p.failed_node,
             failed_exit_code=p.failed_exit_code, code_sha256=p.spec.code_sha256, command=list(p.spec.command),
-            _client=client)
+            priority=p.spec.priority, _client=client)
 
     @property
     def done(self) -> bool:

@@ -8,8 +8,11 @@ A batch file lists jobs the way `frenzy submit` takes them (see
     jobs:
       - {name: gpt2-small, model: gpt2-124m, seq_len: 1024, global_batch: 32}
       - {name: qwen-tiny, model: qwen2.5-0.5b, seq_len: 2048, global_batch: 16, micro_batch: 2}
+      - {name: sweep-low, model: gpt2-124m, seq_len: 1024, global_batch: 32, priority: -10}
 
-A top-level list of entries is accepted too. The file is checked for shape
+``priority`` (-100..100, higher starts first) is checked against the worker's own token: a
+value above the scheduler's ``--max-user-priority`` fails that entry (``error``,
+"PERMISSION_DENIED: spec.priority: ...") unless the worker runs with an admin token. A top-level list of entries is accepted too. The file is checked for shape
 only (YAML syntax, a list of mappings); each entry is validated by the worker,
 so one bad entry fails alone and the others go on.
 

@@ -13,7 +13,7 @@ from frenzy.auth.roles import Role
 from frenzy.predictor.server import serve as serve_predictor
 from frenzy.rpc.auth import with_token
 from frenzy.rpc.server import stop_server
-from frenzy.scheduler.service import SchedulerServer
+from frenzy.scheduler.service import SchedulerServer, UserQuotas
 from frenzy.v1 import scheduler_pb2_grpc
 
 
@@ -35,10 +35,11 @@ class Servers:
 
 
 @contextmanager
-def running_servers(redis_url: str, prefix: str, tick_s: float = 0.05) -> Iterator[Servers]:
+def running_servers(redis_url: str, prefix: str, tick_s: float = 0.05,
+                    quotas: UserQuotas | None = None) -> Iterator[Servers]:
     pserver, pport, phealth = serve_predictor("127.0.0.1:0")
     paddr = f"127.0.0.1:{pport}"
-    sched = SchedulerServer(redis_url, paddr, "127.0.0.1:0", prefix=prefix, tick_s=tick_s)
+    sched = SchedulerServer(redis_url, paddr, "127.0.0.1:0", prefix=prefix, tick_s=tick_s, quotas=quotas)
     saddr = f"127.0.0.1:{sched.port}"
     token, _ = sched.tokens.create("test-admin", Role.ADMIN)
     channel = with_token(grpc.insecure_channel(saddr), token)

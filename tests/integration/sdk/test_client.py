@@ -133,3 +133,39 @@ def test_the_async_client(servers: Servers, tmp_path: Path) -> None:
                 await ac.submit(model="gpt2-124m", seq_len=-1, global_batch=8, command=["true"], code_dir=None)
 
     asyncio.run(run())
+
+
+def test_priority_goes_with_the_job_and_a_user_may_only_lower_it(redis_url: str, prefix: str) -> None:
+    from frenzy.auth.roles import Role
+    from frenzy.scheduler.service import UserQuotas
+
+    with running_servers(redis_url, prefix, quotas=UserQuotas(max_priority=10)) as s:
+        user_token, _ = s.scheduler.tokens.create("alice", Role.SUBMIT)
+        with Client(s.scheduler_addr, user_token) as alice:
+            low = alice.submit(model="gpt2-124m", seq_len=128, global_batch=8, command=["true"], code_dir=None,
+                               priority=-3)
+            assert low.priority == -3 and alice.get(low.id).priority == -3
+            at_cap = alice.submit(model="gpt2-124m", seq_len=128, global_batch=8, command=["true"], code_dir=None,
+                                  priority=10)  # up to the scheduler's --max-user-priority
+            assert at_cap.priority == 10
+            with pytest.raises(PermissionDenied, match=r"PERMISSION_DENIED: spec.priority: 11 is above 10, .*To fix:"):
+                alice.submit(model="gpt2-124m", seq_len=128, global_batch=8, command=["true"], code_dir=None,
+                             priority=11)
+            with pytest.raises(InvalidSpec, match="priority: Input should be less than or equal to 100"):
+                alice.submit(model="gpt2-124m", seq_len=128, global_batch=8, command=["true"], code_dir=None,
+                             priority=101)
+            assert sorted(j.priority for j in alice.jobs()) == [-3, 10]
+        with Client(s.scheduler_addr, s.token) as admin:  # an admin may ask any priority
+            assert admin.submit(model="gpt2-124m", seq_len=128, global_batch=8, command=["true"], code_dir=None,
+                                priority=100).priority == 100
+
+        async def run() -> None:
+            async with AsyncClient(s.scheduler_addr, user_token) as ac:
+                job = await ac.submit(model="gpt2-124m", seq_len=128, global_batch=8, command=["true"],
+                                      code_dir=None, priority=-1)
+                assert job.priority == -1
+                with pytest.raises(PermissionDenied, match="To fix:"):
+                    await ac.submit(model="gpt2-124m", seq_len=128, global_batch=8, command=["true"],
+                                    code_dir=None, priority=50)
+
+        asyncio.run(run())

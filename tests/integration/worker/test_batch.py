@@ -314,3 +314,21 @@ def test_worker_killed_mid_task_loses_nothing_and_duplicates_nothing(
                 except subprocess.TimeoutExpired:
                     os.killpg(proc.pid, signal.SIGKILL)
         black_hole.close()
+
+
+def test_an_entry_s_priority_reaches_its_job_and_a_bad_one_fails_alone(
+    worker: None, servers: Servers, redis_client: redis.Redis, keys: Keys,
+) -> None:
+    # (the worker here calls with the test's admin token; a user token's cap is the scheduler's
+    # rule, tested in tests/e2e/test_priority_e2e.py and tests/integration/sdk/test_client.py)
+    entries = [_good("sweep", priority=-10), _good("urgent", priority="5"), _good("wild", priority=500)]
+    batch_id = B.new_batch_id()
+    B.init_batch(redis_client, keys, batch_id, entries)
+    for i, entry in enumerate(entries):
+        worker_app.enqueue(batch_id, i, entry)
+    by_name = {o.name: o for o in _wait_batch(redis_client, keys, batch_id, len(entries))}
+    assert by_name["wild"].status == B.INVALID and "priority: Input should be less than or equal to 100" in (
+        by_name["wild"].error or "")
+    jobs = {j.spec.name: j for j in _jobs(servers)}
+    assert jobs["sweep"].spec.priority == -10 and jobs["urgent"].spec.priority == 5
+    assert by_name["sweep"].job_id == jobs["sweep"].id
