@@ -30,7 +30,6 @@ the user's own script (``bash train.sh``) joins the same rendezvous.
 from __future__ import annotations
 
 import errno
-import json
 import os
 import re
 import shlex
@@ -48,7 +47,7 @@ from pathlib import Path
 from frenzy.agent import jobenv
 from frenzy.agent.launch_check import under
 from frenzy.agent.run_as import JobUser
-from frenzy.agent.shim import GUARDED, SHIM_MARKER
+from frenzy.agent.shim import GUARDED, SHIM_MARKER, encode_launch
 from frenzy.state.messages import LaunchMessage
 
 SHIM = Path(__file__).resolve().with_name("shim.py")
@@ -405,7 +404,11 @@ def start(msg: LaunchMessage, node: str, log_dir: Path, launch_id: str = "",
         if launch_id:
             shim_env[LAUNCH_ID_VAR] = launch_id
         identity = user.as_shim_arg() if user is not None and user.switches() else None
-        handover = json.dumps({"env": env, "run_as": identity}).encode()
+        try:
+            handover = encode_launch(env, identity)
+        except ValueError as exc:
+            log.write(f"# launch failed: {exc}\n".encode())
+            raise LaunchError(str(exc)) from None
         # The child inherits this thread's signal mask across exec: the shim starts with a
         # cancel's signals blocked and takes them once it can record them (shim.py).
         mask = signal.pthread_sigmask(signal.SIG_BLOCK, GUARDED)

@@ -37,9 +37,9 @@ class JobUser:
         """The variables a login of this user would have, which the agent's own would otherwise fill."""
         return {"HOME": self.home, "USER": self.name, "LOGNAME": self.name, "SHELL": self.shell}
 
-    def as_shim_arg(self) -> list[int | list[int]]:
-        """The identity as the shim takes it (JSON): uid, gid and the supplementary groups."""
-        return [self.uid, self.gid, list(self.groups)]
+    def as_shim_arg(self) -> tuple[int, int, list[int]]:
+        """The identity as the shim takes it: uid, gid and the supplementary groups."""
+        return (self.uid, self.gid, list(self.groups))
 
 
 def resolve(user: str) -> JobUser:

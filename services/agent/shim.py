@@ -9,19 +9,18 @@ agent, and writes the status to EXIT_FILE (atomically) for whichever agent
 run is watching: a restarted agent still reports "exited 0" instead of
 "exit code unknown".
 
-Stdlib only and no site-packages (``-I -S``), so it starts in milliseconds.
+Stdlib only, no site-packages (``-I -S``), and only modules the interpreter loads anyway
+(os, signal, sys): it starts in about the bare interpreter's time, paid once per job.
 The job's environment does not reach the shim's own process: the agent starts
 it with only its markers and sends the command's environment, and the user it
-runs as (``--run-as``), as one JSON object on stdin. So nothing a job sets
+runs as (``--run-as``), on stdin (``encode_launch``). So nothing a job sets
 (``LD_PRELOAD``, say) runs inside the shim, which stays the agent's user
 while the command becomes the job's.
 Exit status: the command's (killed by signal N -> the shim kills itself with N).
 """
 
-import json
+import _signal as signal  # the C module: "signal" wraps it in enums, whose import doubles the start-up
 import os
-import signal
-import subprocess
 import sys
 
 # The agent marks the shim (and only the shim: it is removed for the command)
@@ -29,6 +28,40 @@ import sys
 SHIM_MARKER = "FRENZY_SHIM"
 # What a cancel sends: blocked from fork to the shim's handler (see main).
 GUARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+# The launch on stdin: this tag, the identity ("" or "uid:gid:g1,g2"), then the command's
+# environment as KEY=VALUE entries, each field ending in NUL (no environment string can hold
+# one). Not JSON: importing json (and subprocess) tripled the shim's start-up, paid per job.
+HANDOVER_TAG = b"frenzy-shim/1"
+
+
+def encode_launch(env: dict[str, str], run_as: tuple[int, int, list[int]] | None) -> bytes:
+    """The stdin the shim reads (``read_launch``): the agent's side of the handover."""
+    ident = "" if run_as is None else f"{run_as[0]}:{run_as[1]}:{','.join(str(g) for g in run_as[2])}"
+    fields = [HANDOVER_TAG, ident.encode()]
+    for key, value in env.items():
+        if not key or "=" in key or "\0" in key or "\0" in value:
+            raise ValueError(f"environment variable {key!r} cannot be passed to a process")
+        fields.append(f"{key}={value}".encode("utf-8", "surrogateescape"))
+    return b"\0".join(fields) + b"\0"
+
+
+def read_launch(data: bytes) -> tuple[dict[str, str], tuple[int, int, list[int]] | None]:
+    """The command's environment and the identity to run it as (None: the shim's own).
+    ValueError when ``data`` is not a launch ``encode_launch`` made."""
+    parts = data.split(b"\0")
+    if len(parts) < 3 or parts[0] != HANDOVER_TAG or parts[-1] != b"":
+        raise ValueError("not a frenzy launch")
+    env: dict[str, str] = {}
+    for item in parts[2:-1]:
+        key, sep, value = item.decode("utf-8", "surrogateescape").partition("=")
+        if not sep or not key:
+            raise ValueError(f"bad environment entry {item[:40]!r}")
+        env[key] = value
+    ident = parts[1].decode()
+    if not ident:
+        return env, None
+    uid, gid, groups = ident.split(":")
+    return env, (int(uid), int(gid), [int(g) for g in groups.split(",") if g])
 
 
 def _write_status(path: str, code: int) -> None:
@@ -41,15 +74,60 @@ def _write_status(path: str, code: int) -> None:
         print(f"# frenzy shim: cannot write the exit status to {path}: {exc}", file=sys.stderr, flush=True)
 
 
-def _read_launch(stream: object) -> tuple[dict[str, str], tuple[int, int, list[int]] | None]:
-    """The command's environment and the identity to run it as (None: the shim's own), from the agent."""
-    data = json.loads(stream.read())  # type: ignore[attr-defined]
-    env = {str(k): str(v) for k, v in data["env"].items()}
-    run_as = data.get("run_as")
-    if run_as is None:
-        return env, None
-    uid, gid, groups = run_as
-    return env, (int(uid), int(gid), [int(g) for g in groups])
+def _read_all(fd: int) -> bytes:
+    chunks = []
+    while True:
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+
+
+def _start(command: list[str], env: dict[str, str], identity: tuple[int, int, list[int]] | None) -> int:
+    """Fork and exec ``command``; its pid. OSError (with the exec's errno) when it could not start.
+
+    os.fork rather than subprocess: the shim is single-threaded, so a plain fork is safe, and not
+    importing subprocess is most of what keeps the shim's start-up near the bare interpreter's.
+    A close-on-exec pipe tells the parent whether the exec happened (EOF) or why it failed.
+    """
+    rfd, wfd = os.pipe2(os.O_CLOEXEC)
+    pid = os.fork()
+    if pid == 0:  # the child: become the command, or report why not
+        try:
+            os.close(rfd)
+            null = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(null, 0)
+            if null != 0:
+                os.close(null)
+            if identity is not None:  # --run-as: groups, then gid, then uid
+                uid, gid, groups = identity
+                os.setgroups(groups)
+                os.setgid(gid)
+                os.setuid(uid)
+            os.execvpe(command[0], command, env)
+        except OSError as exc:
+            os.write(wfd, f"{exc.errno or 0}:{exc.strerror or exc}".encode(errors="replace"))
+        except BaseException as exc:  # noqa: BLE001 - nothing may escape a forked child
+            os.write(wfd, f"0:{exc}".encode())
+        os._exit(127)
+    os.close(wfd)
+    failure = _read_all(rfd)
+    os.close(rfd)
+    if failure:
+        os.waitpid(pid, 0)
+        errno_text, _, text = failure.decode(errors="replace").partition(":")
+        raise OSError(int(errno_text) if errno_text.isdigit() else 0, text, command[0])
+    return pid
+
+
+def _wait(pid: int) -> int:
+    """The child's exit as subprocess reports it: the code, or -N when killed by signal N."""
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)
+        except InterruptedError:  # (PEP 475 retries; kept for clarity on older kernels' EINTR)
+            continue
+        return os.waitstatus_to_exitcode(status)
 
 
 def main(argv: list[str]) -> int:
@@ -58,8 +136,8 @@ def main(argv: list[str]) -> int:
         return 2
     exit_file, command = argv[1], argv[3:]
     try:
-        env, identity = _read_launch(sys.stdin.buffer)
-    except (OSError, ValueError, TypeError, KeyError) as exc:
+        env, identity = read_launch(_read_all(0))
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
         print(f"# frenzy shim: bad launch on stdin: {exc}", file=sys.stderr, flush=True)
         _write_status(exit_file, 127)
         return 127
@@ -84,19 +162,17 @@ def main(argv: list[str]) -> int:
         os.kill(os.getpid(), stopped[0])
         return 128 + stopped[0]
     try:
-        if identity is None:
-            child = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL)
-        else:  # --run-as: groups, then gid, then uid, in the child before exec
-            uid, gid, groups = identity
-            child = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, user=uid, group=gid,
-                                     extra_groups=groups)
+        child = _start(command, env, identity)
     except OSError as exc:
         print(f"# frenzy shim: cannot start {command[0]!r}: {exc}", file=sys.stderr, flush=True)
         _write_status(exit_file, 127)
         return 127
     if stopped:  # a cancel landed while the command was being started: pass it on
-        child.send_signal(stopped[0])
-    code = child.wait()  # PEP 475: retried across the noted signals
+        try:
+            os.kill(child, stopped[0])
+        except ProcessLookupError:
+            pass
+    code = _wait(child)  # PEP 475: retried across the noted signals
     _write_status(exit_file, code)
     if code < 0:
         # Die the same way, so the agent watching us sees "killed by signal N".

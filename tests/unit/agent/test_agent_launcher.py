@@ -337,7 +337,7 @@ def test_process_running_tells_live_dead_and_reused_pids() -> None:
     assert not launcher.process_running(proc.pid, ticks)
 
 
-def test_ledger_round_trip_and_corrupt_file(tmp_path: Path) -> None:
+def test_ledger_round_trip_one_file_per_attempt(tmp_path: Path) -> None:
     path = tmp_path / "state" / "n1.json"
     ledger = Ledger(path)
     a = LedgerEntry("j1", 1, 123, 456, "/logs/j1.log", reported=False)
@@ -345,15 +345,46 @@ def test_ledger_round_trip_and_corrupt_file(tmp_path: Path) -> None:
                     gpu_indices=(0, 3), peak_bytes_per_gpu=12 << 30)
     ledger.put(a)
     ledger.put(b)
+    assert sorted(os.listdir(ledger.dir)) == ["j1.1.json", "j2.3.json"]
+    ledger.put(LedgerEntry("j1", 1, 123, 456, "/logs/j1.log", reported=True))  # a change rewrites its own file
+    assert Ledger(path).load()[0].reported is True
     ledger.remove("j1", 1)
     ledger.remove("j1", 1)  # removing twice is harmless
     assert Ledger(path).load() == [b]  # GPU indices come back as a tuple, as they were put
+    assert os.listdir(ledger.dir) == ["j2.3.json"]  # nothing else left behind (no temp files)
+
+
+def test_a_torn_ledger_entry_loses_only_that_job(tmp_path: Path) -> None:
+    path = tmp_path / "state" / "n1.json"
+    ledger = Ledger(path)
+    b = LedgerEntry("j2", 3, 124, None, "/logs/j2.log", reported=True)
+    ledger.put(LedgerEntry("j1", 1, 123, 456, "/logs/j1.log", reported=False))
+    ledger.put(b)
+    (ledger.dir / "j1.1.json").write_text("{not json")
+    (ledger.dir / "j3.1.json").write_text("[1, 2]")
+    assert Ledger(path).load() == [b]
+
+
+def test_an_older_agents_single_file_still_loads_and_is_folded_in(tmp_path: Path) -> None:
+    path = tmp_path / "state" / "n1.json"
+    path.parent.mkdir()
     path.write_text("{not json")
-    assert Ledger(path).load() == []
+    assert Ledger(path).load() == []  # a corrupt old file is ignored, not fatal
     # An older agent's file (fewer fields) and a newer one's (more) still load.
     path.write_text('{"jobs": [{"job_id": "j", "attempt": 1, "pid": 5, "start_ticks": null, "log_path": "l",'
                     ' "reported": true, "from_the_future": 1}]}')
     assert Ledger(path).load() == [LedgerEntry("j", 1, 5, None, "l", True)]
+    assert not path.exists()  # folded into the directory...
+    assert Ledger(path).load() == [LedgerEntry("j", 1, 5, None, "l", True)]  # ...and still there
+
+
+def test_a_job_id_that_is_no_file_name_is_hashed(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path / "n1.json")
+    odd = LedgerEntry("../../etc/x", 1, 5, None, "l", True)
+    ledger.put(odd)
+    (name,) = os.listdir(ledger.dir)
+    assert "/" not in name and ".." not in name.split(".")[0]
+    assert Ledger(tmp_path / "n1.json").load() == [odd]
 
 
 def test_a_shims_child_between_fork_and_exec_is_not_a_second_shim() -> None:
@@ -372,3 +403,53 @@ def test_a_shims_child_between_fork_and_exec_is_not_a_second_shim() -> None:
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+# ------------------------------------------------------------ the shim's handover (stdin)
+
+def test_the_launch_handover_round_trips_any_environment_and_identity() -> None:
+    from frenzy.agent.shim import encode_launch, read_launch
+
+    env = {"A": "x=y", "MULTI": "line1\nline2", "EMPTY": "", "BYTES": "caf\udce9"}  # non-UTF-8 byte kept
+    assert read_launch(encode_launch(env, None)) == (env, None)
+    assert read_launch(encode_launch(env, (1001, 1002, [5, 6]))) == (env, (1001, 1002, [5, 6]))
+    assert read_launch(encode_launch({}, (7, 8, []))) == ({}, (7, 8, []))
+
+
+@pytest.mark.parametrize("env", [{"A=B": "1"}, {"A": "nul\0inside"}, {"": "empty name"}])
+def test_an_environment_no_process_can_hold_is_refused_before_the_shim(env: dict[str, str]) -> None:
+    from frenzy.agent.shim import encode_launch
+
+    with pytest.raises(ValueError, match="cannot be passed"):
+        encode_launch(env, None)
+
+
+@pytest.mark.parametrize("data", [b"", b"{\"env\": {}}", b"frenzy-shim/1\0\0NOEQUALS\0", b"frenzy-shim/1\0\0A=1"])
+def test_a_garbled_handover_is_refused(data: bytes) -> None:
+    from frenzy.agent.shim import read_launch
+
+    with pytest.raises(ValueError):
+        read_launch(data)
+
+
+def test_a_garbled_handover_fails_the_job_with_127_and_says_why(tmp_path: Path) -> None:
+    shim = launcher.SHIM
+    exit_file = tmp_path / "x.exit"
+    proc = subprocess.run([sys.executable, "-I", "-S", str(shim), str(exit_file), "--", "true"],
+                          input=b"{\"env\": {}}", capture_output=True, timeout=30)
+    assert proc.returncode == 127
+    assert "bad launch on stdin" in proc.stderr.decode()
+    assert exit_file.read_text() == "127\n"
+
+
+def test_a_command_that_cannot_exec_is_reported_with_its_errno(tmp_path: Path) -> None:
+    script = tmp_path / "train.sh"
+    script.write_text("no shebang here\n")
+    script.chmod(0o755)
+    msg = make_launch(command=[str(script)])
+    # (the agent's own check passes: the file exists and is executable; the exec itself fails)
+    started = launcher.start(msg, "n1", tmp_path / "logs")
+    assert started.proc.wait(timeout=10) == 127
+    text = started.log_path.read_text()
+    assert f"# frenzy shim: cannot start {str(script)!r}: [Errno 8] Exec format error" in text
+    assert launcher.read_exit_status(started.log_path) == 127
