@@ -416,6 +416,11 @@ def resolve_model(ref: str) -> ModelSpec:
         return model_from_json(content)
     if text.startswith("{"):
         return model_from_json(text)
+    if os.sep in text or text.lower().endswith(".json"):  # meant as a file: say it is not there
+        what = "is a directory" if os.path.isdir(text) else "file not found"
+        raise UnknownModelError(
+            "model", f"{what}: {text!r} (relative to {os.getcwd()}).",
+            "give the path of an existing config.json, a catalog name (frenzy models), or the config as inline JSON.")
     close = suggest_models(text)
     hint = f"Did you mean {', '.join(close)}? " if close else ""
     raise UnknownModelError(

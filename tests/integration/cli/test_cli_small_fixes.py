@@ -2,12 +2,15 @@
 
 `cancel` of an ended job names its state and does not claim the cluster cannot hold it;
 single-layout `predict` that does not fit exits 3 after printing the prediction;
-`frenzy job` shows the last lines of the job's output, not only where the log file is."""
+`frenzy job` shows the last lines of the job's output, not only where the log file is; a `--model`
+path that is not there says "file not found", not "unknown model", and the README's exists."""
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import redis
@@ -89,3 +92,31 @@ def test_job_shows_the_last_lines_of_its_output(servers: Servers, store: StateSt
     assert "/var/log/frenzy/job.log" in res.output  # the path stays
     assert "step 30" in res.output and "step 11" in res.output
     assert "step 10\n" not in res.output  # only the last 20 lines
+
+
+@pytest.mark.parametrize("cmd", [
+    ["predict", "--seq-len", "2048", "--global-batch", "32"],  # through the predictor's path
+    ["predict", "--seq-len", "2048", "--global-batch", "32", "--precision", "amp-bf16"],  # MARP's own
+    ["submit", "--seq-len", "2048", "--global-batch", "32", "--scheduler", "127.0.0.1:1", "--", "python", "t.py"],
+])
+def test_a_model_path_that_is_not_there_says_file_not_found(cmd: list[str], tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    res = RUN.invoke(app, [cmd[0], "--model", "./config.json", *cmd[1:]])
+    assert res.exit_code == 2, res.output
+    assert "file not found: './config.json'" in res.output and "unknown model" not in res.output
+    assert "To fix:" in res.output
+    (tmp_path / "models").mkdir()
+    res = RUN.invoke(app, [cmd[0], "--model", "./models", *cmd[1:]])
+    assert res.exit_code == 2 and "is a directory: './models'" in res.output, res.output
+
+
+def test_the_readme_model_paths_exist() -> None:
+    root = Path(__file__).resolve().parents[3]
+    paths = re.findall(r"--model (\S*/\S*)", (root / "README.md").read_text())
+    assert paths, "the README shows --model with a config path"
+    for path in paths:
+        assert (root / path).is_file(), f"README: --model {path}: no such file in the repository"
+        res = RUN.invoke(app, ["predict", "--model", str(root / path), "--seq-len", "2048", "--global-batch", "32",
+                               "--json"])
+        assert res.exit_code == 0, res.output
