@@ -70,3 +70,25 @@ def test_the_priority_class_finishes_sooner_and_the_report_shows_it(name: str, b
     table = priority_table([res])
     assert f"| {name} | 10 | 10 | 10 |" in table and f"| {name} | 0 | 30 |" in table
     assert priority_table([plain]) == ""  # one class: no table
+
+
+@pytest.mark.slow
+def test_frenzy_simulate_shows_jct_by_class_for_a_trace_with_priorities(tmp_path: Path) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from frenzy.cli.main import app
+
+    trace = tmp_path / "p.csv"
+    write_trace(with_priorities(synthetic(8, seed=5, jobs_per_hour=60)), trace)
+    cluster = str(Path(__file__).resolve().parents[3] / "examples/clusters/paper-64.yaml")
+    runner = CliRunner()
+    res = runner.invoke(app, ["simulate", "--cluster", cluster, "--trace", str(trace), "--policies", "frenzy",
+                              "--json", "--out", str(tmp_path / "out")])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    by_class = json.loads(res.stdout)["by_priority"]["frenzy"]
+    assert list(by_class) == ["10", "0"] and by_class["10"]["jobs"] == 2 and by_class["0"]["jobs"] == 6
+    assert "JCT by priority class (seed 0):" in (tmp_path / "out" / "summary.md").read_text()
+    shown = runner.invoke(app, ["simulate", "--cluster", cluster, "--trace", str(trace), "--policies", "frenzy"])
+    assert shown.exit_code == 0 and "| frenzy | 10 | 2 |" in shown.stdout, shown.stdout
