@@ -2,7 +2,8 @@
 
     GET  /                       the dashboard (one static HTML file, no CDN)
     GET  /healthz                200 when the scheduler answers its health check, else 503
-    GET  /api/jobs               ?state=PENDING&state=RUNNING&limit=100 -> {"jobs": [summary, ...]}
+    GET  /api/jobs               ?state=PENDING&state=RUNNING&limit=100 -> {"jobs": [row, ...]}: what
+                                 `frenzy jobs --json` prints (one serializer: frenzy.rpc.job_json)
     GET  /api/jobs/{id}          the whole job: spec, plan, placement, history, candidate plans, and
                                  per attempt the predicted against observed peak memory (``memory``)
     POST /api/jobs               body: a job entry as `frenzy submit` takes it (see the OpenAPI schema)
@@ -50,7 +51,7 @@ from frenzy.api.guard import DEFAULT_MAX_BODY_BYTES, WebGuard, allowed_host_name
 from frenzy.api.metrics import ApiMetrics, RequestMetrics
 from frenzy.auth.tokens import AuthError, bearer, parse_token
 from frenzy.rpc.auth import with_token
-from frenzy.rpc.job_json import attempt_memory
+from frenzy.rpc.job_json import job_detail, job_list
 from frenzy.rpc.jobspec import MAX_JSON_DEPTH, JobEntry, JobSpecError, json_depth, parse_entry
 from frenzy.rpc.protojson import to_json
 from frenzy.rpc.tls import ClientTls, open_channel
@@ -84,40 +85,6 @@ JOB_ID = SAFE_NAME_RE  # one rule for job ids: frenzy.state.messages
 READ_TIMEOUT_S = 10.0
 MAX_INT32 = 2**31 - 1  # the proto's int32 fields: a larger query value would not fit the request
 SUBMIT_TIMEOUT_S = 60.0  # the scheduler asks the predictor before answering
-
-
-# ---- proto -> JSON ----------------------------------------------------------------------------
-
-def job_summary(job: types_pb2.Job) -> dict[str, Any]:
-    """What the jobs table needs, without the candidate plans."""
-    plan = None
-    if job.HasField("plan"):
-        p, lay = job.plan, job.plan.layout
-        plan = {"gpu_type": p.gpu_type, "num_gpus": p.num_gpus, "tp": lay.tp, "pp": lay.pp, "dp": lay.dp,
-                "zero_stage": lay.zero_stage, "micro_batch": lay.micro_batch, "recompute": lay.recompute,
-                "peak_bytes_per_gpu": int(p.peak_bytes_per_gpu), "step_time_s": p.step_time_s}
-    return {
-        "id": job.id,
-        "name": job.spec.name,
-        "state": types_pb2.JobState.Name(job.state).removeprefix("JOB_STATE_"),
-        "pending_reason": job.pending_reason,
-        "priority": job.spec.priority,
-        "model_name": job.model_name or job.spec.model.catalog_name or job.spec.model.display_name,
-        "parameter_count": int(job.parameter_count),
-        "seq_len": int(job.spec.recipe.seq_len),
-        "global_batch": int(job.spec.recipe.global_batch),
-        "attempt": job.attempt,
-        "submitted_at": job.submitted_at,
-        "plan": plan,
-        "placement": [{"node": a.node, "gpu_indices": list(a.gpu_indices)} for a in job.placement],
-        "exit_codes": dict(job.exit_codes),
-    }
-
-
-def job_detail(job: types_pb2.Job) -> dict[str, Any]:
-    """The summary, each attempt's predicted against observed peak memory per GPU (``memory``:
-    what `frenzy accuracy` compares; the dashboard's job view shows it) and the whole record."""
-    return {**job_summary(job), "memory": [attempt_memory(a) for a in job.attempts], "job": to_json(job)}
 
 
 # ---- the app ----------------------------------------------------------------------------------
@@ -277,7 +244,7 @@ def create_app(scheduler_address: str, *, bind_host: str = "127.0.0.1", allowed_
             states.append(types_pb2.JobState.Value(name))
         resp = call(token, lambda st: st.ListJobs(scheduler_pb2.ListJobsRequest(states=states, limit=limit),
                                            timeout=READ_TIMEOUT_S))
-        return {"jobs": [job_summary(j) for j in resp.jobs]}
+        return job_list(resp.jobs)
 
     @api.get("/jobs/{job_id}", tags=["jobs"])
     def get_job(token: Caller, job_id: str = JobIdPath) -> dict[str, Any]:

@@ -40,6 +40,7 @@ from frenzy.cli.output import (  # noqa: F401
 )
 from frenzy.cli.service_opts import LogFormatOpt, MetricsAddressOpt
 from frenzy.rpc.client import DEFAULT_PREDICTOR, DEFAULT_SCHEDULER, scheduler_stub
+from frenzy.rpc.job_json import job_list
 from frenzy.rpc.jobspec import JobSpecError, parse_entry
 from frenzy.signals import stop_on_signals
 from frenzy.v1 import scheduler_pb2, types_pb2
@@ -301,8 +302,8 @@ def jobs(
             fail(f"state: unknown state {s!r}; one of PENDING RESERVED LAUNCHING RUNNING SUCCEEDED FAILED CANCELLED", 2)
     with scheduler_call(scheduler) as stub:
         resp = stub.ListJobs(scheduler_pb2.ListJobsRequest(states=states, limit=limit), timeout=30)
-    if as_json:
-        echo_json([render.to_dict(j) for j in resp.jobs])
+    if as_json:  # the same rows as GET /api/jobs (frenzy.rpc.job_json)
+        echo_json(job_list(resp.jobs))
     else:
         render.console().print(render.jobs_table(resp.jobs))
 

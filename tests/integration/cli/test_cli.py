@@ -131,7 +131,7 @@ def test_submit_wait_jobs_job_nodes(servers: Servers) -> None:
     assert job["state"] == "LAUNCHING", job
     assert job["spec"]["command"] == ["python", "-c", "print(1)"]
     listed = json.loads(run("jobs", "--json", env=env).stdout)
-    assert [j["id"] for j in listed] == [job_id]
+    assert [j["id"] for j in listed["jobs"]] == [job_id]  # GET /api/jobs's shape (test_api_job_json.py)
     nodes = json.loads(run("nodes", "--json", env=env).stdout)
     owners = [g["owner"] for n in nodes for g in n["gpus"]]
     assert job_id in owners
