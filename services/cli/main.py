@@ -352,10 +352,14 @@ def show_job(j: types_pb2.Job, plans_limit: int = 8) -> None:
               f"state {render.styled_state(j.state)}  {attempts}  priority {j.spec.priority}")
     if render.state_name(j.state) == "PENDING" and j.pending_reason:
         con.print(f"[yellow]pending:[/] {render.user_text(j.pending_reason)}")
-    if j.failed_node:
+    last = j.attempts[-1] if j.attempts else None
+    if j.failed_node and last is not None and last.cause.startswith("launch failed"):
+        # Its 127 is a count: the command never ran (the cause below says why).
+        con.print(f"[red]failed:[/] node {j.failed_node} (torchrun node rank {j.failed_node_rank}) could not start "
+                  f"the job. Its log: frenzy logs {j.id} --node {j.failed_node}")
+    elif j.failed_node:
         con.print(f"[red]failed:[/] node {j.failed_node} (torchrun node rank {j.failed_node_rank}) exited with "
                   f"code {j.failed_exit_code}. To see why: frenzy logs {j.id} --node {j.failed_node}")
-    last = j.attempts[-1] if j.attempts else None
     if render.state_name(j.state) == "FAILED" and last is not None and last.cause:
         con.print(f"[red]cause:[/] {render.user_text(render.cause_text(last.cause))}"
                   + (f" on node {render.user_text(last.node)}" if last.node else "") + f" (attempt {last.attempt})")
