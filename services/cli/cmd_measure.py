@@ -20,12 +20,16 @@ from frenzy.cli.output import JsonOpt, echo_json, fail
 from frenzy.measure import INSTALL_HINT, compare, torch_available
 from frenzy.measure.config import (
     ATTENTIONS,
+    FINETUNES,
     GQA_MODES,
     GRAD_BUFFERS,
+    LORA_TARGETS,
     OPTIMIZER_IMPLS,
     OPTIMIZERS,
     RECOMPUTES,
     MeasureConfig,
+    ParallelConfig,
+    check_parallel,
 )
 
 # Precisions as spelled on the command line (``bf16`` is pure bf16); the other choices are the config's.
@@ -52,7 +56,8 @@ def measure(
     seq_len: Annotated[int, typer.Option(help="Tokens per sample.")],
     micro_batch: Annotated[int, typer.Option(help="Samples per step (one GPU, one micro-batch).")],
     precision: Annotated[str, typer.Option(help="fp32 | bf16 (= pure-bf16: everything in bf16) | amp-bf16 "
-                                           "(torch autocast: fp32 parameters, bf16 matmuls).")],
+                                           "(torch autocast: fp32 parameters, bf16 matmuls) | fsdp-bf16 (FSDP2 mixed precision: fp32 "
+                                           "shards, bf16 compute; needs --dp or --cp > 1).")],
     optimizer: Annotated[str, typer.Option(help="adamw | adam | sgd | sgd-momentum (torch.optim defaults).")],
     attention: Annotated[str, typer.Option(help="flash (SDPA, no s x s scores) | eager (materialised scores "
                                            "and softmax).")] = "flash",
@@ -63,13 +68,27 @@ def measure(
     grad_buffer: Annotated[str, typer.Option(help="transient (zero_grad frees gradients, PyTorch >= 2.0) | "
                                              "persistent (zeroed in place).")] = "transient",
     optimizer_impl: Annotated[str, typer.Option(help="foreach (the CUDA default) | forloop.")] = "foreach",
+    dp: Annotated[int, typer.Option(help="Data-parallel ranks (FSDP2 shards over dp x cp).")] = 1,
+    tp: Annotated[int, typer.Option(help="Tensor-parallel ranks (DTensor, with sequence parallelism and "
+                                    "loss parallel, torchtitan's plan).")] = 1,
+    cp: Annotated[int, typer.Option(help="Context-parallel ranks (ring attention; flash attention).")] = 1,
+    finetune: Annotated[str, typer.Option(help="full | lora (peft adapters on a frozen base).")] = "full",
+    lora_rank: Annotated[int, typer.Option(help="LoRA rank.")] = 16,
+    lora_targets: Annotated[str, typer.Option(help="LoRA target matrices, comma-separated: "
+                                              "q,k,v,o,gate,up,down.")] = "q,k,v,o",
+    all_ranks: Annotated[bool, typer.Option("--all-ranks", help="Simulate every rank, not one per cp "
+                                            "coordinate (dp and tp ranks are symmetric).")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Measure one training step's peak tensor memory on fake tensors and compare it with MARP.
 
-    Single GPU (dp = tp = pp = 1). Needs PyTorch: pip install -e .[train]. Example:
+    One GPU by default; --dp / --tp / --cp (or --finetune lora) measure each rank of a multi-GPU layout
+    on PyTorch's fake process group (FSDP2, DTensor TP, ring-attention CP; LLaMA-style models). Needs
+    PyTorch: pip install -e .[train]. Examples:
 
         frenzy measure --model llama-3.2-1b --seq-len 2048 --micro-batch 1 --precision bf16 --optimizer adamw
+
+        frenzy measure --model M --seq-len 256 --micro-batch 2 --precision fsdp-bf16 --optimizer adamw --dp 2 --tp 2
     """
     _choice(precision, "--precision", PRECISIONS)
     _choice(optimizer, "--optimizer", OPTIMIZERS)
@@ -93,8 +112,15 @@ def measure(
         _fail(f"--model: {spec.name} is a mixture-of-experts model; frenzy measure builds dense models only.")
     if spec.pos_emb == "learned" and seq_len > spec.max_positions:
         _fail(f"--seq-len: {seq_len} exceeds {spec.name}'s {spec.max_positions} learned positions.")
+    parallel = (dp, tp, cp) != (1, 1, 1) or finetune != "full" or policy == "fsdp-bf16"
+    if parallel:
+        par = _parallel_config(spec, seq_len, micro_batch, policy, optimizer, attention, recompute, gqa, dropout,
+                               grad_buffer, optimizer_impl, dp, tp, cp, finetune, lora_rank, lora_targets)  # fmt: skip
     if not torch_available():
         _fail(f"frenzy measure needs PyTorch, which is not installed. To fix: {INSTALL_HINT}")
+    if parallel:
+        _measure_parallel(spec, par, all_ranks, as_json)
+        return
 
     from frenzy.measure.step import measure as run
 
@@ -138,5 +164,82 @@ def _print(out: dict[str, Any]) -> None:
     console.print(table)
     console.print(f"MARP error: [bold]{out['error_pct']:+.2f} %[/] of the measured peak "
                   f"({m['param_count']:,} parameters, measured in {m['seconds']:.1f} s)")  # fmt: skip
+    for note in out.get("notes", []):
+        console.print(f"note: {note}")
+
+
+def _parallel_config(spec: marp.ModelSpec, seq_len: int, micro_batch: int, policy: str, optimizer: str,
+                     attention: str, recompute: str, gqa: str, dropout: float, grad_buffer: str,
+                     optimizer_impl: str, dp: int, tp: int, cp: int, finetune: str, lora_rank: int,
+                     lora_targets: str) -> tuple[MeasureConfig, ParallelConfig]:  # fmt: skip
+    """The checked configs of a multi-GPU measurement (exit 2 naming the flag otherwise), before torch."""
+    for flag, value in (("--dp", dp), ("--tp", tp), ("--cp", cp), ("--lora-rank", lora_rank)):
+        if value < 1:
+            _fail(f"{flag}: must be a positive integer, got {value}.")
+    _choice(finetune, "--finetune", FINETUNES)
+    targets = tuple(t.strip() for t in lora_targets.split(",") if t.strip())
+    bad = [t for t in targets if t not in LORA_TARGETS]
+    if bad or not targets:
+        _fail(f"--lora-targets: must be among {','.join(LORA_TARGETS)}, got {lora_targets!r}.")
+    config = MeasureConfig(seq_len=seq_len, micro_batch=micro_batch, precision=policy, optimizer=optimizer,
+                           attention=attention, recompute=recompute, gqa=gqa, dropout=dropout,
+                           grad_buffer=grad_buffer, optimizer_impl=optimizer_impl)  # fmt: skip
+    par = ParallelConfig(dp=dp, tp=tp, cp=cp, finetune=finetune, lora_rank=lora_rank, lora_targets=targets)
+    try:
+        check_parallel(spec, config, par)
+    except ValueError as exc:
+        _fail(f"--dp/--tp/--cp/--finetune: {exc}. To fix: change the layout or the flag it names.")
+    return config, par
+
+
+def _measure_parallel(spec: marp.ModelSpec, configs: tuple[MeasureConfig, ParallelConfig], all_ranks: bool,
+                      as_json: bool) -> None:  # fmt: skip
+    from frenzy.measure.parallel import measure_layout
+
+    config, par = configs
+    ranks = list(range(par.world_size)) if all_ranks else None
+    try:
+        with render.console(stderr=True).status(f"measuring {par.world_size} rank(s) of {spec.name} "
+                                                f"(dp {par.dp} x tp {par.tp} x cp {par.cp}) on fake tensors..."):
+            measured = measure_layout(spec, config, par, ranks)
+            predicted = compare.predict_parallel(spec, config, par)
+    except (ValueError, marp.MarpError) as exc:
+        _fail(str(exc))
+    out = compare.report_parallel(measured, predicted)
+    if as_json:
+        echo_json(out)
+        return
+    _print_parallel(out)
+
+
+def _print_parallel(out: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    mib = 2**20
+    cfg, par = out["config"], out["parallel"]
+    title = (f"{out['model']}: dp {par['dp']} x tp {par['tp']} x cp {par['cp']} ({par['world_size']} ranks), "
+             f"seq {cfg['seq_len']} x batch {cfg['micro_batch']} per rank, {cfg['precision']}, {cfg['optimizer']}, "
+             f"recompute {cfg['recompute']}, finetune {par['finetune']}")  # fmt: skip
+    table = Table()
+    for col in ("rank", "dp,cp,tp", "peak MiB", "params", "grads", "optimizer", "other", "phase", "MARP MiB",
+                "error"):  # fmt: skip
+        table.add_column(col, justify="left" if col in ("rank", "dp,cp,tp", "phase") else "right")
+    for r in out["ranks"]:
+        b, c = r["breakdown"], r["coords"]
+        table.add_row(str(r["rank"]), f"{c['dp']},{c['cp']},{c['tp']}", f"{r['peak_bytes'] / mib:.2f}",
+                      f"{b['parameters'] / mib:.2f}", f"{b['gradients'] / mib:.2f}",
+                      f"{b['optimizer_states'] / mib:.2f}", f"{b['other'] / mib:.2f}", r["phase"],
+                      f"{r['marp_peak_bytes'] / mib:.2f}", f"{r['error_pct']:+.2f} %")  # fmt: skip
+    console = render.console()
+    console.print(title)
+    console.print(table)
+    m = out["marp"]
+    console.print(f"MARP: {m['peak_allocated_bytes'] / mib:.2f} MiB in {m['phase']} (params "
+                  f"{m['breakdown']['parameters'] / mib:.2f}, grads {m['breakdown']['gradients'] / mib:.2f}, "
+                  f"optimizer {m['breakdown']['optimizer_states'] / mib:.2f}, other "
+                  f"{m['breakdown']['other'] / mib:.2f})")  # fmt: skip
+    if out["symmetric_to"]:
+        same = ", ".join(f"{k}={v}" for k, v in out["symmetric_to"].items())
+        console.print(f"not simulated (same memory as the rank after '='): {same}")
     for note in out.get("notes", []):
         console.print(f"note: {note}")

@@ -9,7 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-POLICIES: tuple[str, ...] = ("fp32", "pure-bf16", "amp-bf16")
+from marp import ModelSpec
+
+# fsdp-bf16: FSDP2's MixedPrecisionPolicy (fp32 sharded parameters, bf16 all-gathered copies for
+# compute, fp32 gradient reduce-scatter); multi-GPU oracle only, with dp x cp > 1.
+POLICIES: tuple[str, ...] = ("fp32", "pure-bf16", "amp-bf16", "fsdp-bf16")
 OPTIMIZERS: tuple[str, ...] = ("adamw", "adam", "sgd", "sgd-momentum")
 # foreach: torch.optim's CUDA default; forloop: one parameter at a time (the CPU default, and
 # transformers' own AdamW of the 2022 Trainer rows).
@@ -55,7 +59,92 @@ class MeasureConfig:
             raise ValueError(f"dropout must be a probability in [0, 1), got {self.dropout!r}")
 
 
+FINETUNES: tuple[str, ...] = ("full", "lora")
+LORA_TARGETS: tuple[str, ...] = ("q", "k", "v", "o", "gate", "up", "down")
+
+
+@dataclass(frozen=True)
+class ParallelConfig:
+    """The multi-GPU layout one measured step runs under, on ``dp * tp * cp`` simulated ranks.
+
+    dp x cp shard the model states (FSDP2 ``fully_shard`` over the flattened dp x cp mesh, as
+    torchtitan's dp_shard_cp), tp is DTensor tensor parallelism (Megatron-style column / row
+    splits, with sequence parallelism: the norms' activations split by sequence), cp splits the
+    sequence (ring attention). ``finetune`` "lora" trains peft LoRA adapters of rank
+    ``lora_rank`` on ``lora_targets`` with the base frozen.
+    """
+
+    dp: int = 1
+    tp: int = 1
+    cp: int = 1
+    finetune: str = "full"
+    lora_rank: int = 16
+    lora_targets: tuple[str, ...] = ("q", "k", "v", "o")
+
+    def __post_init__(self) -> None:
+        for name in ("dp", "tp", "cp", "lora_rank"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.finetune not in FINETUNES:
+            raise ValueError(f"finetune must be one of {', '.join(FINETUNES)}, got {self.finetune!r}")
+        bad = [t for t in self.lora_targets if t not in LORA_TARGETS]
+        if bad or not self.lora_targets:
+            raise ValueError(f"lora targets must be among {', '.join(LORA_TARGETS)}, got {','.join(self.lora_targets)!r}")
+
+    @property
+    def sequence_parallel(self) -> bool:
+        """Tensor parallelism runs with sequence parallelism, as torchtitan's plan always does (the
+        norms' replicated parameters would otherwise be plain tensors beside DTensors, which
+        foreach optimizers refuse)."""
+        return self.tp > 1
+
+    @property
+    def world_size(self) -> int:
+        return self.dp * self.tp * self.cp
+
+    @property
+    def fsdp(self) -> bool:
+        """Whether the model states are sharded (FSDP2 over dp x cp)."""
+        return self.dp * self.cp > 1
+
+    def rank_coords(self, rank: int) -> dict[str, int]:
+        """(dp, cp, tp) coordinates of a global rank on the (dp, cp, tp) mesh, tp fastest."""
+        return {"dp": rank // (self.cp * self.tp), "cp": rank // self.tp % self.cp, "tp": rank % self.tp}
+
+
+def check_parallel(spec: ModelSpec, config: MeasureConfig, par: ParallelConfig) -> None:
+    """Refuse (ValueError) what the multi-GPU oracle cannot build or MARP would not accept."""
+    if spec.norm != "rmsnorm" or spec.arch != "decoder" or spec.experts:
+        raise ValueError(f"{spec.name}: the multi-GPU oracle builds LLaMA-style dense decoders only "
+                         "(RMSNorm, RoPE, separate q/k/v)")  # fmt: skip
+    if spec.heads % par.tp or spec.kv_heads % par.tp:
+        raise ValueError(f"tp {par.tp} must divide heads ({spec.heads}) and kv_heads ({spec.kv_heads})")
+    if par.tp > 1 and spec.tied_embeddings:
+        raise ValueError(f"{spec.name} ties its embeddings: the oracle's tensor parallelism needs an untied head")
+    if par.tp > 1 and spec.vocab % par.tp:
+        raise ValueError(f"tp {par.tp} must divide the vocabulary ({spec.vocab}) for the vocab-parallel embedding")
+    if par.tp > 1 and config.seq_len % (par.tp * par.cp):
+        raise ValueError(f"seq_len {config.seq_len} must be a multiple of tp x cp ({par.tp * par.cp}) for sequence parallelism")
+    if par.cp > 1:
+        if config.attention != "flash":
+            raise ValueError("context parallelism needs flash attention (ring attention)")
+        if config.seq_len % (2 * par.cp):
+            raise ValueError(f"seq_len {config.seq_len} must be a multiple of 2 x cp ({2 * par.cp})")
+        if config.gqa == "native" and spec.kv_heads != spec.heads:
+            raise ValueError("context parallelism repeats K/V to every head (gqa repeat)")
+    if config.precision == "amp-bf16":
+        raise ValueError("the multi-GPU oracle does not emulate autocast: use fsdp-bf16 (FSDP2 mixed precision), "
+                         "pure-bf16 or fp32")  # fmt: skip
+    if config.precision == "fsdp-bf16" and not par.fsdp:
+        raise ValueError("fsdp-bf16 is FSDP2's mixed precision: it needs dp x cp > 1")
+    if par.finetune == "lora" and par.tp > 1:
+        raise ValueError("LoRA with tp > 1 is not supported by the oracle (peft's adapters are not DTensor-parallel)")
+    if config.grad_buffer != "transient" or config.optimizer_impl != "foreach" or config.dropout:
+        raise ValueError("the multi-GPU oracle measures transient gradients, foreach optimizers and no dropout")
+
+
 __all__ = [
-    "ATTENTIONS", "CUDA_ROUND_BYTES", "GQA_MODES", "GRAD_BUFFERS", "OPTIMIZERS", "OPTIMIZER_IMPLS", "POLICIES",
-    "RECOMPUTES", "MeasureConfig",
+    "ATTENTIONS", "CUDA_ROUND_BYTES", "FINETUNES", "GQA_MODES", "GRAD_BUFFERS", "LORA_TARGETS", "OPTIMIZERS",
+    "OPTIMIZER_IMPLS", "POLICIES", "RECOMPUTES", "MeasureConfig", "ParallelConfig", "check_parallel",
 ]  # fmt: skip

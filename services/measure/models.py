@@ -55,18 +55,38 @@ def _param(policy: Policy, *shape: int) -> nn.Parameter:
     return nn.Parameter(torch.empty(*shape, dtype=policy.param_dtype))
 
 
-class Linear(nn.Module):
-    """y = x W^T + b, with autocast's casts (weights through the region's cache)."""
+class Linear(nn.Linear):
+    """y = x W^T + b, with autocast's casts (weights through the region's cache).
+
+    An ``nn.Linear`` (so that DTensor's ColwiseParallel / RowwiseParallel and peft's LoRA accept
+    it) whose parameters are created uninitialised in the policy's dtype: nn.Linear's own
+    ``__init__`` is skipped, its initialisation would only cost time on fake tensors."""
 
     def __init__(self, policy: Policy, d_in: int, d_out: int, bias: bool) -> None:
-        super().__init__()
+        nn.Module.__init__(self)
         self.policy = policy
+        self.in_features, self.out_features = d_in, d_out
         self.weight = _param(policy, d_out, d_in)
         self.bias = _param(policy, d_out) if bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         p = self.policy
         return F.linear(p.low(x), p.low(self.weight), p.low(self.bias))
+
+
+class Embedding(nn.Embedding):
+    """The token embedding as an ``nn.Embedding`` (DTensor's RowwiseParallel shards it by
+    vocabulary), its weight uninitialised in the policy's dtype."""
+
+    def __init__(self, policy: Policy, vocab: int, h: int) -> None:
+        nn.Module.__init__(self)
+        self.num_embeddings, self.embedding_dim = vocab, h
+        self.padding_idx, self.max_norm, self.norm_type = None, None, 2.0
+        self.scale_grad_by_freq, self.sparse = False, False
+        self.weight = _param(policy, vocab, h)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return F.embedding(ids, self.weight)
 
 
 class LayerNorm(nn.Module):
@@ -133,6 +153,9 @@ class Attention(nn.Module):
             self.k = Linear(policy, h, kv, qkv_bias)
             self.v = Linear(policy, h, kv, qkv_bias)
         self.o = Linear(policy, h, h, spec.bias)
+        # An attention kernel set from outside (the multi-GPU oracle's ring attention for context
+        # parallelism), called as sdpa(q, k, v) in place of flash / eager attention.
+        self.sdpa: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor] | None = None
 
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None,
                 mask: torch.Tensor | None) -> torch.Tensor:  # fmt: skip
@@ -142,9 +165,10 @@ class Attention(nn.Module):
             q, k, v = self.qkv(x).split([self.heads * self.head_dim, kv, kv], dim=-1)
         else:
             q, k, v = self.q(x), self.k(x), self.v(x)
-        q = q.view(b, s, self.heads, self.head_dim).transpose(1, 2)
-        k = k.view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
-        v = v.view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
+        # Head counts from the shapes: under tensor parallelism q, k and v hold this rank's heads.
+        q = q.view(b, s, -1, self.head_dim).transpose(1, 2)
+        k = k.view(b, s, -1, self.head_dim).transpose(1, 2)
+        v = v.view(b, s, -1, self.head_dim).transpose(1, 2)
         if rope is not None:
             cos, sin = rope
             q = q * cos + _rotate_half(q) * sin
@@ -152,12 +176,14 @@ class Attention(nn.Module):
         p = self.policy
         q, k, v = p.low(q), p.low(k), p.low(v)
         if self.repeat_kv:  # expand + reshape materialises h-wide K and V (the kv-wide ones are freed)
-            groups, d = self.heads // self.kv_heads, self.head_dim
-            k = k[:, :, None].expand(b, self.kv_heads, groups, s, d).reshape(b, self.heads, s, d)
-            v = v[:, :, None].expand(b, self.kv_heads, groups, s, d).reshape(b, self.heads, s, d)
-        if self.flash:
+            groups, d, kv_local = self.heads // self.kv_heads, self.head_dim, k.shape[1]
+            k = k[:, :, None].expand(b, kv_local, groups, s, d).reshape(b, kv_local * groups, s, d)
+            v = v[:, :, None].expand(b, kv_local, groups, s, d).reshape(b, kv_local * groups, s, d)
+        if self.sdpa is not None:
+            out = self.sdpa(q, k, v)
+        elif self.flash:
             out = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal,
-                                                 enable_gqa=k.shape[1] != self.heads)  # fmt: skip
+                                                 enable_gqa=k.shape[1] != q.shape[1])  # fmt: skip
         else:
             out = self._eager(q, k, v, mask)
         return self.o(out.transpose(1, 2).reshape(b, s, -1))
@@ -234,7 +260,7 @@ class TransformerModel(nn.Module):
             raise ValueError(f"{spec.name}: mixture-of-experts models are not supported by frenzy measure")
         self.spec, self.policy, self.recompute = spec, policy, recompute
         h = spec.hidden
-        self.wte = _param(policy, spec.vocab, h)
+        self.embed = Embedding(policy, spec.vocab, h)
         self.wpe = _param(policy, spec.max_positions, h) if spec.pos_emb == "learned" else None
         encoder = spec.arch == "encoder"
         self.wtt = _param(policy, spec.type_vocab, h) if encoder and spec.type_vocab else None
@@ -260,7 +286,7 @@ class TransformerModel(nn.Module):
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         spec = self.spec
         b, s = ids.shape
-        x = F.embedding(ids, self.wte)  # not on autocast's lists: stays in the parameter dtype
+        x = self.embed(ids)  # not on autocast's lists: stays in the parameter dtype
         if self.wpe is not None:
             x = x + F.embedding(torch.arange(s, device=ids.device), self.wpe)
         if self.wtt is not None:
@@ -302,6 +328,10 @@ class TransformerModel(nn.Module):
         if self.lm_head is not None:
             return self.lm_head(x)
         return F.linear(self.policy.low(x), self.policy.low(self.wte))
+
+    @property
+    def wte(self) -> torch.Tensor:
+        return self.embed.weight
 
     @property
     def lm_weight(self) -> torch.Tensor:

@@ -48,6 +48,7 @@ class Policy:
     def param_dtype(self) -> torch.dtype:
         # Pure bf16 creates parameters in bf16 (module.to(dtype) fails under FakeTensorMode,
         # pitfall 3); fp32 and AMP keep fp32 parameters.
+        # fsdp-bf16: FSDP2 casts its fp32 shards to bf16 when it all-gathers them.
         return torch.bfloat16 if self.name == "pure-bf16" else torch.float32
 
     @property

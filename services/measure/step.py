@@ -84,6 +84,9 @@ def _state_tensors(opt: torch.optim.Optimizer) -> list[torch.Tensor]:
 def measure(spec: ModelSpec, config: MeasureConfig) -> Measurement:
     """Measure one training step of ``spec`` under ``config`` on fake tensors (a few seconds)."""
     started = time.perf_counter()
+    if config.precision == "fsdp-bf16":
+        raise ValueError("fsdp-bf16 is FSDP2's mixed precision: measure it on dp x cp > 1 ranks "
+                         "(frenzy.measure.parallel)")  # fmt: skip
     policy = Policy(config.precision)
     b, s = config.micro_batch, config.seq_len
     if spec.pos_emb == "learned" and s > spec.max_positions:

@@ -23,10 +23,21 @@ import weakref
 from collections.abc import Callable, Iterable
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 from torch.utils._pytree import tree_leaves
 
 from frenzy.measure.config import CUDA_ROUND_BYTES
+
+
+def _storage_holders(t: object) -> list[torch.Tensor]:
+    """The plain tensors that own ``t``'s memory: itself, or a wrapper subclass's (DTensor's)
+    inner tensors."""
+    if not isinstance(t, torch.Tensor):
+        return []
+    if is_traceable_wrapper_subclass(t):
+        names, _ = t.__tensor_flatten__()
+        return [x for name in names for x in _storage_holders(getattr(t, name))]
+    return [t]
 
 
 def rounded(nbytes: int, granularity: int) -> int:
@@ -63,15 +74,25 @@ class LiveBytes(TorchDispatchMode):
 
     def track(self, tensors: Iterable[torch.Tensor | None]) -> None:
         for t in tensors:
-            if isinstance(t, torch.Tensor):
-                self._add(t)
+            for local in _storage_holders(t):
+                self._add(local)
 
     def bytes_of(self, t: torch.Tensor | None) -> int:
-        """Counted bytes of a tensor's storage if it is live and tracked, else 0."""
-        if not isinstance(t, torch.Tensor):
-            return 0
-        entry = self._live.get(id(t.untyped_storage()))
-        return entry[1] if entry is not None else 0
+        """Counted bytes of a tensor's storage (a DTensor's: its local shard's) if it is live and
+        tracked, else 0."""
+        total = 0
+        for local in _storage_holders(t):
+            entry = self._live.get(id(local.untyped_storage()))
+            total += entry[1] if entry is not None else 0
+        return total
+
+    def observe(self, out: object) -> None:
+        """Count the tensors ``out`` holds as one op's outputs (the multi-GPU oracle calls this from
+        its fake-tensor mode, where DTensor's inner ops are seen too)."""
+        for t in tree_leaves(out):
+            if isinstance(t, torch.Tensor):
+                self._add(t)
+        self._note_peak()
 
     def _add(self, t: torch.Tensor) -> None:
         st = t.untyped_storage()

@@ -38,3 +38,24 @@ def test_bad_flags_exit_2_naming_the_flag(over: dict[str, str], named: str, monk
     res = RUN.invoke(app, _args(**over))
     assert res.exit_code == 2, res.output
     assert named in res.output
+
+
+LLAMA = ('{"arch":"decoder","head":"lm","n_layers":2,"hidden":256,"heads":4,"kv_heads":4,"ffn":688,"mlp":"swiglu",'
+         '"vocab":4096,"tied_embeddings":false,"pos_emb":"rope","max_positions":4096,"norm":"rmsnorm","bias":false}')
+
+
+@pytest.mark.parametrize(("over", "named"), [
+    ({"dp": "0"}, "--dp"), ({"tp": "-1"}, "--tp"), ({"finetune": "qlora"}, "--finetune"),
+    ({"finetune": "lora", "lora_targets": "q,proj"}, "--lora-targets"),
+    ({"tp": "3"}, "tp 3 must divide heads"),  # 4 heads
+    ({"cp": "2", "attention": "eager"}, "ring attention"),
+    ({"precision": "fsdp-bf16"}, "needs dp x cp > 1"),
+    ({"tp": "2", "precision": "amp-bf16"}, "does not emulate autocast"),
+    ({"tp": "2", "finetune": "lora"}, "LoRA with tp > 1"),
+    ({"model": "gpt2", "dp": "2"}, "LLaMA-style"),
+])  # fmt: skip
+def test_bad_layout_flags_exit_2_before_torch(over: dict[str, str], named: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cmd_measure, "torch_available", lambda: pytest.fail("checked inputs after torch"))
+    res = RUN.invoke(app, _args(**{"model": LLAMA, **over}))
+    assert res.exit_code == 2, res.output
+    assert named in res.output.replace("\n", " ")
