@@ -48,18 +48,16 @@ def no_plan_reason(model_name: str, precision: str, pools: Sequence[tuple[str, i
     """The refusal for a job with no plan (module docstring): ``pools`` are the cluster's (GPU type,
     GPUs) among live nodes, ``allowed`` the job's ``--gpu-type`` list (empty: any), ``rejected``
     MARP's lines, ``precision`` the recipe's policy name (``bf16``, ``amp-bf16``, ...)."""
-    have = ", ".join(f"{n} x {t}" for t, n in pools) or "no live nodes"
+    # Without live nodes the predictor planned on the catalog (the job would wait for nodes).
+    have = ", ".join(f"{n} x {t}" for t, n in pools) or "no live nodes, planned on the GPU catalog"
     types = [t for t, _ in pools]
     wanted = list(dict.fromkeys(_canonical(a) for a in allowed))
-    if wanted and not set(wanted) & set(types):
-        asked = " or ".join(wanted)
-        if not types:
-            return (f"spec: no node has {asked} (--gpu-type); the cluster has no live nodes. To fix: start an "
-                    f"agent on a host with {asked}, or wait for one to join")
+    if wanted and types and not set(wanted) & set(types):
         choices = " or ".join(f"--gpu-type {t}" for t in types)
-        return (f"spec: no node has {asked} (--gpu-type, limits.allowed_gpu_types); the cluster has {have}. "
-                f"To fix: submit with {choices}, or without --gpu-type")
-    usable = [t for t in types if not wanted or t in wanted]
+        return (f"spec: no node has {' or '.join(wanted)} (--gpu-type, limits.allowed_gpu_types); the cluster "
+                f"has {have}. To fix: submit with {choices}, or without --gpu-type")
+    planned = types or wanted or [g.name for g in marp.list_gpus()]
+    usable = [t for t in planned if not wanted or t in wanted]
     no_precision = [t for t in usable if not _supports(t, precision)]
     alt = fp16_instead(precision)
     if usable and len(no_precision) == len(usable):
