@@ -9,8 +9,8 @@ nothing to do spends a second (heartbeats, the stream read, the log shipper, the
 listener). Then ``--jobs`` one-GPU gpt2-124m jobs that run ``sleep --job-s`` go through the
 stack, and the agents' CPU over that phase, less the idle rate times its length, is divided by
 the jobs: ``agent_ms_per_job`` is the agent process itself (launch, watching, reports, log
-shipping, the ledger), ``children_ms_per_job`` what it reaped (the job's shim and its command:
-a ``sleep`` costs about 1 ms, so this is mostly the shim). CPU comes from /proc (utime+stime,
+shipping, the ledger), ``children_ms_per_job`` its children's (the spawner, the jobs' shims and their commands: a
+``sleep`` costs about 1 ms, so this is mostly the shims). CPU comes from /proc (utime+stime,
 cutime+cstime of the agents). Prints one JSON line last with ``--json``.
 
 The jobs are the benchmark's own choice (a sleep, not training): the number is the agent's
@@ -45,12 +45,27 @@ def _cpu_split(pid: int) -> tuple[float, float]:
     return (int(fields[11]) + int(fields[12])) / tck, (int(fields[13]) + int(fields[14])) / tck
 
 
+def _live_children(pid: int) -> list[int]:
+    kids: list[int] = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            kids += [int(p) for p in Path(f"/proc/{pid}/task/{task}/children").read_text().split()]
+    except (OSError, ValueError):
+        pass
+    return kids
+
+
 def agents_cpu(stack) -> tuple[float, float]:  # type: ignore[no-untyped-def]
+    """(the agents' own CPU, their children's): reaped children, and the live ones (the spawner,
+    which reaps the shims and so holds their CPU and their commands')."""
     own = kids = 0.0
     for svc in stack.services:
         if svc.name.startswith("agent-"):
             o, k = _cpu_split(svc.proc.pid)
             own, kids = own + o, kids + k
+            for child in _live_children(svc.proc.pid):
+                co, ck = _cpu_split(child)
+                kids += co + ck
     return own, kids
 
 

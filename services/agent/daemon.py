@@ -45,6 +45,7 @@ import json
 import logging
 import os
 import signal
+import subprocess
 import tempfile
 import threading
 import time
@@ -66,6 +67,7 @@ from frenzy.agent.metrics import AgentMetrics, refusal_label
 from frenzy.agent.peak import job_gpu_bytes
 from frenzy.agent.run_as import JobUser
 from frenzy.agent.run_as import resolve as resolve_user
+from frenzy.agent.spawning import Spawner
 from frenzy.state import node_keys, scripts
 from frenzy.state.code_store import CodeReader
 from frenzy.state.keys import AGENT_GROUP, Keys
@@ -164,6 +166,7 @@ class Agent:
         run_as: str | None = None,
         checkpoint_root: str | os.PathLike[str] | None = None,
         cache_policy: CachePolicy | None = None,
+        use_spawner: bool = True,
     ) -> None:
         if not is_safe_name(node):
             raise ValueError(f"node name {node!r}: use letters, digits, '.', '_' and '-' (at most 128, starting "
@@ -201,6 +204,8 @@ class Agent:
                                 retention_s=log_retention_s)
         state = Path(state_dir).resolve() if state_dir else self.log_dir / ".agent"
         self._ledger = Ledger(state / f"{node}.json")
+        # Forks each job's shim (frenzy.agent.spawner); use_spawner=False execs it instead.
+        self._spawner: Spawner | bool = Spawner() if use_spawner else False
         # Jobs' packed code: read as bytes (a second client, the first decodes replies), unpacked
         # under the state directory (frenzy.agent.codecache).
         self._code_redis = redis.Redis.from_url(redis_url, decode_responses=False, protocol=2)
@@ -247,6 +252,7 @@ class Agent:
                 if t.is_alive():
                     t.join(timeout=5)
             self.backend.close()
+            self._spawner.close()  # (running shims carry on without it)
             self._redis.close()
             self._code_redis.close()
             log.info("agent %s stopped", self.node)
@@ -540,7 +546,7 @@ class Agent:
                 msg = self._with_code(msg)
             started = launcher.start(msg, self.node, self.log_dir, launch_id=self.launch_id(msg.job_id, msg.attempt),
                                      extra_env=self.extra_env, pass_env=self.pass_env, user=self.job_user,
-                                     checkpoint_root=self.checkpoint_root)
+                                     checkpoint_root=self.checkpoint_root, spawner=self._spawner)
         except launcher.LaunchError as exc:
             log.warning("job %s attempt %d could not start: %s", msg.job_id, msg.attempt, exc,
                         extra=self._context(msg.job_id, msg.attempt))
@@ -591,13 +597,15 @@ class Agent:
     def _find_orphan(self, msg: LaunchMessage) -> JobProcess | None:
         """The process a crashed agent run started for ``msg`` before it could record it, if any."""
         launch_id = self.launch_id(msg.job_id, msg.attempt)
-        shims = launcher.find_processes(launch_id, shim_only=True)
+        log_path = launcher.log_path_for(self.log_dir, msg, self.node)
+        spawned = launcher.spawned_pid(log_path)  # a shim the spawner forked says so in a file
+        shims = [spawned] if spawned is not None else launcher.find_processes(launch_id, shim_only=True)
         if not shims:
             return None
         pid = shims[0]
         log.warning("job %s attempt %d: found its process %d started by a previous agent run that crashed "
                     "before recording it; adopting it instead of starting it again", msg.job_id, msg.attempt, pid)
-        job = JobProcess(msg.job_id, msg.attempt, pid, str(launcher.log_path_for(self.log_dir, msg, self.node)),
+        job = JobProcess(msg.job_id, msg.attempt, pid, str(log_path),
                          launcher.process_start_ticks(pid), fence=msg.fence, launch_id=launch_id,
                          node_rank=msg.node_rank, gpu_indices=tuple(msg.gpu_indices),
                          peak_bytes_per_gpu=msg.layout.peak_bytes_per_gpu)
@@ -650,6 +658,9 @@ class Agent:
 
     def _watch_child(self, job: JobProcess) -> None:
         proc = job.proc
+        if isinstance(proc, launcher.SpawnedShim):
+            self._watch_spawned(job, proc)
+            return
         try:
             # Wait without reaping, so the pid (= group id) cannot be reused while
             # we clean up what a cancelled job left behind in its group.
@@ -662,6 +673,17 @@ class Agent:
         self._signal_job(job, signal.SIGKILL, quiet=True)
         code = proc.wait()  # type: ignore[union-attr]
         self._finish(job, code, "")
+
+    def _watch_spawned(self, job: JobProcess, shim: launcher.SpawnedShim) -> None:
+        # The spawner is the shim's parent and reaps it; we see its end through a pidfd.
+        while not shim.wait_gone(1.0):
+            if self._detached.is_set():
+                return
+        job.exited.set()
+        code = shim.wait()
+        if not shim.clean:  # the shim could not vouch that nothing of the job is left: search
+            self._signal_job(job, signal.SIGKILL, quiet=True)
+        self._finish(job, code, "" if code is not None else "exit code unknown: the job's shim left no status")
 
     def _watch_adopted(self, job: JobProcess) -> None:
         # Not our child (a previous agent run started it): we can only poll, and
@@ -736,8 +758,8 @@ class Agent:
         # The group id is the leader's pid: signal the group only while that pid is
         # surely still ours (our child not yet reaped, or an adopted leader with the
         # same start time), never a reused pid. What remains is found by launch id.
-        if job.proc is not None:
-            ours = job.proc.returncode is None  # type: ignore[attr-defined]
+        if isinstance(job.proc, subprocess.Popen):
+            ours = job.proc.returncode is None
         else:
             ours = launcher.process_running(job.pid, job.start_ticks)
         if ours:

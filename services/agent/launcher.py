@@ -30,6 +30,7 @@ the user's own script (``bash train.sh``) joins the same rendezvous.
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import re
 import shlex
@@ -47,10 +48,21 @@ from pathlib import Path
 from frenzy.agent import jobenv
 from frenzy.agent.launch_check import under
 from frenzy.agent.run_as import JobUser
-from frenzy.agent.shim import GUARDED, SHIM_MARKER, encode_launch
+from frenzy.agent.shim import GUARDED, PID_SUFFIX, SHIM_MARKER, encode_launch
+from frenzy.agent.spawning import (
+    SpawnedShim,
+    Spawner,
+    SpawnerFailed,
+    SpawnerUnavailable,
+    default_spawner,
+    pid_from,
+    read_status,
+)
 from frenzy.state.messages import LaunchMessage
 
 SHIM = Path(__file__).resolve().with_name("shim.py")
+_log = logging.getLogger(__name__)
+_warned_fallback = False  # said once per process, not per job
 LAUNCH_ID_VAR = "FRENZY_LAUNCH_ID"
 
 
@@ -341,24 +353,31 @@ def exit_path_for(log_path: str | os.PathLike[str]) -> Path:
 
 def read_exit_status(log_path: str | os.PathLike[str]) -> int | None:
     """The exit status the shim recorded for the job logging to ``log_path``, or None."""
-    try:
-        return int(exit_path_for(log_path).read_text().strip())
-    except (OSError, ValueError):
-        return None
+    return read_status(exit_path_for(log_path))[0]
+
+
+def spawned_pid(log_path: str | os.PathLike[str]) -> int | None:
+    """The running shim the spawner forked for the job logging to ``log_path`` (its pid file), if any."""
+    return pid_from(Path(f"{exit_path_for(log_path)}{PID_SUFFIX}"))
 
 
 @dataclass
 class Started:
-    proc: subprocess.Popen  # the shim: leader of the job's session and process group
+    # The shim, leader of the job's session and process group: forked by the spawner (the
+    # usual way) or exec'd by us (where the spawner cannot run).
+    proc: SpawnedShim | subprocess.Popen
     log_path: Path
     argv: list[str]
 
 
 def start(msg: LaunchMessage, node: str, log_dir: Path, launch_id: str = "",
           extra_env: Mapping[str, str] | None = None, pass_env: Iterable[str] = (),
-          user: JobUser | None = None, checkpoint_root: str = "") -> Started:
+          user: JobUser | None = None, checkpoint_root: str = "",
+          spawner: Spawner | None | bool = None) -> Started:
     """Start this node's share of the job; raises LaunchError when it cannot start at all.
 
+    ``spawner``: which spawner forks the shim (None: this process's; False: none, exec the shim
+    as a new interpreter, which is also the fallback when the spawner cannot run).
     ``user``: run the command as this user (``--run-as``); None: as the agent's.
     ``checkpoint_root``: the agent's ``--checkpoint-root`` ("" for none); the job's directory under it
     is made here (``prepare_checkpoint_dir``).
@@ -409,6 +428,20 @@ def start(msg: LaunchMessage, node: str, log_dir: Path, launch_id: str = "",
         except ValueError as exc:
             log.write(f"# launch failed: {exc}\n".encode())
             raise LaunchError(str(exc)) from None
+        if spawner is not False:
+            forker = default_spawner() if spawner is None or spawner is True else spawner
+            try:
+                shim = forker.spawn(argv, workdir, exit_path, handover, log.fileno())
+            except SpawnerFailed as exc:
+                log.write(f"# launch failed: {exc}\n".encode())
+                raise LaunchError(str(exc)) from exc
+            except SpawnerUnavailable as exc:
+                global _warned_fallback
+                if not _warned_fallback:
+                    _warned_fallback = True
+                    _log.warning("starting jobs' shims as new interpreters (slower): %s", exc)
+            else:
+                return Started(shim, log_path, argv)
         # The child inherits this thread's signal mask across exec: the shim starts with a
         # cancel's signals blocked and takes them once it can record them (shim.py).
         mask = signal.pthread_sigmask(signal.SIG_BLOCK, GUARDED)

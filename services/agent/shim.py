@@ -32,6 +32,15 @@ GUARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 # environment as KEY=VALUE entries, each field ending in NUL (no environment string can hold
 # one). Not JSON: importing json (and subprocess) tripled the shim's start-up, paid per job.
 HANDOVER_TAG = b"frenzy-shim/1"
+# The exit file's second line when the shim, a child subreaper (the spawner's shims), saw every
+# process of the job end: the agent then need not search /proc for stragglers.
+CLEAN_MARK = "clean"
+# Beside the exit file, for shims the spawner forks: "PID START_TICKS", written before the agent
+# hears of the shim, so an agent that died before recording the job still finds it.
+PID_SUFFIX = ".pid"
+# How many rounds of "kill what is left, reap it" before giving up on a job that forks as fast
+# as it is killed (the agent's /proc search then takes over).
+_STRAGGLER_ROUNDS = 1000
 
 
 def encode_launch(env: dict[str, str], run_as: tuple[int, int, list[int]] | None) -> bytes:
@@ -64,11 +73,12 @@ def read_launch(data: bytes) -> tuple[dict[str, str], tuple[int, int, list[int]]
     return env, (int(uid), int(gid), [int(g) for g in groups.split(",") if g])
 
 
-def _write_status(path: str, code: int) -> None:
+def _write_status(path: str, code: int, clean: bool = False) -> None:
+    """Record ``code`` (and, ``clean``, that nothing of the job outlived it) atomically."""
     tmp = f"{path}.tmp.{os.getpid()}"
     try:
         with open(tmp, "w") as fh:
-            fh.write(f"{code}\n")
+            fh.write(f"{code}\n{CLEAN_MARK}\n" if clean else f"{code}\n")
         os.replace(tmp, path)
     except OSError as exc:  # the agent then reports "exit code unknown"; the job itself is unaffected
         print(f"# frenzy shim: cannot write the exit status to {path}: {exc}", file=sys.stderr, flush=True)
@@ -99,6 +109,11 @@ def _start(command: list[str], env: dict[str, str], identity: tuple[int, int, li
             os.dup2(null, 0)
             if null != 0:
                 os.close(null)
+            # What Python ignores for itself, the command gets back at the default, as
+            # subprocess does (restore_signals): a pipe reader that closes must stop a writer.
+            for name in ("SIGPIPE", "SIGXFZ", "SIGXFSZ"):
+                if hasattr(signal, name):
+                    signal.signal(getattr(signal, name), signal.SIG_DFL)
             if identity is not None:  # --run-as: groups, then gid, then uid
                 uid, gid, groups = identity
                 os.setgroups(groups)
@@ -120,14 +135,54 @@ def _start(command: list[str], env: dict[str, str], identity: tuple[int, int, li
     return pid
 
 
-def _wait(pid: int) -> int:
-    """The child's exit as subprocess reports it: the code, or -N when killed by signal N."""
+def _wait(pid: int, reaper: bool) -> int:
+    """The child's exit as subprocess reports it: the code, or -N when killed by signal N.
+    ``reaper``: orphans of the job are ours too; reap them as they end, so none lingers as a zombie."""
     while True:
         try:
-            _, status = os.waitpid(pid, 0)
+            got, status = os.waitpid(-1 if reaper else pid, 0)
         except InterruptedError:  # (PEP 475 retries; kept for clarity on older kernels' EINTR)
             continue
-        return os.waitstatus_to_exitcode(status)
+        if got == pid:
+            return os.waitstatus_to_exitcode(status)
+
+
+def _children() -> list[int] | None:
+    """This process's children (Linux /proc/self/task/*/children); None where the kernel does not say."""
+    kids: list[int] = []
+    try:
+        for task in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{task}/children") as fh:
+                kids.extend(int(p) for p in fh.read().split())
+    except (OSError, ValueError):
+        return None
+    return kids
+
+
+def end_stragglers() -> bool:
+    """Kill and reap whatever of the job outlived its command; True when nothing is left.
+
+    Only meaningful in a child subreaper (the spawner makes its shims so): every process the job
+    left behind, in any session, has been re-parented to us, so "no children" means "nothing of
+    the job runs". Each round kills the current children; their own children come to us next.
+    """
+    for _ in range(_STRAGGLER_ROUNDS):
+        kids = _children()  # (zombies included: they are children until reaped)
+        if kids is None:
+            return False
+        if not kids:
+            return True
+        for kid in kids:
+            try:
+                os.kill(kid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for kid in kids:  # only these: a grandchild re-parented meanwhile is killed next round
+            try:
+                os.waitpid(kid, 0)
+            except ChildProcessError:
+                pass
+    return False
 
 
 def main(argv: list[str]) -> int:
@@ -141,7 +196,14 @@ def main(argv: list[str]) -> int:
         print(f"# frenzy shim: bad launch on stdin: {exc}", file=sys.stderr, flush=True)
         _write_status(exit_file, 127)
         return 127
+    return supervise(exit_file, command, env, identity)
 
+
+def supervise(exit_file: str, command: list[str], env: dict[str, str],
+              identity: tuple[int, int, list[int]] | None, reaper: bool = False) -> int:
+    """The shim's work once it leads the job's session with its output in place: take cancels,
+    start ``command``, wait for it, record how it ended. -> its exit code (a signal: dies of it).
+    ``reaper``: this process is a child subreaper (``spawner``); stragglers are ended here."""
     # Group signals (cancel) reach the command directly; the shim must outlive
     # it to record the status. Handlers (unlike SIG_IGN) are reset by exec, so
     # the command still gets the default dispositions. The agent starts us with
@@ -172,8 +234,8 @@ def main(argv: list[str]) -> int:
             os.kill(child, stopped[0])
         except ProcessLookupError:
             pass
-    code = _wait(child)  # PEP 475: retried across the noted signals
-    _write_status(exit_file, code)
+    code = _wait(child, reaper)  # PEP 475: retried across the noted signals
+    _write_status(exit_file, code, clean=reaper and end_stragglers())
     if code < 0:
         # Die the same way, so the agent watching us sees "killed by signal N".
         signal.signal(-code, signal.SIG_DFL)

@@ -94,8 +94,9 @@ def test_scripts_reject_malformed_calls_and_heartbeat_never_creates_a_node(
 
 # ---------------------------------------------------------------- launch and exit
 
-def test_launch_reports_running_then_exited_and_logs_output(cluster: Cluster) -> None:
-    cluster.start()
+@pytest.mark.parametrize("use_spawner", [True, False], ids=["spawner", "exec"])
+def test_launch_reports_running_then_exited_and_logs_output(cluster: Cluster, use_spawner: bool) -> None:
+    cluster.start(use_spawner=use_spawner)
     cmd = [sys.executable, "-c",
            "import os;print(os.environ['CUDA_VISIBLE_DEVICES'], os.environ['FRENZY_TP'], '{tp}/{job_id}')"]
     cluster.launch("job-ok", cmd, indices=[0, 1])
@@ -287,3 +288,18 @@ def test_cli_runs_registers_and_stops_on_sigterm(redis_url: str, redis_client: r
             proc.wait()
     assert proc.returncode == 0, output
     assert "registered node cli-n" in output and "stopped" in output
+
+
+@pytest.mark.parametrize("use_spawner", [True, False], ids=["spawner", "exec"])
+def test_a_job_that_leaves_a_detached_child_exits_once_and_leaves_nothing(cluster: Cluster, use_spawner: bool) -> None:
+    # Either way of starting the shim ends the stragglers: the spawner's shim by itself (a child
+    # subreaper), the exec'd one's by the agent's search of /proc.
+    running = cluster.start(use_spawner=use_spawner)
+    code = ("import subprocess, sys; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'],"
+            " start_new_session=True); print('left one behind', flush=True)")
+    cluster.launch("job-left", [sys.executable, "-c", code])
+    exited = cluster.wait_event("job-left", EventKind.EXITED)
+    assert exited.exit_code == 0
+    assert cluster.events("job-left")[-1] == exited
+    launch_id = running.agent.launch_id("job-left", 1)
+    wait_for(lambda: not launcher.find_processes(launch_id), what="the detached child gone")

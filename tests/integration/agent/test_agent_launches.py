@@ -13,6 +13,7 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 from integration.agent.agent_cluster import NODE, Cluster, wait_for
 from unit.agent.agent_fake_nvml import Device, FakeNvml, NvLink, Proc
 
@@ -62,7 +63,8 @@ def test_a_restarted_agent_resumes_shipping_without_duplicates(cluster: Cluster,
 
 # ---------------------------------------------------------------- no doubled launch
 
-def test_a_process_started_just_before_a_crash_is_adopted_not_started_again(cluster: Cluster) -> None:
+@pytest.mark.parametrize("spawned", [True, False], ids=["spawner", "exec"])
+def test_a_process_started_just_before_a_crash_is_adopted_not_started_again(cluster: Cluster, spawned: bool) -> None:
     c, k = cluster.client, cluster.keys
     stream = k.launch_stream(NODE)
     c.xgroup_create(stream, AGENT_GROUP, id="0", mkstream=True)
@@ -70,12 +72,16 @@ def test_a_process_started_just_before_a_crash_is_adopted_not_started_again(clus
     # A previous agent run read the launch, started the process, and died before writing its ledger
     # or acknowledging: the entry is pending and only /proc knows the process.
     assert c.xreadgroup(AGENT_GROUP, NODE, {stream: ">"}, count=10)
-    started = launcher.start(msg, NODE, cluster.log_dir.resolve(), launch_id=f"{k.prefix}/{NODE}/job-w/1")
+    started = launcher.start(msg, NODE, cluster.log_dir.resolve(), launch_id=f"{k.prefix}/{NODE}/job-w/1",
+                             spawner=None if spawned else False)
     try:
         running = cluster.start()
         event = cluster.wait_event("job-w", EventKind.RUNNING)
         assert event.pid == started.proc.pid and event.fence == 1
-        assert launcher.find_processes(f"{k.prefix}/{NODE}/job-w/1", shim_only=True) == [started.proc.pid]
+        if spawned:  # the spawner's shim is found by the pid file written before anyone heard of it
+            assert launcher.spawned_pid(started.log_path) == started.proc.pid
+        else:  # an exec'd shim by its marker in /proc
+            assert launcher.find_processes(f"{k.prefix}/{NODE}/job-w/1", shim_only=True) == [started.proc.pid]
         assert cluster.pending() == 0
         assert [j.pid for j in running.agent.running_jobs()] == [started.proc.pid]
         # The command has started (its shim's signal handlers are in place): a cancel that
@@ -108,7 +114,8 @@ def test_cancel_reaches_processes_that_left_the_group(cluster: Cluster) -> None:
     cluster.start()
     cluster.launch("job-d", [sys.executable, "-c", DETACHED.format(sleep=60)])
     launch_id = f"{cluster.keys.prefix}/{NODE}/job-d/1"
-    wait_for(lambda: len(launcher.find_processes(launch_id)) == 3, what="job with a detached child")
+    # (the command and its detached child carry the launch id; the spawner's shim does not)
+    wait_for(lambda: len(launcher.find_processes(launch_id)) >= 2, what="job with a detached child")
     cluster.send(CancelMessage(job_id="job-d", attempt=1))
     assert cluster.wait_event("job-d", EventKind.EXITED).cancelled
     wait_for(lambda: not launcher.find_processes(launch_id), what="every process of the job gone")

@@ -279,8 +279,9 @@ def test_processes_are_found_by_launch_id_even_outside_the_group(tmp_path: Path)
     # The command starts a grandchild in a session of its own, like torchrun's workers.
     code = ("import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)'],"
             " start_new_session=True); print('up', flush=True); time.sleep(30)")
+    # (an exec'd shim, which carries the launch id in its environment as the command does)
     started = launcher.start(make_launch(command=[sys.executable, "-c", code]), "n1", tmp_path,
-                             launch_id=f"t/{os.getpid()}/job-7/2")
+                             launch_id=f"t/{os.getpid()}/job-7/2", spawner=False)
     try:
         deadline = time.monotonic() + 10
         while len(launcher.find_processes(f"t/{os.getpid()}/job-7/2")) < 3 and time.monotonic() < deadline:
