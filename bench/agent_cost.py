@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from stack_run import fetch_jobs, machine, running_stack, say_stderr, submit_all, wait_ended  # noqa: E402
+from stack_run import fetch_jobs, live_children, machine, running_stack, say_stderr, submit_all, wait_ended  # noqa: E402
 
 from frenzy.v1 import types_pb2  # noqa: E402
 from has.cluster_spec import parse_cluster  # noqa: E402
@@ -45,16 +45,6 @@ def _cpu_split(pid: int) -> tuple[float, float]:
     return (int(fields[11]) + int(fields[12])) / tck, (int(fields[13]) + int(fields[14])) / tck
 
 
-def _live_children(pid: int) -> list[int]:
-    kids: list[int] = []
-    try:
-        for task in os.listdir(f"/proc/{pid}/task"):
-            kids += [int(p) for p in Path(f"/proc/{pid}/task/{task}/children").read_text().split()]
-    except (OSError, ValueError):
-        pass
-    return kids
-
-
 def agents_cpu(stack) -> tuple[float, float]:  # type: ignore[no-untyped-def]
     """(the agents' own CPU, their children's): reaped children, and the live ones (the spawner,
     which reaps the shims and so holds their CPU and their commands')."""
@@ -63,7 +53,7 @@ def agents_cpu(stack) -> tuple[float, float]:  # type: ignore[no-untyped-def]
         if svc.name.startswith("agent-"):
             o, k = _cpu_split(svc.proc.pid)
             own, kids = own + o, kids + k
-            for child in _live_children(svc.proc.pid):
+            for child in live_children(svc.proc.pid):
                 co, ck = _cpu_split(child)
                 kids += co + ck
     return own, kids

@@ -122,12 +122,28 @@ def cpu_seconds(pid: int) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+def live_children(pid: int) -> list[int]:
+    """The live child processes of ``pid`` (Linux /proc/PID/task/*/children)."""
+    kids: list[int] = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            kids += [int(p) for p in Path(f"/proc/{pid}/task/{task}/children").read_text().split()]
+    except (OSError, ValueError):
+        pass
+    return kids
+
+
 def service_cpu(stack: LocalStack) -> dict[str, float]:
-    """CPU seconds so far per service process (the agents summed) and Redis."""
+    """CPU seconds so far per service process (the agents summed) and Redis. An agent's count
+    includes its live children's: its spawner, which reaps the jobs' shims and so holds their
+    CPU and their commands' (an exec'd shim's the agent reaps itself)."""
     out: dict[str, float] = {}
     for svc in stack.services:
         name = "agents" if svc.name.startswith("agent-") else svc.name
-        out[name] = out.get(name, 0.0) + cpu_seconds(svc.proc.pid)
+        cpu = cpu_seconds(svc.proc.pid)
+        if name == "agents":
+            cpu += sum(cpu_seconds(child) for child in live_children(svc.proc.pid))
+        out[name] = out.get(name, 0.0) + cpu
     if stack.redis is not None and stack.redis.proc is not None:
         out["redis"] = cpu_seconds(stack.redis.proc.pid)
     return out

@@ -574,7 +574,9 @@ class Agent:
                          peak_bytes_per_gpu=msg.layout.peak_bytes_per_gpu)
         with self._lock:
             self._jobs[job.key] = job
-        self._ledger.put(job.ledger_entry())
+        # Recorded in the ledger by _announce, once RUNNING is out: until the launch entry is
+        # acknowledged (after that), a crash redelivers it and _find_orphan finds this process
+        # by its pid file or marker, so a write here (one of three per job) bought nothing.
         log.info("job %s attempt %d started: pid %d, GPUs %s, log %s", msg.job_id, msg.attempt, job.pid,
                  msg.gpu_indices, job.log_path, extra=self._context(msg.job_id, msg.attempt))
         self.metrics.launch("started")
