@@ -9,8 +9,10 @@ quantity MARP's ``peak_allocated`` predicts (``torch.cuda.max_memory_allocated``
 Modules: ``config`` (what one measured step is; torch-free), ``tracker`` (live storage bytes, a
 TorchDispatchMode), ``precision`` (policies and CUDA autocast emulation), ``models`` (GPT-2, LLaMA and BERT styles), ``step`` (the measured
 iteration), ``compare`` (MARP's prediction for the same configuration; torch-free) and
-``oracle`` (the configurations the tests check). torch is an optional dependency (the ``train``
-extra); importing this package does not import it.
+``oracle`` (the configurations the tests check). ``parallel`` is the multi-GPU oracle: each rank
+of a dp x tp x cp layout (FSDP2, DTensor TP, ring-attention CP, peft LoRA) on PyTorch's fake
+process group. torch is an optional dependency (the ``train`` extra); importing this package does
+not import it.
 """
 
 from __future__ import annotations

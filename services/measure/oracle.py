@@ -115,7 +115,44 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+# The multi-GPU oracle's layouts (docs/marp.md, "multi-GPU oracle"; ``python -m frenzy.measure.oracle
+# --parallel``, about a minute): the small LLaMA at seq 256 x micro-batch 2 per rank.
+PARALLEL_CASES: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("pure-bf16", {}), ("pure-bf16", {"dp": 2}), ("pure-bf16", {"tp": 2}), ("pure-bf16", {"dp": 2, "tp": 2}),
+    ("pure-bf16", {"cp": 2}), ("fsdp-bf16", {"dp": 2}), ("fsdp-bf16", {"dp": 2, "cp": 2}),
+    ("fsdp-bf16", {"dp": 2, "tp": 2}), ("fsdp-bf16", {"dp": 2, "tp": 2, "cp": 2}),
+    ("pure-bf16", {"finetune": "lora"}), ("pure-bf16", {"dp": 2, "finetune": "lora"}),
+    ("fsdp-bf16", {"dp": 2, "finetune": "lora"}),
+)  # fmt: skip
+
+
+def parallel_table() -> str:
+    """Measure PARALLEL_CASES (needs torch and peft) and render them as docs/marp.md's table."""
+    from frenzy.measure.config import ParallelConfig
+    from frenzy.measure.parallel import measure_layout
+
+    mib = 2**20
+    spec = llama()
+    lines = ["| layout | precision | rank (dp,cp,tp) | measured MiB | MARP MiB | error | measured phase |",
+             "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for precision, knobs in PARALLEL_CASES:
+        config, par = MeasureConfig(256, 2, precision), ParallelConfig(**knobs)
+        out = compare.report_parallel(measure_layout(spec, config, par), compare.predict_parallel(spec, config, par))
+        name = f"dp{par.dp} x tp{par.tp} x cp{par.cp}" + (" LoRA r16 q,k,v,o" if par.finetune == "lora" else "")
+        for r in out["ranks"]:
+            c = r["coords"]
+            lines.append(f"| {name} | {precision} | {r['rank']} ({c['dp']},{c['cp']},{c['tp']}) | "
+                         f"{r['peak_bytes'] / mib:.2f} | {r['marp_peak_bytes'] / mib:.2f} | {r['error_pct']:+.2f} % | "
+                         f"{r['phase']} |")  # fmt: skip
+    return "\n".join(lines)
+
+
 def main() -> None:
+    import sys
+
+    if "--parallel" in sys.argv[1:]:
+        print(parallel_table())
+        return
     rows = [run_case(c) for c in CASES]
     print(markdown_table(rows))
     worst = max(rows, key=lambda r: abs(r["error_pct"]))

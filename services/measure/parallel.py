@@ -26,6 +26,7 @@ tensors as the CPU flash kernel: output and fp32 log-sum-exp, plus two tiny RNG 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import subprocess
@@ -270,7 +271,7 @@ def _run(spec: ModelSpec, config: MeasureConfig, par: ParallelConfig, rank: int,
             phase("forward+loss")
             logits = model(ids)
             logits.register_hook(lambda grad: phase("backward"))
-            with loss_parallel() if tp_mesh is not None else _nothing():
+            with loss_parallel() if tp_mesh is not None else contextlib.nullcontext():
                 loss = compute_loss(logits, labels)
                 del logits
                 loss.backward()
@@ -297,7 +298,7 @@ def _run(spec: ModelSpec, config: MeasureConfig, par: ParallelConfig, rank: int,
             iteration(tracker.set_phase)
         fake.counter = None
     local = sum(_local(p).numel() for p in params)
-    n_trainable = sum(_global_numel(p) for p in trainable)
+    n_trainable = sum(p.numel() for p in trainable)  # a DTensor's numel is the global one
     return RankMeasurement(
         rank=rank, coords=par.rank_coords(rank), peak_bytes=tracker.peak, breakdown=dict(tracker.peak_breakdown),
         phase=tracker.peak_phase, phase_peaks=dict(tracker.phase_peaks), local_params=local,
@@ -305,17 +306,8 @@ def _run(spec: ModelSpec, config: MeasureConfig, par: ParallelConfig, rank: int,
     )  # fmt: skip
 
 
-@contextmanager
-def _nothing() -> Iterator[None]:
-    yield
-
-
 def _local(p: torch.Tensor) -> torch.Tensor:
     return p.to_local() if isinstance(p, DTensor) else p
-
-
-def _global_numel(p: torch.Tensor) -> int:
-    return p.numel()  # a DTensor's numel is the global one
 
 
 def distinct_ranks(par: ParallelConfig) -> list[int]:

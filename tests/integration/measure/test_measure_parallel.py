@@ -42,12 +42,19 @@ def test_one_rank_is_the_single_gpu_oracle() -> None:
     assert rank.phase == single.phase
 
 
+@pytest.mark.timeout(600)  # four subprocesses, each importing torch
 def test_dp2_tp2_every_rank_measured_and_symmetric() -> None:
-    par = ParallelConfig(dp=2, tp=2)
-    out = measure_layout(SPEC, STEP, par, ranks=list(range(4)))
+    small = oracle.llama(2, 128, 4, 2, 344, vocab=1024)
+    out = measure_layout(small, MeasureConfig(128, 1, "pure-bf16"), ParallelConfig(dp=2, tp=2), ranks=list(range(4)))
     peaks = {r.rank: r.peak_bytes for r in out.ranks}
     assert sorted(peaks) == [0, 1, 2, 3]
     assert len(set(peaks.values())) == 1, peaks  # dp and tp ranks are symmetric, as distinct_ranks assumes
+
+
+def test_dp2_tp2_per_rank_peak_beside_marp() -> None:
+    par = ParallelConfig(dp=2, tp=2)
+    out = measure_layout(SPEC, STEP, par)
+    assert [r.rank for r in out.ranks] == [0] and out.symmetric_to == {1: 0, 2: 0, 3: 0}
     r0 = out.ranks[0]
     # Parameters sharded four ways (FSDP over dp, TP over tp).
     assert r0.local_params * 4 == pytest.approx(SPEC.param_count(), rel=0.01)
@@ -57,6 +64,7 @@ def test_dp2_tp2_every_rank_measured_and_symmetric() -> None:
     assert -35.0 <= err <= 5.0, err
 
 
+@pytest.mark.timeout(300)  # cp 2: one subprocess per cp rank
 @pytest.mark.parametrize("par", [ParallelConfig(dp=2), ParallelConfig(cp=2)], ids=["dp2", "cp2"])
 def test_fsdp_layouts_within_2_percent(par: ParallelConfig) -> None:
     out = measure_layout(SPEC, MeasureConfig(256, 2, "fsdp-bf16"), par)
@@ -76,6 +84,7 @@ def test_lora_peak_below_full_finetune() -> None:
     assert abs(compare.error_pct(predicted.peak_allocated, lora.peak_bytes)) <= 5.0
 
 
+@pytest.mark.timeout(300)
 def test_frenzy_measure_cli_per_rank_json() -> None:
     spec = json.dumps({"arch": "decoder", "head": "lm", "n_layers": 2, "hidden": 128, "heads": 4, "kv_heads": 2,
                        "ffn": 344, "mlp": "swiglu", "vocab": 1024, "tied_embeddings": False, "pos_emb": "rope",
