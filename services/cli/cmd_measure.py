@@ -17,7 +17,7 @@ from rich.markup import escape
 import marp
 from frenzy.cli import render
 from frenzy.cli.output import JsonOpt, echo_json, fail
-from frenzy.measure import INSTALL_HINT, compare, torch_available
+from frenzy.measure import INSTALL_HINT, compare, peft_available, torch_available
 from frenzy.measure.config import (
     ATTENTIONS,
     FINETUNES,
@@ -118,6 +118,8 @@ def measure(
                                grad_buffer, optimizer_impl, dp, tp, cp, finetune, lora_rank, lora_targets)  # fmt: skip
     if not torch_available():
         _fail(f"frenzy measure needs PyTorch, which is not installed. To fix: {INSTALL_HINT}")
+    if finetune == "lora" and not peft_available():
+        _fail(f"frenzy measure --finetune lora needs peft, which is not installed. To fix: {INSTALL_HINT}")
     if parallel:
         _measure_parallel(spec, par, all_ranks, as_json)
         return
@@ -217,7 +219,7 @@ def _print_parallel(out: dict[str, Any]) -> None:
 
     mib = 2**20
     cfg, par = out["config"], out["parallel"]
-    title = (f"{out['model']}: dp {par['dp']} x tp {par['tp']} x cp {par['cp']} ({par['world_size']} ranks), "
+    title = (f"{out['model']}: dp {par['dp']} x tp {par['tp']} x cp {par['cp']} ({par['world_size']} rank{'s' if par['world_size'] > 1 else ''}), "
              f"seq {cfg['seq_len']} x batch {cfg['micro_batch']} per rank, {cfg['precision']}, {cfg['optimizer']}, "
              f"recompute {cfg['recompute']}, finetune {par['finetune']}")  # fmt: skip
     table = Table()

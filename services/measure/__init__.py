@@ -35,6 +35,11 @@ def torch_available() -> bool:
     return importlib.util.find_spec("torch") is not None
 
 
+def peft_available() -> bool:
+    """peft (the ``train`` extra) builds the multi-GPU oracle's LoRA adapters."""
+    return importlib.util.find_spec("peft") is not None
+
+
 def measure(spec: ModelSpec, config: MeasureConfig) -> Measurement:
     """Measure one training step of ``spec`` (see ``frenzy.measure.step.measure``)."""
     if not torch_available():
@@ -44,4 +49,4 @@ def measure(spec: ModelSpec, config: MeasureConfig) -> Measurement:
     return run(spec, config)
 
 
-__all__ = ["INSTALL_HINT", "TorchMissingError", "measure", "torch_available"]
+__all__ = ["INSTALL_HINT", "TorchMissingError", "measure", "peft_available", "torch_available"]

@@ -11,7 +11,6 @@ import json
 import pytest
 
 pytest.importorskip("torch")
-pytest.importorskip("peft")
 
 from typer.testing import CliRunner  # noqa: E402
 
@@ -75,6 +74,7 @@ def test_fsdp_layouts_within_2_percent(par: ParallelConfig) -> None:
 
 
 def test_lora_peak_below_full_finetune() -> None:
+    pytest.importorskip("peft")
     full = measure_rank(SPEC, STEP, ParallelConfig(), 0)
     lora = measure_rank(SPEC, STEP, ParallelConfig(finetune="lora", lora_rank=8), 0)
     assert lora.peak_bytes < full.peak_bytes

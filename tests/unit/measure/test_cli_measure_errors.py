@@ -59,3 +59,11 @@ def test_bad_layout_flags_exit_2_before_torch(over: dict[str, str], named: str, 
     res = RUN.invoke(app, _args(**{"model": LLAMA, **over}))
     assert res.exit_code == 2, res.output
     assert named in res.output.replace("\n", " ")
+
+
+def test_lora_without_peft_exits_2_with_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cmd_measure, "torch_available", lambda: True)
+    monkeypatch.setattr(cmd_measure, "peft_available", lambda: False)
+    res = RUN.invoke(app, _args(model=LLAMA, finetune="lora"))
+    assert res.exit_code == 2, res.output
+    assert "needs peft" in res.output and "pip install -e .[train]" in res.output
