@@ -680,6 +680,10 @@ class SchedulerLoop:
                     self.recovered.clear()
                     stop.wait(min(0.5, lease.ttl_s / 3) if lease is not None else 0.5)
                     continue
+                if not started:
+                    # The per-user queued counts (the queued-jobs quota) rebuilt from the queue:
+                    # heals counts lost or written before they existed. Once per tenure.
+                    self.store.recount_queue_users()
                 if not started or time.monotonic() - self._last_reap >= self.reap_interval():
                     self._last_reap = time.monotonic()
                     self.reap(reservation_timeout_s=None if started else 0.0)

@@ -28,7 +28,6 @@ afresh, so a node that has just joined is never missed.
 
 from __future__ import annotations
 
-import collections
 import functools
 import json
 import logging
@@ -139,49 +138,6 @@ def parse_port_range(text: str) -> tuple[int, int]:
     return lo, hi
 
 
-class Admitted:
-    """The submissions this process admitted lately (when, whose, which job), and those being
-    written now: what a queue read made before them has not counted yet. A write is counted as in
-    flight from the quota check until it returns, then by when it returned unless the read saw its
-    job (by id: a job the read saw is not counted twice), so the admission lock need not be held
-    across the write."""
-
-    def __init__(self, keep_s: float = 2 * QUEUE_VIEW_MAX_AGE_S) -> None:
-        self.keep_s = keep_s
-        self._lock = threading.Lock()
-        self._recent: collections.deque[tuple[float, str, str]] = collections.deque()
-        self._inflight: dict[str, int] = {}
-
-    def begin(self, user: str) -> None:
-        with self._lock:
-            self._inflight[user] = self._inflight.get(user, 0) + 1
-
-    def end(self, user: str, job_id: str | None) -> None:
-        """The write of ``user``'s submission returned: ``job_id`` the job it queued, None when it
-        queued none (refused, a duplicate, an error)."""
-        now = time.monotonic()
-        with self._lock:
-            left = self._inflight.get(user, 0) - 1
-            if left > 0:
-                self._inflight[user] = left
-            else:
-                self._inflight.pop(user, None)
-            if job_id is not None:
-                self._recent.append((now, user, job_id))
-            while self._recent and self._recent[0][0] < now - self.keep_s:
-                self._recent.popleft()
-
-    def inflight(self, user: str) -> int:
-        with self._lock:
-            return self._inflight.get(user, 0)
-
-    def since(self, user: str, t: float, seen: frozenset[str] = frozenset()) -> int:
-        """``user``'s jobs whose write returned at or after ``t`` and that a queue read made then did
-        not see (``seen``: the ids it saw, counted there already)."""
-        with self._lock:
-            return sum(1 for at, who, job_id in self._recent if at >= t and who == user and job_id not in seen)
-
-
 class PlansJson:
     """Plans rendered as the job hash stores them, kept by their content: a sweep of jobs with the
     same prediction renders its 50-odd plans once, not per submission (``MessageToDict`` of every
@@ -209,7 +165,6 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         # queued-jobs check; other users' submissions go on in parallel.
         self._admission: dict[str, threading.Lock] = {}
         self._admission_lock = threading.Lock()
-        self._admitted = Admitted()
         self.loop = loop or SchedulerLoop(client, keys)
         self.predictor = predictor
         seen = getattr(self.loop, "seen", None)
@@ -290,24 +245,6 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         with self._admission_lock:
             return self._admission.setdefault(user, threading.Lock())
 
-    def _queued_jobs(self, user: str) -> int:
-        """How many PENDING jobs ``user`` has, counting those this process is writing now.
-
-        On the leader: what its loop's last queue read counted (at most a tick old) plus what
-        this process admitted since — no Redis read, so a submission costs the same with 10 or
-        100,000 jobs waiting. Elsewhere (a standby, a loop that has not read yet): one pipelined
-        read over the queue."""
-        view = self.loop.store.queued_view
-        inflight = self._admitted.inflight(user)
-        if self.loop.leading.is_set() and view is not None and time.monotonic() - view[0] < QUEUE_VIEW_MAX_AGE_S:
-            read_at, by_user, seen = view
-            return by_user.get(user, 0) + self._admitted.since(user, read_at, seen) + inflight
-        ids = self.store.r.zrange(self.store.k.queue(), 0, -1)
-        pipe = self.store.r.pipeline(transaction=False)
-        for job_id in ids:
-            pipe.hget(self.store.k.job(job_id), "user")
-        return sum(1 for owner in pipe.execute() if (owner or "") == user) + inflight
-
     def _gpus_held(self, user: str) -> int:
         """How many GPUs jobs of ``user`` hold now (reserved, launching or running)."""
         owners: dict[str, int] = {}
@@ -328,15 +265,12 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         return [p for p in plans if p.num_gpus <= self.quotas.max_gpus]
 
     def _over_quota(self, user: str, plans: list[types_pb2.Plan]) -> str | None:
-        """Why ``user`` may not queue one more job with these plans now, or None.
+        """Why ``user`` may not queue one more job with these plans now, for the GPU quota, or None.
 
         GPUs are checked at submission: refused while the user holds the quota or more. Jobs
         admitted under it may still, once placed together, hold more (the placement loop does
-        not count per user); the queued-jobs cap bounds how far."""
-        queued = self._queued_jobs(user)
-        if queued >= self.quotas.max_queued:
-            return (f"quota: user {user!r} has {queued} queued jobs; the limit is {self.quotas.max_queued} per user "
-                    "(scheduler option --max-queued-per-user). To fix: wait for some to start, or cancel some")
+        not count per user); the queued-jobs cap bounds how far. That cap is checked by the
+        write itself (``submit_job.lua``), exactly, however many processes admit at once."""
         if self.quotas.max_gpus:
             smallest = min(p.num_gpus for p in plans)
             if not self._within_quota(plans):
@@ -348,6 +282,10 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
                 return (f"quota: user {user!r} holds {held} GPUs; the limit is {self.quotas.max_gpus} GPUs per "
                         "user (scheduler option --max-gpus-per-user). To fix: wait for a job to end")
         return None
+
+    def _queued_refusal(self, user: str, queued: int) -> str:
+        return (f"quota: user {user!r} has {queued} queued jobs; the limit is {self.quotas.max_queued} per user "
+                "(scheduler option --max-queued-per-user). To fix: wait for some to start, or cancel some")
 
     # ---- RPCs ----------------------------------------------------------------------------------
 
@@ -395,17 +333,14 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         prepared = self.store.prepare_submission(spec, plans, pred.model_name, pred.parameter_count,
                                                  max_attempts=self.loop.max_attempts, user=user,
                                                  plans_json=self.plans_json.render(plans))
-        with self._admission_for(user):
-            over = self._over_quota(user, list(pred.plans))
+        if self.quotas.max_gpus:
+            with self._admission_for(user):
+                over = self._over_quota(user, list(pred.plans))
             if over is not None:
                 context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, over)
-            self._admitted.begin(user)  # counted from here: the write need not hold the lock
-        queued: str | None = None
-        try:
-            made = self.store.submit_prepared(prepared)
-            queued = None if made.duplicate else made.job_id
-        finally:
-            self._admitted.end(user, queued)
+        made = self.store.submit_prepared(prepared, max_queued=self.quotas.max_queued)
+        if made.over_quota is not None:
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, self._queued_refusal(user, made.over_quota))
         self.loop.nudge()
         job = made.record or self.store.get(made.job_id)
         assert job is not None

@@ -102,6 +102,11 @@ class Keys:
     def queue(self) -> str:
         return f"{self.prefix}:queue"
 
+    def queue_users(self) -> str:
+        """user -> how many of their jobs are in the queue. The Lua scripts derive this name from
+        the queue's key (lib/queue_users.lua): keep the two in step."""
+        return f"{self.queue()}:users"
+
     def leader(self) -> str:
         return f"{self.prefix}:scheduler:leader"
 

@@ -241,6 +241,8 @@ class Submitted:
     job_id: str
     duplicate: bool
     record: JobRecord | None
+    # Refused by the queued-jobs quota: how many the user has queued (nothing was written).
+    over_quota: int | None = None
 
 
 @dataclass(frozen=True)
@@ -272,6 +274,7 @@ class StateStore:
         self.r = client
         self.k = keys
         self._submit = scripts.register(client, "submit_job")
+        self._recount_queue_users = scripts.register(client, "recount_queue_users")
         self._reserve = scripts.register(client, "reserve_gpus")
         self._dispatch = scripts.register(client, "dispatch_job")
         self._transition = scripts.register(client, "transition_job")
@@ -359,12 +362,13 @@ class StateStore:
         return Submission(job_id=job_id, at=now, spec=spec, plans=list(plans), fields=fields,
                           history=history_entry(JobState.PENDING, "submitted", now), user=user)
 
-    def submit_prepared(self, sub: Submission) -> Submitted:
+    def submit_prepared(self, sub: Submission, max_queued: int = 0) -> Submitted:
         """Write a prepared submission (``submit_job.lua``, one round trip). -> the new job's record
-        as written (no read back), or the earlier job's id when the idempotency key names one."""
+        as written (no read back), or the earlier job's id when the idempotency key names one, or
+        (``max_queued`` > 0) ``over_quota`` when its user has that many jobs queued already."""
         idem = sub.spec.idempotency_key
         idem_key = self.idempotency_key(idem, sub.user) if idem else self.k.idempotency("-unused-")
-        argv: list[Any] = [sub.job_id, repr(sub.at), sub.history, "1" if idem else "0"]
+        argv: list[Any] = [sub.job_id, repr(sub.at), sub.history, "1" if idem else "0", str(max(0, max_queued))]
         for kv in sub.fields.items():
             argv.extend(kv)
         res = self._submit(
@@ -372,6 +376,8 @@ class StateStore:
                   self.k.seq()],
             args=argv,
         )
+        if int(res[1]) == 2:
+            return Submitted("", False, None, over_quota=int(res[2]))
         job_id, duplicate = str(res[0]), bool(int(res[1]))
         if duplicate:
             return Submitted(job_id, True, None)
@@ -382,6 +388,15 @@ class StateStore:
             exit_codes={}, log_paths={}, history=[json.loads(sub.history)], user=sub.user,
             max_attempts=int(sub.fields.get("max_attempts", 0)))
         return Submitted(job_id, False, record)
+
+    def queued_of(self, user: str) -> int:
+        """How many of ``user``'s jobs wait in the queue (one HGET; lib/queue_users keeps it exact)."""
+        return int(self.r.hget(self.k.queue_users(), user) or 0)
+
+    def recount_queue_users(self) -> int:
+        """Rebuild the per-user queued counts from the queue (``recount_queue_users.lua``). -> jobs queued."""
+        return int(self._recount_queue_users(keys=[self.k.queue(), self.k.queue_users()],
+                                             args=[self.k.job("")]))
 
     def get(self, job_id: str) -> JobRecord | None:
         pipe = self.r.pipeline(transaction=True)

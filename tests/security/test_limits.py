@@ -156,10 +156,10 @@ def test_queued_jobs_per_user_are_capped(redis_url: str, prefix: str) -> None:
 
 
 def test_a_burst_of_submissions_cannot_overrun_the_queued_quota(redis_url: str, prefix: str) -> None:
-    """The leader counts queued jobs from its loop's last queue read plus what it admitted since
-    (no scan of the queue per submission): 12 submissions at once with a quota of 5 admit 5."""
+    """The count of a user's queued jobs is checked and raised in the write's own atomic step
+    (submit_job.lua; no scan of the queue per submission): 12 submissions at once with a quota of
+    5 admit 5."""
     with scheduler(redis_url, prefix, UserQuotas(max_queued=5)) as sched:
-        wait_for(lambda: sched.loop.store.queued_view is not None, 5, "the loop's first queue read")
         alice = stub(sched, "alice")
         outcomes: list[str] = []
 
@@ -179,6 +179,64 @@ def test_a_burst_of_submissions_cannot_overrun_the_queued_quota(redis_url: str, 
         time.sleep(0.3)  # several ticks later the loop's own count says the same
         why = refused(lambda: submit(alice, "late"))
         assert "5 queued jobs" in why
+
+
+def test_two_schedulers_admitting_at_once_share_the_quota_exactly(redis_url: str, prefix: str) -> None:
+    """Two scheduler processes on one Redis (a leader and a standby serving the API, or API
+    replicas) admit against the same count: a burst split between them still queues 4 of 4."""
+    with scheduler(redis_url, prefix, UserQuotas(max_queued=4)) as one, \
+            scheduler(redis_url, prefix, UserQuotas(max_queued=4)) as two:
+        token, _ = one.tokens.create("alice", Role.SUBMIT)
+        stubs = [scheduler_pb2_grpc.SchedulerStub(with_token(grpc.insecure_channel(f"127.0.0.1:{s.port}"), token))
+                 for s in (one, two)]
+        outcomes: list[str] = []
+
+        def go(i: int) -> None:
+            try:
+                submit(stubs[i % 2], f"a{i}")
+                outcomes.append("ok")
+            except grpc.RpcError as exc:
+                outcomes.append(exc.code().name)
+
+        threads = [threading.Thread(target=go, args=(i,)) for i in range(10)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=30)
+        assert outcomes.count("ok") == 4 and outcomes.count("RESOURCE_EXHAUSTED") == 6, outcomes
+        assert one.loop.store.queued_of("alice") == 4
+
+
+def test_the_queued_count_follows_the_queue_and_is_rebuilt_when_tampered(redis_url: str, prefix: str,
+                                                                         redis_client: redis.Redis,
+                                                                         keys: Keys) -> None:
+    with scheduler(redis_url, prefix, UserQuotas(max_queued=2)) as sched:
+        alice = stub(sched, "alice")
+        a0, _a1 = submit(alice, "a0"), submit(alice, "a1")
+        assert sched.loop.store.queued_of("alice") == 2
+        alice.CancelJob(scheduler_pb2.CancelJobRequest(job_id=a0.id), timeout=10)  # leaves the queue
+        assert sched.loop.store.queued_of("alice") == 1
+        submit(alice, "a2")  # room again
+        refused(lambda: submit(alice, "a3"))
+        # A count lost or edited by hand (or written before counts existed) is rebuilt from the
+        # queue by a leader taking over; here, by hand.
+        redis_client.hset(keys.queue_users(), "alice", 0)
+        redis_client.hset(keys.queue_users(), "mallory", 7)
+        assert sched.loop.store.recount_queue_users() == 2
+        assert redis_client.hgetall(keys.queue_users()) == {"alice": "2"}
+        refused(lambda: submit(alice, "a4"))
+
+
+def test_a_placed_job_no_longer_counts_as_queued(redis_url: str, prefix: str, redis_client: redis.Redis,
+                                                keys: Keys) -> None:
+    add_node(redis_client, keys, "n0", "A100-80GB", 8)
+    with scheduler(redis_url, prefix, UserQuotas(max_queued=1)) as sched:
+        alice = stub(sched, "alice")
+        first = submit(alice, "a0")
+        wait_for(lambda: alice.GetJob(scheduler_pb2.GetJobRequest(job_id=first.id), timeout=5).placement,
+                 timeout=10, what="the first job placed")
+        assert sched.loop.store.queued_of("alice") == 0
+        submit(alice, "a1")  # the quota is on waiting jobs, and none waits now
 
 
 def test_gpus_held_per_user_are_capped(redis_url: str, prefix: str, redis_client: redis.Redis, keys: Keys) -> None:

@@ -30,6 +30,7 @@
 
 --#include job_states
 --#include release_gpus
+--#include queue_users
 
 local h = redis.call("HMGET", KEYS[1], "state", "attempt", "prev_attempt", "prev_fence", "prev_nodes", "fence",
   "master_port")
@@ -83,7 +84,7 @@ if h[6] then
   end
   release_port(KEYS[4], h[7], ARGV[1])
 end
-redis.call("ZREM", KEYS[3], ARGV[1])
+queue_remove(KEYS[3], KEYS[1], ARGV[1])
 local reason = "attempt " .. ARGV[2] .. " succeeded late: every node of it (" .. h[5] .. ") exited with 0 after"
   .. " it had been requeued; attempt " .. h[2] .. " stopped"
 redis.call("HSET", KEYS[1], "state", JOB_STATE.succeeded, "updated_at", ARGV[5], "finished_at", ARGV[5],

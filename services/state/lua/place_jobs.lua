@@ -39,6 +39,7 @@
 -- Returns a flat list, two entries per job: 1, "" (placed) or 0, reason.
 
 --#include job_states
+--#include queue_users
 
 local now = ARGV[1]
 local maxlen = ARGV[2]
@@ -126,7 +127,7 @@ for _ = 1, jobs do
     if est_end ~= "" then
       redis.call("HSET", job_key, "est_end", est_end)
     end
-    redis.call("ZREM", KEYS[1], job_id)
+    queue_remove(KEYS[1], job_key, job_id)
     redis.call("RPUSH", history, ARGV[a + 12], ARGV[a + 13])
     for i, stream in ipairs(streams) do
       redis.call("XADD", stream, "MAXLEN", "~", maxlen, "*", "data", ARGV[a + 13 + i])

@@ -44,6 +44,7 @@
 --#include job_states
 --#include release_gpus
 --#include attempt_record
+--#include queue_users
 
 local h = redis.call("HMGET", KEYS[1], "state", "attempt", "fence", "master_port", "seq")
 local state = h[1]
@@ -134,7 +135,7 @@ redis.call("HSET", KEYS[1], "state", JOB_STATE.pending, "attempt", attempt + 1, 
 if ARGV[11] ~= "" then
   redis.call("HSET", KEYS[1], "plans", ARGV[11])
 end
-redis.call("ZADD", KEYS[3], h[5], ARGV[1])
+queue_add(KEYS[3], KEYS[1], h[5], ARGV[1])
 end_attempt(KEYS[1], ARGV[2], note, "requeued: " .. ARGV[8], ARGV[5], note.cause,
   string.match(ARGV[7], "[^,]+") or "")
 redis.call("RPUSH", KEYS[2], cjson.encode({state = JOB_STATE.pending, at = now,

@@ -29,6 +29,7 @@
 -- Returns {1, fence, port} or {0, reason}
 
 --#include job_states
+--#include queue_users
 
 local n = tonumber(ARGV[2])
 local need = tonumber(ARGV[3])
@@ -84,6 +85,6 @@ redis.call("HSET", KEYS[5], port, ARGV[1])
 redis.call("HSET", KEYS[1], "state", JOB_STATE.reserved, "plan", ARGV[5], "placement", ARGV[6],
   "fence", fence, "pending_reason", "", "updated_at", ARGV[4], "reserved_at", ARGV[4],
   "master_node", ARGV[11], "master_addr", ARGV[12], "master_port", port)
-redis.call("ZREM", KEYS[3], ARGV[1])
+queue_remove(KEYS[3], KEYS[1], ARGV[1])
 redis.call("RPUSH", KEYS[2], ARGV[7])
 return {1, fence, port}

@@ -19,6 +19,7 @@
 
 --#include job_states
 --#include release_gpus
+--#include queue_users
 
 local state = redis.call("HGET", KEYS[1], "state")
 if not state then
@@ -38,9 +39,9 @@ end
 redis.call("HSET", KEYS[1], unpack(fields))
 redis.call("RPUSH", KEYS[2], ARGV[5])
 if ARGV[3] == JOB_STATE.pending then
-  redis.call("ZADD", KEYS[3], redis.call("HGET", KEYS[1], "seq"), ARGV[1])
+  queue_add(KEYS[3], KEYS[1], redis.call("HGET", KEYS[1], "seq"), ARGV[1])
 else
-  redis.call("ZREM", KEYS[3], ARGV[1])
+  queue_remove(KEYS[3], KEYS[1], ARGV[1])
 end
 if ARGV[6] == "1" then
   release_gpus(5, ARGV[1])

@@ -22,6 +22,7 @@
 
 --#include job_states
 --#include release_gpus
+--#include queue_users
 
 local h = redis.call("HMGET", KEYS[1], "state", "fence", "master_port", "seq")
 if h[1] ~= JOB_STATE.reserved or tostring(h[2]) ~= ARGV[2] then
@@ -35,6 +36,6 @@ end
 release_port(KEYS[4], h[3], ARGV[1])
 redis.call("HDEL", KEYS[1], "plan", "placement", "fence", "master_node", "master_addr", "master_port", "est_end")
 redis.call("HSET", KEYS[1], "state", JOB_STATE.pending, "updated_at", ARGV[3], "pending_reason", ARGV[4])
-redis.call("ZADD", KEYS[3], h[4], ARGV[1])
+queue_add(KEYS[3], KEYS[1], h[4], ARGV[1])
 redis.call("RPUSH", KEYS[2], cjson.encode({state = JOB_STATE.pending, at = tonumber(ARGV[3]), reason = ARGV[4]}))
 return {1, JOB_STATE.pending}
