@@ -320,8 +320,8 @@ def run_phases(args: argparse.Namespace, say: callable) -> dict[str, object]:  #
     raise_service_limits(2 * args.jobs + args.backlog + blockers_n + 1, args.rate)
     rng = random.Random(args.seed)
     phases: dict[str, object] = {}
-    out: dict[str, object] = {"bench": "load", **machine()}
-    with running_stack(cluster, say, keep_logs=args.keep_logs) as bench:
+    out: dict[str, object] = {"bench": "load", **machine(), "split_scheduler": args.split_scheduler}
+    with running_stack(cluster, say, keep_logs=args.keep_logs, split_scheduler=args.split_scheduler) as bench:
         run = Run(bench, args, time.monotonic() + args.timeout_s, say)
         cpu0 = service_cpu(bench.stack)
         blockers: list[str] = []
@@ -342,7 +342,9 @@ def run_phases(args: argparse.Namespace, say: callable) -> dict[str, object]:  #
             cpu1 = service_cpu(bench.stack)
             if blockers:
                 blocker_jobs = stop_blockers(run, blockers)
-        out["scheduler_metrics"] = scheduler_metrics(bench.stack.metrics_port)
+        # (the loop's: placements, ticks and latencies are counted where the passes run)
+        out["scheduler_metrics"] = scheduler_metrics(bench.stack.metrics_ports.get("scheduler-loop")
+                                                     or bench.stack.metrics_port)
         out["redis"] = bench.admin.info("server")["redis_version"]
         startup_s = bench.startup_s
     burst, latency, backlog = (phases.get(p, {}) for p in ("burst", "latency", "backlog"))
@@ -420,6 +422,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--submitters", type=int, default=16, help="client threads calling SubmitJob")
     ap.add_argument("--timeout-s", type=float, default=900.0, help="deadline for all phases, from the stack being up")
     ap.add_argument("--keep-logs", action="store_true", help="keep the run directory (services' and jobs' logs)")
+    ap.add_argument("--split-scheduler", action="store_true",
+                    help="run the scheduler's API and its placement loop as two processes (--serve api / loop)")
     ap.add_argument("--json", action="store_true", help="one JSON line last on stdout instead of a summary")
     args = ap.parse_args(argv)
     if args.backlog_agents is None:

@@ -544,6 +544,11 @@ def scheduler_cmd(
         envvar="FRENZY_LEADER_TTL_S", min=0.5,
         help="Run several schedulers on one Redis: each serves the API, one leads (places jobs, reaps nodes). "
              "A dead leader's lease lasts this long; then a standby takes over.")] = 3.0,
+    serve: Annotated[str, typer.Option(
+        envvar="FRENZY_SCHEDULER_SERVE", metavar="all|api|loop",
+        help="What this process does: all (the API, and the loop when it leads), api (the API only, never "
+             "leads), loop (placement only; its port answers health checks). Run one 'loop' and one or more "
+             "'api' on the same Redis so submissions and placement passes never wait for each other.")] = "all",
     metrics_address: MetricsAddressOpt = "",
     tls_cert: TlsCertOpt = None,
     tls_key: TlsKeyOpt = None,
@@ -574,6 +579,8 @@ def scheduler_cmd(
                 "frenzy-nopreempt": QueuePolicy.frenzy(preempt_within_s=0.0), "paper": QueuePolicy()}
     if policy not in policies:
         fail(f"--policy: unknown policy {policy!r}; one of {', '.join(policies)}", 2)
+    if serve not in ("all", "api", "loop"):
+        fail(f"--serve: unknown mode {serve!r}; one of all, api, loop", 2)
     if max_streams >= grpc_workers:
         fail(f"--max-streams ({max_streams}) must be below --grpc-workers ({grpc_workers}), or open streams can "
              "take every thread", 2)
@@ -585,8 +592,9 @@ def scheduler_cmd(
                              orphan_release_s=orphan_release_s, master_ports=ports, policy=policies[policy],
                              quotas=quotas, stream_caps=StreamCaps(max_streams, max_streams_per_user),
                              max_workers=grpc_workers, tls=tls, predictor_tls=predictor_tls,
-                             metrics_address=metrics_address or None, leader_ttl_s=leader_ttl_s)
-    logging.getLogger("frenzy.scheduler").info("scheduler listening on %s (port %d)", address, server.port)
+                             metrics_address=metrics_address or None, leader_ttl_s=leader_ttl_s, serve=serve)
+    logging.getLogger("frenzy.scheduler").info("scheduler (%s) listening on %s (port %d)", serve, address,
+                                               server.port)
     if server.metrics is not None:
         logging.getLogger("frenzy.scheduler").info("metrics on %s", server.metrics.url)
     stop.wait()

@@ -142,6 +142,10 @@ class LocalStack:
     orphan_release_s: float | None = None
     cancel_grace_s: float | None = None  # agents' --cancel-grace-s
     agent_args: list[str] = field(default_factory=list)  # extra options for every agent
+    # Two scheduler processes: "scheduler" serves the API only (--serve api) and "scheduler-loop"
+    # places jobs (--serve loop), so submissions never wait on a placement pass's interpreter.
+    split_scheduler: bool = False
+    scheduler_loop_addr: str = ""  # the loop process's health-only port (split_scheduler)
     services: list[Service] = field(default_factory=list)
     redis: RedisProcess | None = None
     token: str = ""  # an admin token made for this stack (also in <run dir>/credentials.json)
@@ -178,15 +182,24 @@ class LocalStack:
             self.scheduler_addr = f"127.0.0.1:{free_port()}"
             self.metrics_port = self.metrics_port or free_port()
             self.metrics_ports["scheduler"] = self.metrics_port
-            sched = ["scheduler", "--address", self.scheduler_addr, "--predictor", self.predictor_addr,
-                     "--prefix", self.prefix, "--metrics-address", f"127.0.0.1:{self.metrics_port}"]
+            common = ["--predictor", self.predictor_addr, "--prefix", self.prefix]
             for flag, value in (("--node-dead-after-s", self.node_dead_after_s), ("--max-attempts", self.max_attempts),
                                 ("--orphan-release-s", self.orphan_release_s)):
                 if value is not None:
-                    sched += [flag, str(value)]
+                    common += [flag, str(value)]
+            sched = ["scheduler", "--address", self.scheduler_addr, *common,
+                     "--metrics-address", f"127.0.0.1:{self.metrics_port}"]
+            waits = [("predictor", self.predictor_addr), ("scheduler", self.scheduler_addr)]
+            if self.split_scheduler:
+                self.scheduler_loop_addr = f"127.0.0.1:{free_port()}"
+                sched += ["--serve", "api"]
+                self._spawn("scheduler-loop", ["scheduler", "--address", self.scheduler_loop_addr, *common,
+                                               *self._metrics_args("scheduler-loop"), "--serve", "loop"],
+                            env={"REDIS_URL": urls.scheduler})
+                waits.append(("scheduler-loop", self.scheduler_loop_addr))
             self._spawn("scheduler", sched, env={"REDIS_URL": urls.scheduler})
             self.write_credentials(self.credentials_file)
-            for name, addr in (("predictor", self.predictor_addr), ("scheduler", self.scheduler_addr)):
+            for name, addr in waits:
                 if not wait_healthy(addr, timeout_s=30):
                     raise RuntimeError(f"{name} did not become healthy on {addr}; see {self.run_dir}/{name}.log")
                 say(f"{name:<12} {addr} (healthy)")

@@ -78,8 +78,7 @@ SERVICE_NAME = scheduler_pb2.DESCRIPTOR.services_by_name["Scheduler"].full_name
 GiB = 1024**3
 JOB_ID = SAFE_NAME_RE  # one rule for job ids: frenzy.state.messages
 DEFAULT_MAX_QUEUED_PER_USER = 1000
-# How old the leader loop's queue read may be for admission control to count from it.
-QUEUE_VIEW_MAX_AGE_S = 2.0
+SERVE_MODES = ("all", "api", "loop")  # what one scheduler process does (SchedulerServer's ``serve``)
 DEFAULT_MAX_GPUS_PER_USER = 0  # 0: no limit; the right number depends on the cluster, as in Slurm
 DEFAULT_MAX_USER_PRIORITY = 0  # users may lower their jobs' priority; raising it is an admin's call
 
@@ -549,6 +548,11 @@ class SchedulerServer:
     (``leader_ttl_s``, default ``FRENZY_LEADER_TTL_S`` or 3: how long a dead leader's lease
     outlives it, so how soon a standby takes over).
 
+    ``serve``: "all" (the API and a loop that campaigns for the lease), "api" (the API only: it
+    never leads; a submission wakes the leader through Redis) or "loop" (the loop only; its gRPC
+    port answers health checks and nothing else). Split, the API's submissions and the loop's
+    passes run in separate interpreters and never wait for each other's GIL.
+
     Node-loss settings default to ``FRENZY_NODE_DEAD_AFTER_S`` (30), ``FRENZY_MAX_ATTEMPTS`` (3),
     ``FRENZY_ORPHAN_RELEASE_S`` (120) and ``FRENZY_MASTER_PORTS`` (29500-32767) when not given.
     """
@@ -560,7 +564,10 @@ class SchedulerServer:
                  quotas: UserQuotas | None = None, stream_caps: StreamCaps | None = None,
                  max_workers: int = DEFAULT_WORKERS, tls: ServerTls | None = None,
                  predictor_tls: ClientTls | None = None, metrics_address: str | None = None,
-                 leader_ttl_s: float | None = None) -> None:
+                 leader_ttl_s: float | None = None, serve: str = "all") -> None:
+        if serve not in SERVE_MODES:
+            raise ValueError(f"serve: one of {', '.join(SERVE_MODES)} (got {serve!r})")
+        self.serve = serve
         self.client = redis.Redis.from_url(redis_url, decode_responses=True)
         self.keys = Keys(prefix)
         self.channel = open_channel(predictor_addr, predictor_tls)
@@ -577,8 +584,9 @@ class SchedulerServer:
         # Every call but health and reflection needs a token (issue 14): there is no switch to
         # turn this off, so no deployment can be left open by a forgotten flag.
         self.tokens = TokenStore(self.client, self.keys)
+        api = [lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(servicer, s)] if serve != "loop" else []
         self.server, self.port, self.health = start_server(
-            [lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(servicer, s)], [SERVICE_NAME], address,
+            api, [SERVICE_NAME], address,
             interceptors=[TokenAuth(self.tokens)], max_workers=max_workers, stream_caps=stream_caps, tls=tls)
         self.loop.metrics.registry.register(PredictionCacheCollector(servicer.predictions))
         self.metrics: MetricsServer | None = None
@@ -594,7 +602,12 @@ class SchedulerServer:
                                  else env_float("FRENZY_LEADER_TTL_S", DEFAULT_TTL_S))
         self.thread = threading.Thread(target=self.loop.run, args=(self.stop_event, tick_s, self.lease),
                                        name="scheduler-loop", daemon=True)
-        self.thread.start()
+        if serve == "api":
+            # Never leads: nudges go to whichever process does, as a standby's do.
+            self.loop.lease = self.lease
+            self.loop.leading.clear()
+        else:
+            self.thread.start()
 
     def stop(self) -> None:
         from frenzy.rpc.server import stop_server
@@ -604,6 +617,7 @@ class SchedulerServer:
         stop_server(self.server, self.health)
         if self.metrics is not None:
             self.metrics.stop()
-        self.thread.join(timeout=5)
+        if self.thread.is_alive():
+            self.thread.join(timeout=5)
         self.channel.close()
         self.client.close()

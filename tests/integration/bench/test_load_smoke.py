@@ -56,3 +56,29 @@ def test_load_refuses_bad_flags_naming_them(tmp_path: Path) -> None:
                               cwd=tmp_path)
         assert proc.returncode == 2, flags
         assert named in proc.stderr, proc.stderr
+
+
+def test_load_with_the_scheduler_split_in_two_processes(tmp_path: Path) -> None:
+    """--split-scheduler: the API (--serve api) and the loop (--serve loop) as two processes; every
+    job still runs once, and the placements are counted by the loop's /metrics."""
+    proc = subprocess.run([sys.executable, str(BENCH), "--agents", "2", "--gpus-per-agent", "2", "--jobs", "6",
+                           "--job-s", "0.2", "--rate", "20", "--seed", "3", "--timeout-s", "120", "--split-scheduler",
+                           "--json"], capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["split_scheduler"] is True and out["problems"] == []
+    assert (out["submitted"], out["succeeded"], out["lost"], out["ran_twice"]) == (12, 12, 0, 0)
+    assert {"scheduler", "scheduler-loop", "agents"} <= set(out["cpu_s"])
+    assert out["scheduler_metrics"]["frenzy_placements_total"] >= 12
+
+
+def test_agent_cost_at_toy_size_counts_cpu_per_job(tmp_path: Path) -> None:
+    bench = BENCH.with_name("agent_cost.py")
+    proc = subprocess.run([sys.executable, str(bench), "--agents", "1", "--jobs", "6", "--job-s", "0.1",
+                           "--idle-s", "1", "--json", "--quiet"], capture_output=True, text=True, timeout=180,
+                          cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert (out["submitted"], out["succeeded"]) == (6, 6)
+    # the shims and their commands are counted (in the spawner, the agent's live child)
+    assert out["children_ms_per_job"] > 0 and out["idle_cpu_ms_per_agent_s"] >= 0

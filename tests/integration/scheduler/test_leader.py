@@ -107,3 +107,50 @@ def test_a_standby_takes_over_within_seconds_of_the_leaders_death(redis_url: str
                 assert standby.lease.epoch == int(redis_client.get(keys.leader_epoch()))
         finally:
             standby.stop()
+
+
+def test_an_api_process_and_a_loop_process_split_the_work(redis_url: str, redis_client: redis.Redis, prefix: str,
+                                                          keys: Keys) -> None:
+    """`frenzy scheduler --serve api` and `--serve loop` on one Redis: the API process takes the
+    submission and never leads; the loop process places it (woken through Redis) and serves no
+    Scheduler call, only health."""
+    from frenzy.predictor.server import serve as serve_predictor
+    from frenzy.rpc.client import wait_healthy
+    from frenzy.rpc.server import stop_server
+
+    add_node(redis_client, keys, "n0", "A100-80GB", 8)
+    pserver, pport, phealth = serve_predictor("127.0.0.1:0")
+    loop = api = None
+    try:
+        loop = SchedulerServer(redis_url, f"127.0.0.1:{pport}", "127.0.0.1:0", prefix=prefix, tick_s=5.0,
+                               leader_ttl_s=1.0, serve="loop")
+        api = SchedulerServer(redis_url, f"127.0.0.1:{pport}", "127.0.0.1:0", prefix=prefix, tick_s=0.05,
+                              leader_ttl_s=1.0, serve="api")
+        wait_for(lambda: loop.loop.leading.is_set(), 5, "the loop process to lead")
+        assert wait_healthy(f"127.0.0.1:{loop.port}", timeout_s=5)
+        token, _ = api.tokens.create("alice", Role.SUBMIT)
+        with grpc.insecure_channel(f"127.0.0.1:{api.port}") as raw:
+            stub = scheduler_pb2_grpc.SchedulerStub(with_token(raw, token))
+            started = time.monotonic()
+            job = stub.SubmitJob(scheduler_pb2.SubmitJobRequest(spec=make_spec("split")), timeout=30).job.id
+            store = StateStore(redis_client, keys)
+            # (the loop's own tick is 5 s: a placement well before it is the API's wake token)
+            wait_for(lambda: store.get(job).state == JobState.LAUNCHING, 4, "the loop process to place it")
+            assert time.monotonic() - started < 4.0
+        assert not api.loop.leading.is_set() and not api.thread.is_alive()
+        assert api.loop.metrics.placements._value.get() == 0  # noqa: SLF001 (the counter)
+        with grpc.insecure_channel(f"127.0.0.1:{loop.port}") as raw:
+            with pytest.raises(grpc.RpcError) as err:
+                scheduler_pb2_grpc.SchedulerStub(with_token(raw, token)).ListJobs(
+                    scheduler_pb2.ListJobsRequest(), timeout=5)
+            assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    finally:
+        for s in (api, loop):
+            if s is not None:
+                s.stop()
+        stop_server(pserver, phealth, grace_s=0.5)
+
+
+def test_an_unknown_serve_mode_is_refused() -> None:
+    with pytest.raises(ValueError, match="serve: one of all, api, loop"):
+        SchedulerServer("redis://127.0.0.1:1/0", "127.0.0.1:1", "127.0.0.1:0", serve="both")
