@@ -10,7 +10,7 @@ autocast's weight copies, the optimizer's and one layer's transients) for every 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -190,11 +190,18 @@ def _logits(job: _Job, st: _Stage) -> tuple[FloatArray, FloatArray]:
     model, recipe = job.model, job.recipe
     loss_kind, e = recipe.resolved_loss, job.e
     logit_elems = job.tokens * job.vocab_local / model.hidden if model.vocab_logits else np.zeros_like(job.tokens)
-    per_logit = loss_bytes_per_logit(loss_kind, e, recipe.loss_chunks, recipe.pointwise_fused)
-    logits = np.where(st.is_last, logit_elems * per_logit, 0.0)
+    per_logit: FloatArray | float = loss_bytes_per_logit(loss_kind, e, recipe.loss_chunks, recipe.pointwise_fused)
     # The loss's forward, still inside the autocast region: the logits, their fp32 upcast (the
     # same tensor in fp32) and log_softmax's output (torch loss only; the others keep their peak).
-    per_logit_fwd = (0.0 if e == 4 else e) + 8.0 if loss_kind == "torch" else per_logit
+    per_logit_fwd: FloatArray | float = (0.0 if e == 4 else e) + 8.0 if loss_kind == "torch" else per_logit
+    if loss_kind == "torch" and not recipe.megatron_style and bool(np.any(job.grid.tp > 1)):
+        # Under TP the head's logits stay vocab-sharded and F.cross_entropy runs as DTensor's loss
+        # parallel (torchtitan enables it with TP): its log_softmax keeps one more fp32 copy per
+        # local logit in both directions (sizes.loss_bytes_per_logit, "loss-parallel").
+        tp_on = job.grid.tp > 1
+        per_logit = np.where(tp_on, loss_bytes_per_logit("loss-parallel", e, 1), per_logit)
+        per_logit_fwd = np.where(tp_on, per_logit_fwd + 4.0, per_logit_fwd)
+    logits = np.where(st.is_last, logit_elems * per_logit, 0.0)
     return logits, np.where(st.is_last, logit_elems * per_logit_fwd, 0.0)
 
 
@@ -314,6 +321,33 @@ class _Buffers:
     ddp: FloatArray  # PyTorch DDP's gradient buckets
     te_ws: float  # Transformer Engine's cuBLAS workspaces
     fp8_cache: FloatArray | float  # Transformer Engine's fp8 weight copies (float8 under master-*)
+    pp_fsdp: NDArray[np.bool_]  # FSDP under pipeline parallelism (_pipelined_fsdp)
+    accumulated: FloatArray  # ... the stage's unsharded gradients, accumulated over the micro-batches
+
+
+def _pipelined_fsdp(job: _Job, st: _Stage, states: _States, fsdp: NDArray[np.bool_],
+                    gather_b: float) -> tuple[NDArray[np.bool_], FloatArray, FloatArray]:  # fmt: skip
+    """FSDP2 under pipeline parallelism: (which layouts, the stage's gathered parameters, its
+    accumulated unsharded gradients).
+
+    torchtitan shards with reshard_after_forward=False when PP is on (parallelize.py: the default
+    policy reshards after forward only without PP), so a parameter gathered for a micro-batch's
+    forward stays gathered; and torch.distributed.pipelining runs every backward with
+    set_reshard_after_backward(False) and set_requires_gradient_sync(False)
+    (stage.py, backward_maybe_with_nosync), resharding and reduce-scattering once, after the last
+    micro-batch (perform_reduce_grad). So from the first forward to the end of the step a rank holds
+    its whole stage unsharded in the compute dtype, and from the first backward the stage's
+    unsharded gradients, accumulated in the reduce dtype (fp32 under fsdp-bf16: FSDP2's
+    to_accumulated_grad_if_needed; the parameters' own dtype otherwise), in place of the sharded
+    gradients, which exist only after that reduce-scatter."""
+    pp_fsdp = fsdp & (job.grid.pp > 1)
+    if not pp_fsdp.any():
+        zeros = np.zeros(pp_fsdp.shape)
+        return pp_fsdp, zeros, zeros
+    own = st.n_params - job.expert_all + job.expert_local  # the stage's parameters on this rank
+    gathered = np.where(pp_fsdp, own * gather_b, 0.0)
+    trainable = states.trainable + states.ex
+    return pp_fsdp, gathered, np.where(pp_fsdp, trainable * job.gb, 0.0)
 
 
 def _buffers(job: _Job, st: _Stage, states: _States) -> _Buffers:
@@ -350,7 +384,14 @@ def _buffers(job: _Job, st: _Stage, states: _States) -> _Buffers:
     te_ws = 0.0
     if recipe.megatron_style:
         te_ws = TE_STREAMS * (32 * MiB if job.gpu is not None and job.gpu.name in HOPPER else 4 * MiB)
-    return _Buffers(gathered=gathered, unsharded_grads=unsharded_grads, ddp=ddp, te_ws=te_ws, fp8_cache=fp8_cache)
+    pp_fsdp, stage_gathered, accumulated = _pipelined_fsdp(job, st, states, fsdp, gather_b)
+    if pp_fsdp.any():
+        # The whole stage stays gathered (the unit and its prefetch are in it), and the backward
+        # accumulates into the stage's unsharded gradients instead of one unit's.
+        gathered = np.where(pp_fsdp, stage_gathered, gathered)
+        unsharded_grads = np.where(pp_fsdp, 0.0, unsharded_grads)
+    return _Buffers(gathered=gathered, unsharded_grads=unsharded_grads, ddp=ddp, te_ws=te_ws, fp8_cache=fp8_cache,
+                    pp_fsdp=pp_fsdp, accumulated=accumulated)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -511,8 +552,15 @@ def _stage_terms(job: _Job, layer: _Layer, last: bool) -> dict[str, FloatArray]:
     states = _model_states(job, st)
     buffers = _buffers(job, st, states)
     acts, emb_this = _activations(job, layer, st)
+    grads_in_a: bool | NDArray[np.bool_] = job.grads_persistent | (job.grid.grad_accum > 1)
+    states_ab = states
+    if buffers.pp_fsdp.any():
+        # FSDP under PP: through the forwards and backwards the gradients are the stage's unsharded
+        # accumulation (live in the steady state's forwards too); the sharded ones only in phase C.
+        states_ab = replace(states, grads=np.where(buffers.pp_fsdp, buffers.accumulated, states.grads))
+        grads_in_a = grads_in_a | buffers.pp_fsdp
     t = _StageTerms(
-        states=states, grads_in_a=job.grads_persistent | (job.grid.grad_accum > 1),
+        states=states_ab, grads_in_a=grads_in_a,
         const=states.params + states.opt + buffers.ddp + buffers.te_ws + buffers.fp8_cache, buffers=buffers,
         copies=_weight_copies(job, st), acts=acts, emb_this=emb_this,
     )  # fmt: skip

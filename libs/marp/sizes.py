@@ -197,8 +197,16 @@ def loss_bytes_per_logit(loss: str, e: int, chunks: int, fused: bool = False) ->
     4 + 8 / chunks in the backward. inplace (llm.c's fused classifier): the low-precision logits
     are overwritten by their gradient, no fp32 copy: e. A compiled chunked loss (kernels "fused":
     torch.compile recomputes the pointwise log-softmax from the saved logits) keeps the logits
-    (e) and one chunk's fp32 softmax and gradient: e + 8 / chunks.
+    (e) and one chunk's fp32 softmax and gradient: e + 8 / chunks. loss-parallel (torch's
+    ``loss_parallel()`` on vocab-sharded DTensor logits, torch/distributed/tensor/parallel/loss.py,
+    the torch loss under TP): its ``_log_softmax`` keeps the shifted logits beside ``exp`` in the
+    forward and builds the gradient on its own fp32 buffers in the backward -- 16 per local logit at
+    the backward's start (12 + 4; the forward, with the bf16 logits, e + 12 against the plain loss's
+    e + 8). Measured on fake tensors at tp 2 and 4 (bf16, 16 Ki tokens x 8 Ki vocabulary), with
+    DTensor's global-shape shape propagation kept out of the count: it runs on its own fake tensors.
     """
+    if loss == "loss-parallel":
+        return 16.0
     if loss == "chunked" and fused:
         return e + 8.0 / chunks
     if loss == "inplace":
