@@ -151,27 +151,47 @@ def _candidate_grid(model: ModelSpec, recipe: TrainingRecipe, cap: int, gpus_per
     fsdp = recipe.policy == "fsdp-bf16"
     zeros = (3,) if fsdp else recipe.zero_stages
     blocks = []
-    ep = recipe.ep
+    eps = expert_parallel_degrees(model, recipe)
     for m in mbs:
         per_replica = recipe.global_batch // m
-        dps = np.array([d for d in _divisors(per_replica, cap) if d % ep == 0], dtype=np.int64)
-        t, p, d, z, r = np.meshgrid(np.array(tps, dtype=np.int64), np.array(pps, dtype=np.int64), dps,
-                                    np.array(zeros, dtype=np.int64), np.array(rcs, dtype=np.int64),
-                                    indexing="ij")  # fmt: skip
-        t, p, d, z, r = (x.ravel() for x in (t, p, d, z, r))
-        ok = (t * p * d <= cap) & ((d > 1) | (z == 0) | fsdp) & ((p == 1) | (z <= 1))
+        dps = np.array([d for d in _divisors(per_replica, cap) if d % eps[0] == 0], dtype=np.int64)
+        t, p, d, z, r, e = np.meshgrid(np.array(tps, dtype=np.int64), np.array(pps, dtype=np.int64), dps,
+                                       np.array(zeros, dtype=np.int64), np.array(rcs, dtype=np.int64),
+                                       np.array(eps, dtype=np.int64), indexing="ij")  # fmt: skip
+        t, p, d, z, r, e = (x.ravel() for x in (t, p, d, z, r, e))
+        ok = (t * p * d <= cap) & ((d > 1) | (z == 0) | fsdp) & ((p == 1) | (z <= 1)) & (d % e == 0)
         if recipe.min_gpus is not None:
             ok &= t * p * d >= recipe.min_gpus
         if fsdp:
             ok &= p == 1
-        blocks.append(np.stack([t[ok], p[ok], d[ok], z[ok], np.full(int(ok.sum()), m), per_replica // d[ok], r[ok]]))
-    arr = np.concatenate(blocks, axis=1) if blocks else np.zeros((7, 0), dtype=np.int64)
+        blocks.append(np.stack([t[ok], p[ok], d[ok], z[ok], np.full(int(ok.sum()), m), per_replica // d[ok], r[ok],
+                                e[ok]]))  # fmt: skip
+    arr = np.concatenate(blocks, axis=1) if blocks else np.zeros((8, 0), dtype=np.int64)
     grid = {"tp": arr[0], "pp": arr[1], "dp": arr[2], "zero": arr[3], "mb": arr[4], "ga": arr[5], "rc": arr[6]}
+    if len(eps) > 1:
+        grid["ep"] = arr[7]  # a dense model's grid carries no ep array: memory_grid's default 1
     if recipe.etp is not None:
         # The experts' grid (etp x ep) runs on the same tp x dp GPUs of a stage.
-        keep = (grid["tp"] * grid["dp"]) % (recipe.etp * ep) == 0
+        keep = (grid["tp"] * grid["dp"]) % (recipe.etp * arr[7]) == 0
         grid = {k: v[keep] for k, v in grid.items()}
     return _with_split(grid, recipe.pp_layers)
+
+
+# Expert-parallel degrees the planner tries for a MoE job that does not fix one: powers of two
+# (the experts of every published MoE are a power of two, or a multiple of one), as Megatron's and
+# torchtitan's MoE recipes use, up to 64 (DeepSeek-V3 trained with ep 64; DeepSeek-AI 2024, sec. 3.2).
+EP_CANDIDATES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
+
+
+def expert_parallel_degrees(model: ModelSpec, recipe: TrainingRecipe) -> list[int]:
+    """The ep values the planner enumerates: the job's own when it sets one (ep > 1) or the model is
+    dense; for a MoE model otherwise every candidate that divides its experts (ep must also divide
+    dp, which the grid checks per layout). ep lowers the experts' weights, gradients and optimizer
+    states per GPU; the step-time model does not price the token all-to-all, so layouts that differ
+    only in ep tie on time and rank by headroom (the largest ep that the dp allows)."""
+    if recipe.ep > 1 or not model.experts:
+        return [recipe.ep]
+    return [e for e in EP_CANDIDATES if model.experts % e == 0]
 
 
 def _split_pps(split: tuple[int, ...]) -> list[int]:
@@ -213,6 +233,8 @@ def _lex_argmin(keys: tuple[NDArray, ...], idx: NDArray[np.int64]) -> int | None
 def _layout_at(grid: dict[str, NDArray[np.int64]], i: int, megatron: bool, ep: int = 1,
                split: tuple[int, ...] | None = None, etp: int | None = None) -> Layout:  # fmt: skip
     tp = int(grid["tp"][i])
+    if "ep" in grid:
+        ep = int(grid["ep"][i])  # enumerated (expert_parallel_degrees)
     return Layout(
         tp=tp, pp=int(grid["pp"][i]), dp=int(grid["dp"][i]), zero_stage=int(grid["zero"][i]),
         micro_batch=int(grid["mb"][i]), grad_accum=int(grid["ga"][i]),
@@ -331,7 +353,7 @@ def enumerate_plans(
         if mkey not in mems:
             sp = (grid["tp"] > 1) & megatron
             mems[mkey] = memory_grid(model, recipe, grid["tp"], grid["pp"], grid["dp"], grid["zero"], grid["mb"],
-                                     grid["ga"], False, gpu, recompute=grid["rc"], sp=sp, ep=recipe.ep,
+                                     grid["ga"], False, gpu, recompute=grid["rc"], sp=sp, ep=grid.get("ep", recipe.ep),
                                      vpp=grid.get("vpp", 1), stage_layers=grid.get("stage", 0),
                                      chunk_layers=grid.get("chunk", 0), etp=recipe.etp)  # fmt: skip
         mem = mems[mkey]

@@ -8,6 +8,8 @@ expert-data-parallel group (dp x cp / ep). MARP used to charge the experts as if
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from unit.marp.marp_builders import MOE
 
@@ -52,13 +54,28 @@ def test_the_planner_keeps_the_jobs_ep() -> None:
     recipe = TrainingRecipe(seq_len=2048, global_batch=32, ep=4)
     plans = enumerate_plans(MOE, recipe, [GpuPool("A100-80GB", 16, 8)]).plans
     assert plans and all(p.layout.ep == 4 and p.layout.dp % 4 == 0 for p in plans)
-    dense = enumerate_plans(MOE, TrainingRecipe(seq_len=2048, global_batch=32), [GpuPool("A100-80GB", 16, 8)])
     # Same layout, less memory with the experts spread.
-    same = {(p.layout.tp, p.layout.pp, p.layout.dp, p.layout.zero_stage, p.layout.micro_batch): p for p in dense.plans}
+    recipe_1 = TrainingRecipe(seq_len=2048, global_batch=32)
     for p in plans:
-        key = (p.layout.tp, p.layout.pp, p.layout.dp, p.layout.zero_stage, p.layout.micro_batch)
-        if key in same:
-            assert p.memory.total < same[key].memory.total
+        at_ep_1 = predict_memory(MOE, recipe_1, replace(p.layout, ep=1), "A100-80GB")
+        assert p.memory.total < at_ep_1.total
+
+
+def test_the_planner_tries_ep_for_a_moe_job_that_sets_none() -> None:
+    # MOE has 8 experts: ep 1, 2, 4, 8 wherever it divides dp; the layouts tie on step time (the
+    # all-to-all is not priced) and the one with the most headroom -- the widest ep -- ranks first.
+    from marp.plans import _candidate_grid, expert_parallel_degrees
+
+    recipe = TrainingRecipe(seq_len=2048, global_batch=32)
+    assert expert_parallel_degrees(MOE, recipe) == [1, 2, 4, 8]
+    assert expert_parallel_degrees(get_model("llama-3-8b"), recipe) == [1]
+    grid = _candidate_grid(MOE, recipe, 16, 8)
+    assert set(grid["ep"].tolist()) == {1, 2, 4, 8} and not (grid["dp"] % grid["ep"]).any()
+    assert "ep" not in _candidate_grid(get_model("llama-3-8b"), recipe, 16, 8)
+    plans = enumerate_plans(MOE, recipe, [GpuPool("A100-80GB", 16, 8)]).plans
+    assert any(p.layout.ep > 1 for p in plans)
+    for p in plans:
+        assert p.layout.ep == max(e for e in (1, 2, 4, 8) if p.layout.dp % e == 0)
 
 
 @pytest.mark.parametrize(("model", "ep"), [(get_model("llama-3-8b"), 2), (MOE, 3)])
