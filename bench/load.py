@@ -100,6 +100,7 @@ from stack_run import (
     submit_all,
     submit_latency_ms,
     submit_to_running,
+    wait_split,
     wait_states,
 )
 
@@ -251,10 +252,15 @@ def phase_latency(run: Run, rng: random.Random, k_max: int) -> dict[str, object]
     subs = run.submit(specs, args.rate, "latency submitted")
     jobs = run.wait_and_read([s.job_id for s in subs if s.job_id], "latency")
     waits = submit_to_running(jobs)
+    to_placed, to_running = wait_split(jobs)
     lat = submit_latency_ms(subs)
     return {"jobs": len(jobs), "offered_rate_per_s": offered_rate(subs),
             "submit_to_running_p50_s": percentile(waits, 50), "submit_to_running_p99_s": percentile(waits, 99),
             "submit_to_running_max_s": max(waits) if waits else None,
+            # the two halves: waiting for a placement pass, then the launch through the agent
+            "submit_to_placed_p50_s": percentile(to_placed, 50), "submit_to_placed_p99_s": percentile(to_placed, 99),
+            "placed_to_running_p50_s": percentile(to_running, 50),
+            "placed_to_running_p99_s": percentile(to_running, 99),
             "submit_p50_ms": percentile(lat, 50), "submit_p99_ms": percentile(lat, 99),
             **outcome_counts(jobs)}  # fmt: skip
 

@@ -288,6 +288,21 @@ def submit_to_running(jobs: Sequence[types_pb2.Job]) -> list[float]:
     return out
 
 
+def wait_split(jobs: Sequence[types_pb2.Job]) -> tuple[list[float], list[float]]:
+    """Where submit-to-RUNNING went, per job that ran: (submitted -> placed: waiting for a pass,
+    placed -> RUNNING: the launch through the agent and its RUNNING event). Placed is the first
+    RESERVED or LAUNCHING transition (a batched placement goes straight to LAUNCHING)."""
+    queued, launch = [], []
+    for j in jobs:
+        ran = first_at(j, types_pb2.JOB_STATE_RUNNING)
+        placed = [t for t in (first_at(j, types_pb2.JOB_STATE_RESERVED), first_at(j, types_pb2.JOB_STATE_LAUNCHING))
+                  if t is not None]
+        if ran is not None and placed:
+            queued.append(min(placed) - j.submitted_at)
+            launch.append(ran - min(placed))
+    return queued, launch
+
+
 def submit_latency_ms(subs: Sequence[Submission]) -> list[float]:
     """SubmitJob's round trip as the client saw it, for the calls that succeeded."""
     return [s.latency_s * 1000.0 for s in subs if s.job_id]
