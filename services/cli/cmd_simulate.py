@@ -6,11 +6,15 @@ Three steps: ``check_settings`` (the options, checked, as a ``SimSettings``), ``
 (cluster and trace files) with ``run`` (each policy through the simulator), then
 ``frenzy.cli.simulate_output`` shows and writes the results.
 Bad input (cluster file, trace, policy name) exits 2 with a message naming the field.
+While the policies run, ``frenzy.cli.progress.SimBars`` draws a bar per policy on a terminal's
+stderr (jobs finished, simulated time) from the engine's progress callback; ``--no-progress``
+turns them off, and stdout (tables, ``--json``) is the same either way.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -18,6 +22,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from frenzy.cli.output import JsonOpt, fail
+from frenzy.cli.progress import NoProgressOpt
 
 if TYPE_CHECKING:
     from has.cluster_spec import ClusterSpec
@@ -26,6 +31,9 @@ if TYPE_CHECKING:
 
 # (at_s, node, down_s) as the engine takes a node failure; down_s inf: down for the rest of the run.
 NodeFailure = tuple[float, str, float]
+# run()'s on_progress(policy, seed, finished jobs, jobs in the trace, simulated seconds): the
+# engine's SimProgress with the run it belongs to.
+RunProgress = Callable[[str, int, int, int, float], None]
 
 
 def register(app: typer.Typer) -> None:
@@ -183,6 +191,7 @@ def simulate(
     decision_sizes: DecisionSizesOpt = None,
     decision_queue: DecisionQueueOpt = 1000,
     as_json: JsonOpt = False,
+    no_progress: NoProgressOpt = False,
 ) -> None:
     """Compare scheduling policies on one trace and one cluster (trace-driven, event-driven).
 
@@ -196,6 +205,7 @@ def simulate(
         frenzy simulate --cluster examples/clusters/paper-64.yaml --synthetic 50 \\
             --decision-sizes 100,1000,10000 --out results/   # + decision time vs cluster size
     """
+    from frenzy.cli.progress import SimBars, wanted
     from frenzy.cli.simulate_output import show
 
     settings = check_settings(
@@ -206,7 +216,12 @@ def simulate(
         decision_queue=decision_queue, as_json=as_json,
     )  # fmt: skip
     inputs = load_inputs(settings)
-    show(settings, inputs, run(settings, inputs))
+    if not wanted(no_progress):
+        show(settings, inputs, run(settings, inputs))
+        return
+    with SimBars(settings.policies, range(settings.seed, settings.seed + settings.seeds), len(inputs.jobs)) as bars:
+        outcome = run(settings, inputs, on_progress=bars)
+    show(settings, inputs, outcome)
 
 
 def check_settings(
@@ -304,9 +319,12 @@ def load_inputs(settings: SimSettings) -> SimInputs:
     return SimInputs(spec=spec, book=book, jobs=jobs, failures=failures)
 
 
-def run(settings: SimSettings, inputs: SimInputs) -> SimOutcome:
+def run(settings: SimSettings, inputs: SimInputs, on_progress: RunProgress | None = None) -> SimOutcome:
     """Each policy through the simulator (exit 1 if the simulator refuses), then the
-    decision-time rows when --decision-sizes asked for them (progress on stderr)."""
+    decision-time rows when --decision-sizes asked for them (progress on stderr).
+
+    ``on_progress`` hears each run's (policy, seed, finished, total, simulated seconds) as the
+    engine reports them: at each finish, now and then between, and at the run's end."""
     from rich.markup import escape
 
     from has.sim.baselines import make_policy
@@ -320,12 +338,13 @@ def run(settings: SimSettings, inputs: SimInputs) -> SimOutcome:
         seed = settings.seed + k
         metrics: dict[str, dict[str, float | int]] = {}
         for name in settings.policies:
+            heard = None if on_progress is None else _for_run(on_progress, name, seed)
             try:
                 res = run_sim(
                     inputs.spec, inputs.jobs, make_policy(name, restart_s=settings.restart_s, gavel_round_s=settings.gavel_round_s), seed=seed,
                     runtime_noise=settings.runtime_noise, memory_error=settings.memory_error,
                     speed_error=settings.speed_error, profiles=inputs.book, node_failures=inputs.failures,
-                    restart_s=settings.restart_s,
+                    restart_s=settings.restart_s, progress=heard,
                 )  # fmt: skip
             except SimError as exc:
                 fail(f"simulation failed (seed {seed}): {escape(str(exc))}", 1)
@@ -347,6 +366,15 @@ def run(settings: SimSettings, inputs: SimInputs) -> SimOutcome:
             seed=settings.seed, progress=note,
         )  # fmt: skip
     return outcome
+
+
+def _for_run(on_progress: RunProgress, policy: str, seed: int) -> Callable[[int, int, float], None]:
+    """The engine's progress callback for one run, passing ``policy`` and ``seed`` along."""
+
+    def heard(finished: int, total: int, now_s: float) -> None:
+        on_progress(policy, seed, finished, total, now_s)
+
+    return heard
 
 
 def _check_extra(policies: list[str], plots: bool) -> None:

@@ -24,6 +24,10 @@ requeued with their progress, the node is gone for ``down_s``, inf = for good; `
 simulate --fail-node``), node recovery, round tick
 (round-based policies only). After each batch of simultaneous events the policy decides
 (event-driven policies), or at each round boundary (round-based ones, e.g. Sia).
+
+Progress: an optional ``progress(finished, total, now_s)`` callback (``SimProgress``) hears how
+many jobs have finished out of the trace's and the simulated time, so a caller can draw a bar
+(``frenzy simulate`` does, with rich, on a terminal); the engine itself prints nothing.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ import math
 import random
 import time
 from bisect import bisect_right as _bisect_right
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -46,6 +50,11 @@ DEFAULT_OOM_DELAY_S = 120.0
 DEFAULT_RESTART_S = 120.0
 DEFAULT_RUNTIME_NOISE = 0.1
 _BUSY_FREE_BYTES = 1 << 30  # memory_free reported for a busy GPU (as an agent would)
+# progress(finished jobs, jobs in the trace, simulated seconds): see Simulator's ``progress``.
+SimProgress = Callable[[int, int, float], None]
+# Between finishes the callback still hears the clock every this many event times, so a bar's
+# simulated time moves through long stretches of rounds or arrivals without a finish.
+_PROGRESS_EVERY = 256
 
 
 class SimError(ValueError):
@@ -394,6 +403,7 @@ class Simulator:
         profiles: ProfileBook | None = None,
         max_time_s: float = 10 * 365 * 86400.0,
         stall_s: float = 60 * 86400.0,
+        progress: SimProgress | None = None,
     ) -> None:
         for label, sigma in (("runtime_noise", runtime_noise), ("memory_error", memory_error),
                              ("speed_error", speed_error)):  # fmt: skip
@@ -413,6 +423,10 @@ class Simulator:
         # stall_s after the last arrival or finish stops the run, the jobs left reported stalled.
         self.stall_s = stall_s
         self._stalled = False
+        # Called with (finished, total, now_s) when a job finishes, every _PROGRESS_EVERY event
+        # times, and once at the end of run() (then now_s is the run's end).
+        self.progress = progress
+        self.finished = 0
         self.book = profiles or ProfileBook(spec)
         # GPUs: node → [(index, type, memory)]; ownership kept in one dict.
         self.node_gpus: dict[str, list[tuple[int, str, int]]] = {}
@@ -491,6 +505,8 @@ class Simulator:
         now = 0.0
         timed_out = False
         last_event = 0.0  # the last arrival or finish
+        ticks = 0  # event times handled, for the progress callback's clock
+        total = len(self.trace)
         while self._events:
             if self._events[0][0] > self.max_time_s:
                 timed_out = True
@@ -502,6 +518,7 @@ class Simulator:
             if self._events[0][1] in (_ARRIVE, _FINISH):
                 last_event = now
             had_round = False
+            finished_before = self.finished
             while self._events and self._events[0][0] == now:
                 _, kind, _, attempt, key = heapq.heappop(self._events)
                 if kind == _ROUND:
@@ -509,6 +526,9 @@ class Simulator:
                     next_round = None
                 else:
                     self._handle(now, kind, key, attempt)
+            ticks += 1
+            if self.progress is not None and (self.finished != finished_before or ticks % _PROGRESS_EVERY == 0):
+                self.progress(self.finished, total, now)
             started, decided = 0, False
             if round_s is None:
                 if self._changed:
@@ -532,6 +552,8 @@ class Simulator:
             ):
                 break  # nothing left can ever start (jobs that fit no GPU of this cluster)
         end = now
+        if self.progress is not None:
+            self.progress(self.finished, total, end)
         unfinished = {}
         for job_id, rec in self.outcomes.items():
             if rec.finish_s is None:
@@ -627,6 +649,7 @@ class Simulator:
                 self._release(now, key)
                 self.outcomes[key].finish_s = now
                 self.info[key].steps_left = 0.0
+                self.finished += 1
             else:
                 info = self.info[key]
                 cfg = info.config
@@ -794,6 +817,7 @@ __all__ = [
     "SIM_EXTRA",
     "SimError",
     "SimPolicy",
+    "SimProgress",
     "SimResult",
     "SimView",
     "Simulator",
