@@ -5,10 +5,15 @@ trains two iterations on fake CPU tensors with CUDA's behaviour emulated, and re
 one's peak of live tensor bytes (what ``torch.cuda.max_memory_allocated`` would show on one GPU)
 with its breakdown, next to ``marp.predict_memory`` for the same single-GPU layout and the error.
 torch is imported only when the command runs, so ``frenzy`` itself starts without it.
+On a terminal's stderr a spinner (one GPU) or a bar of the layout's ranks (``--dp/--tp/--cp``, one
+subprocess each, from ``measure_layout``'s progress callback) shows the work; ``--no-progress`` or a
+redirected stderr draws nothing, and stdout (the table or ``--json``) is the same either way.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from typing import Annotated, Any, NoReturn
 
 import typer
@@ -17,6 +22,7 @@ from rich.markup import escape
 import marp
 from frenzy.cli import render
 from frenzy.cli.output import JsonOpt, echo_json, fail
+from frenzy.cli.progress import NoProgressOpt, rank_bar, wanted
 from frenzy.measure import INSTALL_HINT, compare, peft_available, torch_available
 from frenzy.measure.config import (
     ATTENTIONS,
@@ -79,6 +85,7 @@ def measure(
     all_ranks: Annotated[bool, typer.Option("--all-ranks", help="Simulate every rank, not one per cp "
                                             "coordinate (dp and tp ranks are symmetric).")] = False,
     as_json: JsonOpt = False,
+    no_progress: NoProgressOpt = False,
 ) -> None:
     """Measure one training step's peak tensor memory on fake tensors and compare it with MARP.
 
@@ -121,7 +128,7 @@ def measure(
     if finetune == "lora" and not peft_available():
         _fail(f"frenzy measure --finetune lora needs peft, which is not installed. To fix: {INSTALL_HINT}")
     if parallel:
-        _measure_parallel(spec, par, all_ranks, as_json)
+        _measure_parallel(spec, par, all_ranks, as_json, wanted(no_progress))
         return
 
     from frenzy.measure.step import measure as run
@@ -132,8 +139,8 @@ def measure(
                                grad_buffer=grad_buffer, optimizer_impl=optimizer_impl)  # fmt: skip
         # One traced step of a real model on fake tensors takes seconds to minutes (a 7B model's
         # graph is large): say what is happening, on stderr, not in the JSON on stdout.
-        with render.console(stderr=True).status(f"measuring one training step of {spec.name} on fake tensors "
-                                                f"(seq {seq_len}, micro-batch {micro_batch}, {precision})..."):
+        with _spinner(f"measuring one training step of {spec.name} on fake tensors (seq {seq_len}, "
+                      f"micro-batch {micro_batch}, {precision})...", wanted(no_progress)):  # fmt: skip
             measured = run(spec, config)
             predicted = compare.predict(spec, config)
     except (ValueError, marp.MarpError) as exc:
@@ -194,17 +201,36 @@ def _parallel_config(spec: marp.ModelSpec, seq_len: int, micro_batch: int, polic
     return config, par
 
 
+@contextmanager
+def _spinner(message: str, show: bool) -> Iterator[None]:
+    """A spinner with ``message`` on stderr while the block runs, when ``show``."""
+    with render.console(stderr=True).status(message) if show else nullcontext():
+        yield
+
+
 def _measure_parallel(spec: marp.ModelSpec, configs: tuple[MeasureConfig, ParallelConfig], all_ranks: bool,
-                      as_json: bool) -> None:  # fmt: skip
+                      as_json: bool, show_progress: bool = False) -> None:  # fmt: skip
     from frenzy.measure.parallel import measure_layout
 
     config, par = configs
     ranks = list(range(par.world_size)) if all_ranks else None
+    layout = f"dp {par.dp} x tp {par.tp} x cp {par.cp}"
     try:
-        with render.console(stderr=True).status(f"measuring {par.world_size} rank(s) of {spec.name} "
-                                                f"(dp {par.dp} x tp {par.tp} x cp {par.cp}) on fake tensors..."):
+        if not show_progress:
             measured = measure_layout(spec, config, par, ranks)
-            predicted = compare.predict_parallel(spec, config, par)
+        else:
+            from frenzy.measure.parallel import distinct_ranks
+
+            # Each rank is a subprocess that builds and traces the model: seconds to minutes each.
+            with rank_bar(f"{spec.name} ({layout})", len(ranks or distinct_ranks(par))) as bar:
+
+                def heard(done: int, total: int, rank: int | None) -> None:
+                    now = "done" if rank is None else f"rank {rank} ({_coords(par, rank)})"
+                    bar.update(bar.task_ids[0], completed=done, total=total,
+                               description=f"{spec.name} ({layout}): {now}")  # fmt: skip
+
+                measured = measure_layout(spec, config, par, ranks, progress=heard)
+        predicted = compare.predict_parallel(spec, config, par)
     except (ValueError, marp.MarpError) as exc:
         _fail(str(exc))
     out = compare.report_parallel(measured, predicted)
@@ -212,6 +238,11 @@ def _measure_parallel(spec: marp.ModelSpec, configs: tuple[MeasureConfig, Parall
         echo_json(out)
         return
     _print_parallel(out)
+
+
+def _coords(par: ParallelConfig, rank: int) -> str:
+    c = par.rank_coords(rank)
+    return f"dp {c['dp']}, cp {c['cp']}, tp {c['tp']}"
 
 
 def _print_parallel(out: dict[str, Any]) -> None:

@@ -319,17 +319,25 @@ def distinct_ranks(par: ParallelConfig) -> list[int]:
 
 
 def measure_layout(spec: ModelSpec, config: MeasureConfig, par: ParallelConfig,
-                   ranks: list[int] | None = None) -> LayoutMeasurement:  # fmt: skip
-    """Measure ``ranks`` (default: ``distinct_ranks``); the others are mapped to their symmetric one."""
+                   ranks: list[int] | None = None,
+                   progress: Callable[[int, int, int | None], None] | None = None) -> LayoutMeasurement:  # fmt: skip
+    """Measure ``ranks`` (default: ``distinct_ranks``); the others are mapped to their symmetric one.
+
+    ``progress(done, total, rank)`` hears each rank before it is measured (``done`` measured so far
+    of ``total``) and ``(total, total, None)`` at the end: `frenzy measure` draws its bar from it."""
     check_parallel(spec, config, par)
     chosen = distinct_ranks(par) if ranks is None else sorted(set(ranks))
-    if len(chosen) == 1:
-        results = [measure_rank(spec, config, par, chosen[0])]
-    else:
+    results = []
+    for done, rank in enumerate(chosen):
+        if progress is not None:
+            progress(done, len(chosen), rank)
         # One process per rank: torch.distributed keeps per-process state that a destroyed and
         # re-created fake process group does not reset (DTensor's dispatch caches hold the first
         # rank's meshes, whose groups no longer resolve).
-        results = [_measure_in_subprocess(spec, config, par, r) for r in chosen]
+        results.append(measure_rank(spec, config, par, rank) if len(chosen) == 1
+                       else _measure_in_subprocess(spec, config, par, rank))  # fmt: skip
+    if progress is not None:
+        progress(len(chosen), len(chosen), None)
     symmetric: dict[int, int] = {}
     if ranks is None:
         for r in range(par.world_size):
