@@ -30,7 +30,15 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "libs"))
 
-from marp import Layout, ModelSpec, TrainingRecipe, estimate_step_time, get_gpu, predict_memory  # noqa: E402
+from marp import (  # noqa: E402
+    Layout,
+    ModelSpec,
+    TrainingRecipe,
+    estimate_step_time,
+    get_gpu,
+    model_from_hf_config,
+    predict_memory,
+)
 
 CSV_PATH = ROOT / "bench" / "data" / "memory" / "measurements.csv"
 SPEED_CSV = ROOT / "bench" / "data" / "speed" / "throughput.csv"
@@ -202,6 +210,64 @@ def run(path: Path = CSV_PATH) -> dict[str, Any]:
     return out
 
 
+# ---- multi-GPU ---------------------------------------------------------------------------------
+
+MULTI_GPU_CSV = ROOT / "bench" / "data" / "memory" / "multi_gpu_oracle.csv"
+
+
+def multi_gpu_inputs(row: dict[str, str]) -> tuple[ModelSpec, TrainingRecipe, Layout]:
+    """The recipe and layout of one multi-GPU row, as ``frenzy.measure.compare.marp_inputs_parallel``
+    builds them for the oracle: FSDP2 is ZeRO-3 over dp x cp, TP runs with sequence parallelism."""
+    model = model_from_hf_config({
+        "arch": "decoder", "head": "lm", "n_layers": int(row["n_layers"]), "hidden": int(row["hidden"]),
+        "heads": int(row["heads"]), "kv_heads": int(row["kv_heads"]), "ffn": int(row["ffn"]), "mlp": "swiglu",
+        "vocab": int(row["vocab"]), "tied_embeddings": False, "pos_emb": "rope", "max_positions": 4096,
+        "norm": "rmsnorm", "bias": False, "name": row["id"],
+    })  # fmt: skip
+    dp, tp, cp, mb = (int(row[k]) for k in ("dp", "tp", "cp", "micro_batch"))
+    lora = row["finetune"] == "lora"
+    recipe = TrainingRecipe(
+        seq_len=int(row["seq_len"]), global_batch=mb * dp, micro_batch=mb, precision=row["precision"],  # type: ignore[arg-type]
+        optimizer="adamw", optimizer_impl="foreach", flash_attention=row["attention"] == "flash", dropout=0.0,
+        kernels="eager", loss="torch", grad_buffer="transient", finetune=row["finetune"],  # type: ignore[arg-type]
+        lora_rank=int(row["lora_rank"]) if lora else 16,
+        lora_targets=tuple(row["lora_targets"].split(",")) if lora else ("q", "k", "v", "o"),
+    )  # fmt: skip
+    layout = Layout(tp=tp, pp=int(row["pp"]), dp=dp, cp=cp, zero_stage=int(row["zero_stage"]), micro_batch=mb,
+                    grad_accum=1, recompute=row["recompute"], sp=tp > 1)  # type: ignore[arg-type]  # fmt: skip
+    return model, recipe, layout
+
+
+def run_multi_gpu(path: Path = MULTI_GPU_CSV) -> dict[str, Any]:
+    """MARP's per-GPU peak allocated bytes against the multi-GPU rows (one rank each)."""
+    with open(path, newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    out: list[dict[str, Any]] = []
+    for row in rows:
+        model, recipe, layout = multi_gpu_inputs(row)
+        mem = predict_memory(model, recipe, layout)
+        measured = int(row["measured_bytes"])
+        label = (f"vocab {row['vocab']} dp{layout.dp} x tp{layout.tp} x cp{layout.cp} {row['precision']}"
+                 + (f" LoRA r{recipe.lora_rank}" if recipe.finetune == "lora" else ""))  # fmt: skip
+        out.append({
+            "id": row["id"], "layout": label, "measured_bytes": measured, "predicted_bytes": mem.peak_allocated,
+            "error_pct": round(100.0 * (mem.peak_allocated - measured) / measured, 2), "phase": mem.phase,
+            "measured_phase": row["phase"],
+        })  # fmt: skip
+    return {"rows": out, "marp": _summary([r["error_pct"] for r in out], [r["id"] for r in out])}
+
+
+def multi_gpu_table(multi: dict[str, Any]) -> str:
+    lines = [f"{'row':6} {'layout':44} {'measured MiB':>12} {'MARP MiB':>9} {'error':>8}  phase (measured / MARP)"]
+    for r in multi["rows"]:
+        lines.append(f"{r['id']:6} {r['layout']:44} {r['measured_bytes'] / 2**20:12.2f} "
+                     f"{r['predicted_bytes'] / 2**20:9.2f} {r['error_pct']:+7.2f}%  {r['measured_phase']} / {r['phase']}")
+    s = multi["marp"]
+    lines.append(f"{len(multi['rows'])} rows: mean |error| {s['mape_pct']:.2f} %, worst {s['worst_row']} "
+                 f"{s['worst_error_pct']:+.2f} %, under by > 10 %: {', '.join(s['under_by_more_than_10pct']) or 'none'}")
+    return "\n".join(lines)
+
+
 # ---- speed -------------------------------------------------------------------------------------
 
 
@@ -304,8 +370,12 @@ if __name__ == "__main__":
         write_docs(speed_table(speed))
     elif "--table" in sys.argv[1:]:
         print("memory (MARP):", json.dumps(memory["marp"]))
+        print("memory, multi-GPU: per-rank peak allocated, MARP vs the fake-tensor oracle "
+              "(bench/data/memory/multi_gpu_oracle.csv)")
+        print(multi_gpu_table(run_multi_gpu()))
         print("speed: tokens/s/GPU, predicted vs measured (bench/data/speed/throughput.csv)")
         print(speed_table(speed))
     else:
+        memory["multi_gpu"] = run_multi_gpu()
         memory["speed"] = speed
         print(json.dumps(memory, indent=2))
