@@ -204,6 +204,8 @@ class Agent:
                                 retention_s=log_retention_s)
         state = Path(state_dir).resolve() if state_dir else self.log_dir / ".agent"
         self._ledger = Ledger(state / f"{node}.json")
+        # (stream, entry id, consuming thread) of the launch being handled: its first event acks it.
+        self._ack_with_event: tuple[str, str, int] | None = None
         # Forks each job's shim (frenzy.agent.spawner); use_spawner=False execs it instead.
         self._spawner: Spawner | bool = Spawner() if use_spawner else False
         # Jobs' packed code: read as bytes (a second client, the first decodes replies), unpacked
@@ -495,7 +497,16 @@ class Agent:
                 if refusal is not None:
                     self._refuse(obj, entry_id, refusal)
                 elif isinstance(cmd, LaunchMessage):
-                    self._launch(cmd, entry_id, redelivered)
+                    # The launch's RUNNING event carries the acknowledgement (one round trip,
+                    # still after the process started); any other outcome acks below.
+                    self._ack_with_event = (stream, entry_id, threading.get_ident())
+                    try:
+                        self._launch(cmd, entry_id, redelivered)
+                    finally:
+                        acked = self._ack_with_event is None
+                        self._ack_with_event = None
+                    if acked:
+                        return
                 elif isinstance(cmd, CancelMessage):
                     self._cancel(cmd)
         self._redis.xack(stream, AGENT_GROUP, entry_id)
@@ -567,8 +578,10 @@ class Agent:
             self.metrics.launch("error")
             self._emit(failed.model_copy(update={"message": f"agent error: {type(exc).__name__}: {exc}"}))
             return
+        ticks = getattr(started.proc, "start_ticks", None)  # (the spawner read it already)
         job = JobProcess(msg.job_id, msg.attempt, started.proc.pid, str(started.log_path),
-                         launcher.process_start_ticks(started.proc.pid), fence=msg.fence,
+                         ticks if ticks is not None else launcher.process_start_ticks(started.proc.pid),
+                         fence=msg.fence,
                          launch_id=self.launch_id(msg.job_id, msg.attempt), node_rank=msg.node_rank,
                          proc=started.proc, gpu_indices=tuple(msg.gpu_indices),
                          peak_bytes_per_gpu=msg.layout.peak_bytes_per_gpu)
@@ -819,8 +832,16 @@ class Agent:
         """Send ``event``, sealed now with this node's key (a retry after an outage is sealed afresh)."""
         assert self._ring is not None  # run() does not get this far without a key
         now = time.time()
-        self._redis.xadd(self.keys.events_stream(),
-                         encode(sealed(event, self._ring.signing_key(now), now, ttl_s=EVENT_TTL_S)))
+        data = encode(sealed(event, self._ring.signing_key(now), now, ttl_s=EVENT_TTL_S))
+        ack = self._ack_with_event
+        if ack is not None and ack[2] == threading.get_ident():
+            pipe = self._redis.pipeline(transaction=False)
+            pipe.xadd(self.keys.events_stream(), data)
+            pipe.xack(ack[0], AGENT_GROUP, ack[1])
+            pipe.execute()
+            self._ack_with_event = None
+        else:
+            self._redis.xadd(self.keys.events_stream(), data)
         self.metrics.events.labels(self.node, event.kind.value).inc()
 
     def _context(self, job_id: str, attempt: int) -> dict[str, object]:

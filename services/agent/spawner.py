@@ -155,11 +155,12 @@ def _spawn(conn: socket.socket, wake: tuple[int, int], shims: dict[int, str], li
     os.read(session_r, 1)  # EOF: setsid done (or the child already died)
     os.close(session_r)
     shims[pid] = exit_file
+    ticks = start_ticks(pid)
     try:
-        _write_atomic(exit_file + PID_SUFFIX, f"{pid} {start_ticks(pid)}\n")
+        _write_atomic(exit_file + PID_SUFFIX, f"{pid} {ticks}\n")
     except OSError:
         pass  # only the crash-recovery hint is lost
-    return {"pid": pid}
+    return {"pid": pid, "start_ticks": ticks}
 
 
 def serve(conn: socket.socket) -> None:

@@ -78,6 +78,7 @@ class SpawnedShim:
 
     pid: int
     exit_path: Path
+    start_ticks: int | None = None  # /proc start time, as the spawner read it right after the fork
     returncode: int | None = None
     clean: bool = False  # the shim ended every process of the job itself
     _gone: threading.Event = field(default_factory=threading.Event, repr=False)
@@ -193,7 +194,8 @@ class Spawner:
                     raise SpawnerFailed("the spawner failed while starting the job; it may be retried")
                 if "pid" not in reply:
                     raise SpawnerUnavailable(str(reply.get("error", "no pid in the spawner's reply")))
-                return SpawnedShim(int(reply["pid"]), exit_path)
+                ticks = reply.get("start_ticks")
+                return SpawnedShim(int(reply["pid"]), exit_path, int(ticks) if isinstance(ticks, int) else None)
         raise AssertionError("unreachable")
 
     def _close(self) -> None:

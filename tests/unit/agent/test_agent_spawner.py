@@ -130,3 +130,14 @@ def test_a_cancel_the_instant_the_job_is_spawned_is_recorded_and_the_command_nev
         os.killpg(started.proc.pid, sig)  # the group exists as soon as start returns
         assert started.proc.wait(timeout=10) == -sig
         assert not marker.exists()
+
+
+def test_the_spawner_reports_the_shims_start_time_as_proc_has_it(tmp_path: Path, spawner: Spawner) -> None:
+    msg = make_launch(command=[sys.executable, "-c", "import time; time.sleep(30)"])
+    started = launcher.start(msg, "n1", tmp_path, launch_id="p/n1/job-7/2", spawner=spawner)
+    try:
+        assert started.proc.start_ticks is not None
+        assert started.proc.start_ticks == launcher.process_start_ticks(started.proc.pid)
+    finally:
+        os.killpg(started.proc.pid, signal.SIGKILL)
+    started.proc.wait(timeout=10)
