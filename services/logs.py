@@ -6,12 +6,22 @@ A JSON line carries ``time`` (UTC, ISO 8601 with milliseconds), ``level``, ``log
 ``extra={...}`` (or a ``LoggerAdapter``), e.g. ``log.info("job %s started", job_id,
 extra={"job_id": job_id, "node": node})``, and ``exc_info`` as text when there is a traceback.
 Anything that is not JSON (a path, an exception) is written as its ``str``.
+
+Two more sources fill ``job_id``, ``node`` and ``attempt`` where ``extra`` does not:
+* the message's own words: the services' log calls say ``"job %s"``, ``"node %s"``, ``"attempt
+  %d"`` (also ``"of job %s"``, ``"for %s"`` after "job"...: see ``_NAMED``), so the argument in
+  that place is the field. A call that names a job or node this way needs no ``extra``; a
+  message about a job worded otherwise must pass ``extra`` (tests/unit/observability checks
+  every log call of the services for this);
+* the process's own context (``set_context``): an agent is one node, so each of its lines
+  carries ``node``, about a job or not (a GPU's health, Redis outages).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from typing import Any
 
@@ -20,6 +30,48 @@ TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 # Context a log call may attach with extra=...: what an operator filters a cluster's logs by.
 CONTEXT_FIELDS = ("job_id", "attempt", "node", "batch_id", "entry", "gpu_type", "outcome")
 LOG_FORMAT_HELP = "text (for people) or json (one JSON object per line: time, level, logger, message, job_id, node)."
+
+# A printf placeholder (what logging's %-formatting takes), and the word right before it (one
+# space between) that says which field its argument is: "job %s", "on node %s", "attempt %d";
+# "nodes %s" (a list) or "job=%s" name none.
+_PLACEHOLDER = re.compile(r"%(?:\(\w+\))?[#0 +-]*(?:\*|\d+)?(?:\.(?:\*|\d+))?[hlL]?([diouxXeEfFgGcrsa%])")
+_NAMED = {"job": "job_id", "node": "node", "attempt": "attempt"}
+# Fields set once for the whole process (set_context): e.g. the agent's node.
+_process_context: dict[str, str | int] = {}
+
+
+def set_context(**fields: str | int | None) -> None:
+    """Fields every JSON line of this process carries unless the call gives its own (``None``
+    removes one): the agent sets its ``node``. Names must be in ``CONTEXT_FIELDS``."""
+    for name, value in fields.items():
+        if name not in CONTEXT_FIELDS:
+            raise ValueError(f"log context: {name!r} is not one of {', '.join(CONTEXT_FIELDS)}")
+        if value is None:
+            _process_context.pop(name, None)
+        else:
+            _process_context[name] = value
+
+
+def named_fields(record: logging.LogRecord) -> dict[str, Any]:
+    """``job_id`` / ``node`` / ``attempt`` from the message's words: the argument of each
+    placeholder right after "job ", "node " or "attempt " (the first one of each kind)."""
+    if not isinstance(record.msg, str) or not isinstance(record.args, tuple) or not record.args:
+        return {}
+    out: dict[str, Any] = {}
+    index = 0
+    for match in _PLACEHOLDER.finditer(record.msg):
+        if match.group(1) == "%":  # a literal percent sign takes no argument
+            continue
+        index += match.group(0).count("*")  # a * width or precision takes an argument first
+        if index >= len(record.args):
+            break
+        before = record.msg[: match.start()]
+        words = before.split() if before.endswith(" ") else []  # "job %s", not "job=%s" or "(%s"
+        name = _NAMED.get(words[-1].lower()) if words else None
+        if name is not None and name not in out:
+            out[name] = record.args[index]
+        index += 1
+    return out
 
 
 class JsonFormatter(logging.Formatter):
@@ -32,8 +84,13 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
         }
+        named = named_fields(record)
         for name in CONTEXT_FIELDS:
             value = record.__dict__.get(name)
+            if value is None:
+                value = named.get(name)
+            if value is None:
+                value = _process_context.get(name)
             if value is not None:
                 out[name] = value if isinstance(value, (str, int, float, bool)) else str(value)
         if record.exc_info:

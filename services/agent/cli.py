@@ -22,6 +22,7 @@ from typing import Annotated
 
 import typer
 
+from frenzy import logs
 from frenzy.agent.codecache import CachePolicy
 from frenzy.agent.daemon import Agent
 from frenzy.agent.drain import drain as drain_node
@@ -203,6 +204,8 @@ def agent_command(
             raise typer.Exit(2) from None
         node, redis_url, prefix = joined.node, joined.redis_url, joined.prefix  # over REDIS_URL / FRENZY_PREFIX
     node = node or socket.gethostname()
+    # An agent is one node: each JSON log line carries it, about a job or not (GPU health, Redis).
+    logs.set_context(node=node)
     if drain or undrain:
         if drain and undrain:
             typer.echo("error: give --drain or --undrain, not both", err=True)

@@ -89,7 +89,7 @@ class LogShipper:
                 self._pump(tail, final=False)
             except redis.RedisError as exc:
                 # The file keeps everything: the next round (or the next agent run) catches up.
-                log.debug("shipping the log of %s failed: %s", tail.job_id, exc)
+                log.debug("shipping the log of %s failed: %s", tail.job_id, exc, extra={"job_id": tail.job_id})
                 return
             except Exception:  # a bad file must not stop the others from shipping
                 key = (tail.job_id, tail.attempt)
@@ -125,4 +125,5 @@ class LogShipper:
                         args=[fld, start, end, self.maxlen, chunk.model_dump_json(), self.retention_ms]))
                     tail.offset = shipped  # > start always: the loop makes progress
                     if shipped != end:
-                        log.debug("log of %s was already shipped up to %d; skipping ahead", tail.job_id, shipped)
+                        log.debug("log of %s was already shipped up to %d; skipping ahead", tail.job_id, shipped,
+                                  extra={"job_id": tail.job_id})

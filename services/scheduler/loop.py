@@ -330,11 +330,13 @@ class SchedulerLoop:
             if freed:
                 log.warning("freed %d GPU(s) of %s still held by ended reservation %s of job %s%s",
                             freed, gpu.node, gpu.fence, gpu.job_id,
-                            "" if gpu.waited_s is None else f" (no exit reported for {gpu.waited_s:.0f} s)")
+                            "" if gpu.waited_s is None else f" (no exit reported for {gpu.waited_s:.0f} s)",
+                            extra={"node": gpu.node})
                 report.released += freed
         for port in plan.ports:
             if self.store.release_port(port.node, port.port, port.job_id):
-                log.info("freed rendezvous port %s on %s left by job %s", port.port, port.node, port.job_id)
+                log.info("freed rendezvous port %s on %s left by job %s", port.port, port.node, port.job_id,
+                         extra={"node": port.node})
                 report.released += 1
         for stuck in plan.unreserve:
             job = snapshot.jobs[stuck.job_id]
@@ -430,14 +432,15 @@ class SchedulerLoop:
             try:
                 plans = self.replan(job)
             except Exception as exc:  # the predictor is down: the old plans still describe the job
-                log.warning("re-planning %s for the remaining cluster failed (%s); keeping its plans", job.id, exc)
+                log.warning("re-planning %s for the remaining cluster failed (%s); keeping its plans", job.id, exc,
+                            extra={"job_id": job.id})
         if plans and job.oom_threshold is not None:
             # Plans an earlier out-of-memory exit ruled out stay out (None: its stored plans, already filtered).
             plans = plans_that_may_fit(plans, job.oom_threshold, plan_share) or None
         done, state = self.store.requeue(job, lost, why, limit, plans,
                                          cause=("node lost" if lost else "") if cause is None else cause)
         if not done:
-            log.info("requeue of %s skipped: it is %s now", job.id, state)
+            log.info("requeue of %s skipped: it is %s now", job.id, state, extra={"job_id": job.id})
             return ""
         if state == JobState.PENDING.value:
             log.warning("job %s requeued for attempt %d of %d: %s%s", job.id, job.attempt + 1, limit, why,
@@ -461,7 +464,7 @@ class SchedulerLoop:
                 fresh = self.replan(job)
             except Exception as exc:  # the predictor is down: the job's own plans, filtered the same way
                 log.warning("re-planning %s after an out-of-memory exit failed (%s); choosing among its plans",
-                            job.id, exc)
+                            job.id, exc, extra={"job_id": job.id})
         decision = decide_oom(job.plan, job.oom_threshold, ended.peak, job.oom_exits + 1, max_oom_retries(job.spec),
                               fresh or job.plans)
         report = {"node": event.node, "code": ended.code, "cause": ended.cause, "tail": "\n".join(ended.tail),
@@ -574,7 +577,8 @@ class SchedulerLoop:
             job = self.store.get(event.job_id)
         meaning = interpret(event, job)
         if isinstance(meaning, UnknownJob) or job is None:
-            log.warning("event for unknown job %s from %s ignored", event.job_id, event.node)
+            log.warning("event for unknown job %s from %s ignored", event.job_id, event.node,
+                        extra={"node": event.node})
         elif isinstance(meaning, Stale):
             # An older attempt (requeued) or an ended job: its process is gone now,
             # so whatever it still held on that node can go.
@@ -582,11 +586,11 @@ class SchedulerLoop:
                 freed = self.store.release_stale(job.id, event.node, meaning.release_fence)
                 if freed:
                     log.info("job %s attempt %d ended on %s: freed %d GPU(s) of its old reservation", job.id,
-                             event.attempt, event.node, freed)
+                             event.attempt, event.node, freed, extra={"node": event.node})
                     self.wake.set()
                     return
             log.info("stale event for %s (%s, attempt %s, node %s) ignored", job.id, event.kind, event.attempt,
-                     event.node)
+                     event.node, extra={"job_id": job.id})
         elif isinstance(meaning, LateSuccess):
             self._late_success(job, event, meaning)
         elif isinstance(meaning, Started):
@@ -620,7 +624,8 @@ class SchedulerLoop:
                         "end); SUCCEEDED, attempt %d stopped", job.id, late.attempt, event.node, job.attempt)
             self.wake.set()
         else:
-            log.info("job %s: late exit 0 of attempt %d on %s: %s", job.id, late.attempt, event.node, status)
+            log.info("job %s: late exit 0 of attempt %d on %s: %s", job.id, late.attempt, event.node, status,
+                     extra={"node": event.node})
         # Its process is gone: what that reservation still holds on the node can go.
         if self.store.release_stale(job.id, event.node, late.fence):
             self.wake.set()

@@ -207,7 +207,8 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         pred, pools = self.predict(job.spec, timeout_s=5.0, fresh=True)
         if not pred.plans:
             log.warning("no plan for %s fits the remaining cluster (%s); keeping its plans until it grows", job.id,
-                        ", ".join(f"{p.total_gpus} x {p.gpu_type}" for p in pools) or "no live nodes")
+                        ", ".join(f"{p.total_gpus} x {p.gpu_type}" for p in pools) or "no live nodes",
+                        extra={"job_id": job.id})
             return None
         return list(pred.plans)
 

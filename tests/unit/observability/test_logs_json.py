@@ -42,7 +42,11 @@ def test_a_line_is_one_object_with_the_fixed_fields(captured: tuple[logging.Logg
     logger.warning("job %s attempt %d started on\nnode %s", "job-1", 2, "a100-0")
     [line] = stream.getvalue().splitlines()  # a newline in the message stays inside the string
     obj = json.loads(line)
-    assert set(obj) == {"time", "level", "logger", "message"}
+    # The fixed four, and the fields the message's own words name ("job %s", "attempt %d", "node %s").
+    assert set(obj) == {"time", "level", "logger", "message", "job_id", "attempt", "node"}
+    assert (obj["job_id"], obj["attempt"], obj["node"]) == ("job-1", 2, "a100-0")
+    logger.info("scheduler %s ready", "s-1")
+    assert set(json.loads(stream.getvalue().splitlines()[1])) == {"time", "level", "logger", "message"}
     assert obj["level"] == "WARNING" and obj["logger"] == "frenzy.test.logs"
     assert obj["message"] == "job job-1 attempt 2 started on\nnode a100-0"
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", obj["time"]), obj["time"]
