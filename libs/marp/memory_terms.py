@@ -146,13 +146,31 @@ def _layer(job: _Job) -> _Layer:
     rebuilt = full_layer + np.where(rc == RECOMPUTE_CODE["full"], ckpt_extra * tokens * coef.ckpt_rep / sp_div, 0.0)
     # Beyond that, the larger of the MLP backward's transients and the attention backward's, which
     # run after the MLP's and the second norm's tensors are freed (marp.activations, bwd_*).
+    attn_tr = tokens * (coef.bwd_attn_rep / sp_div + coef.bwd_attn_par / tp_ + job.keys * coef.bwd_score / tp_)
+    if bool(np.any(g.cp > 1)):
+        attn_tr = attn_tr + _ring_attention_backward(job)
     return _Layer(
         saved=saved, rebuilt=rebuilt,
         mlp_tr=tokens * (coef.bwd_mlp_rep / sp_div + coef.bwd_mlp_par / tp_),
         act_tr=tokens * (coef.bwd_act_rep / sp_div + coef.bwd_act_par / tp_),
-        attn_tr=tokens * (coef.bwd_attn_rep / sp_div + coef.bwd_attn_par / tp_ + job.keys * coef.bwd_score / tp_),
+        attn_tr=attn_tr,
         dequant=(2.0 * job.layer_local / 4 if job.recipe.finetune == "qlora" else 0.0),
     )  # fmt: skip
+
+
+def _ring_attention_backward(job: _Job) -> FloatArray:
+    """Context parallelism: what ring attention's backward holds beyond one flash backward, per rank.
+
+    torch's ``_templated_ring_attention_backward`` (torch/distributed/tensor/experimental/
+    _context_parallel/_attention.py) accumulates dq, dk and dv in fp32 across the cp steps, gathers
+    the other ranks' K and V (the all-gather rotater: cp x the local K and V, plus the concatenated
+    send buffer) and rotates the K / V gradients in fp32 buffers. Measured on fake tensors (one
+    attention, bf16, 8 heads x 64, 4096 tokens over cp ranks): 40 + 4 cp B per token and channel of
+    Q = K = V over the flash backward's own 6 -- 48 at cp 2, 56 at cp 4 -- charged here as
+    4 B per Q channel plus 16 + (cp + 1) e per K and V channel. Zero without context parallelism."""
+    m, g, e = job.model, job.grid, job.e
+    per_token = 4.0 * m.q_width + (16.0 + (g.cp + 1) * e) * (m.k_width + m.v_width)
+    return np.where(g.cp > 1, job.tokens * per_token / g.tp, 0.0)
 
 
 @dataclass(frozen=True)

@@ -82,3 +82,22 @@ def test_fsdp_under_pp_costs_more_than_its_sharded_states_suggest() -> None:
     mem = predict_memory(LLAMA, recipe, layout, "H100-80GB", stage="first")
     sharded_states = 16 * int(first) / 8
     assert mem.peak_allocated > sharded_states + 6 * int(first)
+
+
+def test_ring_attention_backward_buffers_grow_with_cp() -> None:
+    # Ring attention's backward holds fp32 dq / dk / dv accumulators, the gathered K and V of all cp
+    # ranks and the rotated K / V gradients: 40 + 4 cp B per token and channel (MHA) beyond the flash
+    # backward, measured on fake tensors. Compare the per-layer attention transient of cp 2 and 4
+    # through the memory terms on the same local tokens.
+    from marp.memory_terms import _job, _ring_attention_backward
+    from marp.recipe import LayoutGrid
+
+    model = get_model("llama-2-7b")  # MHA: Q = K = V = hidden
+    recipe = TrainingRecipe(seq_len=8192, global_batch=1, micro_batch=1, precision="pure-bf16")
+    local = {}
+    for cp in (1, 2, 4):
+        layout = Layout(tp=1, pp=1, dp=1, cp=cp, zero_stage=0, micro_batch=1, grad_accum=1, recompute="full")
+        job = _job(model, recipe, LayoutGrid.of(layout), None)
+        local[cp] = float(_ring_attention_backward(job)[0]) / (8192 / cp * model.hidden)
+    assert local[1] == 0.0
+    assert local[2] == pytest.approx(48.0) and local[4] == pytest.approx(56.0)
