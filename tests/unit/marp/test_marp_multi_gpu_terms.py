@@ -101,3 +101,27 @@ def test_ring_attention_backward_buffers_grow_with_cp() -> None:
         local[cp] = float(_ring_attention_backward(job)[0]) / (8192 / cp * model.hidden)
     assert local[1] == 0.0
     assert local[2] == pytest.approx(48.0) and local[4] == pytest.approx(56.0)
+
+
+def test_dtensor_sequence_parallel_keeps_the_gathered_norm_outputs_megatron_does_not() -> None:
+    # torchtitan's TP plan all-gathers each norm output for the column-parallel linears, which save
+    # the whole-sequence tensor; Megatron saves the shard (Korthikanti et al. 2022, eq. 4).
+    from marp.memory_terms import _job
+    from marp.recipe import LayoutGrid
+
+    h, layers, tokens = LLAMA.hidden, LLAMA.n_layers, 4096
+
+    def saving(precision: str) -> tuple[float, float]:
+        recipe = TrainingRecipe(seq_len=tokens, global_batch=1, micro_batch=1, precision=precision)  # type: ignore[arg-type]
+        out = []
+        for sp in (False, True):
+            layout = Layout(tp=4, pp=1, dp=1, zero_stage=0, micro_batch=1, grad_accum=1, recompute="none", sp=sp)
+            out.append(predict_memory(LLAMA, recipe, layout, stage="last").activations)
+        rep = _job(LLAMA, recipe, LayoutGrid.of(layout), None).coef.rep
+        return out[0] - out[1], tokens * layers * rep * (1 - 1 / 4)
+
+    torch_saving, torch_rep = saving("pure-bf16")
+    megatron_saving, megatron_rep = saving("master-bf16")
+    assert megatron_saving == pytest.approx(megatron_rep, rel=1e-6)
+    gathered = (2 * layers + 1) * tokens * 2 * h * (1 - 1 / 4)
+    assert torch_saving == pytest.approx(torch_rep - gathered, rel=1e-6)
