@@ -108,7 +108,9 @@ class JobRecord:
         job.failed_node = self.failed_node
         if self.failed_node and self.failed_rank >= 0:
             job.failed_node_rank, job.failed_exit_code = self.failed_rank, self.failed_exit_code
-        job.max_attempts = self.max_attempts
+        # The limit as requeue_job applies it: preemptions and out-of-memory re-plans do not use up
+        # attempts, so each raises it (what `frenzy job` and the history's "attempt N of M" both say).
+        job.max_attempts = self.max_attempts + self.preemptions + self.oom_exits if self.max_attempts else 0
         job.user = self.user
         recorded = set()
         for rec in self.attempts:

@@ -74,6 +74,9 @@ def test_an_oom_on_the_first_attempt_is_re_planned_and_succeeds(make_stack: Call
     assert any(r.startswith("requeued for attempt 2 of ") and "out of memory on 1 x L4" in r
                and "observed 22.0 GiB" in r and "re-planned: " in r for r in reasons), reasons
     assert "trained" in s.text(job_id) and s.held_gpus() == []
+    # "attempt N of M" means the same everywhere: the OOM re-plan did not use up an attempt
+    limit = int(next(r for r in reasons if r.startswith("requeued for attempt 2 of ")).split(" of ")[1].split(":")[0])
+    assert job.max_attempts == limit
 
     out = _cli(s, "accuracy")
     assert out.returncode == 0, out.stderr
