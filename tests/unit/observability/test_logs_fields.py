@@ -35,6 +35,17 @@ def _json(msg: str, *args: object, **extra: object) -> dict[str, object]:
     return json.loads(logs.JsonFormatter().format(record))
 
 
+@pytest.fixture(autouse=True)
+def no_process_context() -> Iterator[None]:
+    """Each test starts without process context: an agent run in this process earlier (an
+    in-process CLI test) leaves its node set, which these lines must not carry."""
+    saved = {name: value for name, value in logs._process_context.items()}  # noqa: SLF001
+    logs.set_context(**{name: None for name in logs.CONTEXT_FIELDS})
+    yield
+    logs.set_context(**{name: None for name in logs.CONTEXT_FIELDS})
+    logs.set_context(**saved)
+
+
 @pytest.fixture
 def agent_context() -> Iterator[None]:
     logs.set_context(node="l4-7")
