@@ -29,7 +29,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from stack_run import fetch_jobs, live_children, machine, running_stack, say_stderr, submit_all, wait_ended  # noqa: E402
+from stack_run import (  # noqa: E402
+    fetch_jobs,
+    live_children,
+    machine,
+    raise_service_limits,
+    running_stack,
+    say_stderr,
+    submit_all,
+    wait_ended,
+)
 
 from frenzy.v1 import types_pb2  # noqa: E402
 from has.cluster_spec import parse_cluster  # noqa: E402
@@ -71,6 +80,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
     cluster = parse_cluster({"nodes": [{"gpu": args.gpu_type, "count": args.agents, "gpus_per_node": 8,
                                         "name_prefix": "node"}]})
     load_before = os.getloadavg()[0]
+    raise_service_limits(args.jobs, args.rate)  # a benchmark is not refused by the per-user rate limit
     with running_stack(cluster, say) as bench:
         time.sleep(2.0)  # let the agents finish registering and importing
         own0, kids0 = agents_cpu(bench.stack)
