@@ -79,6 +79,28 @@ def _device_mesh_init_on_real_tensors() -> None:
     DeviceMesh.__init__ = init  # type: ignore[method-assign]
 
 
+@contextmanager
+def _shape_propagation_apart(counting: FakeTensorMode) -> Iterator[None]:
+    """DTensor learns an op's output shape by running it once more on fake tensors of the *global*
+    shape (``ShardingPropagator._propagate_tensor_meta_non_cached``), in whatever fake mode is
+    active: ours, which would count those shadow tensors as memory (8 B per global logit under
+    loss parallel, say). While ``counting`` runs, that pass gets a fake mode of its own."""
+    from torch.distributed.tensor import _sharding_prop
+
+    original = _sharding_prop.detect_fake_mode
+    apart = FakeTensorMode(allow_non_fake_inputs=True)
+
+    def detect(*args: Any, **kwargs: Any) -> Any:
+        found = original(*args, **kwargs)
+        return apart if found is counting else found
+
+    _sharding_prop.detect_fake_mode = detect
+    try:
+        yield
+    finally:
+        _sharding_prop.detect_fake_mode = original
+
+
 class _CountingFakeMode(FakeTensorMode):
     """FakeTensorMode that hands the outputs of every outermost fake op to ``counter``.
 
@@ -243,7 +265,7 @@ def _run(spec: ModelSpec, config: MeasureConfig, par: ParallelConfig, rank: int,
     fake = _CountingFakeMode()
     tracker = LiveBytes(config.round_bytes)
     fake.counter = tracker  # from the first parameter on: whatever is live at iteration 2 is counted
-    with fake:
+    with _shape_propagation_apart(fake), fake:
         model: nn.Module = build_model(spec, policy, config.attention, config.recompute, config.gqa, 0.0)
         if par.finetune == "lora":
             model = _apply_lora(model, par)

@@ -1,8 +1,9 @@
 """The multi-GPU oracle (frenzy.measure.parallel): each rank of a dp x tp x cp layout of a small
 LLaMA trained on PyTorch's fake process group with FSDP2, DTensor TP and ring-attention CP, and
 peft LoRA, against MARP. The bands are the ones docs/marp.md's "multi-GPU oracle" table states:
-FSDP-only layouts within 2 %, tensor-parallel ones within 35 % (MARP under-predicts torchtitan's
-loss-parallel cross-entropy, docs/marp.md); model states exact everywhere."""
+FSDP-only layouts within 2 %, tensor-parallel ones within 3 % (loss parallel charged as
+torchtitan's cross-entropy holds it; DTensor's global-shape shape propagation not counted: with it
+counted TP looked 12 points worse); model states exact everywhere."""
 
 from __future__ import annotations
 
@@ -60,7 +61,7 @@ def test_dp2_tp2_per_rank_peak_beside_marp() -> None:
     predicted = compare.predict_parallel(SPEC, STEP, par)
     _states_exact(r0.breakdown, compare.comparable(predicted))
     err = compare.error_pct(predicted.peak_allocated, r0.peak_bytes)
-    assert -35.0 <= err <= 5.0, err
+    assert -3.0 <= err <= 3.0, err
 
 
 @pytest.mark.timeout(300)  # cp 2: one subprocess per cp rank
