@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import platform
 import re
+import resource
 import shutil
 import sys
 import tempfile
@@ -148,6 +149,10 @@ def service_cpu(stack: LocalStack) -> dict[str, float]:
         out[name] = out.get(name, 0.0) + cpu
     if stack.redis is not None and stack.redis.proc is not None:
         out["redis"] = cpu_seconds(stack.redis.proc.pid)
+    # The benchmark's own process (its gRPC clients, its polling of job states): it shares the
+    # machine with what it measures.
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    out["load_generator"] = own.ru_utime + own.ru_stime
     return out
 
 

@@ -43,7 +43,7 @@ def test_load_at_toy_size_prints_one_json_line_and_every_job_succeeds_once(tmp_p
     assert backlog["queued"] == 20 and backlog["backlog_started"] == 0
     assert backlog["probe_gpu_type"] == "A100-80GB" and backlog["probe_state"] == "SUCCEEDED"
     assert 0 <= out["backlog_new_job_to_running_s"] <= backlog["probe_call_to_running_s"] < 30
-    assert {"scheduler", "predictor", "agents", "redis"} <= set(out["cpu_s"])
+    assert {"scheduler", "predictor", "agents", "redis", "load_generator"} <= set(out["cpu_s"])
     assert out["scheduler_metrics"]["frenzy_agent_events_total_refused"] == 0
     assert "burst submitted 8/8" in proc.stderr and "backlog queued 20/20" in proc.stderr  # progress on stderr
     assert "://***@" in proc.stderr and ":" + "//frenzy:" not in proc.stderr  # no admin password printed
