@@ -254,7 +254,8 @@ class Agent:
                 if t.is_alive():
                     t.join(timeout=5)
             self.backend.close()
-            self._spawner.close()  # (running shims carry on without it)
+            if not isinstance(self._spawner, bool):
+                self._spawner.close()  # (running shims carry on without it)
             self._redis.close()
             self._code_redis.close()
             log.info("agent %s stopped", self.node)

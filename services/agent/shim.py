@@ -105,12 +105,14 @@ def _start(command: list[str], env: dict[str, str], identity: tuple[int, int, li
     bare interpreter's. A close-on-exec pipe tells the parent whether the exec happened (EOF) or
     why it failed.
     """
-    if identity is None and hasattr(os, "posix_spawnp"):
+    if identity is None and hasattr(os, "posix_spawn"):
         # No identity to switch to: posix_spawn (vfork and exec: no copy of our page tables)
         # costs about a quarter of fork + exec here, and reports a failed exec as OSError itself.
-        return os.posix_spawnp(command[0], command, env,
-                               file_actions=[(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)],
-                               setsigdef=_DEFAULTED)
+        # The program is looked up on the *job's* PATH, as execvpe does (posix_spawnp would search
+        # the shim's own).
+        return os.posix_spawn(_which(command[0], env), command, env,
+                              file_actions=[(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)],
+                              setsigdef=_DEFAULTED)
     rfd, wfd = os.pipe2(os.O_CLOEXEC)
     pid = os.fork()
     if pid == 0:  # the child: become the command, or report why not
@@ -141,6 +143,17 @@ def _start(command: list[str], env: dict[str, str], identity: tuple[int, int, li
         errno_text, _, text = failure.decode(errors="replace").partition(":")
         raise OSError(int(errno_text) if errno_text.isdigit() else 0, text, command[0])
     return pid
+
+
+def _which(program: str, env: dict[str, str]) -> str:
+    """``program`` as exec would find it on ``env``'s PATH; FileNotFoundError when it is nowhere."""
+    if "/" in program:
+        return program
+    for folder in env.get("PATH", os.defpath).split(os.pathsep):
+        path = os.path.join(folder or ".", program)
+        if os.access(path, os.X_OK) and not os.path.isdir(path):
+            return path
+    raise FileNotFoundError(2, "No such file or directory", program)
 
 
 def _wait(pid: int, reaper: bool) -> int:

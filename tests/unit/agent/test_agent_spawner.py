@@ -141,3 +141,17 @@ def test_the_spawner_reports_the_shims_start_time_as_proc_has_it(tmp_path: Path,
     finally:
         os.killpg(started.proc.pid, signal.SIGKILL)
     started.proc.wait(timeout=10)
+
+
+def test_the_command_is_found_on_the_jobs_path_not_the_spawners(tmp_path: Path, spawner: Spawner) -> None:
+    # A program only the job's PATH has (a venv's bin, say): the spawner itself runs with a bare
+    # PATH, so looking it up there would fail the job with "command not found".
+    bin_dir = tmp_path / "job-bin"
+    bin_dir.mkdir()
+    tool = bin_dir / "frenzy-test-tool"
+    tool.write_text("#!/bin/sh\necho tool ran\n")
+    tool.chmod(0o755)
+    msg = make_launch(command=["frenzy-test-tool"], env={"PATH": f"{bin_dir}:/usr/bin:/bin"})
+    started = launcher.start(msg, "n1", tmp_path / "logs", launch_id="p/n1/job-7/2", spawner=spawner)
+    assert started.proc.wait(timeout=10) == 0
+    assert "tool ran\n" in started.log_path.read_text()
