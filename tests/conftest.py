@@ -82,3 +82,16 @@ def redis_client(redis_url: str) -> Iterator[redis.Redis]:
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     yield client
     client.close()
+
+
+@pytest.fixture(autouse=True)
+def _log_context_per_test() -> Iterator[None]:
+    """The logs' process context (``frenzy.logs.set_context``) as each test found it: an agent run
+    in-process (a CLI test) sets its node for the whole process, which would then show on the log
+    lines of whichever test the same worker runs next."""
+    from frenzy import logs
+
+    saved = dict(logs._process_context)  # noqa: SLF001
+    yield
+    logs._process_context.clear()  # noqa: SLF001
+    logs._process_context.update(saved)  # noqa: SLF001
