@@ -47,6 +47,8 @@ from pathlib import Path
 
 from frenzy.agent import jobenv
 from frenzy.agent.launch_check import under
+from frenzy.agent.procs import process_running as process_running
+from frenzy.agent.procs import process_start_ticks as process_start_ticks
 from frenzy.agent.run_as import JobUser
 from frenzy.agent.shim import GUARDED, PID_SUFFIX, SHIM_MARKER, encode_launch
 from frenzy.agent.spawning import (
@@ -573,34 +575,3 @@ def kill_launch(launch_id: str, sig: int) -> list[int]:
         except ProcessLookupError:
             pass
     return hit
-
-
-def process_start_ticks(pid: int) -> int | None:
-    """Kernel start time of ``pid`` (Linux /proc), to tell a process from a later one reusing its pid."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # comm (field 2) may contain spaces and parentheses: split after the last ')'.
-    fields = stat[stat.rindex(")") + 2:].split()
-    return int(fields[19])  # field 22 overall: starttime
-
-
-def process_running(pid: int, start_ticks: int | None) -> bool:
-    """Is ``pid`` still the same live (non-zombie) process we started?"""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    except OSError:  # no /proc: fall back to a signal probe
-        try:
-            os.kill(pid, 0)
-            return True
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-    rest = stat[stat.rindex(")") + 2:].split()
-    if rest[0] in ("Z", "X"):
-        return False
-    return start_ticks is None or int(rest[19]) == start_ticks

@@ -35,6 +35,7 @@ import sys
 
 # Run as a script with -I, which leaves the script's directory off sys.path: the shim sits beside us.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from procs import process_start_ticks  # noqa: E402
 from shim import GUARDED, PID_SUFFIX, read_launch, supervise  # noqa: E402
 
 PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
@@ -43,15 +44,6 @@ MAX_REQUEST = 4 << 20
 
 def _set_subreaper(libc: ctypes.CDLL) -> bool:
     return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
-
-
-def start_ticks(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            stat = fh.read()
-        return int(stat[stat.rindex(")") + 2:].split()[19])  # field 22 overall: starttime
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 def _write_atomic(path: str, text: str) -> None:
@@ -155,7 +147,7 @@ def _spawn(conn: socket.socket, wake: tuple[int, int], shims: dict[int, str], li
     os.read(session_r, 1)  # EOF: setsid done (or the child already died)
     os.close(session_r)
     shims[pid] = exit_file
-    ticks = start_ticks(pid)
+    ticks = process_start_ticks(pid)
     try:
         _write_atomic(exit_file + PID_SUFFIX, f"{pid} {ticks}\n")
     except OSError:

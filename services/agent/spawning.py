@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from frenzy.agent.procs import process_running
 from frenzy.agent.shim import CLEAN_MARK, PID_SUFFIX
 
 log = logging.getLogger(__name__)
@@ -47,16 +48,10 @@ def pid_from(pid_path: Path) -> int | None:
     try:
         pid_text, ticks_text = pid_path.read_text().split()
         pid = int(pid_text)
+        ticks = None if ticks_text == "None" else int(ticks_text)
     except (OSError, ValueError):
         return None
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            stat = fh.read()
-        alive = stat[stat.rindex(")") + 2:].split()[0] not in ("Z", "X")
-        same = ticks_text == "None" or stat[stat.rindex(")") + 2:].split()[19] == ticks_text
-    except (OSError, ValueError, IndexError):
-        return None
-    return pid if alive and same else None
+    return pid if process_running(pid, ticks) else None
 
 
 def supported() -> bool:
