@@ -30,6 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from stack_run import (  # noqa: E402
+    cpu_split,
     fetch_jobs,
     live_children,
     machine,
@@ -44,26 +45,16 @@ from frenzy.v1 import types_pb2  # noqa: E402
 from has.cluster_spec import parse_cluster  # noqa: E402
 
 
-def _cpu_split(pid: int) -> tuple[float, float]:
-    """(own, reaped children's) CPU seconds of ``pid``."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0, 0.0
-    tck = os.sysconf("SC_CLK_TCK")
-    return (int(fields[11]) + int(fields[12])) / tck, (int(fields[13]) + int(fields[14])) / tck
-
-
 def agents_cpu(stack) -> tuple[float, float]:  # type: ignore[no-untyped-def]
     """(the agents' own CPU, their children's): reaped children, and the live ones (the spawner,
     which reaps the shims and so holds their CPU and their commands')."""
     own = kids = 0.0
     for svc in stack.services:
         if svc.name.startswith("agent-"):
-            o, k = _cpu_split(svc.proc.pid)
+            o, k = cpu_split(svc.proc.pid)
             own, kids = own + o, kids + k
             for child in live_children(svc.proc.pid):
-                co, ck = _cpu_split(child)
+                co, ck = cpu_split(child)
                 kids += co + ck
     return own, kids
 

@@ -115,14 +115,19 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     return ordered[rank - 1]
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a live process (and its waited-for children), from /proc."""
+def cpu_split(pid: int) -> tuple[float, float]:
+    """(own, waited-for children's) user + system CPU seconds of a live process, from /proc."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
-        return 0.0
-    ticks = sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
-    return ticks / os.sysconf("SC_CLK_TCK")
+        return 0.0, 0.0
+    tck = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / tck, (int(fields[13]) + int(fields[14])) / tck
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a live process and its waited-for children, from /proc."""
+    return sum(cpu_split(pid))
 
 
 def live_children(pid: int) -> list[int]:
