@@ -57,7 +57,7 @@ from torch.testing._internal.distributed.fake_pg import FakeStore
 from frenzy.measure.config import MeasureConfig, ParallelConfig, check_parallel
 from frenzy.measure.models import TransformerModel, build_model, loss_fn
 from frenzy.measure.precision import Policy
-from frenzy.measure.step import _optimizer, _state_tensors
+from frenzy.measure.step import _optimizer, state_split
 from frenzy.measure.tracker import LiveBytes
 from marp import ModelSpec
 
@@ -302,13 +302,7 @@ def _run(spec: ModelSpec, config: MeasureConfig, par: ParallelConfig, rank: int,
             opt.step()
 
         def classify(tr: LiveBytes) -> dict[str, int]:
-            split = {
-                "parameters": sum(tr.bytes_of(p) for p in params),
-                "gradients": sum(tr.bytes_of(p.grad) for p in trainable),
-                "optimizer_states": sum(tr.bytes_of(t) for t in _state_tensors(opt)),
-            }
-            split["other"] = tr.current - sum(split.values())
-            return split
+            return state_split(tr, params, trainable, opt)
 
         with _cp_dispatcher(cp_mesh is not None):
             iteration(lambda name: None)

@@ -22,6 +22,7 @@ CUDA behaviour emulated on the CPU build:
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -77,6 +78,18 @@ def _optimizer(name: str, params: list[torch.nn.Parameter], impl: str) -> torch.
     return torch.optim.SGD(params, lr=1e-2, momentum=0.9, foreach=foreach)
 
 
+def state_split(tr: LiveBytes, params: Iterable[Any], trainable: Iterable[Any], opt: Any) -> dict[str, int]:
+    """The live bytes ``tr`` counts, split as MARP's terms: the parameters, the gradients of the
+    ``trainable`` ones, the optimizer's states, and everything else (activations, transients)."""
+    split = {
+        "parameters": sum(tr.bytes_of(p) for p in params),
+        "gradients": sum(tr.bytes_of(p.grad) for p in trainable),
+        "optimizer_states": sum(tr.bytes_of(t) for t in _state_tensors(opt)),
+    }
+    split["other"] = tr.current - sum(split.values())
+    return split
+
+
 def _state_tensors(opt: torch.optim.Optimizer) -> list[torch.Tensor]:
     return [v for st in opt.state.values() for k, v in st.items() if k != "step" and isinstance(v, torch.Tensor)]
 
@@ -126,13 +139,7 @@ def measure(spec: ModelSpec, config: MeasureConfig) -> Measurement:
         opt.zero_grad(set_to_none=set_to_none)  # as iteration 2 starts (freed, or zeroed and kept)
 
         def classify(tr: LiveBytes) -> dict[str, int]:
-            split = {
-                "parameters": sum(tr.bytes_of(p) for p in params),
-                "gradients": sum(tr.bytes_of(p.grad) for p in params),
-                "optimizer_states": sum(tr.bytes_of(t) for t in _state_tensors(opt)),
-            }
-            split["other"] = tr.current - sum(split.values())
-            return split
+            return state_split(tr, params, params, opt)
 
         tracker = LiveBytes(config.round_bytes, classify)
         tracker.track([*params, *(p.grad for p in params), *_state_tensors(opt), ids, labels])
