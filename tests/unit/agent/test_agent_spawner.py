@@ -121,11 +121,17 @@ def test_the_command_gets_default_signal_dispositions_and_only_its_environment(t
     assert "FRENZY_LAUNCH_ID=p/n1/job-7/2" in text and "FRENZY_SHIM" not in text
 
 
-def test_a_cancel_the_instant_the_job_is_spawned_is_recorded_and_the_command_never_runs(
+def test_a_cancel_the_instant_the_job_is_spawned_ends_it_by_that_signal_before_its_work(
         tmp_path: Path, spawner: Spawner) -> None:
+    # The spawner's shim is ready about a millisecond after start() returns, so the cancel may
+    # reach the shim before the command starts (it never runs) or the command itself (it dies of
+    # the signal). Both must read "killed by <sig>" and neither may let the command's work happen:
+    # the command sleeps before its work, and sh takes the three signals' default actions.
+    # (The exec'd shim's interpreter start-up window, where the command must never start, is
+    # test_agent_launcher's test_a_cancel_the_instant_the_job_starts_....)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         marker = tmp_path / f"ran-{sig.name}"
-        msg = make_launch(command=[sys.executable, "-c", f"open({str(marker)!r}, 'w').close()"])
+        msg = make_launch(command=["/bin/sh", "-c", f"sleep 3; : > {str(marker)!r}"])
         started = launcher.start(msg, "n1", tmp_path / sig.name, launch_id=f"p/n1/job-c/{sig.value}", spawner=spawner)
         os.killpg(started.proc.pid, sig)  # the group exists as soon as start returns
         assert started.proc.wait(timeout=10) == -sig
