@@ -55,7 +55,7 @@ def _gpu(text: str) -> str:
         return "V100-16GB" if "16" in t else "V100-32GB"
     if "h100" in t:
         return "H100-80GB"
-    return "A100-80GB"
+    return "A100-40GB" if "a100 40gb" in t else "A100-80GB"
 
 
 def _precision(text: str) -> str:
@@ -137,12 +137,19 @@ def row_inputs(row: dict[str, str]) -> tuple[ModelSpec, TrainingRecipe, Layout, 
     framework = row["framework"].lower()
     # PyTorch < 2.0 (the 2022 HF Trainer) and llm.c keep gradients allocated between steps.
     grad_buffer = "persistent" if ("2022" in framework or "llm.c" in framework) else None
+    # Fused pointwise kernels: torch.compile's, Megatron's (Transformer Engine) and llm.c's own
+    # CUDA kernels; DeepSpeed's bf16 recipe (master weights too) runs the model's eager modules.
+    fused = row["torch_compile"] == "yes" or "megatron" in framework or "llm.c" in framework
+    # Optional columns (multi_gpu_public.csv): a LoRA / QLoRA fine-tune and its adapters.
+    finetune = row.get("finetune") or "full"
+    targets = tuple(row["lora_targets"].split(",")) if row.get("lora_targets") else ("q", "k", "v", "o")
     recipe = TrainingRecipe(
         seq_len=seq, global_batch=gb, micro_batch=mb, precision=precision,  # type: ignore[arg-type]
         optimizer="adamw", optimizer_impl=_optimizer_impl(row["optimizer"]),  # type: ignore[arg-type]
         flash_attention=not any(k in row["attention"].lower() for k in ("eager", "unfused")),
         loss=_loss(row), grad_buffer=grad_buffer,  # type: ignore[arg-type]
-        kernels="fused" if row["torch_compile"] == "yes" or precision.startswith("master") else "eager",
+        kernels="fused" if fused else "eager", finetune=finetune,  # type: ignore[arg-type]
+        lora_rank=int(row.get("lora_rank") or 16), lora_targets=targets,
     )  # fmt: skip
     shard = dp // 2 if "instances" in row["sharding"] or "instances" in row["source_url"] else None
     layout = Layout(
@@ -268,6 +275,38 @@ def multi_gpu_table(multi: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+# ---- public multi-GPU measurements -------------------------------------------------------------
+
+PUBLIC_MULTI_GPU_CSV = ROOT / "bench" / "data" / "memory" / "multi_gpu_public.csv"
+
+
+def run_public_multi_gpu(path: Path = PUBLIC_MULTI_GPU_CSV) -> dict[str, Any]:
+    """MARP against published multi-GPU peaks (bench/data/memory/MULTI_GPU.md): the rows have
+    measurements.csv's columns (plus finetune, lora_rank, lora_targets), so ``run`` maps and
+    predicts them exactly as it does the single-GPU set."""
+    out = run(path)
+    with open(path, newline="", encoding="utf-8") as fh:
+        layouts = {row["id"]: row for row in csv.DictReader(fh)}
+    for r in out["rows"]:
+        row = layouts[r["id"]]
+        _, recipe, layout, gpu, _, _ = row_inputs(row)
+        ft = {"lora": f" LoRA r{recipe.lora_rank}", "qlora": f" QLoRA r{recipe.lora_rank}"}.get(recipe.finetune, "")
+        r["label"] = (f"{row['model'].split(' (')[0]}{ft} {layout.num_gpus}x {gpu} dp{layout.dp} "
+                      f"z{layout.zero_stage} mb{layout.micro_batch} s{recipe.seq_len}")  # fmt: skip
+    return out
+
+
+def public_multi_gpu_table(public: dict[str, Any]) -> str:
+    lines = [f"{'row':7} {'job':58} {'quantity':9} {'measured GiB':>12} {'MARP GiB':>9} {'error':>8}  phase"]
+    for r in public["rows"]:
+        lines.append(f"{r['id']:7} {r['label']:58} {r['quantity']:9} {r['measured_bytes'] / 2**30:12.2f} "
+                     f"{r['predicted_bytes'] / 2**30:9.2f} {r['error_pct']:+7.2f}%  {r['phase']}")  # fmt: skip
+    s = public["marp"]
+    lines.append(f"{len(public['rows'])} rows: mean |error| {s['mape_pct']:.2f} %, worst {s['worst_row']} "
+                 f"{s['worst_error_pct']:+.2f} %, under by > 10 %: {', '.join(s['under_by_more_than_10pct']) or 'none'}")
+    return "\n".join(lines)
+
+
 # ---- speed -------------------------------------------------------------------------------------
 
 
@@ -373,9 +412,13 @@ if __name__ == "__main__":
         print("memory, multi-GPU: per-rank peak allocated, MARP vs the fake-tensor oracle "
               "(bench/data/memory/multi_gpu_oracle.csv)")
         print(multi_gpu_table(run_multi_gpu()))
+        print("memory, public multi-GPU: published per-GPU peaks of multi-GPU runs, MARP's prediction of the "
+              "quantity each measured (bench/data/memory/multi_gpu_public.csv)")
+        print(public_multi_gpu_table(run_public_multi_gpu()))
         print("speed: tokens/s/GPU, predicted vs measured (bench/data/speed/throughput.csv)")
         print(speed_table(speed))
     else:
         memory["multi_gpu"] = run_multi_gpu()
+        memory["multi_gpu_public"] = run_public_multi_gpu()
         memory["speed"] = speed
         print(json.dumps(memory, indent=2))
