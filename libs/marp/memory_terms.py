@@ -24,6 +24,7 @@ from marp.recipe import LayoutGrid, TrainingRecipe
 from marp.sizes import (
     FRAGMENTATION,
     HOPPER,
+    NF4_BYTES,
     RECOMPUTE_CODE,
     TE_STREAMS,
     ceil_div,
@@ -264,10 +265,9 @@ def _model_states(job: _Job, st: _Stage) -> _States:
     if job.lora:
         adapters = job.layers_stage * lora_params(model, recipe.lora_rank, recipe.lora_targets) / g.tp
         if recipe.finetune == "qlora":
-            # NF4 base: 0.5 B/param plus double-quantised constants, 0.127 bit/param (Dettmers
-            # et al. 2023, sec. 3); embeddings, norms and the head stay in bf16.
+            # NF4 base (sizes.NF4_BYTES); embeddings, norms and the head stay in bf16.
             layers = job.layers_stage * job.layer_local - job.expert_all + job.expert_local
-            frozen = layers * (0.5 + 0.127 / 8) + (own - layers) * 2.0
+            frozen = layers * NF4_BYTES + (own - layers) * 2.0
         else:
             frozen = own * (2.0 if pb == 2.0 else pb)
         trainable = adapters
@@ -395,7 +395,10 @@ def _buffers(job: _Job, st: _Stage, states: _States) -> _Buffers:
     # forward and backward (FSDP2 does not reshard the root after forward); one unit's
     # unsharded gradients (+ their fp32 copy for an fp32 reduce-scatter) in the backward
     # (memory-notes D.2, FSDP row).
-    gathered = np.where(fsdp, (2 * layer_local + root) * gather_b, 0.0)
+    # QLoRA: FSDP gathers what it shards, a layer's NF4 storage (sizes.NF4_BYTES), and the
+    # linears dequantise one weight at a time (_Layer.dequant); the root stays in bf16.
+    unit_b = NF4_BYTES if recipe.finetune == "qlora" else gather_b
+    gathered = np.where(fsdp, 2 * layer_local * unit_b + root * gather_b, 0.0)
     fp8_cache: FloatArray | float = 0.0
     if recipe.float8:
         linears = layer_local - 2 * job.model.norm_params()  # a layer's matmul weights (per TP rank)
@@ -411,7 +414,11 @@ def _buffers(job: _Job, st: _Stage, states: _States) -> _Buffers:
             # in the backward): 2 B per matmul parameter of one layer (torchao float8_linear.py).
             unit = np.where(fsdp, linears * 1.0 + (layer_local - linears) * gather_b, unit + linears * 2.0)
         gathered = np.where(fsdp, 2 * unit + root * gather_b, unit - layer_local * gather_b)
-    unsharded_grads = np.where(fsdp, layer_local * (gather_b + (4.0 if policy == "fsdp-bf16" else 0.0)), 0.0)
+    # Under LoRA / QLoRA only the adapters get gradients, so a unit's unsharded gradients are its
+    # adapters' (FSDP allocates none for frozen parameters); in full training, the whole layer's.
+    grad_unit = (np.asarray(lora_params(job.model, recipe.lora_rank, recipe.lora_targets) / g.tp)
+                 if job.lora else layer_local)  # fmt: skip
+    unsharded_grads = np.where(fsdp, grad_unit * (gather_b + (4.0 if policy == "fsdp-bf16" else 0.0)), 0.0)
     # PyTorch DDP keeps its own gradient buckets beside .grad unless gradient_as_bucket_view
     # (torch.nn.parallel.DistributedDataParallel docs: the saving "equals the total gradients
     # size"); Megatron's master-* grads are the buckets.

@@ -41,6 +41,12 @@ FRAGMENTATION = 0.10
 TE_STREAMS = 4
 HOPPER = ("H100-80GB", "H100-96GB", "H200", "B200")
 
+# QLoRA's NF4 base: 4 bits per parameter plus the double-quantised block constants, 0.127 bit per
+# parameter (Dettmers et al. 2023, sec. 3): what a frozen quantised linear holds, and what FSDP
+# shards and all-gathers (it gathers the quantised storage: bitsandbytes' Params4bit packed in
+# bnb_4bit_quant_storage, torchao's NF4Tensor through its fsdp_pre_all_gather extension).
+NF4_BYTES = 0.5 + 0.127 / 8
+
 RECOMPUTE_CODE: dict[str, int] = {name: i for i, name in enumerate(RECOMPUTE)}  # none 0, selective 1, ...
 
 
