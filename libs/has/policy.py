@@ -80,6 +80,9 @@ class PlanChoice(StrEnum):
 
     RANKED = "ranked"  # MARP's first plan that fits now
     COMPLETION = "completion"  # the earliest estimated completion, counting the wait for busy GPUs
+    # MARP's first plan that fits now, unless waiting for a better-ranked plan's busy GPUs
+    # finishes more than ``wait_slack`` sooner (``QueuePolicy.plan_choice``)
+    RANKED_WAIT = "ranked-wait"
 
 
 _E = TypeVar("_E", QueueOrder, StarvingOrder, PlanChoice)
@@ -119,6 +122,11 @@ class QueuePolicy:
       GPU-seconds are within ``width_slack`` of the cheapest plan on that GPU type;
       a job waits for a busy plan only when starting now would finish more than
       ``wait_slack`` later. Plans without ``runtime_s`` fall back to "ranked".
+      "ranked-wait" takes MARP's first plan that fits now, as "ranked", unless a plan ranked
+      before it would, waiting for its busy GPUs (the same release estimates as "completion"),
+      finish more than ``wait_slack`` sooner: then the job waits for that plan. MARP's order
+      stands; only a plan far slower than one whose GPUs free soon is refused (a 13B job
+      offered 16 slow GPUs for 7 h while 16 fast ones free in 20 min for a 35 min run).
     explain: build per-plan pending reasons (the service shows them; the simulator
       turns them off: decisions are the same, only the reason text differs).
     preempt_within_s: 0 (default) never preempts. > 0 (needs plan_choice="completion" and the

@@ -108,7 +108,8 @@ class _Pass:
         """Walk ``rows`` (the queue in ``queue_order``'s order): each job is placed or gets its
         pending reason; then at most one preemption."""
         completion = self.policy.plan_choice is PlanChoice.COMPLETION
-        if completion:
+        ranked_wait = self.policy.plan_choice is PlanChoice.RANKED_WAIT
+        if completion or ranked_wait:
             self.lists = self.releases.load()
         self._count_free()
         if rows:  # (``queue_order`` puts the lowest class last)
@@ -121,6 +122,8 @@ class _Pass:
             preferred: int | None = None
             if completion and info.timed:
                 result, preferred = self._by_completion(_job(queued), info)
+            elif ranked_wait and info.timed:
+                result, preferred = self._ranked_wait(_job(queued), info)
             else:
                 result = self._ranked(_job(queued), info)
             if isinstance(result, Placement):
@@ -356,6 +359,45 @@ class _Pass:
         if self.policy.explain or not job.plans:
             return self._explain(job.plans, info)
         return _NO_FIT_NOW
+
+    def _ranked_wait(self, job: QueuedJob, info: JobPlans) -> tuple[Placement | PendingReason, int | None]:
+        """``PlanChoice.RANKED_WAIT``: MARP's first plan that fits now, unless a plan ranked
+        before it, started when its busy GPUs are released (``Releases``), would finish more
+        than ``wait_slack`` sooner; then the job waits for that plan (and claims its GPUs'
+        releases, as completion plan choice does, so later jobs do not count on them). When
+        no plan fits now, the job claims the releases of the plan that would finish first.
+        Returns the decision and the plan index a waiting job waits for."""
+        now, slack, inf = self.now, 1.0 + self.policy.wait_slack, _INF
+        lists, lid, rows, runtimes = self.lists, self.releases.lid, info.rows, info.runtimes
+        i = _first_fit(self.free, info)
+        # The plans a wait could be for: those ranked before the one that fits now (all
+        # when none fits); the earliest estimated completion among them.
+        best_done, best_i, best_list = inf, -1, None
+        for j in range(len(rows) if i is None else i):
+            _, t, n, _, b = rows[j]
+            found = lists[lid(b, t)]
+            done = found.at(n - 1) + runtimes[j]  # type: ignore[operator]  # (timed: not None)
+            if done < best_done:
+                best_done, best_i, best_list = done, j, found
+        if i is not None:
+            plan = job.plans[i]
+            now_done = now + runtimes[i]  # type: ignore[operator]
+            if best_list is None or now_done - now <= (best_done - now) * slack:
+                self.releases.commit(plan, now_done)
+                nodes = self.free.choose(plan)
+                assert nodes is not None
+                return Placement(job_id=job.job_id, plan_index=i, plan=plan, nodes=nodes), None
+            better = job.plans[best_i]
+            best_list.commit(better.num_gpus, best_done)
+            return PendingReason(
+                f"waiting for {better.describe()}: estimated done in {best_done - now:.0f} s vs "
+                f"{now_done - now:.0f} s on {plan.describe()} now",
+                (),
+            ), best_i
+        if best_list is not None and best_done < inf:
+            best_list.commit(job.plans[best_i].num_gpus, best_done)
+        reason = self._explain(job.plans, info) if self.policy.explain else _NO_FIT_NOW
+        return reason, None
 
     def _settle(
         self,

@@ -511,8 +511,10 @@ def scheduler_cmd(
         envvar="FRENZY_POLICY",
         help="Queue policy: 'frenzy' (shortest-first with aging, completion-time-aware plan choice, and "
              "stopping a job submitted under a minute ago for a much shorter one; the simulator calls it "
-             "frenzy-completion), 'frenzy-ranked' (shortest-first with aging over MARP's ranked plans, no "
-             "preemption: the simulator's frenzy, which won its tuning split, docs/simulator.md), "
+             "frenzy-completion), 'frenzy-ranked-wait' (shortest-first with aging over MARP's ranked plans, "
+             "waiting for a better-ranked plan when that finishes over 20 % sooner, no preemption: the "
+             "simulator's frenzy, which won its tuning split, docs/simulator.md), 'frenzy-ranked' (that "
+             "without the wait), "
              "'frenzy-nopreempt' (frenzy never stopping a running job) or 'paper' (FIFO with backfill, "
              "first satisfiable plan; the Frenzy paper's HAS).")] = "frenzy",
     max_queued_per_user: Annotated[int, typer.Option(
@@ -576,6 +578,7 @@ def scheduler_cmd(
 
     policies = {"frenzy": QueuePolicy.frenzy(), "frenzy-completion": QueuePolicy.frenzy(),
                 "frenzy-ranked": QueuePolicy.frenzy(plan_choice=PlanChoice.RANKED),
+                "frenzy-ranked-wait": QueuePolicy.frenzy(plan_choice=PlanChoice.RANKED_WAIT),
                 "frenzy-nopreempt": QueuePolicy.frenzy(preempt_within_s=0.0), "paper": QueuePolicy()}
     if policy not in policies:
         fail(f"--policy: unknown policy {policy!r}; one of {', '.join(policies)}", 2)

@@ -6,9 +6,11 @@ system would see them) into Start/Stop actions.
 * ``frenzy`` / ``frenzy-paper`` (and ablations): build ``QueuedJob``s from MARP's ranked
   plans and call ``has.schedule`` — the very function the live scheduler calls every tick;
   only the ``QueuePolicy`` differs. frenzy-paper = ``QueuePolicy()`` (first satisfiable
-  ranked plan, FIFO, backfill); frenzy = ``QueuePolicy.frenzy(plan_choice=RANKED)``
-  (shortest-first with aging; chosen on the tuning split, docs/simulator.md); frenzy-completion
-  = ``QueuePolicy.frenzy()``, the live scheduler's default.
+  ranked plan, FIFO, backfill); frenzy = ``QueuePolicy.frenzy(plan_choice=RANKED_WAIT)``
+  (shortest-first with aging over MARP's ranked plans, refusing a plan far slower than one
+  whose GPUs free soon; chosen on the tuning split, docs/simulator.md); frenzy-ranked = that
+  without the refusal (the default of issue 18); frenzy-completion = ``QueuePolicy.frenzy()``,
+  the live scheduler's default.
 * ``opportunistic``: memory-blind; the user's requested GPU count on whatever type has that
   many free GPUs, first fit, FIFO with backfill. OOM rule: after an OOM on (type, n) the job
   tries the next type at n; once every type failed at n it asks for 2n.
@@ -777,6 +779,7 @@ POLICY_NAMES = (
     "frenzy-completion",
     "sia-memaware",
     "frenzy-nopreempt",
+    "frenzy-ranked",
     "gavel",
     "gavel-memaware",
     "gavel-minjct",
@@ -787,8 +790,10 @@ POLICY_NAMES = (
 def make_policy(
     name: str, restart_s: float = 120.0, gavel_round_s: float = 360.0
 ) -> FrenzyPolicy | OpportunisticPolicy | SiaPolicy | GavelPolicy | HadarPolicy:
-    """A fresh policy by name (frenzy = shortest-first with aging over MARP's ranked plans, the
-    default the tuning split chose; ablations: frenzy-fifo = frenzy without shortest-first,
+    """A fresh policy by name (frenzy = shortest-first with aging over MARP's ranked plans, a
+    plan refused when waiting for a better-ranked one finishes more than 20 % sooner: the
+    default the tuning split chose; ablations: frenzy-ranked = frenzy without that refusal,
+    frenzy-fifo = frenzy without shortest-first,
     frenzy-completion = the live scheduler's QueuePolicy.frenzy() with completion-time-aware plan
     choice and preemption, frenzy-nopreempt = that without preemption; sia-memaware = Sia told
     which configurations fit, a baseline stronger than the paper's; gavel-memaware = Gavel told which
@@ -796,8 +801,13 @@ def make_policy(
     Gavel's round length)."""
     if name == "frenzy":
         # The default, chosen on the tuning half of bench/sim_tables.py (docs/simulator.md):
-        # shortest-first with aging over MARP's ranked plans -- the completion-time plan choice
-        # (and the preemption that needs it) did not pay there.
+        # shortest-first with aging over MARP's ranked plans, except that a plan is refused when
+        # waiting for a better-ranked plan's GPUs finishes more than wait_slack (20 %) sooner --
+        # the completion-time plan choice (and the preemption that needs it) did not pay there.
+        return FrenzyPolicy(name, QueuePolicy.frenzy(plan_choice=PlanChoice.RANKED_WAIT, explain=False),
+                            restart_s=restart_s)
+    if name == "frenzy-ranked":
+        # issue 18's default: MARP's first plan that fits now, however slow
         return FrenzyPolicy(name, QueuePolicy.frenzy(plan_choice=PlanChoice.RANKED, explain=False), restart_s=restart_s)
     if name == "frenzy-completion":
         # the live scheduler's QueuePolicy.frenzy(); preemption's switch cost is the simulator's restart cost
@@ -806,7 +816,7 @@ def make_policy(
         return FrenzyPolicy(name, QueuePolicy(explain=False), restart_s=restart_s)
     if name == "frenzy-fifo":
         return FrenzyPolicy(
-            name, QueuePolicy.frenzy(order=QueueOrder.FIFO, plan_choice=PlanChoice.RANKED, explain=False),
+            name, QueuePolicy.frenzy(order=QueueOrder.FIFO, plan_choice=PlanChoice.RANKED_WAIT, explain=False),
             restart_s=restart_s,
         )
     if name == "frenzy-nopreempt":

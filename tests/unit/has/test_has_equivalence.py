@@ -260,7 +260,9 @@ def test_fast_pass_on_derived_views_and_after_placements() -> None:
 
 
 def test_fast_pass_matches_the_reference_on_simulated_states() -> None:
-    """Every decision of a short simulation (frenzy and frenzy-paper) through both passes."""
+    """Every decision of a short simulation (frenzy-ranked and frenzy-paper) through both passes.
+    (The simulator's frenzy plans with ``PlanChoice.RANKED_WAIT``, which the frozen reference
+    predates: test_has_ranked_wait.py tests it.)"""
     spec = parse_cluster({"nodes": [
         {"gpu": "H100-80GB", "count": 2, "gpus_per_node": 8},
         {"gpu": "A100-80GB", "count": 3, "gpus_per_node": 8},
@@ -280,7 +282,7 @@ def test_fast_pass_matches_the_reference_on_simulated_states() -> None:
                     checked += 1
             return super().decide(view)
 
-    for name in ("frenzy", "frenzy-paper"):
+    for name in ("frenzy-ranked", "frenzy-paper"):
         base = make_policy(name)
         assert isinstance(base, baselines.FrenzyPolicy)
         policy = Checked(name, dataclasses.replace(base.queue_policy, starvation_s=600.0))

@@ -164,7 +164,7 @@ def test_frenzy_policy_calls_has_schedule(monkeypatch: pytest.MonkeyPatch, jobs:
     assert calls and all(p == QueuePolicy.frenzy(explain=False) for p in calls)  # the live default
     calls.clear()
     simulate(SMALL, jobs[:5], make_policy("frenzy"), profiles=book)  # the split's choice
-    assert calls and all(p == QueuePolicy.frenzy(plan_choice=PlanChoice.RANKED, explain=False) for p in calls)
+    assert calls and all(p == QueuePolicy.frenzy(plan_choice=PlanChoice.RANKED_WAIT, explain=False) for p in calls)
 
 
 def test_engine_rejects_double_booking(jobs: list[TraceJob], book: ProfileBook) -> None:

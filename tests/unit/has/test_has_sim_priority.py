@@ -47,7 +47,13 @@ def test_a_bad_priority_names_the_job_and_field(tmp_path: Path) -> None:
         read_trace(tmp_path / "nan.csv")
 
 
-@pytest.mark.parametrize("name", ["frenzy", "frenzy-paper"])
+# The bar on the priority class's mean JCT against the same jobs without priorities. frenzy's is
+# looser: it waits for a much faster plan instead of starting a slow one, so those ten jobs were
+# already quicker without priorities (0.17 h, against 0.30 h under frenzy-ranked).
+BAR = {"frenzy": 0.8, "frenzy-ranked": 0.67, "frenzy-paper": 0.67}
+
+
+@pytest.mark.parametrize("name", sorted(BAR))
 def test_the_priority_class_finishes_sooner_and_the_report_shows_it(name: str, book: ProfileBook) -> None:
     jobs = synthetic(40, seed=7, jobs_per_hour=30, median_gpu_hours=2.0)
     ranked = with_priorities(jobs)
@@ -60,9 +66,9 @@ def test_the_priority_class_finishes_sooner_and_the_report_shows_it(name: str, b
         assert None not in jcts  # every job of the class finished
         return sum(jcts) / len(jcts)
 
-    # The same ten jobs, given priority 10: their mean JCT falls by more than a third (measured:
-    # 0.30 -> 0.14 h under frenzy, 0.47 -> 0.16 h under frenzy-paper).
-    assert avg_jct(res.jobs, high) < 0.67 * avg_jct(plain.jobs, high)
+    # The same ten jobs, given priority 10: their mean JCT falls (measured: 0.17 -> 0.13 h under
+    # frenzy, 0.30 -> 0.14 h under frenzy-ranked, 0.47 -> 0.16 h under frenzy-paper).
+    assert avg_jct(res.jobs, high) < BAR[name] * avg_jct(plain.jobs, high)
     classes = res.by_priority()
     assert list(classes) == [10, 0]
     assert classes[10]["jobs"] == 10 and classes[0]["jobs"] == 30
