@@ -13,9 +13,9 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import redis
 from google.protobuf import json_format
@@ -41,26 +41,78 @@ def history_entry(state: JobState, reason: str = "", at: float | None = None) ->
     return json.dumps({"state": state.value, "at": at if at is not None else time.time(), "reason": reason})
 
 
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Stored(Generic[T]):
+    """A value as the job hash stores it (JSON), parsed by ``parse`` when first read."""
+
+    text: str
+    parse: Callable[[str], T]
+
+
+class _ParsedOnRead(Generic[T]):
+    """A ``JobRecord`` field that takes its value or a ``Stored`` one, parsed on first read.
+
+    The scheduler reads whole jobs where it needs a few fields: an agent's event wants the state,
+    attempt, fence and placement, the reaper the state; but the job's ~40 ranked plans cost
+    ``json_format`` about 3 ms of pure Python to parse (issue 15: most of the placement loop's CPU
+    per job). Left as text until someone reads them, they cost nothing there. A dataclass field
+    whose default is a descriptor sets and gets through it; raising AttributeError on the class
+    keeps the field required (no default).
+    """
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: object, objtype: type | None = None) -> T:
+        if obj is None:
+            raise AttributeError(self.name)
+        value = obj.__dict__[self.name]
+        if isinstance(value, Stored):
+            # Two threads may both parse it: the same value either way.
+            value = obj.__dict__[self.name] = value.parse(value.text)
+        return value  # type: ignore[no-any-return]
+
+    def __set__(self, obj: object, value: T | Stored[T]) -> None:
+        obj.__dict__[self.name] = value
+
+
+def _spec_from_json(text: str) -> types_pb2.JobSpec:
+    return json_format.Parse(text, types_pb2.JobSpec())
+
+
+def _plans_from_json(text: str) -> list[types_pb2.Plan]:
+    return [json_format.ParseDict(p, types_pb2.Plan()) for p in json.loads(text)]
+
+
+def _plan_from_json(text: str) -> types_pb2.Plan | None:
+    return json_format.Parse(text, types_pb2.Plan()) if text else None
+
+
 @dataclass(frozen=True)
 class JobRecord:
-    """One job as stored in Redis (decoded)."""
+    """One job as stored in Redis (decoded; the spec and plans when first read)."""
 
     id: str
     state: JobState
     seq: int
     submitted_at: float
     attempt: int
-    spec: types_pb2.JobSpec
-    plans: list[types_pb2.Plan]
     model_name: str
     parameter_count: int
-    plan: types_pb2.Plan | None
     placement: list[tuple[str, list[int]]]
     fence: int
     pending_reason: str
     cancel_requested: bool
     exit_codes: dict[str, int]
     log_paths: dict[str, str]
+    # Required, though placed among the defaults (a descriptor-typed field reads as having one to
+    # a type checker, and no field without a default may follow it).
+    spec: _ParsedOnRead[types_pb2.JobSpec] = _ParsedOnRead()
+    plans: _ParsedOnRead[list[types_pb2.Plan]] = _ParsedOnRead()
+    plan: _ParsedOnRead[types_pb2.Plan | None] = _ParsedOnRead()
     history: list[dict[str, Any]] = field(default_factory=list)
     pids: dict[str, int] = field(default_factory=dict)
     master_node: str = ""
@@ -443,9 +495,9 @@ class StateStore:
         return out
 
     def _decode(self, raw: dict[str, str], hist: list[str]) -> JobRecord:
-        spec = json_format.Parse(raw.get("spec", "{}"), types_pb2.JobSpec())
-        plans = [json_format.ParseDict(p, types_pb2.Plan()) for p in json.loads(raw.get("plans", "[]"))]
-        plan = json_format.Parse(raw["plan"], types_pb2.Plan()) if raw.get("plan") else None
+        spec = Stored(raw.get("spec", "{}"), _spec_from_json)
+        plans = Stored(raw.get("plans", "[]"), _plans_from_json)
+        plan = Stored(raw.get("plan", ""), _plan_from_json)
         placement = [(n, list(g)) for n, g in json.loads(raw["placement"])] if raw.get("placement") else []
         exits = {k.removeprefix("exit:"): int(v) for k, v in raw.items() if k.startswith("exit:")}
         logs = {k.removeprefix("log:"): v for k, v in raw.items() if k.startswith("log:")}
