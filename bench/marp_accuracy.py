@@ -140,7 +140,7 @@ def row_inputs(row: dict[str, str]) -> tuple[ModelSpec, TrainingRecipe, Layout, 
     # Fused pointwise kernels: torch.compile's, Megatron's (Transformer Engine) and llm.c's own
     # CUDA kernels; DeepSpeed's bf16 recipe (master weights too) runs the model's eager modules.
     fused = row["torch_compile"] == "yes" or "megatron" in framework or "llm.c" in framework
-    # Optional columns (multi_gpu_public.csv): a LoRA / QLoRA fine-tune and its adapters.
+    # Optional columns (multi_gpu_public.csv): a LoRA / QLoRA fine-tune and its adapters, float8.
     finetune = row.get("finetune") or "full"
     targets = tuple(row["lora_targets"].split(",")) if row.get("lora_targets") else ("q", "k", "v", "o")
     recipe = TrainingRecipe(
@@ -149,7 +149,7 @@ def row_inputs(row: dict[str, str]) -> tuple[ModelSpec, TrainingRecipe, Layout, 
         flash_attention=not any(k in row["attention"].lower() for k in ("eager", "unfused")),
         loss=_loss(row), grad_buffer=grad_buffer,  # type: ignore[arg-type]
         kernels="fused" if fused else "eager", finetune=finetune,  # type: ignore[arg-type]
-        lora_rank=int(row.get("lora_rank") or 16), lora_targets=targets,
+        lora_rank=int(row.get("lora_rank") or 16), lora_targets=targets, float8=bool(row.get("float8")),
     )  # fmt: skip
     shard = dp // 2 if "instances" in row["sharding"] or "instances" in row["source_url"] else None
     layout = Layout(
@@ -297,10 +297,11 @@ def run_public_multi_gpu(path: Path = PUBLIC_MULTI_GPU_CSV) -> dict[str, Any]:
 
 
 def public_multi_gpu_table(public: dict[str, Any]) -> str:
-    lines = [f"{'row':7} {'job':58} {'quantity':9} {'measured GiB':>12} {'MARP GiB':>9} {'error':>8}  phase"]
+    lines = [f"{'row':7} {'job':58} {'quantity':9} {'conf.':6} {'measured GiB':>12} {'MARP GiB':>9} {'error':>8}  phase"]
     for r in public["rows"]:
-        lines.append(f"{r['id']:7} {r['label']:58} {r['quantity']:9} {r['measured_bytes'] / 2**30:12.2f} "
-                     f"{r['predicted_bytes'] / 2**30:9.2f} {r['error_pct']:+7.2f}%  {r['phase']}")  # fmt: skip
+        lines.append(f"{r['id']:7} {r['label']:58} {r['quantity']:9} {r['confidence']:6} "
+                     f"{r['measured_bytes'] / 2**30:12.2f} {r['predicted_bytes'] / 2**30:9.2f} {r['error_pct']:+7.2f}%  "
+                     f"{r['phase']}")  # fmt: skip
     s = public["marp"]
     lines.append(f"{len(public['rows'])} rows: mean |error| {s['mape_pct']:.2f} %, worst {s['worst_row']} "
                  f"{s['worst_error_pct']:+.2f} %, under by > 10 %: {', '.join(s['under_by_more_than_10pct']) or 'none'}")
