@@ -291,6 +291,7 @@ def run_public_multi_gpu(path: Path = PUBLIC_MULTI_GPU_CSV) -> dict[str, Any]:
         row = layouts[r["id"]]
         _, recipe, layout, gpu, _, _ = row_inputs(row)
         ft = {"lora": f" LoRA r{recipe.lora_rank}", "qlora": f" QLoRA r{recipe.lora_rank}"}.get(recipe.finetune, "")
+        ft += " float8" if recipe.float8 else ""
         r["label"] = (f"{row['model'].split(' (')[0]}{ft} {layout.num_gpus}x {gpu} dp{layout.dp} "
                       f"z{layout.zero_stage} mb{layout.micro_batch} s{recipe.seq_len}")  # fmt: skip
     return out
