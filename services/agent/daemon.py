@@ -119,6 +119,7 @@ class JobProcess:
     peak_seen: int = 0
     peak_gpu_total: int = 0
     watching: bool = False
+    new_log: bool = False  # its log file was created by this start: shipped from 0 without asking Redis
     exited: threading.Event = field(default_factory=threading.Event)
 
     @property
@@ -585,7 +586,7 @@ class Agent:
                          fence=msg.fence,
                          launch_id=self.launch_id(msg.job_id, msg.attempt), node_rank=msg.node_rank,
                          proc=started.proc, gpu_indices=tuple(msg.gpu_indices),
-                         peak_bytes_per_gpu=msg.layout.peak_bytes_per_gpu)
+                         peak_bytes_per_gpu=msg.layout.peak_bytes_per_gpu, new_log=started.log_start == 0)
         with self._lock:
             self._jobs[job.key] = job
         # Recorded in the ledger by _announce, once RUNNING is out: until the launch entry is
@@ -654,7 +655,7 @@ class Agent:
                                    log_path=job.log_path))
             job.reported = True
             self._ledger.put(job.ledger_entry())
-        self._logs.watch(job.job_id, job.attempt, job.log_path)
+        self._logs.watch(job.job_id, job.attempt, job.log_path, new_file=job.new_log)
         if not job.watching:
             job.watching = True
             target = self._watch_child if job.proc is not None else self._watch_adopted

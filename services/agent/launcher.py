@@ -370,6 +370,9 @@ class Started:
     proc: SpawnedShim | subprocess.Popen
     log_path: Path
     argv: list[str]
+    # Bytes the log held before this start wrote to it: 0 means a new file, so nothing of it was
+    # ever shipped and the log shipper need not ask Redis where it stopped.
+    log_start: int = -1
 
 
 def start(msg: LaunchMessage, node: str, log_dir: Path, launch_id: str = "",
@@ -402,6 +405,7 @@ def start(msg: LaunchMessage, node: str, log_dir: Path, launch_id: str = "",
         if user is not None and user.switches():
             os.chown(run_dir, user.uid, user.gid)  # the job writes there as its own user
         log = open(log_path, "ab", buffering=0)  # the child gets its own copy; ours is closed below
+        log_start = log.tell()  # append mode: the end, before our header
     except OSError as exc:
         raise LaunchError(f"cannot open log file {log_path}: {exc}") from exc
     try:
@@ -443,7 +447,7 @@ def start(msg: LaunchMessage, node: str, log_dir: Path, launch_id: str = "",
                     _warned_fallback = True
                     _log.warning("starting jobs' shims as new interpreters (slower): %s", exc)
             else:
-                return Started(shim, log_path, argv)
+                return Started(shim, log_path, argv, log_start)
         # The child inherits this thread's signal mask across exec: the shim starts with a
         # cancel's signals blocked and takes them once it can record them (shim.py).
         mask = signal.pthread_sigmask(signal.SIG_BLOCK, GUARDED)
@@ -466,7 +470,7 @@ def start(msg: LaunchMessage, node: str, log_dir: Path, launch_id: str = "",
             proc.stdin.write(handover)  # type: ignore[union-attr]
     except BrokenPipeError:
         pass  # the shim died before reading (killed at once): its exit is reported like any other
-    return Started(proc, log_path, argv)
+    return Started(proc, log_path, argv, log_start)
 
 
 def _why_not_startable(argv: list[str], workdir: str | None, env: Mapping[str, str]) -> str | None:

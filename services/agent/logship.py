@@ -57,9 +57,11 @@ class LogShipper:
 
     # ---- registry
 
-    def watch(self, job_id: str, attempt: int, path: str) -> None:
+    def watch(self, job_id: str, attempt: int, path: str, new_file: bool = False) -> None:
+        """Tail ``path`` from where Redis says it stopped, or from 0 for a ``new_file`` this agent
+        run created (nothing of it can have been shipped: one round trip less a job)."""
         with self._lock:
-            self._tails.setdefault((job_id, attempt), _Tail(job_id, attempt, path))
+            self._tails.setdefault((job_id, attempt), _Tail(job_id, attempt, path, 0 if new_file else None))
 
     def finish(self, job_id: str, attempt: int) -> None:
         """Ship everything left in the file (the process has ended), then forget it. Redis errors propagate."""

@@ -61,6 +61,24 @@ def test_a_restarted_agent_resumes_shipping_without_duplicates(cluster: Cluster,
     assert lines == [f"line {i}" for i in range(6)] and exited.exit_code == 0
 
 
+def test_a_relaunch_into_a_log_already_shipped_adds_only_its_own_output(cluster: Cluster) -> None:
+    # A new log file is shipped from 0 without asking Redis (nothing of it can have been sent);
+    # an attempt started again on this node appends to its old file, whose start went already.
+    old = "# output of an earlier start of this attempt\n"
+    path = cluster.log_dir / "job-again" / "attempt-1" / f"{NODE}.log"
+    path.parent.mkdir(parents=True)
+    path.write_text(old)
+    cluster.client.xadd(cluster.keys.job_logs("job-again"), {"data": json.dumps(
+        {"node": NODE, "attempt": 1, "offset": 0, "text": old})})
+    cluster.client.hset(cluster.keys.job_log_offsets("job-again"), f"{NODE}/1", len(old))
+    cluster.start()
+    cluster.launch("job-again", [sys.executable, "-c", "print('second start')"])
+    exited = cluster.wait_event("job-again", EventKind.EXITED)
+    text = stream_text(cluster, "job-again")
+    assert text.count(old) == 1 and "second start\n" in text
+    assert text.encode() == Path(exited.log_path).read_bytes()  # every byte of the file, once
+
+
 # ---------------------------------------------------------------- no doubled launch
 
 @pytest.mark.parametrize("spawned", [True, False], ids=["spawner", "exec"])
