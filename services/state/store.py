@@ -25,6 +25,7 @@ from frenzy.state.job_states import ACTIVE, JobState, sources_of
 from frenzy.state.keys import SCHEDULER_GROUP, Keys
 from frenzy.state.messages import CancelMessage, LaunchMessage, Sealable, sealed
 from frenzy.state.node_keys import NodeKeyMissing
+from frenzy.state.proto_json import message_from_dict
 from frenzy.state.streams import ensure_group
 from frenzy.v1 import types_pb2
 from has import ClusterView, GpuSlot, NodeView, Placement, PlanOption, QueuedJob, RunningJob
@@ -80,15 +81,15 @@ class _ParsedOnRead(Generic[T]):
 
 
 def _spec_from_json(text: str) -> types_pb2.JobSpec:
-    return json_format.Parse(text, types_pb2.JobSpec())
+    return message_from_dict(json.loads(text), types_pb2.JobSpec)
 
 
 def _plans_from_json(text: str) -> list[types_pb2.Plan]:
-    return [json_format.ParseDict(p, types_pb2.Plan()) for p in json.loads(text)]
+    return [message_from_dict(p, types_pb2.Plan) for p in json.loads(text)]
 
 
 def _plan_from_json(text: str) -> types_pb2.Plan | None:
-    return json_format.Parse(text, types_pb2.Plan()) if text else None
+    return message_from_dict(json.loads(text), types_pb2.Plan) if text else None
 
 
 @dataclass(frozen=True)
