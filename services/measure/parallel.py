@@ -12,14 +12,16 @@ built on fake tensors and parallelised with the real PyTorch code a torchtitan-s
 * context parallelism: torch's ring attention (``_templated_ring_attention`` with the all-gather
   rotation, behind DTensor's CP dispatcher) over the cp mesh; each rank holds seq / cp tokens;
 * FSDP2 ``fully_shard`` of every block and the root over dp (x cp, the flattened dp_cp mesh of
-  torchtitan), with MixedPrecisionPolicy(bf16 params, fp32 reduce) for ``fsdp-bf16``;
+  torchtitan), with MixedPrecisionPolicy(bf16 params, fp32 reduce) for ``fsdp-bf16``, and
+  torchtitan's reshard policy (the last block stays gathered after its forward);
 * LoRA: peft's ``inject_adapter_in_model`` on the frozen base, before FSDP.
 
 Memory is counted as ``frenzy.measure.tracker.LiveBytes`` counts the single-GPU step (live
 storages rounded to 512 B), but from inside the fake-tensor mode: a TorchDispatchMode above
 DTensor sees only DTensor-level ops, not the local ops DTensor runs (redistributions, collective
 buffers), so every outermost fake-tensor op's outputs are counted, from the model's creation on;
-iteration 2 is reported. The CUDA-only parts on the CPU build: the CPU SDPA kernel has no CP
+iteration 2 is reported. FSDP2's frees and re-allocations of gathered parameters are storage
+resizes, not ops, and are counted through ``LiveBytes.counting_resizes``. The CUDA-only parts on the CPU build: the CPU SDPA kernel has no CP
 sharding rule, so ring attention calls the CUDA flash-attention op's fake kernel (same saved
 tensors as the CPU flash kernel: output and fp32 log-sum-exp, plus two tiny RNG tensors).
 """
@@ -265,7 +267,8 @@ def _run(spec: ModelSpec, config: MeasureConfig, par: ParallelConfig, rank: int,
     fake = _CountingFakeMode()
     tracker = LiveBytes(config.round_bytes)
     fake.counter = tracker  # from the first parameter on: whatever is live at iteration 2 is counted
-    with _shape_propagation_apart(fake), fake:
+    # counting_resizes: FSDP2 frees a gathered layer by resizing its storage to 0 (no aten op).
+    with _shape_propagation_apart(fake), fake, tracker.counting_resizes():
         model: nn.Module = build_model(spec, policy, config.attention, config.recompute, config.gqa, 0.0)
         if par.finetune == "lora":
             model = _apply_lora(model, par)
@@ -277,8 +280,11 @@ def _run(spec: ModelSpec, config: MeasureConfig, par: ParallelConfig, rank: int,
         if shard_mesh is not None:
             mp = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if fsdp_mixed
                   else MixedPrecisionPolicy())  # fmt: skip
-            for block in model.blocks:  # type: ignore[union-attr]
-                fully_shard(block, mesh=shard_mesh, mp_policy=mp)
+            # torchtitan's default policy (parallelize.py, apply_fsdp): every block but the last
+            # reshards after its forward -- the last would be gathered again at once for the backward.
+            blocks = model.blocks  # type: ignore[union-attr]
+            for i, block in enumerate(blocks):
+                fully_shard(block, mesh=shard_mesh, mp_policy=mp, reshard_after_forward=i < len(blocks) - 1)
             fully_shard(model, mesh=shard_mesh, mp_policy=mp)
         # The sharded parameters (FSDP swaps unsharded ones onto the modules during a pass).
         params = list(model.parameters())

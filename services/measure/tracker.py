@@ -15,12 +15,20 @@ everything the optimizer allocates is "optimizer", temporaries included), which 
 split; and it re-scans every tracked module on every op. The counting rule is the same (one
 entry per untyped storage, released through a weak reference), and ``tests/unit/measure``
 checks that the two agree when rounding is off.
+
+One way memory comes and goes without an aten op: ``UntypedStorage.resize_``. FSDP2 frees a
+gathered layer that way (``_fsdp_param.free_storage``: ``storage.resize_(0)``, the tensor and its
+storage object live on) and re-allocates it before the next all-gather (``alloc_storage``); no
+dispatch mode sees either, so a tracker that only watches op outputs keeps every gathered layer
+counted until the storage dies. ``LiveBytes.counting_resizes`` hooks the storage method for as
+long as it is entered.
 """
 
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
@@ -95,7 +103,9 @@ class LiveBytes(TorchDispatchMode):
         self._note_peak()
 
     def _add(self, t: torch.Tensor) -> None:
-        st = t.untyped_storage()
+        self._add_storage(t.untyped_storage())
+
+    def _add_storage(self, st: torch.UntypedStorage) -> None:
         key = id(st)
         nbytes = rounded(st.nbytes(), self.granularity)
         entry = self._live.get(key)
@@ -117,6 +127,26 @@ class LiveBytes(TorchDispatchMode):
                 self.current -= entry[1]
 
         return release
+
+    def storage_resized(self, st: torch.UntypedStorage) -> None:
+        """``st`` was resized in place: count its new size (0 after FSDP2's free). A storage at 0
+        bytes keeps its entry and weak reference, so growing it again counts it again."""
+        self._add_storage(st)
+        self._note_peak()
+
+    @contextmanager
+    def counting_resizes(self) -> Iterator[LiveBytes]:
+        """While entered, every ``UntypedStorage.resize_`` (FSDP2's ``free_storage`` and
+        ``alloc_storage``) updates this tracker; nested trackers are each told."""
+        _RESIZE_WATCHERS.append(self)
+        if len(_RESIZE_WATCHERS) == 1:
+            torch.UntypedStorage.resize_ = _resize_and_tell  # type: ignore[method-assign]
+        try:
+            yield self
+        finally:
+            _RESIZE_WATCHERS.remove(self)
+            if not _RESIZE_WATCHERS:
+                del torch.UntypedStorage.resize_
 
     def set_phase(self, phase: str) -> None:
         self.phase = phase
@@ -140,6 +170,20 @@ class LiveBytes(TorchDispatchMode):
             self.peak_phase = self.phase
             if self.classify is not None:
                 self.peak_breakdown = self.classify(self)
+
+
+# The trackers inside ``counting_resizes``. UntypedStorage inherits ``resize_`` from the C
+# ``StorageBase``; the hook is a method set on the Python subclass and deleted again, so the C
+# method is what runs outside any ``counting_resizes``.
+_RESIZE_WATCHERS: list[LiveBytes] = []
+_STORAGE_RESIZE = torch._C.StorageBase.resize_
+
+
+def _resize_and_tell(self: torch.UntypedStorage, size: int) -> torch.UntypedStorage:
+    out = _STORAGE_RESIZE(self, size)
+    for tracker in list(_RESIZE_WATCHERS):
+        tracker.storage_resized(self)
+    return out
 
 
 __all__ = ["CUDA_ROUND_BYTES", "LiveBytes", "rounded"]

@@ -78,6 +78,34 @@ def test_tracker_counts_storages_once_rounds_and_releases() -> None:
         del a, view, c
 
 
+def test_tracker_counts_storage_resizes_as_fsdp2_frees_and_regathers() -> None:
+    # FSDP2 frees a gathered layer with untyped_storage().resize_(0) and re-allocates it with
+    # resize_(nbytes) before the next all-gather (torch's _fsdp_param.free_storage /
+    # alloc_storage); the tensor object lives on, so only the resize says the memory went.
+    from torch.distributed.fsdp._fully_shard._fsdp_param import alloc_storage, free_storage
+
+    with FakeTensorMode():
+        tr = LiveBytes(512)
+        with tr, tr.counting_resizes():
+            gathered = torch.empty(1000, dtype=torch.bfloat16)  # 2000 B -> 2048
+            other = torch.empty(100, dtype=torch.float32)  # 400 B -> 512
+            assert tr.current == 2048 + 512
+            free_storage(gathered)
+            assert tr.current == 512 and tr.bytes_of(gathered) == 0  # stops counting
+            gathered.untyped_storage().resize_(0)  # already empty: nothing changes
+            assert tr.current == 512
+            alloc_storage(gathered)  # resized up before the all-gather writes into it
+            assert tr.current == 2048 + 512 and tr.bytes_of(gathered) == 2048
+            free_storage(gathered)
+            del other
+            assert tr.current == 0
+        assert tr.peak == 2048 + 512
+        del gathered
+        assert tr.current == 0  # the emptied storage's death subtracts nothing more
+    # Outside counting_resizes the storage method is torch's own again.
+    assert "resize_" not in torch.UntypedStorage.__dict__
+
+
 def test_tracker_breakdown_is_taken_at_the_peak() -> None:
     seen = []
 
