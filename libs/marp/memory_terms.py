@@ -317,12 +317,19 @@ def _head_side_params(job: _Job) -> NDArray[np.int64]:
     return head_side + model.final_norm_params()
 
 
-def _layer_grads(job: _Job, st: _Stage, states: _States) -> _LayerGrads:
+def _layer_grads(job: _Job, st: _Stage, states: _States, fsdp: NDArray[np.bool_]) -> _LayerGrads:
     model, g, gb, g_div = job.model, job.grid, job.gb, states.g_div
+    # Under FSDP a layer's own gradients are the unsharded parameters' gradients, in the compute
+    # dtype (bf16 under fsdp-bf16), until the unit's post-backward reduce-scatters them (_buffers).
+    own_b = np.where(fsdp & (job.recipe.policy == "fsdp-bf16"), 2.0, gb)
+    own_div = np.where(fsdp, 1.0, g_div)
     if job.lora:
         grads = states.grads
-        return _LayerGrads(layer=grads / job.layers_stage, post=np.zeros_like(grads), own_mlp=np.zeros_like(grads),
-                           own_attn=np.zeros_like(grads))  # fmt: skip
+        # Only the adapters get gradients; the layer's, unsharded, under FSDP (tiny either way).
+        adapters = lora_params(model, job.recipe.lora_rank, job.recipe.lora_targets) / g.tp
+        own = np.where(fsdp, adapters * own_b, 0.0)
+        return _LayerGrads(layer=grads / job.layers_stage, post=np.zeros_like(grads), own_mlp=own,
+                           own_attn=own)  # fmt: skip
     # One layer's gradients: its dense part over the shard group, its own experts over theirs.
     dense_layer = job.layer_local - job.expert_all / job.layers_stage
     g_layer = (dense_layer * gb / g_div
@@ -342,8 +349,8 @@ def _layer_grads(job: _Job, st: _Stage, states: _States) -> _LayerGrads:
     own_grads_attn = (0 if model.experts else n_mlp * h * ffn + h * h) / g.tp
     return _LayerGrads(
         layer=g_layer, post=g_post,
-        own_mlp=own_grads_mlp * (job.e if job.recipe.policy.startswith("amp-") else gb) / g_div,
-        own_attn=own_grads_attn * gb / g_div,
+        own_mlp=own_grads_mlp * (job.e if job.recipe.policy.startswith("amp-") else own_b) / own_div,
+        own_attn=own_grads_attn * own_b / own_div,
     )  # fmt: skip
 
 
@@ -351,8 +358,11 @@ def _layer_grads(job: _Job, st: _Stage, states: _States) -> _LayerGrads:
 class _Buffers:
     """Buffers beside the model states: FSDP / ZeRO-3 gathers, DDP buckets, TE workspaces."""
 
-    gathered: FloatArray  # unsharded parameters
-    unsharded_grads: FloatArray  # one unit's unsharded gradients in the backward
+    gathered: FloatArray  # unsharded parameters in a layer's backward (the unit and its prefetch)
+    gathered_fwd: FloatArray  # ... at the forward's end
+    gathered_post: FloatArray  # ... in a unit's post-backward (the prefetched unit only)
+    unsharded_grads: FloatArray  # a unit's post-backward: its unsharded gradients and reduce-scatter
+    fsdp: NDArray[np.bool_]  # FSDP / ZeRO-3 outside PP: a unit's gradients are unsharded until its reduce
     ddp: FloatArray  # PyTorch DDP's gradient buckets
     te_ws: float  # Transformer Engine's cuBLAS workspaces
     fp8_cache: FloatArray | float  # Transformer Engine's fp8 weight copies (float8 under master-*)
@@ -390,16 +400,18 @@ def _buffers(job: _Job, st: _Stage, states: _States) -> _Buffers:
     fsdp = (g.zero_stage >= 3) & (states.sd > 1)
     gather_b = 4.0 if policy in ("fp32", "amp-fp16", "amp-bf16") else 2.0
     root = st.n_params - job.layers_stage * layer_local  # embeddings / head / norms of this stage
-    # FSDP2 / ZeRO-3: the unit being computed and the prefetched one are unsharded in the
-    # compute dtype; the root module (embeddings, final norm, head) stays unsharded between
-    # forward and backward (FSDP2 does not reshard the root after forward); one unit's
-    # unsharded gradients (+ their fp32 copy for an fp32 reduce-scatter) in the backward
-    # (memory-notes D.2, FSDP row).
+    # FSDP2 / ZeRO-3: in a unit's backward the unit and the one FSDP2 prefetches are unsharded in
+    # the compute dtype; at the forward's end only the last unit is (torchtitan's reshard policy:
+    # every block but the last reshards after its forward, parallelize.py apply_fsdp); the root
+    # module (embeddings, final norm, head) stays unsharded between forward and backward (FSDP2
+    # does not reshard the root after forward). Counted by the multi-GPU oracle, which sees
+    # FSDP2's frees (storage resize_(0)): at the loss one unit, in a unit's backward two.
     # QLoRA: FSDP gathers what it shards, a layer's NF4 storage (sizes.NF4_BYTES), and the
     # linears dequantise one weight at a time (_Layer.dequant); the root stays in bf16.
     unit_b = NF4_BYTES if recipe.finetune == "qlora" else gather_b
-    gathered = np.where(fsdp, 2 * layer_local * unit_b + root * gather_b, 0.0)
+    unit = layer_local * unit_b
     fp8_cache: FloatArray | float = 0.0
+    not_fsdp_unit: FloatArray | float = 0.0  # float8 without FSDP: the layer's fp8 weight copies
     if recipe.float8:
         linears = layer_local - 2 * job.model.norm_params()  # a layer's matmul weights (per TP rank)
         unit = layer_local * gather_b
@@ -412,13 +424,25 @@ def _buffers(job: _Job, st: _Stage, states: _States) -> _Buffers:
             # FSDP2 with torchao's float8 all-gather gathers the matmul weights in fp8 (1 B); without
             # FSDP, Float8Linear casts the layer being computed to fp8 (the weight, and its transpose
             # in the backward): 2 B per matmul parameter of one layer (torchao float8_linear.py).
-            unit = np.where(fsdp, linears * 1.0 + (layer_local - linears) * gather_b, unit + linears * 2.0)
-        gathered = np.where(fsdp, 2 * unit + root * gather_b, unit - layer_local * gather_b)
-    # Under LoRA / QLoRA only the adapters get gradients, so a unit's unsharded gradients are its
-    # adapters' (FSDP allocates none for frozen parameters); in full training, the whole layer's.
+            not_fsdp_unit = np.where(fsdp, 0.0, linears * 2.0)
+            unit = np.where(fsdp, linears * 1.0 + (layer_local - linears) * gather_b, unit)
+    root_g = root * gather_b
+    gathered = np.where(fsdp, 2 * unit + root_g, not_fsdp_unit)
+    gathered_fwd = np.where(fsdp, unit + root_g, not_fsdp_unit)
+    gathered_post = np.where(fsdp, unit + root_g, 0.0)
+    # A unit's gradients are unsharded (in the compute dtype) until its post-backward, which
+    # reshards the unit, copies the gradients into a flat reduce-scatter input in the reduce
+    # dtype (fp32 under fsdp-bf16) and frees them, then allocates the sharded output
+    # (FSDP2 foreach_reduce): the layer's own gradients while it is back-propagated
+    # (_LayerGrads.own_*, unsharded under FSDP), and at its post-backward, with the layer's
+    # activations and the unit itself freed, the larger of gradients + input and input + output.
+    # Under LoRA / QLoRA only the adapters get gradients (FSDP allocates none for frozen
+    # parameters); in full training, the whole layer's.
     grad_unit = (np.asarray(lora_params(job.model, recipe.lora_rank, recipe.lora_targets) / g.tp)
                  if job.lora else layer_local)  # fmt: skip
-    unsharded_grads = np.where(fsdp, grad_unit * (gather_b + (4.0 if policy == "fsdp-bf16" else 0.0)), 0.0)
+    reduce_b = 4.0 if policy == "fsdp-bf16" else gather_b
+    rs_peak = grad_unit * (reduce_b + np.maximum(gather_b, reduce_b / np.maximum(states.sd, 1.0)))
+    unsharded_grads = np.where(fsdp, rs_peak, 0.0)
     # PyTorch DDP keeps its own gradient buckets beside .grad unless gradient_as_bucket_view
     # (torch.nn.parallel.DistributedDataParallel docs: the saving "equals the total gradients
     # size"); Megatron's master-* grads are the buckets.
@@ -431,9 +455,12 @@ def _buffers(job: _Job, st: _Stage, states: _States) -> _Buffers:
         # The whole stage stays gathered (the unit and its prefetch are in it), and the backward
         # accumulates into the stage's unsharded gradients instead of one unit's.
         gathered = np.where(pp_fsdp, stage_gathered, gathered)
+        gathered_fwd = np.where(pp_fsdp, stage_gathered, gathered_fwd)
+        gathered_post = np.where(pp_fsdp, stage_gathered, gathered_post)
         unsharded_grads = np.where(pp_fsdp, 0.0, unsharded_grads)
-    return _Buffers(gathered=gathered, unsharded_grads=unsharded_grads, ddp=ddp, te_ws=te_ws, fp8_cache=fp8_cache,
-                    pp_fsdp=pp_fsdp, accumulated=accumulated)  # fmt: skip
+    return _Buffers(gathered=gathered, gathered_fwd=gathered_fwd, gathered_post=gathered_post,
+                    unsharded_grads=unsharded_grads, fsdp=fsdp & ~pp_fsdp, ddp=ddp, te_ws=te_ws,
+                    fp8_cache=fp8_cache, pp_fsdp=pp_fsdp, accumulated=accumulated)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -520,14 +547,14 @@ def _forward_end(t: _StageTerms, logits: FloatArray, logits_fwd: FloatArray) -> 
     """Phase A: at the start of the loss backward (autocast region closed), or in the loss forward
     (region open, every cached weight copy alive, smaller logits) -- whichever is larger."""
     grads = np.where(t.grads_in_a, t.states.grads, 0.0)
-    a_base = t.const + grads + t.buffers.gathered + t.acts
+    a_base = t.const + grads + t.buffers.gathered_fwd + t.acts
     a_after = a_base + t.copies.after + logits
     a_region = a_base + t.copies.region + logits_fwd
     in_region = a_region > a_after
     return _Phase(
         peak=np.maximum(a_after, a_region), gradients=grads, activations=t.acts,
         logits=np.where(in_region, logits_fwd, logits),
-        buffers=t.buffers.gathered + np.where(in_region, t.copies.region, t.copies.after), transient=0.0,
+        buffers=t.buffers.gathered_fwd + np.where(in_region, t.copies.region, t.copies.after), transient=0.0,
     )  # fmt: skip
 
 
@@ -549,7 +576,9 @@ def _layer_transient(job: _Job, layer: _Layer, lg: _LayerGrads, grads_in_a: bool
 
 def _backward(job: _Job, layer: _Layer, st: _Stage, t: _StageTerms, lg: _LayerGrads) -> _Phase:
     """Phase B: the backward of one layer of the chunk being back-propagated (chunk_layers layers),
-    the other in-flight micro-batches' activations untouched; or the end of the backward.
+    the other in-flight micro-batches' activations untouched; under FSDP, a unit's post-backward
+    (its activations and parameters freed, its gradients being reduce-scattered); or the end of
+    the backward.
 
     Layer l (counting from the first) holds the saved tensors of layers 1..l-1, its own rebuilt
     activations and copies, and -- when the gradients are transient -- the gradients of the head
@@ -564,8 +593,15 @@ def _backward(job: _Job, layer: _Layer, st: _Stage, t: _StageTerms, lg: _LayerGr
     grads_win = ~grads_in_a & (lg.layer > a_saved)
     chain = np.where(grads_in_a, grads + (n_c - 1) * a_saved,
                      lg.post + (n_c - 1) * np.maximum(lg.layer, a_saved))  # fmt: skip
-    layer_tr = _layer_transient(job, layer, lg, grads_in_a)
-    b_layers = t.const + gathered + unsharded_grads + other + chain + layer_now + layer_tr + layer.dequant
+    # FSDP's unsharded gradients are fresh tensors even where the sharded ones persist.
+    layer_tr = _layer_transient(job, layer, lg, grads_in_a & ~t.buffers.fsdp)
+    b_layers = t.const + gathered + other + chain + layer_now + layer_tr + layer.dequant
+    in_post: NDArray[np.bool_] | bool = False
+    if t.buffers.fsdp.any():
+        b_post = np.where(t.buffers.fsdp, t.const + t.buffers.gathered_post + unsharded_grads + other + chain
+                          + t.emb_this, 0.0)  # fmt: skip
+        in_post = b_post > b_layers
+        b_layers = np.maximum(b_layers, b_post)
     # ... or the end of the backward: every gradient, and a tied embedding's second gradient
     # (the look-up's) before it is accumulated into the head's (first stage, pp = 1).
     model = job.model
@@ -579,12 +615,18 @@ def _backward(job: _Job, layer: _Layer, st: _Stage, t: _StageTerms, lg: _LayerGr
               + np.where(grads_in_a | ~grads_win, (n_c - 1) * layer.saved, 0.0))  # fmt: skip
     b_copies = ((st.units - n_c) * copies.saved + copies.layer
                 + np.where(grads_in_a | ~grads_win, (n_c - 1) * copies.saved, 0.0))  # fmt: skip
+    # At a post-backward the layer's rebuilt activations and weight copies are gone.
     b_copies = np.where(at_end, 0.0, b_copies)
+    b_buffers = gathered + b_copies
+    if np.any(in_post):
+        b_acts = np.where(in_post, b_acts - layer.rebuilt, b_acts)
+        b_copies = np.where(in_post & ~at_end, b_copies - copies.layer, b_copies)
+        b_buffers = np.where(in_post, t.buffers.gathered_post + unsharded_grads, gathered) + b_copies
     return _Phase(
         peak=np.maximum(b_layers, b_end), gradients=np.where(at_end, grads, b_grads),
         activations=np.where(at_end, 0.0, b_acts), logits=0.0,
-        buffers=np.where(at_end, 0.0, gathered + unsharded_grads + b_copies),
-        transient=np.where(at_end, tied_tmp, layer_tr + layer.dequant),
+        buffers=np.where(at_end, 0.0, b_buffers),
+        transient=np.where(at_end, tied_tmp, np.where(in_post, 0.0, layer_tr + layer.dequant)),
     )  # fmt: skip
 
 
@@ -609,7 +651,7 @@ def _stage_terms(job: _Job, layer: _Layer, last: bool) -> dict[str, FloatArray]:
     opt_tr = _optimizer_transient(job, states)
     phases = (
         _forward_end(t, *_logits(job, st)),
-        _backward(job, layer, st, t, _layer_grads(job, st, states)),
+        _backward(job, layer, st, t, _layer_grads(job, st, states, buffers.fsdp)),
         _Phase(peak=t.const + states.grads + opt_tr, gradients=states.grads, activations=0.0, logits=0.0,
                buffers=0.0, transient=opt_tr),
     )  # fmt: skip

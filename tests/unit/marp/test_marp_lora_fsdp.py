@@ -35,6 +35,9 @@ def test_fsdp_gathers_nf4_layers_and_only_the_adapters_gradients() -> None:
     lora, phase_lora = _buffers("lora")
     qlora, phase_qlora = _buffers("qlora")
     assert phase_lora == phase_qlora == "backward"
-    # the unit being computed and the prefetched one, the root, one unit's unsharded gradients
-    assert lora == pytest.approx((2 * layer + root) * 2 + adapters * 2, abs=8)
-    assert qlora == pytest.approx(2 * layer * NF4_BYTES + root * 2 + adapters * 2, abs=8)
+    # the unit being computed and the prefetched one and the root (the layer's unsharded adapter
+    # gradients are its own gradients, in its backward's transient; only at a post-backward,
+    # with its reduce-scatter buffers, are they a buffer)
+    assert lora == pytest.approx((2 * layer + root) * 2, abs=8)
+    assert qlora == pytest.approx(2 * layer * NF4_BYTES + root * 2, abs=8)
+    assert adapters * 2 < 0.01 * layer * 2  # either way: 0.2 % of a layer
