@@ -327,9 +327,7 @@ def run_phases(args: argparse.Namespace, say: callable) -> dict[str, object]:  #
     rng = random.Random(args.seed)
     phases: dict[str, object] = {}
     out: dict[str, object] = {"bench": "load", **machine(), "split_scheduler": args.split_scheduler}
-    with running_stack(cluster, say, keep_logs=args.keep_logs, split_scheduler=args.split_scheduler,
-                       agent_nice=args.agent_nice) as bench:
-        out["agent_nice"] = bench.stack.agent_nice
+    with running_stack(cluster, say, keep_logs=args.keep_logs, split_scheduler=args.split_scheduler) as bench:
         run = Run(bench, args, time.monotonic() + args.timeout_s, say)
         cpu0 = service_cpu(bench.stack)
         blockers: list[str] = []
@@ -432,10 +430,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--keep-logs", action="store_true", help="keep the run directory (services' and jobs' logs)")
     ap.add_argument("--split-scheduler", action="store_true",
                     help="run the scheduler's API and its placement loop as two processes (--serve api / loop)")
-    ap.add_argument("--agent-nice", type=int, default=None, metavar="N",
-                    help="CPU niceness of the fake agents and their jobs (default: the local stack's, 10: "
-                         "they stand in for other hosts and yield this machine's CPU to the control plane; "
-                         "0: the same priority as the scheduler and Redis)")
     ap.add_argument("--json", action="store_true", help="one JSON line last on stdout instead of a summary")
     args = ap.parse_args(argv)
     if args.backlog_agents is None:

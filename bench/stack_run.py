@@ -79,16 +79,13 @@ def raise_service_limits(submissions: int, rate: float) -> None:
 
 @contextmanager
 def running_stack(cluster: ClusterSpec, say: Say, keep_logs: bool = False,
-                  split_scheduler: bool = False, agent_nice: int | None = None) -> Iterator[BenchStack]:
+                  split_scheduler: bool = False) -> Iterator[BenchStack]:
     """Start the local stack on ``cluster`` (no batch worker), yield it with an admin Redis client
     and a token-carrying scheduler stub, and stop it (and remove its run directory unless
     ``keep_logs``) however the block ends. ``split_scheduler``: the API and the placement loop in
-    two processes (``frenzy scheduler --serve api`` / ``--serve loop``). ``agent_nice``: the fake
-    agents' CPU niceness (None: the local stack's default, ``LocalStack.agent_nice``)."""
+    two processes (``frenzy scheduler --serve api`` / ``--serve loop``)."""
     run_dir = tempfile.mkdtemp(prefix="frenzy-bench-")
-    niceness = {} if agent_nice is None else {"agent_nice": agent_nice}
-    stack = LocalStack.create(cluster, run_dir=run_dir, with_worker=False, split_scheduler=split_scheduler,
-                              **niceness)
+    stack = LocalStack.create(cluster, run_dir=run_dir, with_worker=False, split_scheduler=split_scheduler)
     say(f"starting the stack: {len(cluster.nodes())} agents, {cluster.total_gpus} fake GPUs (run dir {run_dir})")
     t0 = time.monotonic()
     admin = None

@@ -23,7 +23,6 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 
 import grpc
@@ -122,12 +121,6 @@ class Service:
     log_path: Path
 
 
-def _niced(increment: int) -> None:
-    """preexec_fn: ``die_with_parent``, then lower this child's CPU priority by ``increment``."""
-    die_with_parent()
-    os.nice(increment)
-
-
 @dataclass
 class LocalStack:
     cluster: ClusterSpec
@@ -149,11 +142,6 @@ class LocalStack:
     orphan_release_s: float | None = None
     cancel_grace_s: float | None = None  # agents' --cancel-grace-s
     agent_args: list[str] = field(default_factory=list)  # extra options for every agent
-    # The fake-GPU agents stand in for other hosts. Sharing this one machine, a hundred of them
-    # starting jobs at once would take the CPU from the control plane (scheduler, Redis, API), as
-    # they cannot on a real cluster; at this niceness they (and the jobs they start) yield it.
-    # 0: the same priority as everything else.
-    agent_nice: int = 10
     # Two scheduler processes: "scheduler" serves the API only (--serve api) and "scheduler-loop"
     # places jobs (--serve loop), so submissions never wait on a placement pass's interpreter.
     split_scheduler: bool = False
@@ -228,7 +216,7 @@ class LocalStack:
                 if self.cancel_grace_s is not None:
                     cmd += ["--cancel-grace-s", str(self.cancel_grace_s)]
                 self._agent_cmds[node] = cmd
-                self._spawn(f"agent-{node}", cmd, env={"REDIS_URL": urls.agents[node]}, nice=self.agent_nice)
+                self._spawn(f"agent-{node}", cmd, env={"REDIS_URL": urls.agents[node]})
             # Each agent is a Python process that takes a second or so of CPU to start: on a small
             # machine a hundred of them need longer than a handful.
             self.wait_nodes(len(self.cluster.nodes()), timeout_s=max(30.0, 0.6 * len(self.cluster.nodes())))
@@ -318,7 +306,7 @@ class LocalStack:
         api = f"http://127.0.0.1:{self.api_port}" if self.api_port else None
         write_credentials(path, Credentials(token=self.token, scheduler=self.scheduler_addr, api=api))
 
-    def _spawn(self, name: str, args: list[str], env: dict[str, str] | None = None, nice: int = 0) -> Service:
+    def _spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> Service:
         log_path = self.run_dir / f"{name}.log"
         # No service inherits a token or a Redis URL from whoever started the stack: the worker gets
         # its own token, and each service that uses Redis its own user's URL (``env``).
@@ -329,7 +317,7 @@ class LocalStack:
         with open(log_path, "ab") as log:
             proc = subprocess.Popen([sys.executable, "-m", "frenzy.cli.main", *args], stdout=log,
                                     stderr=subprocess.STDOUT, env=env, start_new_session=True,
-                                    preexec_fn=die_with_parent if not nice else partial(_niced, nice))
+                                    preexec_fn=die_with_parent)
         svc = Service(name, proc, log_path)
         self.services.append(svc)
         return svc
@@ -353,8 +341,7 @@ class LocalStack:
         """Start ``node``'s agent again: same name, options and state directory (a restart)."""
         if self.agent(node) is not None:
             raise RuntimeError(f"the agent of {node!r} is still running")
-        return self._spawn(f"agent-{node}", self._agent_cmds[node], env={"REDIS_URL": self.role_urls.agents[node]},
-                           nice=self.agent_nice)
+        return self._spawn(f"agent-{node}", self._agent_cmds[node], env={"REDIS_URL": self.role_urls.agents[node]})
 
     def wait_nodes(self, count: int, timeout_s: float = 30.0) -> None:
         deadline = time.monotonic() + timeout_s
