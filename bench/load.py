@@ -85,6 +85,7 @@ from stack_run import (
     fetch_jobs,
     first_at,
     history_of,
+    hold_split,
     job_states,
     machine,
     offered_rate,
@@ -253,6 +254,7 @@ def phase_latency(run: Run, rng: random.Random, k_max: int) -> dict[str, object]
     jobs = run.wait_and_read([s.job_id for s in subs if s.job_id], "latency")
     waits = submit_to_running(jobs)
     to_placed, to_running = wait_split(jobs)
+    ran_to_end, placed_to_end, gpus_busy = hold_split(jobs)
     lat = submit_latency_ms(subs)
     return {"jobs": len(jobs), "offered_rate_per_s": offered_rate(subs),
             "submit_to_running_p50_s": percentile(waits, 50), "submit_to_running_p99_s": percentile(waits, 99),
@@ -261,6 +263,10 @@ def phase_latency(run: Run, rng: random.Random, k_max: int) -> dict[str, object]
             "submit_to_placed_p50_s": percentile(to_placed, 50), "submit_to_placed_p99_s": percentile(to_placed, 99),
             "placed_to_running_p50_s": percentile(to_running, 50),
             "placed_to_running_p99_s": percentile(to_running, 99),
+            # how long GPUs stay held: the job's own --job-s, then its exit's way back to a release
+            "running_to_ended_p50_s": percentile(ran_to_end, 50), "running_to_ended_p99_s": percentile(ran_to_end, 99),
+            "placed_to_ended_p50_s": percentile(placed_to_end, 50),
+            "gpus_busy_mean": gpus_busy,
             "submit_p50_ms": percentile(lat, 50), "submit_p99_ms": percentile(lat, 99),
             **outcome_counts(jobs)}  # fmt: skip
 

@@ -261,6 +261,9 @@ def state_name(job: types_pb2.Job) -> str:
     return types_pb2.JobState.Name(job.state).removeprefix("JOB_STATE_")
 
 
+ENDED_STATES = frozenset({types_pb2.JOB_STATE_SUCCEEDED, types_pb2.JOB_STATE_FAILED, types_pb2.JOB_STATE_CANCELLED})
+
+
 def first_at(job: types_pb2.Job, state: int) -> float | None:
     """When the job first entered ``state`` (a JobState number), from its history."""
     return next((t.at for t in job.history if t.state == state), None)
@@ -311,6 +314,27 @@ def wait_split(jobs: Sequence[types_pb2.Job]) -> tuple[list[float], list[float]]
             queued.append(min(placed) - j.submitted_at)
             launch.append(ran - min(placed))
     return queued, launch
+
+
+def hold_split(jobs: Sequence[types_pb2.Job]) -> tuple[list[float], list[float], float | None]:
+    """How long each job that ran held its GPUs: (RUNNING -> ended: its own run plus the exit's
+    report through its agent and the scheduler's release; placed -> ended), and the GPUs they
+    kept busy on average (GPU-seconds held over the span from the first placement to the last
+    end): near the cluster's size, new jobs wait for capacity, not for the scheduler."""
+    ran_to_end, placed_to_end, gpu_s = [], [], 0.0
+    first, last = float("inf"), float("-inf")
+    for j in jobs:
+        ran = first_at(j, types_pb2.JOB_STATE_RUNNING)
+        ends = [t.at for t in j.history if t.state in ENDED_STATES]
+        placed = [t for t in (first_at(j, types_pb2.JOB_STATE_RESERVED), first_at(j, types_pb2.JOB_STATE_LAUNCHING))
+                  if t is not None]
+        if ran is None or not ends or not placed:
+            continue
+        ran_to_end.append(ends[0] - ran)
+        placed_to_end.append(ends[0] - min(placed))
+        gpu_s += (ends[0] - min(placed)) * sum(len(a.gpu_indices) for a in j.placement)
+        first, last = min(first, min(placed)), max(last, ends[0])
+    return ran_to_end, placed_to_end, gpu_s / (last - first) if last > first else None
 
 
 def submit_latency_ms(subs: Sequence[Submission]) -> list[float]:

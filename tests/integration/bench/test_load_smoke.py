@@ -39,6 +39,10 @@ def test_load_at_toy_size_prints_one_json_line_and_every_job_succeeds_once(tmp_p
     assert out["submit_to_running_p50_s"] <= out["submit_to_running_p99_s"]
     assert 0 < out["submit_p50_ms"] <= out["submit_p99_ms"]
     assert latency["offered_rate_per_s"] > 10
+    # GPUs are held at least the jobs' 0.2 s, and never more than the 6 the cluster has
+    assert 0.2 <= latency["running_to_ended_p50_s"] <= latency["running_to_ended_p99_s"] < 30
+    assert latency["placed_to_ended_p50_s"] >= latency["running_to_ended_p50_s"] - 0.05
+    assert 0 < latency["gpus_busy_mean"] <= 6
     # the probe ran on the free A100s while none of the H100-only backlog could start
     assert backlog["queued"] == 20 and backlog["backlog_started"] == 0
     assert backlog["probe_gpu_type"] == "A100-80GB" and backlog["probe_state"] == "SUCCEEDED"
