@@ -140,7 +140,8 @@ def row_inputs(row: dict[str, str]) -> tuple[ModelSpec, TrainingRecipe, Layout, 
     # Fused pointwise kernels: torch.compile's, Megatron's (Transformer Engine) and llm.c's own
     # CUDA kernels; DeepSpeed's bf16 recipe (master weights too) runs the model's eager modules.
     fused = row["torch_compile"] == "yes" or "megatron" in framework or "llm.c" in framework
-    # Optional columns (multi_gpu_public.csv): a LoRA / QLoRA fine-tune and its adapters, float8.
+    # Optional columns (multi_gpu_public.csv): a LoRA / QLoRA fine-tune, its adapters and their
+    # dropout (peft's lora_dropout), float8.
     finetune = row.get("finetune") or "full"
     targets = tuple(row["lora_targets"].split(",")) if row.get("lora_targets") else ("q", "k", "v", "o")
     recipe = TrainingRecipe(
@@ -150,6 +151,7 @@ def row_inputs(row: dict[str, str]) -> tuple[ModelSpec, TrainingRecipe, Layout, 
         loss=_loss(row), grad_buffer=grad_buffer,  # type: ignore[arg-type]
         kernels="fused" if fused else "eager", finetune=finetune,  # type: ignore[arg-type]
         lora_rank=int(row.get("lora_rank") or 16), lora_targets=targets, float8=bool(row.get("float8")),
+        lora_dropout=float(row.get("lora_dropout") or 0.0),
     )  # fmt: skip
     shard = dp // 2 if "instances" in row["sharding"] or "instances" in row["source_url"] else None
     layout = Layout(
@@ -239,6 +241,7 @@ def multi_gpu_inputs(row: dict[str, str]) -> tuple[ModelSpec, TrainingRecipe, La
         kernels="eager", loss="torch", grad_buffer="transient", finetune=row["finetune"],  # type: ignore[arg-type]
         lora_rank=int(row["lora_rank"]) if lora else 16,
         lora_targets=tuple(row["lora_targets"].split(",")) if lora else ("q", "k", "v", "o"),
+        lora_dropout=float(row.get("lora_dropout") or 0.0),
     )  # fmt: skip
     layout = Layout(tp=tp, pp=int(row["pp"]), dp=dp, cp=cp, zero_stage=int(row["zero_stage"]), micro_batch=mb,
                     grad_accum=1, recompute=row["recompute"], sp=tp > 1)  # type: ignore[arg-type]  # fmt: skip
@@ -255,7 +258,9 @@ def run_multi_gpu(path: Path = MULTI_GPU_CSV) -> dict[str, Any]:
         mem = predict_memory(model, recipe, layout)
         measured = int(row["measured_bytes"])
         label = (f"vocab {row['vocab']} dp{layout.dp} x tp{layout.tp} x cp{layout.cp} {row['precision']}"
-                 + (f" LoRA r{recipe.lora_rank}" if recipe.finetune == "lora" else ""))  # fmt: skip
+                 + (f" LoRA r{recipe.lora_rank}" if recipe.finetune == "lora" else "")
+                 + (" all" if len(recipe.lora_targets) == 7 and recipe.finetune == "lora" else "")
+                 + (f" drop {recipe.lora_dropout}" if recipe.lora_dropout else ""))  # fmt: skip
         out.append({
             "id": row["id"], "layout": label, "measured_bytes": measured, "predicted_bytes": mem.peak_allocated,
             "error_pct": round(100.0 * (mem.peak_allocated - measured) / measured, 2), "phase": mem.phase,
@@ -265,9 +270,9 @@ def run_multi_gpu(path: Path = MULTI_GPU_CSV) -> dict[str, Any]:
 
 
 def multi_gpu_table(multi: dict[str, Any]) -> str:
-    lines = [f"{'row':6} {'layout':44} {'measured MiB':>12} {'MARP MiB':>9} {'error':>8}  phase (measured / MARP)"]
+    lines = [f"{'row':6} {'layout':54} {'measured MiB':>12} {'MARP MiB':>9} {'error':>8}  phase (measured / MARP)"]
     for r in multi["rows"]:
-        lines.append(f"{r['id']:6} {r['layout']:44} {r['measured_bytes'] / 2**20:12.2f} "
+        lines.append(f"{r['id']:6} {r['layout']:54} {r['measured_bytes'] / 2**20:12.2f} "
                      f"{r['predicted_bytes'] / 2**20:9.2f} {r['error_pct']:+7.2f}%  {r['measured_phase']} / {r['phase']}")
     s = multi["marp"]
     lines.append(f"{len(multi['rows'])} rows: mean |error| {s['mape_pct']:.2f} %, worst {s['worst_row']} "

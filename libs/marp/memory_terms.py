@@ -132,7 +132,7 @@ def _layer(job: _Job) -> _Layer:
     tp_, rc = g.tp, g.recompute
     # MoE token copies on the expert-TP group's tokens.
     dispatch = tokens * coef.dispatch * g.etp / tp_ if coef.dispatch else 0.0
-    gathered = _sp_gathered_inputs(job, 2.0)
+    gathered = _sp_gathered_inputs(job, 2.0) + _lora_dropout_copies(job)
     full_layer = tokens * (coef.rep / sp_div + coef.par / tp_ + job.keys * coef.score / tp_) + dispatch + gathered
     saved = np.select(
         [rc == RECOMPUTE_CODE["none"], rc == RECOMPUTE_CODE["selective"], rc == RECOMPUTE_CODE["full"]],
@@ -174,6 +174,36 @@ def _sp_gathered_inputs(job: _Job, n_norms: float) -> FloatArray | float:
         return 0.0
     on = (g.sp > 0) & (g.tp > 1)
     return np.where(on, job.tokens * n_norms * job.e * job.model.hidden * (1.0 - 1.0 / g.tp), 0.0)
+
+
+def _lora_dropout_copies(job: _Job) -> FloatArray | float:
+    """peft's LoRA with ``lora_dropout`` > 0, per token of one layer on one rank.
+
+    Each adapted linear computes ``lora_B(lora_A(dropout(x)))`` with a dropout of its own (peft
+    tuners/lora/layer.py, Linear.forward; nn.Identity when the dropout is 0): per target the
+    dropout's mask (1 B, CUDA's fused native_dropout) and its output, which lora_A saves for its
+    weight gradient (e B), per element of the target's input -- q, k and v each their own copy of
+    the same norm output. The input itself is then saved by nobody when its only keeper was an
+    adapter: the frozen base linears need no input for their gradients (only weights), the norm
+    saves its own input, not its output -- so the first norm's output is freed once q, k or v is
+    adapted, the second's once gate or up is, and the MLP's hidden (down's input) once down is;
+    the attention output (o's input) stays, the attention saves it. Inputs per rank: the norm
+    outputs replicated (divided by sequence parallelism), the attention output and the MLP's
+    hidden split over tp; an MoE layer's experts see top_k of the tokens. Saved like the layer's
+    other activations (under full recompute only the layer being rebuilt holds them)."""
+    recipe, model, g = job.recipe, job.model, job.grid
+    if not job.lora or recipe.lora_dropout <= 0.0:
+        return 0.0
+    e, h, t = job.e, model.hidden, set(recipe.lora_targets)
+    if "gate" in t and model.mlp != "swiglu":
+        t.discard("gate")
+    route = model.top_k if model.experts else 1  # copies of a token's MLP input (one per expert it visits)
+    ffn_in = route * (model.expert_ffn if model.experts else model.ffn)
+    qkv, gate_up = len(t & {"q", "k", "v"}), len(t & {"gate", "up"})
+    rep = (qkv * (e + 1) - (e if qkv else 0)) * h
+    rep += (gate_up * route * (e + 1) - (e * route if gate_up else 0)) * h
+    par = (e + 1) * model.o_width * ("o" in t) + (1.0 * ffn_in if "down" in t else 0.0)
+    return job.tokens * (rep / job.sp_div + par / g.tp)
 
 
 def _ring_attention_backward(job: _Job) -> FloatArray:

@@ -125,6 +125,8 @@ class TrainingRecipe:
     pointwise ops in the backward instead of saving their outputs (modelled as fused kernels,
     docs/marp.md "torch.compile"). ``float8``: float8 linears (torchao Float8Linear, or
     Transformer Engine fp8 under ``master-*``); needs a GPU with fp8 tensor cores.
+    ``lora_dropout``: peft's dropout on each adapter's input (LoraConfig.lora_dropout); above 0
+    every adapted linear keeps its own dropped-out copy of its input and the mask.
     """
 
     seq_len: int
@@ -156,6 +158,7 @@ class TrainingRecipe:
     etp: int | None = None
     compile: bool = False
     float8: bool = False
+    lora_dropout: float = 0.0
 
     def __post_init__(self) -> None:
         err = InvalidRecipeError
@@ -227,6 +230,7 @@ class TrainingRecipe:
             object.__setattr__(self, "pp_layers", check_pp_layers(self.pp_layers, "recipe.pp_layers", err))
         check_bool(self.compile, "recipe.compile", err)
         check_bool(self.float8, "recipe.float8", err)
+        check_number(self.lora_dropout, "recipe.lora_dropout", err, 0.0, 1.0)
         if self.etp is not None:
             check_int(self.etp, "recipe.etp", err, fix="use an expert-tensor-parallel degree >= 1, or leave it unset (tp).")
         if self.policy == "fsdp-bf16" and self.finetune == "qlora":
@@ -303,7 +307,7 @@ class TrainingRecipe:
             "offload_optimizer": self.offload_optimizer, "kv_repeat": self.resolved_kv_repeat,
             "weight_decay": self.resolved_weight_decay, "ep": self.ep,
             "pp_layers": None if self.pp_layers is None else list(self.pp_layers), "etp": self.etp,
-            "compile": self.compile, "float8": self.float8,
+            "compile": self.compile, "float8": self.float8, "lora_dropout": self.lora_dropout,
         }  # fmt: skip
 
 

@@ -82,6 +82,7 @@ def measure(
     lora_rank: Annotated[int, typer.Option(help="LoRA rank.")] = 16,
     lora_targets: Annotated[str, typer.Option(help="LoRA target matrices, comma-separated: "
                                               "q,k,v,o,gate,up,down.")] = "q,k,v,o",
+    lora_dropout: Annotated[float, typer.Option(help="peft's lora_dropout on the adapters' inputs.")] = 0.0,
     all_ranks: Annotated[bool, typer.Option("--all-ranks", help="Simulate every rank, not one per cp "
                                             "coordinate (dp and tp ranks are symmetric).")] = False,
     as_json: JsonOpt = False,
@@ -122,7 +123,8 @@ def measure(
     parallel = (dp, tp, cp) != (1, 1, 1) or finetune != "full" or policy == "fsdp-bf16"
     if parallel:
         par = _parallel_config(spec, seq_len, micro_batch, policy, optimizer, attention, recompute, gqa, dropout,
-                               grad_buffer, optimizer_impl, dp, tp, cp, finetune, lora_rank, lora_targets)  # fmt: skip
+                               grad_buffer, optimizer_impl, dp, tp, cp, finetune, lora_rank, lora_targets,
+                               lora_dropout)  # fmt: skip
     if not torch_available():
         _fail(f"frenzy measure needs PyTorch, which is not installed. To fix: {INSTALL_HINT}")
     if finetune == "lora" and not peft_available():
@@ -180,7 +182,7 @@ def _print(out: dict[str, Any]) -> None:
 def _parallel_config(spec: marp.ModelSpec, seq_len: int, micro_batch: int, policy: str, optimizer: str,
                      attention: str, recompute: str, gqa: str, dropout: float, grad_buffer: str,
                      optimizer_impl: str, dp: int, tp: int, cp: int, finetune: str, lora_rank: int,
-                     lora_targets: str) -> tuple[MeasureConfig, ParallelConfig]:  # fmt: skip
+                     lora_targets: str, lora_dropout: float = 0.0) -> tuple[MeasureConfig, ParallelConfig]:  # fmt: skip
     """The checked configs of a multi-GPU measurement (exit 2 naming the flag otherwise), before torch."""
     for flag, value in (("--dp", dp), ("--tp", tp), ("--cp", cp), ("--lora-rank", lora_rank)):
         if value < 1:
@@ -193,7 +195,10 @@ def _parallel_config(spec: marp.ModelSpec, seq_len: int, micro_batch: int, polic
     config = MeasureConfig(seq_len=seq_len, micro_batch=micro_batch, precision=policy, optimizer=optimizer,
                            attention=attention, recompute=recompute, gqa=gqa, dropout=dropout,
                            grad_buffer=grad_buffer, optimizer_impl=optimizer_impl)  # fmt: skip
-    par = ParallelConfig(dp=dp, tp=tp, cp=cp, finetune=finetune, lora_rank=lora_rank, lora_targets=targets)
+    if not 0.0 <= lora_dropout < 1.0:
+        _fail(f"--lora-dropout: must be a probability in [0, 1), got {lora_dropout}.")
+    par = ParallelConfig(dp=dp, tp=tp, cp=cp, finetune=finetune, lora_rank=lora_rank, lora_targets=targets,
+                         lora_dropout=lora_dropout)  # fmt: skip
     try:
         check_parallel(spec, config, par)
     except ValueError as exc:

@@ -71,7 +71,7 @@ class ParallelConfig:
     torchtitan's dp_shard_cp), tp is DTensor tensor parallelism (Megatron-style column / row
     splits, with sequence parallelism: the norms' activations split by sequence), cp splits the
     sequence (ring attention). ``finetune`` "lora" trains peft LoRA adapters of rank
-    ``lora_rank`` on ``lora_targets`` with the base frozen.
+    ``lora_rank`` on ``lora_targets`` with the base frozen, ``lora_dropout`` on their inputs.
     """
 
     dp: int = 1
@@ -80,6 +80,7 @@ class ParallelConfig:
     finetune: str = "full"
     lora_rank: int = 16
     lora_targets: tuple[str, ...] = ("q", "k", "v", "o")
+    lora_dropout: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("dp", "tp", "cp", "lora_rank"):
@@ -88,6 +89,8 @@ class ParallelConfig:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         if self.finetune not in FINETUNES:
             raise ValueError(f"finetune must be one of {', '.join(FINETUNES)}, got {self.finetune!r}")
+        if isinstance(self.lora_dropout, bool) or not 0.0 <= self.lora_dropout < 1.0:
+            raise ValueError(f"lora dropout must be a probability in [0, 1), got {self.lora_dropout!r}")
         bad = [t for t in self.lora_targets if t not in LORA_TARGETS]
         if bad or not self.lora_targets:
             raise ValueError(f"lora targets must be among {', '.join(LORA_TARGETS)}, got {','.join(self.lora_targets)!r}")

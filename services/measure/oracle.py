@@ -115,6 +115,8 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+ALL_LINEARS = ("q", "k", "v", "o", "gate", "up", "down")
+
 # The multi-GPU oracle's layouts (docs/marp.md, "multi-GPU oracle"; ``python -m frenzy.measure.oracle
 # --parallel``, about three minutes): the small LLaMA at seq 256 x micro-batch 2 per rank, with its
 # vocabulary of 4096 (the loss's logits dominate, the peak is at the forward's end) and of 64 (the
@@ -127,6 +129,9 @@ PARALLEL_CASES: tuple[tuple[int, str, dict[str, Any]], ...] = (
     (4096, "pure-bf16", {"dp": 2, "finetune": "lora"}), (4096, "fsdp-bf16", {"dp": 2, "finetune": "lora"}),
     (64, "pure-bf16", {}), (64, "pure-bf16", {"dp": 2}), (64, "pure-bf16", {"cp": 2}), (64, "fsdp-bf16", {"dp": 2}),
     (64, "pure-bf16", {"tp": 2}), (64, "pure-bf16", {"dp": 2, "tp": 2}), (64, "pure-bf16", {"dp": 2, "tp": 2, "cp": 2}),
+    # peft's lora_dropout on every linear (the PEFT docs' runs): FSDP's bf16 compute casts the
+    # adapters to bf16, as mixed precision does on a GPU.
+    (4096, "fsdp-bf16", {"dp": 2, "finetune": "lora", "lora_targets": ALL_LINEARS, "lora_dropout": 0.1}),
 )  # fmt: skip
 
 
@@ -142,7 +147,10 @@ def parallel_table() -> str:
         spec = llama(vocab=vocab)
         config, par = MeasureConfig(256, 2, precision), ParallelConfig(**knobs)
         out = compare.report_parallel(measure_layout(spec, config, par), compare.predict_parallel(spec, config, par))
-        name = f"dp{par.dp} x tp{par.tp} x cp{par.cp}" + (" LoRA r16 q,k,v,o" if par.finetune == "lora" else "")
+        name = f"dp{par.dp} x tp{par.tp} x cp{par.cp}"
+        if par.finetune == "lora":
+            name += f" LoRA r{par.lora_rank} {','.join(par.lora_targets)}"
+            name += f" dropout {par.lora_dropout}" if par.lora_dropout else ""
         for r in out["ranks"]:
             c = r["coords"]
             lines.append(f"| {vocab} | {name} | {precision} | {r['rank']} ({c['dp']},{c['cp']},{c['tp']}) | "

@@ -210,8 +210,8 @@ def _apply_lora(model: nn.Module, par: ParallelConfig) -> nn.Module:
     from peft import LoraConfig, inject_adapter_in_model
     from peft.tuners.tuners_utils import cast_adapter_dtype
 
-    # alpha does not change memory; peft's own default dropout (0) keeps no mask.
-    cfg = LoraConfig(r=par.lora_rank, lora_alpha=2 * par.lora_rank, lora_dropout=0.0,
+    # alpha does not change memory; a dropout above 0 gives each adapter a dropout of its own.
+    cfg = LoraConfig(r=par.lora_rank, lora_alpha=2 * par.lora_rank, lora_dropout=par.lora_dropout,
                      target_modules=list(par.lora_targets))  # fmt: skip
     # peft moves each new adapter to its base layer's device and dtype with Module.to, which swaps
     # the parameter objects in place, and fake parameters cannot be swapped (they carry weak

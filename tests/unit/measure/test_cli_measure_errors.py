@@ -47,6 +47,7 @@ LLAMA = ('{"arch":"decoder","head":"lm","n_layers":2,"hidden":256,"heads":4,"kv_
 @pytest.mark.parametrize(("over", "named"), [
     ({"dp": "0"}, "--dp"), ({"tp": "-1"}, "--tp"), ({"finetune": "qlora"}, "--finetune"),
     ({"finetune": "lora", "lora_targets": "q,proj"}, "--lora-targets"),
+    ({"finetune": "lora", "lora_dropout": "1.5"}, "--lora-dropout"),
     ({"tp": "3"}, "tp 3 must divide heads"),  # 4 heads
     ({"cp": "2", "attention": "eager"}, "ring attention"),
     ({"precision": "fsdp-bf16"}, "needs dp x cp > 1"),
