@@ -368,20 +368,31 @@ class _Pass:
         no plan fits now, the job claims the releases of the plan that would finish first.
         Returns the decision and the plan index a waiting job waits for."""
         now, slack, inf = self.now, 1.0 + self.policy.wait_slack, _INF
-        lists, lid, rows, runtimes = self.lists, self.releases.lid, info.rows, info.runtimes
+        lists = self.lists
+        if info.waits_for is not self.cluster._capacity:  # (list numbers depend on the capacity)
+            lid = self.releases.lid
+            info.waits = sorted((r or 0.0, j, lid(b, t), n - 1)
+                                for (j, t, n, _, b), r in zip(info.rows, info.runtimes, strict=True))  # fmt: skip
+            info.waits_for = self.cluster._capacity  # (``lid`` builds the list of a new number)
         i = _first_fit(self.free, info)
         # The plans a wait could be for: those ranked before the one that fits now (all
-        # when none fits); the earliest estimated completion among them.
-        best_done, best_i, best_list = inf, -1, None
-        for j in range(len(rows) if i is None else i):
-            _, t, n, _, b = rows[j]
-            found = lists[lid(b, t)]
-            done = found.at(n - 1) + runtimes[j]  # type: ignore[operator]  # (timed: not None)
-            if done < best_done:
+        # when none fits); the earliest estimated completion among them (ties: the better
+        # ranked). Walked fastest first: a release is never before now, so once now + runtime
+        # passes the best completion no later plan can win.
+        before = _LAST if i is None else i
+        best_done, best_i, best_list = inf, _LAST, None
+        for runtime, j, number, nm1 in info.waits:
+            if now + runtime > best_done:
+                break
+            if j >= before:
+                continue
+            found = lists[number]
+            done = found.at(nm1) + runtime
+            if done < best_done or (done == best_done and j < best_i):
                 best_done, best_i, best_list = done, j, found
         if i is not None:
             plan = job.plans[i]
-            now_done = now + runtimes[i]  # type: ignore[operator]
+            now_done = now + info.runtimes[i]  # type: ignore[operator]  # (timed: not None)
             if best_list is None or now_done - now <= (best_done - now) * slack:
                 self.releases.commit(plan, now_done)
                 nodes = self.free.choose(plan)

@@ -85,14 +85,17 @@ class JobPlans:
     rejected without looking at a plan); size: GPU-seconds of the cheapest timed plan;
     ideal_key: (submit time + that plan's runtime, seq, job id), the starving order "ideal";
     lean: the candidates as the pass walks them, with their release-list numbers, valid for
-    ``lean_for`` (``has.queue_pass``, ``_Pass._lean``). The cache is keyed by nothing but the object (``QueuedJob`` and
-    ``PlanOption`` are frozen), except what depends on the capacity (``ever``, ``lean_for``).
+    ``lean_for`` (``has.queue_pass``, ``_Pass._lean``); waits: per plan (runtime, index,
+    release-list number, GPUs - 1), fastest first, what ``"ranked-wait"`` plan choice reads,
+    valid for ``waits_for``.
+    The cache is keyed by nothing but the object (``QueuedJob`` and ``PlanOption`` are frozen),
+    except what depends on the capacity (``ever``, ``lean_for``, ``waits_for``).
     """
 
     __slots__ = (
         "rows", "runtimes", "least", "fewest", "timed", "size", "fifo_key", "short_key", "ideal_key", "by_slack",
         "short_first", "ideal_first", "seq", "job_id", "submitted_at", "has_plans", "priority",
-        "_shape", "ever", "sigs", "lean_for", "lean",
+        "_shape", "ever", "sigs", "lean_for", "lean", "waits_for", "waits",
     )  # fmt: skip
 
     def __init__(self, job: QueuedJob) -> None:
@@ -143,6 +146,8 @@ class JobPlans:
         self._shape: tuple[int, tuple[str, ...]] | None = None
         self.lean_for: tuple[object, float] = (None, 0.0)  # (capacity, width_slack) of lean
         self.lean: list[LeanCandidate] = []
+        self.waits_for: object = None  # the capacity ``waits`` was computed for
+        self.waits: list[tuple[float, int, int, int]] = []
 
     def shape(self, plans: tuple[PlanOption, ...]) -> tuple[int, tuple[str, ...]]:
         """(id of what the job's pending reason depends on, its GPU types): jobs with the same

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from unit.has.has_builders import H100, L4, MEM, cluster, free_node, job, plan
+from unit.has.has_builders import A100, H100, L4, MEM, cluster, free_node, job, plan
 
 from has import GpuSlot, NodeView, PlanChoice, PlanOption, QueuePolicy, schedule
 from has.sim.baselines import POLICY_NAMES, make_policy
@@ -89,6 +89,21 @@ def test_a_waiting_job_claims_the_release_so_the_next_one_does_not_count_on_it()
     res = schedule(c, q, NOW, policy())
     assert [(p.job_id, p.plan.gpu_type) for p in res.placements] == [("b", L4)]
     assert res.pending["a"].summary.startswith("waiting for")
+
+
+@pytest.mark.parametrize(("h100_free_in_s", "waits_for"), [(5_000.0, A100), (1_000.0, H100)])
+def test_it_waits_for_the_better_ranked_plan_that_finishes_first(h100_free_in_s: float, waits_for: str) -> None:
+    # plan 0: H100s, 1,000 s once free; plan 1: A100s (free in 500 s), 1,500 s; plan 2: L4s now,
+    # 20,000 s. H100s free in 5,000 s: the A100 plan finishes first (2,000 s). Free in 1,000 s:
+    # both finish at 2,000 s, and the tie goes to the better-ranked plan.
+    c = cluster(busy_until("h", H100, NOW + h100_free_in_s), busy_until("a", A100, NOW + 500.0),
+                free_node("l", 4, n=4, gpu_type=L4))  # fmt: skip
+    q = [job("j", 1, timed(H100, 1_000.0), timed(A100, 1_500.0), timed(L4, 20_000.0), at=NOW)]
+    res = schedule(c, q, NOW, policy())
+    assert res.placements == ()
+    summary = res.pending["j"].summary
+    assert summary.startswith("waiting for 4 ") and f"{waits_for} (tp=1" in summary.split(":")[0]
+    assert "2000 s vs 20000 s" in summary
 
 
 def test_untimed_plans_fall_back_to_ranked() -> None:
