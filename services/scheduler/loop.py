@@ -48,6 +48,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import redis
 
@@ -71,12 +72,23 @@ from frenzy.state.job_states import ACTIVE, JobState
 from frenzy.state.keys import Keys
 from frenzy.state.messages import AgentEvent, BadMessage, LaunchMessage, event_from, payload
 from frenzy.state.signing import Refusal, Verifier
-from frenzy.state.store import DEFAULT_MASTER_PORTS, JobRecord, PlacementOrder, StateStore, exit_note
+from frenzy.state.store import (
+    DEFAULT_MASTER_PORTS,
+    JobRecord,
+    PlacementOrder,
+    ScriptCall,
+    StateStore,
+    exit_note,
+)
 from frenzy.v1 import types_pb2
 from has import Placement, QueuePolicy, schedule
 from has.oom import plans_that_may_fit
 
 log = logging.getLogger(__name__)
+
+
+class EventScriptFailed(Exception):
+    """The script one event of a batch needed failed in Redis (the others of the batch stand)."""
 
 # Re-plan a job for the cluster as it is now: new ranked plans, or None to keep the old ones.
 Replanner = Callable[[JobRecord], "list[types_pb2.Plan] | None"]
@@ -527,15 +539,34 @@ class SchedulerLoop:
         try:
             for batch in rounds:
                 jobs = self.store.get_many(e.job_id for _, e in batch)
+                # The usual events (a launch ran, a node exited) are one script each: the batch's
+                # go to Redis in one round trip instead of one each (issue 15: at 200 events a
+                # second, serial round trips kept this thread busy and GPUs held after their jobs).
+                deferred: list[tuple[str, ScriptCall, Callable[[Any], None]]] = []
                 for entry_id, event in batch:
                     try:
+                        step = self._event_step(event, jobs.get(event.job_id))
+                        if step is not None:
+                            deferred.append((entry_id, *step))
+                            continue
                         self.handle_event(event, jobs.get(event.job_id))
                     except redis.RedisError:
                         raise
                     except Exception:
-                        # Left pending: it is retried on restart, never silently lost.
-                        log.exception("failed to handle event %s", entry_id)
-                        self.metrics.events.labels("failed").inc()
+                        self._event_failed(entry_id)
+                        continue
+                    self.metrics.events.labels("handled").inc()
+                    done.append(entry_id)
+                replies = self.store.run_calls([call for _, call, _ in deferred])
+                for (entry_id, _call, after), reply in zip(deferred, replies, strict=True):
+                    try:
+                        if isinstance(reply, Exception):  # its script failed (and changed nothing)
+                            raise EventScriptFailed(str(reply)) from reply
+                        after(reply)
+                    except redis.RedisError:
+                        raise
+                    except Exception:
+                        self._event_failed(entry_id)
                         continue
                     self.metrics.events.labels("handled").inc()
                     done.append(entry_id)
@@ -593,20 +624,60 @@ class SchedulerLoop:
                      event.node, extra={"job_id": job.id})
         elif isinstance(meaning, LateSuccess):
             self._late_success(job, event, meaning)
-        elif isinstance(meaning, Started):
-            if meaning.to_running is None:
-                if meaning.fields:
-                    self.store.set_fields(job.id, **meaning.fields)
-            else:  # the pid and log path land with the state change: one script
-                moved, _ = self.store.transition(job, JobState.RUNNING, meaning.to_running, **meaning.fields)
-                if not moved and meaning.fields:  # (it moved on meanwhile: the pid and log still count)
-                    self.store.set_fields(job.id, **meaning.fields)
-                if moved and job.submitted_at > 0:
-                    self.metrics.submit_to_running.observe(max(0.0, time.time() - job.submitted_at))
+        elif isinstance(meaning, Started) and meaning.to_running is None:
+            if meaning.fields:
+                self.store.set_fields(job.id, **meaning.fields)
         elif isinstance(meaning, LaunchRefused):
             self.requeue(job, list(meaning.lost), meaning.why, cause="launch refused")
+        elif isinstance(meaning, Exited) and meaning.oom and self._requeue_oom(job, event, meaning):
+            pass
         else:
-            self._record_exit(job, event, meaning)
+            step = self._step_of(event, job, meaning)
+            assert step is not None  # Started (to RUNNING) or a counted exit
+            call, after = step
+            after(self.store.run_call(call))
+
+    def _event_step(self, event: AgentEvent, job: JobRecord | None) -> tuple[ScriptCall, Callable[[Any], None]] | None:
+        """The one script ``event`` needs and what to do with its reply, for the events that are
+        only that (a launch reported RUNNING, a node's exit counted); None for any other (they go
+        through ``handle_event``)."""
+        if job is None:
+            return None
+        meaning = interpret(event, job)
+        if isinstance(meaning, Exited) and meaning.oom:
+            return None  # re-planning reads and writes more than one script
+        return self._step_of(event, job, meaning)
+
+    def _step_of(self, event: AgentEvent, job: JobRecord,
+                 meaning: object) -> tuple[ScriptCall, Callable[[Any], None]] | None:
+        if isinstance(meaning, Started) and meaning.to_running is not None:
+            started = meaning
+
+            def after_start(reply: tuple[bool, str]) -> None:
+                moved, _ = reply
+                if not moved and started.fields:  # (it moved on meanwhile: the pid and log still count)
+                    self.store.set_fields(job.id, **started.fields)
+                if moved and job.submitted_at > 0:
+                    self.metrics.submit_to_running.observe(max(0.0, time.time() - job.submitted_at))
+
+            # the pid and log path land with the state change: one script
+            return (self.store.transition_call(job, JobState.RUNNING, started.to_running, **started.fields),
+                    after_start)
+        if isinstance(meaning, Exited):
+            ended = meaning
+            note = exit_note(job, event.node, ended.code, ended.cause, ended.tail, ended.peak, ended.peak_measured)
+
+            def after_exit(reply: tuple[str, str]) -> None:
+                self._exit_recorded(job, event, ended, *reply)
+
+            return (self.store.record_exit_call(job, event.attempt, event.node, ended.code, ended.reason,
+                                                told_to_stop=ended.told_to_stop, note=note), after_exit)
+        return None
+
+    def _event_failed(self, entry_id: str) -> None:
+        # Left pending: it is retried on restart, never silently lost.
+        log.exception("failed to handle event %s", entry_id)
+        self.metrics.events.labels("failed").inc()
 
     def _late_success(self, job: JobRecord, event: AgentEvent, late: LateSuccess) -> None:
         """Count a late exit 0 of the attempt a requeue ended; the last one finishes the job."""
@@ -630,12 +701,9 @@ class SchedulerLoop:
         if self.store.release_stale(job.id, event.node, late.fence):
             self.wake.set()
 
-    def _record_exit(self, job: JobRecord, event: AgentEvent, ended: Exited) -> None:
-        if ended.oom and self._requeue_oom(job, event, ended):
-            return
-        note = exit_note(job, event.node, ended.code, ended.cause, ended.tail, ended.peak, ended.peak_measured)
-        status, state = self.store.record_exit(job, event.attempt, event.node, ended.code, ended.reason,
-                                               told_to_stop=ended.told_to_stop, note=note)
+    def _exit_recorded(self, job: JobRecord, event: AgentEvent, ended: Exited, status: str, state: str) -> None:
+        """After ``record_exit.lua`` counted (or ignored) one node's exit: log it, and stop the
+        job's other nodes when a rank failed and the job goes on."""
         log.info("job %s: %s -> %s (%s)", job.id, ended.reason, state, status,
                  extra={"job_id": job.id, "attempt": event.attempt, "node": event.node})
         if status == "recorded" and ended.stop_others:

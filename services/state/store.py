@@ -13,12 +13,13 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 import redis
 from google.protobuf import json_format
+from redis.commands.core import Script
 
 from frenzy.state import node_keys, scripts, signing
 from frenzy.state.job_states import ACTIVE, JobState, sources_of
@@ -273,6 +274,16 @@ def _port_offset(job_id: str, span: int) -> int:
 def plans_to_json(plans: list[types_pb2.Plan]) -> str:
     """Plans as the job hash stores them (a JSON list of ``MessageToDict``)."""
     return json.dumps([json_format.MessageToDict(p) for p in plans])
+
+
+@dataclass(frozen=True)
+class ScriptCall:
+    """One Lua script's keys and arguments, and how its reply reads (``StateStore.run_calls``)."""
+
+    script: Script
+    keys: list[str]
+    args: list[Any]
+    read: Callable[[Any], Any]
 
 
 @dataclass(frozen=True)
@@ -750,15 +761,21 @@ class StateStore:
         self, job: JobRecord, to: JobState, reason: str = "", release: bool = False, **fields: str,
     ) -> tuple[bool, str]:
         """Move ``job`` to ``to`` if its current state allows it. -> (moved, previous or current state)"""
+        return self.run_call(self.transition_call(job, to, reason, release, **fields))  # type: ignore[no-any-return]
+
+    def transition_call(
+        self, job: JobRecord, to: JobState, reason: str = "", release: bool = False, **fields: str,
+    ) -> ScriptCall:
+        """``transition`` as a call ``run_calls`` can send with others."""
         now = time.time()
         argv: list[Any] = [job.id, ",".join(sources_of(to)), to.value, repr(now), history_entry(to, reason, now)]
         for kv in fields.items():
             argv.extend(kv)
         gpu_keys = job.gpu_keys(self.k) if release else []
         argv.insert(5, "1" if release else "0")
-        res = self._transition(keys=[self.k.job(job.id), self.k.job_history(job.id), self.k.queue(),
-                                     self.k.ports(job.master_node or "-"), *gpu_keys], args=argv)
-        return int(res[0]) == 1, str(res[1])
+        return ScriptCall(self._transition, [self.k.job(job.id), self.k.job_history(job.id), self.k.queue(),
+                                             self.k.ports(job.master_node or "-"), *gpu_keys], argv,
+                          lambda res: (int(res[0]) == 1, str(res[1])))
 
     def record_exit(self, job: JobRecord, attempt: int, node: str, exit_code: int, reason: str,
                     told_to_stop: bool = False, note: str = "") -> tuple[str, str]:
@@ -767,14 +784,57 @@ class StateStore:
         ``told_to_stop``: the node ended because it was cancelled, so its exit code
         is not the job's failure. ``note``: the node's report for the attempt's record (``exit_note``;
         "": the plan's record only)."""
-        res = self._record_exit(
-            keys=[self.k.job(job.id), self.k.job_history(job.id), self.k.ports(job.master_node or "-"),
-                  *job.gpu_keys(self.k)],
-            args=[job.id, str(attempt), node, str(exit_code), len(job.placement), repr(time.time()), reason,
-                  job.node_rank(node), "1" if told_to_stop else "0",
-                  note or json.dumps({"base": attempt_base(job.attempt, job.plan)})],
-        )
-        return str(res[0]), str(res[1])
+        return self.run_call(  # type: ignore[no-any-return]
+            self.record_exit_call(job, attempt, node, exit_code, reason, told_to_stop, note))
+
+    def record_exit_call(self, job: JobRecord, attempt: int, node: str, exit_code: int, reason: str,
+                         told_to_stop: bool = False, note: str = "") -> ScriptCall:
+        """``record_exit`` as a call ``run_calls`` can send with others."""
+        return ScriptCall(
+            self._record_exit,
+            [self.k.job(job.id), self.k.job_history(job.id), self.k.ports(job.master_node or "-"),
+             *job.gpu_keys(self.k)],
+            [job.id, str(attempt), node, str(exit_code), len(job.placement), repr(time.time()), reason,
+             job.node_rank(node), "1" if told_to_stop else "0",
+             note or json.dumps({"base": attempt_base(job.attempt, job.plan)})],
+            lambda res: (str(res[0]), str(res[1])))
+
+    def run_call(self, call: ScriptCall) -> Any:
+        """One call, on its own: its reply as ``call.read`` gives it. Redis errors raise."""
+        return call.read(call.script(keys=call.keys, args=call.args))
+
+    def run_calls(self, calls: Sequence[ScriptCall]) -> list[Any]:
+        """Several script calls in one round trip, each atomic on its own as if sent alone (the
+        events of a batch touch different jobs). -> each call's reply as ``call.read`` gives it, or
+        the exception its script raised (that call changed nothing; the others stand). Scripts
+        Redis does not have (restarted, flushed) are loaded and those calls sent again. Connection
+        errors raise: which calls ran is unknown, and each is safe to repeat (fenced, idempotent)."""
+        if not calls:
+            return []
+        replies = self._evalsha_all(calls)
+        missing = [i for i, reply in enumerate(replies) if isinstance(reply, redis.exceptions.NoScriptError)]
+        if missing:  # none of those ran: load each script once, send them again
+            for script in {calls[i].script.sha: calls[i].script for i in missing}.values():
+                self.r.script_load(script.script)
+            for i, reply in zip(missing, self._evalsha_all([calls[i] for i in missing]), strict=True):
+                replies[i] = reply
+        out: list[Any] = []
+        for c, reply in zip(calls, replies, strict=True):
+            try:
+                if isinstance(reply, Exception):
+                    raise reply
+                out.append(c.read(reply))
+            except redis.ConnectionError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - returned in its place, for its caller to report
+                out.append(exc)
+        return out
+
+    def _evalsha_all(self, calls: Sequence[ScriptCall]) -> list[Any]:
+        pipe = self.r.pipeline(transaction=False)
+        for c in calls:
+            pipe.evalsha(c.script.sha, len(c.keys), *c.keys, *c.args)
+        return list(pipe.execute(raise_on_error=False))
 
     def finish_from_earlier_attempt(self, job: JobRecord, attempt: int, fence: int, node: str) -> tuple[str, str]:
         """Count ``node``'s late exit 0 of ``attempt`` (the one the last requeue ended, under
