@@ -258,6 +258,7 @@ def run_multi_gpu(path: Path = MULTI_GPU_CSV) -> dict[str, Any]:
         mem = predict_memory(model, recipe, layout)
         measured = int(row["measured_bytes"])
         label = (f"vocab {row['vocab']} dp{layout.dp} x tp{layout.tp} x cp{layout.cp} {row['precision']}"
+                 + (f" L{model.n_layers} rc {layout.recompute}" if layout.recompute != "none" else "")
                  + (f" LoRA r{recipe.lora_rank}" if recipe.finetune == "lora" else "")
                  + (" all" if len(recipe.lora_targets) == 7 and recipe.finetune == "lora" else "")
                  + (f" drop {recipe.lora_dropout}" if recipe.lora_dropout else ""))  # fmt: skip

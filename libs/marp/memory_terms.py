@@ -392,6 +392,8 @@ class _Buffers:
     gathered_fwd: FloatArray  # ... at the forward's end
     gathered_post: FloatArray  # ... in a unit's post-backward (the prefetched unit only)
     unsharded_grads: FloatArray  # a unit's post-backward: its unsharded gradients and reduce-scatter
+    held_rs: FloatArray  # the previous unit's reduce-scatter input, held through the next unit's backward
+    unit: FloatArray  # one gathered unit (FSDP outside PP; 0 otherwise)
     fsdp: NDArray[np.bool_]  # FSDP / ZeRO-3 outside PP: a unit's gradients are unsharded until its reduce
     ddp: FloatArray  # PyTorch DDP's gradient buckets
     te_ws: float  # Transformer Engine's cuBLAS workspaces
@@ -470,9 +472,14 @@ def _buffers(job: _Job, st: _Stage, states: _States) -> _Buffers:
     # parameters); in full training, the whole layer's.
     grad_unit = (np.asarray(lora_params(job.model, recipe.lora_rank, recipe.lora_targets) / g.tp)
                  if job.lora else layer_local)  # fmt: skip
+    # FSDP2 keeps that input alive until the next unit's post-backward (reduce_scatter_states, one
+    # buffer by default: the reduce-scatter stream may still read it), so every layer but the
+    # first back-propagated one runs beside the previous unit's.
     reduce_b = 4.0 if policy == "fsdp-bf16" else gather_b
     rs_peak = grad_unit * (reduce_b + np.maximum(gather_b, reduce_b / np.maximum(states.sd, 1.0)))
     unsharded_grads = np.where(fsdp, rs_peak, 0.0)
+    held_rs = np.where(fsdp, grad_unit * reduce_b, 0.0)
+    unit_fsdp = np.where(fsdp, unit, 0.0)
     # PyTorch DDP keeps its own gradient buckets beside .grad unless gradient_as_bucket_view
     # (torch.nn.parallel.DistributedDataParallel docs: the saving "equals the total gradients
     # size"); Megatron's master-* grads are the buckets.
@@ -488,9 +495,12 @@ def _buffers(job: _Job, st: _Stage, states: _States) -> _Buffers:
         gathered_fwd = np.where(pp_fsdp, stage_gathered, gathered_fwd)
         gathered_post = np.where(pp_fsdp, stage_gathered, gathered_post)
         unsharded_grads = np.where(pp_fsdp, 0.0, unsharded_grads)
+        held_rs = np.where(pp_fsdp, 0.0, held_rs)
+        unit_fsdp = np.where(pp_fsdp, 0.0, unit_fsdp)
     return _Buffers(gathered=gathered, gathered_fwd=gathered_fwd, gathered_post=gathered_post,
-                    unsharded_grads=unsharded_grads, fsdp=fsdp & ~pp_fsdp, ddp=ddp, te_ws=te_ws,
-                    fp8_cache=fp8_cache, pp_fsdp=pp_fsdp, accumulated=accumulated)  # fmt: skip
+                    unsharded_grads=unsharded_grads, held_rs=held_rs, unit=unit_fsdp, fsdp=fsdp & ~pp_fsdp,
+                    ddp=ddp, te_ws=te_ws, fp8_cache=fp8_cache, pp_fsdp=pp_fsdp,
+                    accumulated=accumulated)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -627,7 +637,20 @@ def _backward(job: _Job, layer: _Layer, st: _Stage, t: _StageTerms, lg: _LayerGr
     layer_tr = _layer_transient(job, layer, lg, grads_in_a & ~t.buffers.fsdp)
     b_layers = t.const + gathered + other + chain + layer_now + layer_tr + layer.dequant
     in_post: NDArray[np.bool_] | bool = False
+    held: FloatArray | float = 0.0
     if t.buffers.fsdp.any():
+        # Under FSDP the layers differ: layer l (from the bottom) holds l - 1 layers' saved tensors
+        # and n_c - l layers' sharded gradients, as above, and besides every layer but the top
+        # (the first back-propagated) runs beside the previous unit's reduce-scatter input
+        # (_buffers.held_rs), and the bottom one has no next unit to prefetch. The chain term
+        # above is the top's or the bottom's (n_c - 1) x max(g, a); the maximum over l is at the
+        # top, at l = 1 or 2, or at n_c - 1 (linear in between).
+        a, g = a_saved, np.where(grads_in_a, 0.0, lg.layer)
+        rs, unit = t.buffers.held_rs, t.buffers.unit
+        ends = np.maximum((n_c - 1) * a, np.where(n_c >= 2, (n_c - 1) * g + rs - unit, -np.inf))
+        inner = np.where(n_c >= 3, np.maximum(a + (n_c - 2) * g, (n_c - 2) * a + g) + rs, -np.inf)
+        held = np.where(t.buffers.fsdp, np.maximum(ends, inner) - (n_c - 1) * np.maximum(g, a), 0.0)
+        b_layers = b_layers + held
         b_post = np.where(t.buffers.fsdp, t.const + t.buffers.gathered_post + unsharded_grads + other + chain
                           + t.emb_this, 0.0)  # fmt: skip
         in_post = b_post > b_layers
@@ -647,7 +670,7 @@ def _backward(job: _Job, layer: _Layer, st: _Stage, t: _StageTerms, lg: _LayerGr
                 + np.where(grads_in_a | ~grads_win, (n_c - 1) * copies.saved, 0.0))  # fmt: skip
     # At a post-backward the layer's rebuilt activations and weight copies are gone.
     b_copies = np.where(at_end, 0.0, b_copies)
-    b_buffers = gathered + b_copies
+    b_buffers = gathered + held + b_copies
     if np.any(in_post):
         b_acts = np.where(in_post, b_acts - layer.rebuilt, b_acts)
         b_copies = np.where(in_post & ~at_end, b_copies - copies.layer, b_copies)

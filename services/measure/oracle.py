@@ -17,7 +17,7 @@ from typing import Any
 
 import marp
 from frenzy.measure import compare
-from frenzy.measure.config import MeasureConfig
+from frenzy.measure.config import MeasureConfig, ParallelConfig
 
 
 def gpt2(n_layers: int = 2, hidden: int = 256, heads: int = 4, vocab: int = 4096, tied: bool = True) -> marp.ModelSpec:
@@ -132,22 +132,35 @@ PARALLEL_CASES: tuple[tuple[int, str, dict[str, Any]], ...] = (
     # peft's lora_dropout on every linear (the PEFT docs' runs): FSDP's bf16 compute casts the
     # adapters to bf16, as mixed precision does on a GPU.
     (4096, "fsdp-bf16", {"dp": 2, "finetune": "lora", "lora_targets": ALL_LINEARS, "lora_dropout": 0.1}),
+    # Four layers under full recompute: the saved tensors are small, so the backward's peak moves
+    # below the top layer, beside the previous unit's reduce-scatter input.
+    (64, "fsdp-bf16", {"dp": 2, "n_layers": 4, "recompute": "full"}),
+    (64, "pure-bf16", {"dp": 2, "n_layers": 4, "recompute": "full"}),
 )  # fmt: skip
+
+
+def parallel_case(vocab: int, precision: str,
+                  knobs: dict[str, Any]) -> tuple[marp.ModelSpec, MeasureConfig, ParallelConfig]:  # fmt: skip
+    """One PARALLEL_CASES entry as (model, MeasureConfig, ParallelConfig): ``n_layers`` sizes the
+    model, ``recompute`` goes to the step, the other knobs to the layout."""
+    layout = {k: v for k, v in knobs.items() if k not in ("n_layers", "recompute")}
+    config = MeasureConfig(256, 2, precision, recompute=knobs.get("recompute", "none"))
+    return llama(n_layers=knobs.get("n_layers", 2), vocab=vocab), config, ParallelConfig(**layout)
 
 
 def parallel_table() -> str:
     """Measure PARALLEL_CASES (needs torch and peft) and render them as docs/marp.md's table."""
-    from frenzy.measure.config import ParallelConfig
     from frenzy.measure.parallel import measure_layout
 
     mib = 2**20
     lines = ["| vocab | layout | precision | rank (dp,cp,tp) | measured MiB | MARP MiB | error | measured phase | "
              "MARP phase |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for vocab, precision, knobs in PARALLEL_CASES:
-        spec = llama(vocab=vocab)
-        config, par = MeasureConfig(256, 2, precision), ParallelConfig(**knobs)
+        spec, config, par = parallel_case(vocab, precision, knobs)
         out = compare.report_parallel(measure_layout(spec, config, par), compare.predict_parallel(spec, config, par))
         name = f"dp{par.dp} x tp{par.tp} x cp{par.cp}"
+        if spec.n_layers != 2 or config.recompute != "none":
+            name += f" L{spec.n_layers} recompute {config.recompute}"
         if par.finetune == "lora":
             name += f" LoRA r{par.lora_rank} {','.join(par.lora_targets)}"
             name += f" dropout {par.lora_dropout}" if par.lora_dropout else ""

@@ -85,6 +85,18 @@ def test_lora_peak_below_full_finetune() -> None:
     assert abs(compare.error_pct(predicted.peak_allocated, lora.peak_bytes)) <= 5.0
 
 
+@pytest.mark.parametrize("precision", ["fsdp-bf16", "pure-bf16"])
+def test_fsdp_full_recompute_backward_within_1_percent(precision: str) -> None:
+    # Four layers whose blocks save only their inputs: the peak is a lower block's backward, beside
+    # the previous block's reduce-scatter input (FSDP2 holds it until the next post-backward) and
+    # without a prefetch at the bottom block.
+    spec, config, par = oracle.parallel_case(64, precision, {"dp": 2, "n_layers": 4, "recompute": "full"})
+    measured = measure_rank(spec, config, par, 0)
+    predicted = compare.predict_parallel(spec, config, par)
+    assert measured.phase == predicted.phase == "backward"
+    assert abs(compare.error_pct(predicted.peak_allocated, measured.peak_bytes)) <= 1.0
+
+
 def test_lora_dropout_copies_on_every_linear_match_marp() -> None:
     # peft's lora_dropout gives each adapted linear a dropped-out copy of its input (and a mask)
     # that lora_A saves; under FSDP's bf16 compute (adapters cast as on a GPU). The CPU's dropout
