@@ -341,7 +341,9 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         made = self.store.submit_prepared(prepared, max_queued=self.quotas.max_queued)
         if made.over_quota is not None:
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, self._queued_refusal(user, made.over_quota))
-        self.loop.nudge()
+        # submit_job.lua woke the leader wherever it runs; this process's own loop, if it leads,
+        # need not wait for that token to come round.
+        self.loop.wake.set()
         job = made.record or self.store.get(made.job_id)
         assert job is not None
         return scheduler_pb2.SubmitJobResponse(job=job.to_proto(), duplicate=made.duplicate)

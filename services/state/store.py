@@ -429,7 +429,8 @@ class StateStore:
                           history=history_entry(JobState.PENDING, "submitted", now), user=user)
 
     def submit_prepared(self, sub: Submission, max_queued: int = 0) -> Submitted:
-        """Write a prepared submission (``submit_job.lua``, one round trip). -> the new job's record
+        """Write a prepared submission (``submit_job.lua``, one round trip, which also wakes the
+        leader's placement loop). -> the new job's record
         as written (no read back), or the earlier job's id when the idempotency key names one, or
         (``max_queued`` > 0) ``over_quota`` when its user has that many jobs queued already."""
         idem = sub.spec.idempotency_key
@@ -439,7 +440,7 @@ class StateStore:
             argv.extend(kv)
         res = self._submit(
             keys=[idem_key, self.k.job(sub.job_id), self.k.job_history(sub.job_id), self.k.jobs(), self.k.queue(),
-                  self.k.seq()],
+                  self.k.seq(), self.k.wake()],
             args=argv,
         )
         if int(res[1]) == 2:

@@ -10,11 +10,13 @@
 --   * otherwise the job hash, its first history entry, its place in the job
 --     index and in the FIFO queue (and its user's count, lib/queue_users), and the
 --     idempotency key are all written together, with a fresh sequence number from the
---     shared counter.
+--     shared counter; and the leader's wake list gets its token (the placement loop, in
+--     whichever process leads, runs a pass now: no round trip of the submitter's own for it).
 --
 -- KEYS[1] idempotency key ("" allowed: the caller then passes a dummy key and ARGV[4]="0")
 -- KEYS[2] job hash        KEYS[3] job history list
 -- KEYS[4] jobs zset       KEYS[5] queue zset        KEYS[6] sequence counter
+-- KEYS[7] the leader's wake list (keys.wake: one token at most)
 -- ARGV[1] job id  ARGV[2] now (float seconds)  ARGV[3] history entry JSON
 -- ARGV[4] "1" when the idempotency key is in use
 -- ARGV[5] the most jobs one user may have queued ("0": no limit)
@@ -58,4 +60,6 @@ queue_add(KEYS[5], KEYS[2], seq, ARGV[1])
 if ARGV[4] == "1" then
   redis.call("SET", KEYS[1], ARGV[1])
 end
+redis.call("LPUSH", KEYS[7], "1")
+redis.call("LTRIM", KEYS[7], 0, 0)
 return {ARGV[1], 0, seq}

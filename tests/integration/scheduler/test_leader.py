@@ -154,3 +154,21 @@ def test_an_api_process_and_a_loop_process_split_the_work(redis_url: str, redis_
 def test_an_unknown_serve_mode_is_refused() -> None:
     with pytest.raises(ValueError, match="serve: one of all, api, loop"):
         SchedulerServer("redis://127.0.0.1:1/0", "127.0.0.1:1", "127.0.0.1:0", serve="both")
+
+
+def test_a_new_submission_wakes_the_leader_in_its_own_script_and_a_duplicate_does_not(
+        redis_client: redis.Redis, keys: Keys) -> None:
+    # The token the leader's loop waits on (StateStore.wait_wake) comes with the job's write:
+    # an API process that does not lead needs no round trip of its own to wake the one that does.
+    store = StateStore(redis_client, keys)
+    assert not store.wait_wake(0.01)
+    spec = make_spec("woken")
+    spec.idempotency_key = "once"
+    first, duplicate = store.submit(spec, [], "m", 1)
+    assert not duplicate and store.wait_wake(0.01)
+    assert not store.wait_wake(0.01)  # one token, taken
+    again, duplicate = store.submit(spec, [], "m", 1)
+    assert duplicate and again == first and not store.wait_wake(0.01)
+    for i in range(5):
+        store.submit(make_spec(f"many-{i}"), [], "m", 1)
+    assert redis_client.llen(keys.wake()) == 1  # a burst leaves one token, not five
