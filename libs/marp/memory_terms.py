@@ -635,7 +635,8 @@ def _backward(job: _Job, layer: _Layer, st: _Stage, t: _StageTerms, lg: _LayerGr
                      lg.post + (n_c - 1) * np.maximum(lg.layer, a_saved))  # fmt: skip
     # FSDP's unsharded gradients are fresh tensors even where the sharded ones persist.
     layer_tr = _layer_transient(job, layer, lg, grads_in_a & ~t.buffers.fsdp)
-    b_layers = t.const + gathered + other + chain + layer_now + layer_tr + layer.dequant
+    base = t.const + other + chain
+    b_layers = base + gathered + layer_now + layer_tr + layer.dequant
     in_post: NDArray[np.bool_] | bool = False
     held: FloatArray | float = 0.0
     if t.buffers.fsdp.any():
@@ -645,14 +646,20 @@ def _backward(job: _Job, layer: _Layer, st: _Stage, t: _StageTerms, lg: _LayerGr
         # (_buffers.held_rs), and the bottom one has no next unit to prefetch. The chain term
         # above is the top's or the bottom's (n_c - 1) x max(g, a); the maximum over l is at the
         # top, at l = 1 or 2, or at n_c - 1 (linear in between).
-        a, g = a_saved, np.where(grads_in_a, 0.0, lg.layer)
+        # With d = g - a: where gradients outweigh saved tensors (d >= 0) the bottom or the layer
+        # above it wins, rs - min(unit, d) over the chain term (or the top, -(n_c - 1) d); else
+        # the layer below the top, rs - |d| (or the top, 0). Without FSDP rs = unit = 0: exactly 0.
         rs, unit = t.buffers.held_rs, t.buffers.unit
-        ends = np.maximum((n_c - 1) * a, np.where(n_c >= 2, (n_c - 1) * g + rs - unit, -np.inf))
-        inner = np.where(n_c >= 3, np.maximum(a + (n_c - 2) * g, (n_c - 2) * a + g) + rs, -np.inf)
-        held = np.where(t.buffers.fsdp, np.maximum(ends, inner) - (n_c - 1) * np.maximum(g, a), 0.0)
+        d = np.where(grads_in_a, 0.0, lg.layer) - a_saved
+        up = d >= 0
+        held = np.where(up, np.maximum(-(n_c - 1) * d, rs - np.minimum(unit, d)), np.maximum(rs + d, 0.0))
+        if not bool(np.all(n_c >= 3)):
+            # Two layers: the bottom (rs, no prefetch) or the top; one: no layer below the top.
+            two = np.where(up, np.maximum(-d, rs - unit), np.maximum(rs - unit + d, 0.0))
+            held = np.where(n_c >= 3, held, np.where(n_c >= 2, two, 0.0))
         b_layers = b_layers + held
-        b_post = np.where(t.buffers.fsdp, t.const + t.buffers.gathered_post + unsharded_grads + other + chain
-                          + t.emb_this, 0.0)  # fmt: skip
+        # (Without FSDP the post-backward terms are 0 and b_post never exceeds b_layers.)
+        b_post = base + t.buffers.gathered_post + unsharded_grads + t.emb_this
         in_post = b_post > b_layers
         b_layers = np.maximum(b_layers, b_post)
     # ... or the end of the backward: every gradient, and a tied embedding's second gradient
