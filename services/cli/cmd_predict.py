@@ -30,7 +30,7 @@ FLAG_OF_FIELD: dict[str, str] = {
     "recipe.weight_decay": "--weight-decay", "recipe.ep": "--ep", "layout.ep": "--ep",
     "recipe.pp_layers": "--pp-layers", "layout.pp_layers": "--pp-layers", "recipe.etp": "--etp",
     "layout.etp": "--etp", "recipe.lora_targets": "--lora-targets", "recipe.compile": "--compile",
-    "recipe.float8": "--float8",
+    "recipe.float8": "--float8", "recipe.lora_dropout": "--lora-dropout",
 }  # fmt: skip
 SINGLE_PRECISIONS: dict[str, str] = {
     "fp32": "fp32", "amp-fp16": "amp-fp16", "amp-bf16": "amp-bf16", "master-fp16": "master-fp16",
@@ -83,6 +83,8 @@ def predict(
     finetune: Annotated[str, typer.Option(help="full | lora | qlora (frozen base, trained adapters; qlora: "
                                           "NF4 base).")] = "full",
     lora_rank: Annotated[int, typer.Option(help="Rank of the LoRA / QLoRA adapters.")] = 16,
+    lora_dropout: Annotated[float, typer.Option(help="peft's lora_dropout on the adapters' inputs, in [0, 1) "
+                                                "(above 0 each adapted linear keeps a dropped-out copy).")] = 0.0,
     weight_decay: Annotated[float | None, typer.Option(help="Optimizer weight decay (default: the optimizer's "
                                                        "own, AdamW 0.01, others 0).")] = None,
     ep: Annotated[int, typer.Option(help="Expert-parallel degree (mixture-of-experts models; divides dp).")] = 1,
@@ -146,6 +148,8 @@ def predict(
     _choice(finetune, "--finetune", marp.recipe.FINETUNES)
     if lora_rank < 1:
         fail(f"--lora-rank: must be >= 1, got {lora_rank}.", 2)
+    if not 0.0 <= lora_dropout < 1.0:  # also refuses NaN
+        fail(f"--lora-dropout: must be in [0, 1), got {lora_dropout}.", 2)
     if ep < 1:
         fail(f"--ep: must be >= 1, got {ep}.", 2)
     if weight_decay is not None and not 0.0 <= weight_decay < 1000.0:
@@ -154,7 +158,8 @@ def predict(
     if etp is not None and etp < 1:
         fail(f"--etp: must be >= 1, got {etp}.", 2)
     tuning: dict[str, Any] = {"finetune": finetune, "lora_rank": lora_rank, "weight_decay": weight_decay, "ep": ep,
-                              "pp_layers": split, "etp": etp, "compile": compiled, "float8": float8}  # fmt: skip
+                              "pp_layers": split, "etp": etp, "compile": compiled, "float8": float8,
+                              "lora_dropout": lora_dropout}  # fmt: skip
     if lora_targets is not None:
         tuning["lora_targets"] = _targets(lora_targets)
     if split is not None and pp is None and single:

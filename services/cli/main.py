@@ -168,6 +168,8 @@ def submit(
     finetune: Annotated[str, typer.Option(help="full | lora | qlora (planned as it will run).")] = "full",
     lora_rank: Annotated[int, typer.Option(help="Rank of the LoRA / QLoRA adapters.")] = 16,
     lora_targets: Annotated[str, typer.Option(help="Linears with adapters, e.g. q,k,v,o,gate,up,down.")] = "",
+    lora_dropout: Annotated[float, typer.Option(help="peft's lora_dropout on the adapters' inputs, in [0, 1).")
+                            ] = 0.0,
     weight_decay: Annotated[float | None, typer.Option(help="Optimizer weight decay (default: the "
                                                          "optimizer's own).")] = None,
     ep: Annotated[int, typer.Option(help="Expert-parallel degree (mixture-of-experts models).")] = 1,
@@ -206,7 +208,7 @@ def submit(
                             "max_oom_retries": max_oom_retries, "priority": priority, **_recipe_flags(
                                 finetune=finetune, lora_rank=lora_rank, lora_targets=lora_targets,
                                 weight_decay=weight_decay, ep=ep, etp=etp, pp_layers=pp_layers, compile=compiled,
-                                float8=float8)}).to_proto()
+                                float8=float8, lora_dropout=lora_dropout)}).to_proto()
     except JobSpecError as exc:
         msg = str(exc)
         if msg.startswith("command"):
@@ -608,7 +610,7 @@ def _recipe_flags(**flags: object) -> dict[str, object]:
     """The recipe flags given (not at their defaults), as JobEntry fields: an unset flag keeps the
     entry's own default (and its validation names the field when a value is wrong)."""
     defaults = {"finetune": "full", "lora_rank": 16, "lora_targets": "", "weight_decay": None, "ep": 1, "etp": None,
-                "pp_layers": "", "compile": False, "float8": False}
+                "pp_layers": "", "compile": False, "float8": False, "lora_dropout": 0.0}
     out: dict[str, object] = {k: v for k, v in flags.items() if v != defaults.get(k)}
     if isinstance(out.get("lora_targets"), str):
         out["lora_targets"] = [t.strip() for t in str(out["lora_targets"]).split(",") if t.strip()]

@@ -56,6 +56,9 @@ def recipe_from_proto(recipe: types_pb2.TrainingRecipe, limits: types_pb2.JobLim
         if getattr(recipe, name) < 0:
             raise marp.InvalidRecipeError(f"recipe.{name}: must be >= 0 (got {getattr(recipe, name)}; 0: the default)",
                                           field=f"recipe.{name}")  # fmt: skip
+    if not 0.0 <= recipe.lora_dropout < 1.0:  # also refuses NaN
+        raise marp.InvalidRecipeError(f"recipe.lora_dropout: must be in [0, 1) (got {recipe.lora_dropout})",
+                                      field="recipe.lora_dropout")  # fmt: skip
     max_gpus = limits.max_gpus if limits is not None and limits.max_gpus else None
     if limits is not None and limits.max_gpus < 0:
         raise marp.InvalidRecipeError(f"limits.max_gpus: must be >= 0 (got {limits.max_gpus})", field="limits.max_gpus")
@@ -86,6 +89,7 @@ def recipe_from_proto(recipe: types_pb2.TrainingRecipe, limits: types_pb2.JobLim
         lora_targets=tuple(recipe.lora_targets) or DEFAULT_LORA_TARGETS,
         compile=bool(recipe.compile),
         float8=bool(recipe.float8),
+        lora_dropout=float(recipe.lora_dropout),
     )
 
 
@@ -114,7 +118,7 @@ def recipe_to_proto(recipe: marp.TrainingRecipe) -> types_pb2.TrainingRecipe:
         train_steps=recipe.train_steps, zero_stages=list(recipe.zero_stages),
         finetune=FINETUNE_BY_NAME[recipe.finetune], lora_rank=recipe.lora_rank, ep=recipe.ep,
         pp_layers=list(recipe.pp_layers or ()), etp=recipe.etp or 0, lora_targets=list(recipe.lora_targets),
-        compile=recipe.compile, float8=recipe.float8,
+        compile=recipe.compile, float8=recipe.float8, lora_dropout=recipe.lora_dropout,
     )  # fmt: skip
     if recipe.weight_decay is not None:
         out.weight_decay = recipe.weight_decay

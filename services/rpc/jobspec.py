@@ -158,6 +158,8 @@ class JobEntry(BaseModel):
         description="linears that carry LoRA / QLoRA adapters, e.g. [\"q\", \"v\"] or \"q,k,v,o,gate,up,down\"")
     compile: bool = Field(default=False, description="the model runs under torch.compile")
     float8: bool = Field(default=False, description="float8 linears (GPUs with fp8 tensor cores only)")
+    lora_dropout: float = Field(default=0.0, ge=0.0, lt=1.0, allow_inf_nan=False,
+                                description="peft's lora_dropout on the LoRA / QLoRA adapters' inputs (0: none)")
     command: list[Text] = Field(min_length=1)
     env: dict[Text, Text] = Field(default_factory=dict)
     workdir: Text = Field(default="", max_length=MAX_WORKDIR_CHARS)
@@ -306,7 +308,7 @@ class JobEntry(BaseModel):
             train_steps=self.train_steps, allow_recompute=self.allow_recompute, flash_attention=self.flash_attention,
             finetune=FINETUNE_BY_NAME[self.finetune], lora_rank=self.lora_rank, ep=self.ep,
             pp_layers=self.pp_layers, etp=self.etp or 0, lora_targets=self.lora_targets, compile=self.compile,
-            float8=self.float8,
+            float8=self.float8, lora_dropout=self.lora_dropout,
         )
         if self.weight_decay is not None:
             recipe.weight_decay = self.weight_decay

@@ -1,4 +1,4 @@
-"""`frenzy predict` flags for what MARP already models (issue 16): --finetune, --lora-rank,
+"""`frenzy predict` flags for what MARP already models (issue 16): --finetune, --lora-rank, --lora-dropout,
 --weight-decay and --ep, in single-layout and ranked mode; bad values exit 2 naming the flag,
 and a GPU that cannot run the precision is refused by name."""
 
@@ -39,6 +39,10 @@ def test_single_layout_finetune_and_weight_decay() -> None:
     assert isinstance(full, dict) and isinstance(lora, dict) and isinstance(qlora, dict)
     assert lora["recipe"]["finetune"] == "lora" and lora["recipe"]["lora_rank"] == 8
     assert qlora["device_bytes"] < lora["device_bytes"] < full["device_bytes"]
+    dropped = _json(*SINGLE, "--finetune", "lora", "--lora-rank", "8", "--lora-dropout", "0.1")
+    assert isinstance(dropped, dict) and dropped["recipe"]["lora_dropout"] == 0.1
+    # peft's dropout keeps a dropped-out copy of each adapted linear's input.
+    assert dropped["breakdown"]["activations"] > lora["breakdown"]["activations"]
     sgd = _json(*SINGLE, "--optimizer", "sgd-momentum")
     sgd_wd = _json(*SINGLE, "--optimizer", "sgd-momentum", "--weight-decay", "0.1")
     assert isinstance(sgd, dict) and isinstance(sgd_wd, dict)
@@ -64,6 +68,12 @@ def test_ranked_mode_takes_the_flags() -> None:
         # Only the adapters are trained: their optimizer states are a sliver of the full model's.
         assert max(p["memory"]["optimizer_states"] for p in lora) * 10 < min(
             p["memory"]["optimizer_states"] for p in full)
+        dropped = _json(*RANKED, "--precision", precision, "--finetune", "lora", "--lora-dropout", "0.1")
+        assert isinstance(dropped, list) and dropped
+        lora_act = {(p["gpu_type"], p["num_gpus"], str(p["layout"])): p["memory"]["activations"] for p in lora}
+        same = [(p["memory"]["activations"], lora_act[k]) for p in dropped
+                if (k := (p["gpu_type"], p["num_gpus"], str(p["layout"]))) in lora_act]
+        assert same and all(d > a for d, a in same)
     plans = _json("predict", "--model", MOE, "--seq-len", "2048", "--global-batch", "32", "--gpu-type", "A100-80GB",
                   "--max-gpus", "16", "--ep", "4", "--json")  # fmt: skip
     assert isinstance(plans, list) and plans and all(p["layout"]["dp"] % 4 == 0 for p in plans)
@@ -72,7 +82,9 @@ def test_ranked_mode_takes_the_flags() -> None:
 @pytest.mark.parametrize(
     ("args", "flag"),
     [(["--finetune", "dora"], "--finetune"), (["--lora-rank", "0"], "--lora-rank"),
-     (["--weight-decay", "-1"], "--weight-decay"), (["--ep", "0"], "--ep"), (["--ep", "2"], "--ep")],
+     (["--weight-decay", "-1"], "--weight-decay"), (["--ep", "0"], "--ep"), (["--ep", "2"], "--ep"),
+     (["--lora-dropout", "1"], "--lora-dropout"), (["--lora-dropout", "-0.1"], "--lora-dropout"),
+     (["--lora-dropout", "nan"], "--lora-dropout")],
 )  # fmt: skip
 @pytest.mark.parametrize("mode", ["single", "ranked"])
 def test_bad_values_name_the_flag(args: list[str], flag: str, mode: str) -> None:

@@ -36,12 +36,13 @@ def test_fields_reach_the_recipe() -> None:
            '"mlp": "swiglu", "vocab": 1000, "tied_embeddings": false, "pos_emb": "rope", "max_positions": 4096, '
            '"norm": "rmsnorm", "bias": false, "experts": 8, "top_k": 2}')  # fmt: skip
     assert _recipe(model=moe, ep=4).ep == 4
+    assert _recipe().lora_dropout == 0.0 and _recipe(finetune="lora", lora_dropout=0.1).lora_dropout == 0.1
 
 
 def test_recipe_to_proto_round_trips() -> None:
     recipe = marp.TrainingRecipe(seq_len=2048, global_batch=16, micro_batch=2, precision="amp-bf16",
                                  optimizer="sgd-momentum", finetune="lora", lora_rank=8, weight_decay=0.05, ep=2,
-                                 zero_stages=(1, 3))  # fmt: skip
+                                 zero_stages=(1, 3), lora_dropout=0.05)  # fmt: skip
     back = convert.recipe_from_proto(convert.recipe_to_proto(recipe))
     assert back == recipe
 
@@ -50,7 +51,9 @@ def test_recipe_to_proto_round_trips() -> None:
     ("over", "field"),
     [({"finetune": "dora"}, "finetune"), ({"lora_rank": 0}, "lora_rank"), ({"lora_rank": 1 << 17}, "lora_rank"),
      ({"weight_decay": -0.1}, "weight_decay"), ({"weight_decay": float("nan")}, "weight_decay"),
-     ({"weight_decay": 1e9}, "weight_decay"), ({"ep": 0}, "ep"), ({"ep": 1e23}, "ep")],
+     ({"weight_decay": 1e9}, "weight_decay"), ({"ep": 0}, "ep"), ({"ep": 1e23}, "ep"),
+     ({"lora_dropout": 1.0}, "lora_dropout"), ({"lora_dropout": -0.1}, "lora_dropout"),
+     ({"lora_dropout": float("nan")}, "lora_dropout")],
 )  # fmt: skip
 def test_bad_values_name_the_field(over: dict[str, object], field: str) -> None:
     with pytest.raises(JobSpecError) as info:
@@ -64,7 +67,9 @@ def test_a_grpc_client_gets_the_same_refusals() -> None:
                           (types_pb2.TrainingRecipe(seq_len=512, global_batch=8, lora_rank=-1), "recipe.lora_rank"),
                           (types_pb2.TrainingRecipe(seq_len=512, global_batch=8, weight_decay=-1.0),
                            "recipe.weight_decay"),
-                          (types_pb2.TrainingRecipe(seq_len=512, global_batch=8, ep=2), "recipe.ep")):  # fmt: skip
+                          (types_pb2.TrainingRecipe(seq_len=512, global_batch=8, ep=2), "recipe.ep"),
+                          (types_pb2.TrainingRecipe(seq_len=512, global_batch=8, lora_dropout=1.5),
+                           "recipe.lora_dropout")):  # fmt: skip
         request = predictor_pb2.PredictRequest(model=types_pb2.ModelSpec(catalog_name="gpt2-124m"), recipe=recipe)
         with pytest.raises(marp.MarpError) as info:
             predict(request)
