@@ -141,7 +141,7 @@ def row_inputs(row: dict[str, str]) -> tuple[ModelSpec, TrainingRecipe, Layout, 
     # CUDA kernels; DeepSpeed's bf16 recipe (master weights too) runs the model's eager modules.
     fused = row["torch_compile"] == "yes" or "megatron" in framework or "llm.c" in framework
     # Optional columns (multi_gpu_public.csv): a LoRA / QLoRA fine-tune, its adapters and their
-    # dropout (peft's lora_dropout), float8.
+    # dropout (peft's lora_dropout), the adapters' dtype (fp32: peft's default), float8.
     finetune = row.get("finetune") or "full"
     targets = tuple(row["lora_targets"].split(",")) if row.get("lora_targets") else ("q", "k", "v", "o")
     recipe = TrainingRecipe(
@@ -152,6 +152,7 @@ def row_inputs(row: dict[str, str]) -> tuple[ModelSpec, TrainingRecipe, Layout, 
         kernels="fused" if fused else "eager", finetune=finetune,  # type: ignore[arg-type]
         lora_rank=int(row.get("lora_rank") or 16), lora_targets=targets, float8=bool(row.get("float8")),
         lora_dropout=float(row.get("lora_dropout") or 0.0),
+        lora_adapter_dtype=row.get("lora_adapter_dtype") or "fp32",
     )  # fmt: skip
     shard = dp // 2 if "instances" in row["sharding"] or "instances" in row["source_url"] else None
     layout = Layout(

@@ -132,7 +132,7 @@ def _layer(job: _Job) -> _Layer:
     tp_, rc = g.tp, g.recompute
     # MoE token copies on the expert-TP group's tokens.
     dispatch = tokens * coef.dispatch * g.etp / tp_ if coef.dispatch else 0.0
-    gathered = _sp_gathered_inputs(job, 2.0) + _lora_dropout_copies(job)
+    gathered = _sp_gathered_inputs(job, 2.0) + _lora_input_copies(job)
     full_layer = tokens * (coef.rep / sp_div + coef.par / tp_ + job.keys * coef.score / tp_) + dispatch + gathered
     saved = np.select(
         [rc == RECOMPUTE_CODE["none"], rc == RECOMPUTE_CODE["selective"], rc == RECOMPUTE_CODE["full"]],
@@ -176,33 +176,48 @@ def _sp_gathered_inputs(job: _Job, n_norms: float) -> FloatArray | float:
     return np.where(on, job.tokens * n_norms * job.e * job.model.hidden * (1.0 - 1.0 / g.tp), 0.0)
 
 
-def _lora_dropout_copies(job: _Job) -> FloatArray | float:
-    """peft's LoRA with ``lora_dropout`` > 0, per token of one layer on one rank.
+def _lora_input_copies(job: _Job) -> FloatArray | float:
+    """What peft's LoRA adapters save beyond the layer's own activations, per token of one layer on
+    one rank (0 without LoRA, or where the adapters keep no copy of their inputs).
 
-    Each adapted linear computes ``lora_B(lora_A(dropout(x)))`` with a dropout of its own (peft
-    tuners/lora/layer.py, Linear.forward; nn.Identity when the dropout is 0): per target the
-    dropout's mask (1 B, CUDA's fused native_dropout) and its output, which lora_A saves for its
-    weight gradient (e B), per element of the target's input -- q, k and v each their own copy of
-    the same norm output. The input itself is then saved by nobody when its only keeper was an
-    adapter: the frozen base linears need no input for their gradients (only weights), the norm
-    saves its own input, not its output -- so the first norm's output is freed once q, k or v is
-    adapted, the second's once gate or up is, and the MLP's hidden (down's input) once down is;
-    the attention output (o's input) stays, the attention saves it. Inputs per rank: the norm
-    outputs replicated (divided by sequence parallelism), the attention output and the MLP's
-    hidden split over tp; an MoE layer's experts see top_k of the tokens. Saved like the layer's
-    other activations (under full recompute only the layer being rebuilt holds them)."""
+    Each adapted linear computes ``lora_B(lora_A(dropout(x)))`` (peft tuners/lora/layer.py,
+    Linear.forward; the dropout is nn.Identity at ``lora_dropout`` 0), after casting ``x`` to the
+    adapter's dtype (``_cast_input_dtype``: a no-op when the dtypes match). lora_A saves its input
+    for its weight gradient: ``x`` itself when there is neither a cast nor a dropout (already
+    counted, the layer keeps it), else a copy of its own per target -- the dropout's output (e B,
+    or 4 B when fp32 adapters cast first) and its mask (1 B, CUDA's fused native_dropout), or the
+    fp32 cast alone (4 B) -- q, k and v each their own copy of the same norm output. The input
+    itself is then saved by nobody when its only keeper was an adapter: the frozen base linears
+    need no input for their gradients (only weights), the norm saves its own input, not its output
+    -- so the first norm's output is freed once q, k or v is adapted, the second's once gate or up
+    is, and the MLP's hidden (down's input) once down is; the attention output (o's input) stays,
+    the attention saves it. Inputs per rank: the norm outputs replicated (divided by sequence
+    parallelism), the attention output and the MLP's hidden split over tp; an MoE layer's experts
+    see top_k of the tokens. Saved like the layer's other activations (under full recompute only
+    the layer being rebuilt holds them)."""
     recipe, model, g = job.recipe, job.model, job.grid
-    if not job.lora or recipe.lora_dropout <= 0.0:
+    if not job.lora:
         return 0.0
     e, h, t = job.e, model.hidden, set(recipe.lora_targets)
     if "gate" in t and model.mlp != "swiglu":
         t.discard("gate")
+    copies = recipe.lora_dropout > 0.0 or recipe.fp32_adapters
+    # One adapted target's saved bytes per input element: its own copy, or a share of x (0 here).
+    copy = ((4.0 if recipe.fp32_adapters else e) + (1.0 if recipe.lora_dropout > 0.0 else 0.0)) if copies else 0.0
     route = model.top_k if model.experts else 1  # copies of a token's MLP input (one per expert it visits)
     ffn_in = route * (model.expert_ffn if model.experts else model.ffn)
     qkv, gate_up = len(t & {"q", "k", "v"}), len(t & {"gate", "up"})
-    rep = (qkv * (e + 1) - (e if qkv else 0)) * h
-    rep += (gate_up * route * (e + 1) - (e * route if gate_up else 0)) * h
-    par = (e + 1) * model.o_width * ("o" in t) + (1.0 * ffn_in if "down" in t else 0.0)
+    # An input nobody but the linears after it kept is freed when none of them keeps it as is: no
+    # adapter there (frozen linears save no input), or adapters that each keep their own copy.
+    free_qkv = e if (qkv == 0 or copies) else 0.0
+    free_gate_up = e if (gate_up == 0 or copies) else 0.0
+    free_down = e if ("down" not in t or copies) else 0.0
+    rep = (qkv * copy - free_qkv) * h + (gate_up * copy - free_gate_up) * route * h
+    if model.norm == "rmsnorm" and not recipe.pointwise_fused:
+        # HF RMSNorm's ``weight * x.to(dtype)``: a frozen weight needs no gradient, so the product
+        # keeps no normalised copy (autograd saves a mul operand only for the other's gradient).
+        rep -= 2 * (4.0 if recipe.policy.startswith("amp") else e) * h
+    par = copy * model.o_width * ("o" in t) + (copy * ("down" in t) - free_down) * ffn_in
     return job.tokens * (rep / job.sp_div + par / g.tp)
 
 
@@ -288,6 +303,7 @@ class _States:
 
 def _model_states(job: _Job, st: _Stage) -> _States:
     model, recipe, g, pb = job.model, job.recipe, job.grid, job.pb
+    gb, ob = job.gb, job.ob
     zs = g.zero_stage
     # The stage's parameters count every expert; the rank holds its 1 / ep share of them.
     dense = (st.n_params - job.expert_all).astype(np.float64)
@@ -301,6 +317,9 @@ def _model_states(job: _Job, st: _Stage) -> _States:
         else:
             frozen = own * (2.0 if pb == 2.0 else pb)
         trainable = adapters
+        if recipe.fp32_adapters:
+            # peft's fp32 adapters beside a bf16 base: fp32 parameters, gradients and states.
+            pb, gb, ob = state_bytes_per_param("fp32", recipe.optimizer)
     else:
         frozen = np.zeros_like(dense)
         trainable = dense
@@ -317,9 +336,9 @@ def _model_states(job: _Job, st: _Stage) -> _States:
     o_div = np.where(zs >= 1, sd, 1.0)
     ex = job.expert_local.astype(np.float64) if not job.lora else np.zeros_like(dense)
     params = trainable * pb / p_div + frozen / np.where(zs >= 3, sd, 1.0) + ex * pb / np.where(zs >= 3, sd_e, 1)
-    grads = trainable * job.gb / g_div + ex * job.gb / np.where(zs >= 2, sd_e, 1)
+    grads = trainable * gb / g_div + ex * job.gb / np.where(zs >= 2, sd_e, 1)
     opt_params = trainable / o_div + ex / np.where(zs >= 1, sd_e, 1)
-    opt = opt_params * job.ob
+    opt = opt_params * ob
     if recipe.offload_optimizer:
         opt = np.zeros_like(opt)  # ZeRO-Offload (Ren et al. 2021): states and master in CPU memory
     return _States(params=params, grads=grads, opt_params=opt_params, opt=opt, trainable=trainable, ex=ex,
@@ -357,7 +376,7 @@ def _layer_grads(job: _Job, st: _Stage, states: _States, fsdp: NDArray[np.bool_]
         grads = states.grads
         # Only the adapters get gradients; the layer's, unsharded, under FSDP (tiny either way).
         adapters = lora_params(model, job.recipe.lora_rank, job.recipe.lora_targets) / g.tp
-        own = np.where(fsdp, adapters * own_b, 0.0)
+        own = np.where(fsdp, adapters * (4.0 if job.recipe.fp32_adapters else own_b), 0.0)
         return _LayerGrads(layer=grads / job.layers_stage, post=np.zeros_like(grads), own_mlp=own,
                            own_attn=own)  # fmt: skip
     # One layer's gradients: its dense part over the shard group, its own experts over theirs.

@@ -44,6 +44,10 @@ KERNELS: tuple[str, ...] = ("eager", "fused")
 FINETUNES: tuple[str, ...] = ("full", "lora", "qlora")
 GRAD_BUFFERS: tuple[str, ...] = ("persistent", "transient")
 LORA_TARGETS: tuple[str, ...] = ("q", "k", "v", "o", "gate", "up", "down")
+# The dtype LoRA / QLoRA adapters are kept in: "fp32", peft's default (get_peft_model's
+# autocast_adapter_dtype=True upcasts bf16 / fp16 adapters, peft tuners_utils.cast_adapter_dtype),
+# or "compute", the base's dtype (autocast_adapter_dtype=False, or torchtune's bf16 adapters).
+LORA_ADAPTER_DTYPES: tuple[str, ...] = ("fp32", "compute")
 ZERO_STAGES: tuple[int, ...] = (0, 1, 2, 3)
 MAX_PIPELINE_STAGES = 1024  # virtual stages of a split; far past any real pp x vpp
 # The optimizers' own defaults (torch.optim.AdamW 1e-2; Adam and SGD 0; bitsandbytes Adam8bit 0):
@@ -127,6 +131,11 @@ class TrainingRecipe:
     Transformer Engine fp8 under ``master-*``); needs a GPU with fp8 tensor cores.
     ``lora_dropout``: peft's dropout on each adapter's input (LoraConfig.lora_dropout); above 0
     every adapted linear keeps its own dropped-out copy of its input and the mask.
+    ``lora_adapter_dtype``: "fp32" (peft's default) or "compute". It matters under ``pure-bf16``
+    only, where nothing else casts the adapters (FSDP's mixed precision, DeepSpeed's bf16 module
+    and autocast do): fp32 adapters keep fp32 parameters, gradients and optimizer states, and each
+    adapted linear casts its bf16 input to fp32 (peft Linear.forward, ``_cast_input_dtype``), a
+    copy lora_A keeps for its weight gradient.
     """
 
     seq_len: int
@@ -159,6 +168,7 @@ class TrainingRecipe:
     compile: bool = False
     float8: bool = False
     lora_dropout: float = 0.0
+    lora_adapter_dtype: str = "fp32"
 
     def __post_init__(self) -> None:
         err = InvalidRecipeError
@@ -231,6 +241,7 @@ class TrainingRecipe:
         check_bool(self.compile, "recipe.compile", err)
         check_bool(self.float8, "recipe.float8", err)
         check_number(self.lora_dropout, "recipe.lora_dropout", err, 0.0, 1.0)
+        check_choice(self.lora_adapter_dtype, "recipe.lora_adapter_dtype", err, LORA_ADAPTER_DTYPES)
         if self.etp is not None:
             check_int(self.etp, "recipe.etp", err, fix="use an expert-tensor-parallel degree >= 1, or leave it unset (tp).")
         if self.policy == "fsdp-bf16" and self.finetune == "qlora":
@@ -274,6 +285,12 @@ class TrainingRecipe:
         return self.kernels == "fused" if self.kernels is not None else self.megatron_style
 
     @property
+    def fp32_adapters(self) -> bool:
+        """LoRA / QLoRA adapters computed in fp32 beside a bf16 base: peft's fp32 default under
+        pure bf16, where no mixed-precision wrapper or autocast casts them to the compute dtype."""
+        return self.finetune != "full" and self.lora_adapter_dtype == "fp32" and self.policy == "pure-bf16"
+
+    @property
     def pointwise_fused(self) -> bool:
         """Pointwise ops fused (and recomputed in the backward rather than saved): Megatron / TE
         kernels, or torch.compile's generated ones."""
@@ -308,6 +325,7 @@ class TrainingRecipe:
             "weight_decay": self.resolved_weight_decay, "ep": self.ep,
             "pp_layers": None if self.pp_layers is None else list(self.pp_layers), "etp": self.etp,
             "compile": self.compile, "float8": self.float8, "lora_dropout": self.lora_dropout,
+            "lora_adapter_dtype": self.lora_adapter_dtype,
         }  # fmt: skip
 
 

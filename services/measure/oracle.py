@@ -136,6 +136,10 @@ PARALLEL_CASES: tuple[tuple[int, str, dict[str, Any]], ...] = (
     # below the top layer, beside the previous unit's reduce-scatter input.
     (64, "fsdp-bf16", {"dp": 2, "n_layers": 4, "recompute": "full"}),
     (64, "pure-bf16", {"dp": 2, "n_layers": 4, "recompute": "full"}),
+    # LoRA on every linear in pure bf16: peft's fp32 adapters cast each input to fp32 (no
+    # mixed-precision wrapper casts them), a copy per adapted linear.
+    (4096, "pure-bf16", {"finetune": "lora", "lora_targets": ALL_LINEARS}),
+    (64, "pure-bf16", {"finetune": "lora", "lora_targets": ALL_LINEARS}),
 )  # fmt: skip
 
 

@@ -5,6 +5,8 @@ dropout: per target, a 1 B mask and the dropped-out input (which lora_A saves fo
 gradient) per element of the target's input; q, k and v each keep their own copy of the norm
 output, which is then kept by nobody (frozen linears save no input), nor is the MLP hidden once
 down is adapted. With dropout 0 peft uses nn.Identity and lora_A saves x itself: nothing more.
+The adapters here are in the compute dtype (no fp32 cast before the dropout; see
+test_marp_lora_adapter_dtype.py for peft's fp32 default).
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ SEQ, MB = 2048, 2
 
 def _mem(lora_dropout: float, recompute: str, targets: tuple[str, ...] = ALL, tp: int = 1):  # type: ignore[no-untyped-def]
     recipe = TrainingRecipe(seq_len=SEQ, global_batch=MB, micro_batch=MB, precision="pure-bf16", finetune="lora",
-                            lora_rank=8, lora_targets=targets, lora_dropout=lora_dropout)  # fmt: skip
+                            lora_rank=8, lora_targets=targets, lora_dropout=lora_dropout,
+                            lora_adapter_dtype="compute")  # fmt: skip
     layout = Layout(tp=tp, pp=1, dp=1, zero_stage=0, micro_batch=MB, grad_accum=1, recompute=recompute)  # type: ignore[arg-type]
     return predict_memory(LLAMA, recipe, layout, "H100-80GB")
 
