@@ -141,7 +141,8 @@ def row_inputs(row: dict[str, str]) -> tuple[ModelSpec, TrainingRecipe, Layout, 
     # CUDA kernels; DeepSpeed's bf16 recipe (master weights too) runs the model's eager modules.
     fused = row["torch_compile"] == "yes" or "megatron" in framework or "llm.c" in framework
     # Optional columns (multi_gpu_public.csv): a LoRA / QLoRA fine-tune, its adapters and their
-    # dropout (peft's lora_dropout), the adapters' dtype (fp32: peft's default), float8.
+    # dropout (peft's lora_dropout), the adapters' dtype (fp32: peft's default), float8, and which FSDP2
+    # blocks reshard after their forward (torchtune: all).
     finetune = row.get("finetune") or "full"
     targets = tuple(row["lora_targets"].split(",")) if row.get("lora_targets") else ("q", "k", "v", "o")
     recipe = TrainingRecipe(
@@ -153,6 +154,7 @@ def row_inputs(row: dict[str, str]) -> tuple[ModelSpec, TrainingRecipe, Layout, 
         lora_rank=int(row.get("lora_rank") or 16), lora_targets=targets, float8=bool(row.get("float8")),
         lora_dropout=float(row.get("lora_dropout") or 0.0),
         lora_adapter_dtype=row.get("lora_adapter_dtype") or "fp32",
+        fsdp_reshard=row.get("fsdp_reshard") or "keep-last",
     )  # fmt: skip
     shard = dp // 2 if "instances" in row["sharding"] or "instances" in row["source_url"] else None
     layout = Layout(
@@ -242,7 +244,7 @@ def multi_gpu_inputs(row: dict[str, str]) -> tuple[ModelSpec, TrainingRecipe, La
         kernels="eager", loss="torch", grad_buffer="transient", finetune=row["finetune"],  # type: ignore[arg-type]
         lora_rank=int(row["lora_rank"]) if lora else 16,
         lora_targets=tuple(row["lora_targets"].split(",")) if lora else ("q", "k", "v", "o"),
-        lora_dropout=float(row.get("lora_dropout") or 0.0),
+        lora_dropout=float(row.get("lora_dropout") or 0.0), fsdp_reshard=row.get("fsdp_reshard") or "keep-last",
     )  # fmt: skip
     layout = Layout(tp=tp, pp=int(row["pp"]), dp=dp, cp=cp, zero_stage=int(row["zero_stage"]), micro_batch=mb,
                     grad_accum=1, recompute=row["recompute"], sp=tp > 1)  # type: ignore[arg-type]  # fmt: skip
@@ -262,7 +264,8 @@ def run_multi_gpu(path: Path = MULTI_GPU_CSV) -> dict[str, Any]:
                  + (f" L{model.n_layers} rc {layout.recompute}" if layout.recompute != "none" else "")
                  + (f" LoRA r{recipe.lora_rank}" if recipe.finetune == "lora" else "")
                  + (" all" if len(recipe.lora_targets) == 7 and recipe.finetune == "lora" else "")
-                 + (f" drop {recipe.lora_dropout}" if recipe.lora_dropout else ""))  # fmt: skip
+                 + (f" drop {recipe.lora_dropout}" if recipe.lora_dropout else "")
+                 + (" reshard all" if recipe.fsdp_reshard == "all" else ""))  # fmt: skip
         out.append({
             "id": row["id"], "layout": label, "measured_bytes": measured, "predicted_bytes": mem.peak_allocated,
             "error_pct": round(100.0 * (mem.peak_allocated - measured) / measured, 2), "phase": mem.phase,

@@ -479,7 +479,10 @@ def _buffers(job: _Job, st: _Stage, states: _States) -> _Buffers:
             unit = np.where(fsdp, linears * 1.0 + (layer_local - linears) * gather_b, unit)
     root_g = root * gather_b
     gathered = np.where(fsdp, 2 * unit + root_g, not_fsdp_unit)
-    gathered_fwd = np.where(fsdp, unit + root_g, not_fsdp_unit)
+    # At the forward's end the last block is still gathered under torchtitan's reshard policy; under
+    # torchtune's (every block reshards after its forward) only the root is.
+    last_unit = unit if recipe.fsdp_reshard == "keep-last" else 0.0
+    gathered_fwd = np.where(fsdp, last_unit + root_g, not_fsdp_unit)
     gathered_post = np.where(fsdp, unit + root_g, 0.0)
     # A unit's gradients are unsharded (in the compute dtype) until its post-backward, which
     # reshards the unit, copies the gradients into a flat reduce-scatter input in the reduce

@@ -48,6 +48,10 @@ LORA_TARGETS: tuple[str, ...] = ("q", "k", "v", "o", "gate", "up", "down")
 # autocast_adapter_dtype=True upcasts bf16 / fp16 adapters, peft tuners_utils.cast_adapter_dtype),
 # or "compute", the base's dtype (autocast_adapter_dtype=False, or torchtune's bf16 adapters).
 LORA_ADAPTER_DTYPES: tuple[str, ...] = ("fp32", "compute")
+# Which FSDP2 blocks reshard after their forward: every one but the last (torchtitan's apply_fsdp:
+# the last block is needed first by the backward) or all of them (torchtune's shard_model,
+# reshard_after_forward=True for every layer and the root).
+FSDP_RESHARDS: tuple[str, ...] = ("keep-last", "all")
 ZERO_STAGES: tuple[int, ...] = (0, 1, 2, 3)
 MAX_PIPELINE_STAGES = 1024  # virtual stages of a split; far past any real pp x vpp
 # The optimizers' own defaults (torch.optim.AdamW 1e-2; Adam and SGD 0; bitsandbytes Adam8bit 0):
@@ -135,7 +139,8 @@ class TrainingRecipe:
     only, where nothing else casts the adapters (FSDP's mixed precision, DeepSpeed's bf16 module
     and autocast do): fp32 adapters keep fp32 parameters, gradients and optimizer states, and each
     adapted linear casts its bf16 input to fp32 (peft Linear.forward, ``_cast_input_dtype``), a
-    copy lora_A keeps for its weight gradient.
+    copy lora_A keeps for its weight gradient. ``fsdp_reshard``: "keep-last" (torchtitan) keeps the
+    last FSDP2 block gathered after its forward, "all" (torchtune) reshards every block.
     """
 
     seq_len: int
@@ -169,6 +174,7 @@ class TrainingRecipe:
     float8: bool = False
     lora_dropout: float = 0.0
     lora_adapter_dtype: str = "fp32"
+    fsdp_reshard: str = "keep-last"
 
     def __post_init__(self) -> None:
         err = InvalidRecipeError
@@ -242,6 +248,7 @@ class TrainingRecipe:
         check_bool(self.float8, "recipe.float8", err)
         check_number(self.lora_dropout, "recipe.lora_dropout", err, 0.0, 1.0)
         check_choice(self.lora_adapter_dtype, "recipe.lora_adapter_dtype", err, LORA_ADAPTER_DTYPES)
+        check_choice(self.fsdp_reshard, "recipe.fsdp_reshard", err, FSDP_RESHARDS)
         if self.etp is not None:
             check_int(self.etp, "recipe.etp", err, fix="use an expert-tensor-parallel degree >= 1, or leave it unset (tp).")
         if self.policy == "fsdp-bf16" and self.finetune == "qlora":
@@ -325,7 +332,7 @@ class TrainingRecipe:
             "weight_decay": self.resolved_weight_decay, "ep": self.ep,
             "pp_layers": None if self.pp_layers is None else list(self.pp_layers), "etp": self.etp,
             "compile": self.compile, "float8": self.float8, "lora_dropout": self.lora_dropout,
-            "lora_adapter_dtype": self.lora_adapter_dtype,
+            "lora_adapter_dtype": self.lora_adapter_dtype, "fsdp_reshard": self.fsdp_reshard,
         }  # fmt: skip
 
 

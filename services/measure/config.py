@@ -72,6 +72,8 @@ class ParallelConfig:
     splits, with sequence parallelism: the norms' activations split by sequence), cp splits the
     sequence (ring attention). ``finetune`` "lora" trains peft LoRA adapters of rank
     ``lora_rank`` on ``lora_targets`` with the base frozen, ``lora_dropout`` on their inputs.
+    ``fsdp_reshard`` "keep-last" keeps the last block gathered after its forward (torchtitan),
+    "all" reshards every block (torchtune's shard_model).
     """
 
     dp: int = 1
@@ -81,6 +83,7 @@ class ParallelConfig:
     lora_rank: int = 16
     lora_targets: tuple[str, ...] = ("q", "k", "v", "o")
     lora_dropout: float = 0.0
+    fsdp_reshard: str = "keep-last"
 
     def __post_init__(self) -> None:
         for name in ("dp", "tp", "cp", "lora_rank"):
@@ -91,6 +94,8 @@ class ParallelConfig:
             raise ValueError(f"finetune must be one of {', '.join(FINETUNES)}, got {self.finetune!r}")
         if isinstance(self.lora_dropout, bool) or not 0.0 <= self.lora_dropout < 1.0:
             raise ValueError(f"lora dropout must be a probability in [0, 1), got {self.lora_dropout!r}")
+        if self.fsdp_reshard not in ("keep-last", "all"):
+            raise ValueError(f"fsdp reshard must be keep-last or all, got {self.fsdp_reshard!r}")
         bad = [t for t in self.lora_targets if t not in LORA_TARGETS]
         if bad or not self.lora_targets:
             raise ValueError(f"lora targets must be among {', '.join(LORA_TARGETS)}, got {','.join(self.lora_targets)!r}")

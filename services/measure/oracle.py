@@ -140,6 +140,8 @@ PARALLEL_CASES: tuple[tuple[int, str, dict[str, Any]], ...] = (
     # mixed-precision wrapper casts them), a copy per adapted linear.
     (4096, "pure-bf16", {"finetune": "lora", "lora_targets": ALL_LINEARS}),
     (64, "pure-bf16", {"finetune": "lora", "lora_targets": ALL_LINEARS}),
+    # torchtune's reshard policy: every block reshards after its forward (none gathered at the loss).
+    (4096, "fsdp-bf16", {"dp": 2, "fsdp_reshard": "all"}),
 )  # fmt: skip
 
 
@@ -168,6 +170,8 @@ def parallel_table() -> str:
         if par.finetune == "lora":
             name += f" LoRA r{par.lora_rank} {','.join(par.lora_targets)}"
             name += f" dropout {par.lora_dropout}" if par.lora_dropout else ""
+        if par.fsdp_reshard != "keep-last":
+            name += f" reshard {par.fsdp_reshard}"
         for r in out["ranks"]:
             c = r["coords"]
             lines.append(f"| {vocab} | {name} | {precision} | {r['rank']} ({c['dp']},{c['cp']},{c['tp']}) | "

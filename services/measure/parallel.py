@@ -281,10 +281,13 @@ def _run(spec: ModelSpec, config: MeasureConfig, par: ParallelConfig, rank: int,
             mp = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if fsdp_mixed
                   else MixedPrecisionPolicy())  # fmt: skip
             # torchtitan's default policy (parallelize.py, apply_fsdp): every block but the last
-            # reshards after its forward -- the last would be gathered again at once for the backward.
+            # reshards after its forward -- the last would be gathered again at once for the backward;
+            # torchtune's shard_model reshards every one (reshard_after_forward=True).
             blocks = model.blocks  # type: ignore[union-attr]
+            keep_last = par.fsdp_reshard == "keep-last"
             for i, block in enumerate(blocks):
-                fully_shard(block, mesh=shard_mesh, mp_policy=mp, reshard_after_forward=i < len(blocks) - 1)
+                fully_shard(block, mesh=shard_mesh, mp_policy=mp,
+                            reshard_after_forward=not keep_last or i < len(blocks) - 1)  # fmt: skip
             fully_shard(model, mesh=shard_mesh, mp_policy=mp)
         # The sharded parameters (FSDP swaps unsharded ones onto the modules during a pass).
         params = list(model.parameters())

@@ -20,9 +20,10 @@ LLAMA = get_model("llama-3-8b")
 DP = 8
 
 
-def _mem(vocab: int, recompute: str) -> tuple[dict[str, int], str]:
+def _mem(vocab: int, recompute: str, reshard: str = "keep-last") -> tuple[dict[str, int], str]:
     model = replace(LLAMA, vocab=vocab)
-    recipe = TrainingRecipe(seq_len=4096, global_batch=4 * DP, micro_batch=4, precision="fsdp-bf16")
+    recipe = TrainingRecipe(seq_len=4096, global_batch=4 * DP, micro_batch=4, precision="fsdp-bf16",
+                            fsdp_reshard=reshard)  # fmt: skip
     layout = Layout(tp=1, pp=1, dp=DP, zero_stage=3, micro_batch=4, grad_accum=1, recompute=recompute)  # type: ignore[arg-type]
     mem = predict_memory(model, recipe, layout, "H100-80GB")
     return mem.to_dict(), mem.phase
@@ -38,6 +39,17 @@ def test_one_unit_and_the_root_are_gathered_at_the_forwards_end() -> None:
     layer, root = _sizes(128256)
     assert phase == "forward+loss"
     assert mem["buffers"] == pytest.approx((layer + root) * 2, abs=8)  # bf16 compute copies
+
+
+def test_torchtunes_policy_reshards_every_block_after_its_forward() -> None:
+    # torchtune's shard_model: reshard_after_forward=True on every block, so at the loss only the
+    # root is gathered; the backward gathers the last block again, as under torchtitan's policy.
+    mem, phase = _mem(128256, "full", "all")
+    layer, root = _sizes(128256)
+    assert phase == "forward+loss" and mem["buffers"] == pytest.approx(root * 2, abs=8)
+    assert _mem(1024, "full", "all") == _mem(1024, "full")
+    with pytest.raises(ValueError, match="fsdp_reshard"):
+        TrainingRecipe(seq_len=8, global_batch=1, fsdp_reshard="none")
 
 
 def test_the_backward_holds_two_units_and_the_previous_reduce_scatter_input() -> None:
