@@ -63,7 +63,12 @@ from frenzy.scheduler.leader import DEFAULT_TTL_S, LeaderLease
 from frenzy.scheduler.loop import SchedulerLoop
 from frenzy.scheduler.metrics import MetricsServer, PredictionCacheCollector, serve_metrics
 from frenzy.scheduler.no_plan import no_plan_reason
-from frenzy.scheduler.submit_pools import DEFAULT_POOLS_MAX_AGE_S, ClusterPools, Predictions
+from frenzy.scheduler.submit_pools import (
+    DEFAULT_POOLS_MAX_AGE_S,
+    DEFAULT_POOLS_MAX_STALE_S,
+    ClusterPools,
+    Predictions,
+)
 from frenzy.state.code_store import CodeError, CodeStore, max_code_bytes_from_env
 from frenzy.state.job_states import JobState
 from frenzy.state.keys import Keys
@@ -167,7 +172,8 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         self.loop = loop or SchedulerLoop(client, keys)
         self.predictor = predictor
         seen = getattr(self.loop, "seen", None)
-        self.pools = ClusterPools(self.store, lambda: seen.view if seen is not None else None, pools_max_age_s)
+        self.pools = ClusterPools(self.store, lambda: seen.view if seen is not None else None, pools_max_age_s,
+                                  max_stale_s=max(DEFAULT_POOLS_MAX_STALE_S, pools_max_age_s))
         self.predictions = Predictions()
         self.plans_json = PlansJson()
         self.code = CodeStore(client, keys, max_bytes=max_code_bytes_from_env())

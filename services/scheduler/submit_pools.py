@@ -8,6 +8,7 @@ nodes) and ask the predictor each time; now the pools come from a cluster view a
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import OrderedDict
@@ -17,10 +18,14 @@ from frenzy.state.store import StateStore
 from frenzy.v1 import predictor_pb2, types_pb2
 from has import ClusterView
 
+log = logging.getLogger(__name__)
+
 # How old a cluster view may be for a submission's pools: the loop reads the cluster on every
 # tick while jobs wait, so under load the pools cost nothing; a node that dies or drains drops
 # out of them within this.
 DEFAULT_POOLS_MAX_AGE_S = 1.0
+# Up to this old, a view is served while a newer one is read in the background.
+DEFAULT_POOLS_MAX_STALE_S = 5.0
 # Predictor answers kept: a sweep submits the same few (model, recipe, limits) many times.
 DEFAULT_PREDICTIONS_KEPT = 512
 # A predictor restarted with a new catalog or model is heard within this, whatever the pools do.
@@ -49,47 +54,90 @@ class ClusterPools:
     """The GPU pools a submission plans for, from a cluster view at most ``max_age_s`` old.
 
     ``latest`` gives the loop's last tick view as ``(time.time(), view)`` (or None): recent while
-    jobs wait, since every such tick reads the cluster. Otherwise the view comes from one
-    incremental ``store.cluster()`` read (two or three round trips: node heads, the GPUs of nodes
-    that changed, their owners), which concurrent submissions share. Pools are built once per view.
+    jobs wait, since every such tick reads the cluster. Otherwise the view comes from an
+    incremental ``store.cluster()`` read of our own (two or three round trips: node heads, the
+    GPUs of nodes that changed, their owners). A view older than ``max_age_s`` but at most
+    ``max_stale_s`` is still served while one read refreshes it in the background: an API
+    process that does not lead (``--serve api``) never ticks, and every submission that came
+    while its once-a-second read was under way waited for it (issue 15: most of SubmitJob's p99
+    under load). Only the first submission, one after a long quiet spell and ``fresh`` wait for
+    a read. Pools are built once per view.
     """
 
     def __init__(self, store: StateStore, latest: Callable[[], tuple[float, ClusterView] | None],
-                 max_age_s: float = DEFAULT_POOLS_MAX_AGE_S, clock: Callable[[], float] = time.time) -> None:
-        if max_age_s < 0:
-            raise ValueError(f"pools max age must be >= 0 s (got {max_age_s})")
+                 max_age_s: float = DEFAULT_POOLS_MAX_AGE_S, clock: Callable[[], float] = time.time,
+                 max_stale_s: float = DEFAULT_POOLS_MAX_STALE_S,
+                 background: Callable[[Callable[[], None]], None] | None = None) -> None:
+        if max_age_s < 0 or max_stale_s < max_age_s:
+            raise ValueError(f"pools max age must be >= 0 s and at most their max staleness "
+                             f"(got {max_age_s}, {max_stale_s})")
         self.store = store
         self.latest = latest
         self.max_age_s = max_age_s
+        self.max_stale_s = max_stale_s
         self.clock = clock
         self.reads = 0  # cluster reads of our own (the loop's views cost nothing)
+        self._background = background or _in_a_thread
         self._read_lock = threading.Lock()  # one read at a time: the store's view caches are not shared-safe
+        self._state_lock = threading.Lock()
+        self._refreshing = False
         self._own: tuple[float, ClusterView] | None = None
         self._built: tuple[ClusterView, list[types_pb2.GpuPool]] | None = None
 
     def current(self, fresh: bool = False) -> list[types_pb2.GpuPool]:
         """The pools now; ``fresh``: from a read made after this call began, whatever the age."""
-        view = None if fresh else self._recent()
+        view = None if fresh else self._newest(self.max_age_s)
+        if view is None and not fresh and self._newest(self.max_stale_s) is not None:
+            self._refresh_soon()
+            view = self._newest(self.max_stale_s)  # (the refreshed one, when it already came)
         if view is None:
             with self._read_lock:
-                view = None if fresh else self._recent()  # another submission may just have read
+                view = None if fresh else self._newest(self.max_age_s)  # another submission may just have read
                 if view is None:
-                    at = self.clock()
-                    view = self.store.cluster()
-                    self.reads += 1
-                    self._own = (at, view)
+                    view = self._read_locked()
         built = self._built
         if built is None or built[0] is not view:
             built = (view, pools_of(view))
             self._built = built
         return list(built[1])
 
-    def _recent(self) -> ClusterView | None:
+    def _read_locked(self) -> ClusterView:
+        at = self.clock()
+        view = self.store.cluster()
+        self.reads += 1
+        self._own = (at, view)
+        return view
+
+    def _refresh_soon(self) -> None:
+        """One background read at a time."""
+        with self._state_lock:
+            if self._refreshing:
+                return
+            self._refreshing = True
+
+        def refresh() -> None:
+            try:
+                with self._read_lock:
+                    if self._newest(self.max_age_s) is None:
+                        self._read_locked()
+            except Exception:  # noqa: BLE001 - the next submission reads (or refreshes) again
+                log.warning("refreshing the cluster view for submissions failed", exc_info=True)
+            finally:
+                with self._state_lock:
+                    self._refreshing = False
+
+        self._background(refresh)
+
+    def _newest(self, within_s: float) -> ClusterView | None:
         seen = [s for s in (self.latest(), self._own) if s is not None]
         if not seen:
             return None
         at, view = max(seen, key=lambda s: s[0])
-        return view if self.clock() - at <= self.max_age_s else None
+        return view if self.clock() - at <= within_s else None
+
+
+def _in_a_thread(work: Callable[[], None]) -> None:
+    threading.Thread(target=work, name="pools-refresh", daemon=True).start()
 
 
 class Predictions:

@@ -61,7 +61,8 @@ def test_a_recent_loop_view_is_used_and_an_old_one_read_again() -> None:
     read_view = ClusterView([_node("a", "A100-80GB", 8), _node("l", "L4", 2)])
     seen: list[tuple[float, ClusterView] | None] = [(clock.now, loop_view)]
     store = Reads(read_view, ClusterView([]))
-    pools = ClusterPools(store, lambda: seen[0], max_age_s=1.0, clock=clock)  # type: ignore[arg-type]
+    pools = ClusterPools(store, lambda: seen[0], max_age_s=1.0, clock=clock,  # type: ignore[arg-type]
+                         background=lambda work: work())  # the refresh done at once, here
     assert _pools(pools.current()) == {"A100-80GB": (8, 8)} and store.reads == 0
     clock.now += 1.5  # the loop stopped reading (empty queue): one read, then it is used
     assert _pools(pools.current()) == {"A100-80GB": (8, 8), "L4": (2, 2)} and store.reads == 1
@@ -72,6 +73,29 @@ def test_a_recent_loop_view_is_used_and_an_old_one_read_again() -> None:
     assert pools.current(fresh=True) == [] and store.reads == 2
     with pytest.raises(ValueError):
         ClusterPools(store, lambda: None, max_age_s=-1)  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        ClusterPools(store, lambda: None, max_age_s=2.0, max_stale_s=1.0)  # type: ignore[arg-type]
+
+
+def test_a_stale_view_is_served_while_one_read_refreshes_it_and_a_very_old_one_is_waited_for() -> None:
+    # An API process that never ticks: no submission waits for the once-a-second read, except
+    # the first one and one after the view grew older than max_stale_s.
+    clock = Clock()
+    old = ClusterView([_node("a", "A100-80GB", 8)])
+    new = ClusterView([_node("a", "A100-80GB", 8), _node("l", "L4", 2)])
+    newest = ClusterView([_node("h", "H100-80GB", 4)])
+    store = Reads(old, new, newest)
+    queued: list = []
+    pools = ClusterPools(store, lambda: None, max_age_s=1.0, max_stale_s=5.0, clock=clock,  # type: ignore[arg-type]
+                         background=queued.append)
+    assert _pools(pools.current()) == {"A100-80GB": (8, 8)} and store.reads == 1  # the first waits
+    clock.now += 2.0
+    assert _pools(pools.current()) == {"A100-80GB": (8, 8)} and store.reads == 1  # stale, served
+    assert _pools(pools.current()) == {"A100-80GB": (8, 8)} and len(queued) == 1  # one refresh at a time
+    queued.pop()()  # the background read lands
+    assert store.reads == 2 and _pools(pools.current()) == {"A100-80GB": (8, 8), "L4": (2, 2)}
+    clock.now += 10.0  # past max_stale_s: this submission waits for a read
+    assert _pools(pools.current()) == {"H100-80GB": (4, 4)} and store.reads == 3 and not queued
 
 
 def _request(model: str, pools: dict[str, int]) -> predictor_pb2.PredictRequest:
