@@ -142,7 +142,7 @@ def row_inputs(row: dict[str, str]) -> tuple[ModelSpec, TrainingRecipe, Layout, 
     fused = row["torch_compile"] == "yes" or "megatron" in framework or "llm.c" in framework
     # Optional columns (multi_gpu_public.csv): a LoRA / QLoRA fine-tune, its adapters and their
     # dropout (peft's lora_dropout), the adapters' dtype (fp32: peft's default), float8, and which FSDP2
-    # blocks reshard after their forward (torchtune: all).
+    # blocks reshard after their forward (torchtune: all), and QLoRA's NF4 implementation.
     finetune = row.get("finetune") or "full"
     targets = tuple(row["lora_targets"].split(",")) if row.get("lora_targets") else ("q", "k", "v", "o")
     recipe = TrainingRecipe(
@@ -154,7 +154,7 @@ def row_inputs(row: dict[str, str]) -> tuple[ModelSpec, TrainingRecipe, Layout, 
         lora_rank=int(row.get("lora_rank") or 16), lora_targets=targets, float8=bool(row.get("float8")),
         lora_dropout=float(row.get("lora_dropout") or 0.0),
         lora_adapter_dtype=row.get("lora_adapter_dtype") or "fp32",
-        fsdp_reshard=row.get("fsdp_reshard") or "keep-last",
+        fsdp_reshard=row.get("fsdp_reshard") or "keep-last", qlora_backend=row.get("qlora_backend") or "bitsandbytes",
     )  # fmt: skip
     shard = dp // 2 if "instances" in row["sharding"] or "instances" in row["source_url"] else None
     layout = Layout(

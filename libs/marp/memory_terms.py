@@ -22,9 +22,12 @@ from marp.gpus import GpuType, MiB
 from marp.models import ModelSpec
 from marp.recipe import LayoutGrid, TrainingRecipe
 from marp.sizes import (
+    DS_PREFETCH_ELEMENTS,
+    DS_REDUCE_BUCKET_ELEMENTS,
     FRAGMENTATION,
     HOPPER,
     NF4_BYTES,
+    NF4_CONST_BYTES,
     RECOMPUTE_CODE,
     TE_STREAMS,
     ceil_div,
@@ -305,6 +308,7 @@ def _model_states(job: _Job, st: _Stage) -> _States:
     model, recipe, g, pb = job.model, job.recipe, job.grid, job.pb
     gb, ob = job.gb, job.ob
     zs = g.zero_stage
+    whole: FloatArray | float = 0.0  # bitsandbytes' NF4 constants, never sharded
     # The stage's parameters count every expert; the rank holds its 1 / ep share of them.
     dense = (st.n_params - job.expert_all).astype(np.float64)
     own = dense + job.expert_local
@@ -314,6 +318,10 @@ def _model_states(job: _Job, st: _Stage) -> _States:
             # NF4 base (sizes.NF4_BYTES); embeddings, norms and the head stay in bf16.
             layers = job.layers_stage * job.layer_local - job.expert_all + job.expert_local
             frozen = layers * NF4_BYTES + (own - layers) * 2.0
+            if recipe.qlora_backend == "bitsandbytes":
+                # bitsandbytes' block constants are no parameter: FSDP / ZeRO-3 keep them whole.
+                whole = layers * NF4_CONST_BYTES
+                frozen = frozen - whole
         else:
             frozen = own * (2.0 if pb == 2.0 else pb)
         trainable = adapters
@@ -336,6 +344,7 @@ def _model_states(job: _Job, st: _Stage) -> _States:
     o_div = np.where(zs >= 1, sd, 1.0)
     ex = job.expert_local.astype(np.float64) if not job.lora else np.zeros_like(dense)
     params = trainable * pb / p_div + frozen / np.where(zs >= 3, sd, 1.0) + ex * pb / np.where(zs >= 3, sd_e, 1)
+    params = params + whole
     grads = trainable * gb / g_div + ex * job.gb / np.where(zs >= 2, sd_e, 1)
     opt_params = trainable / o_div + ex / np.where(zs >= 1, sd_e, 1)
     opt = opt_params * ob
@@ -459,7 +468,9 @@ def _buffers(job: _Job, st: _Stage, states: _States) -> _Buffers:
     # FSDP2's frees (storage resize_(0)): at the loss one unit, in a unit's backward two.
     # QLoRA: FSDP gathers what it shards, a layer's NF4 storage (sizes.NF4_BYTES), and the
     # linears dequantise one weight at a time (_Layer.dequant); the root stays in bf16.
-    unit_b = NF4_BYTES if recipe.finetune == "qlora" else gather_b
+    unit_b = gather_b
+    if recipe.finetune == "qlora":
+        unit_b = NF4_BYTES - (NF4_CONST_BYTES if recipe.qlora_backend == "bitsandbytes" else 0.0)
     unit = layer_local * unit_b
     fp8_cache: FloatArray | float = 0.0
     not_fsdp_unit: FloatArray | float = 0.0  # float8 without FSDP: the layer's fp8 weight copies
@@ -509,6 +520,24 @@ def _buffers(job: _Job, st: _Stage, states: _States) -> _Buffers:
     te_ws = 0.0
     if recipe.megatron_style:
         te_ws = TE_STREAMS * (32 * MiB if job.gpu is not None and job.gpu.name in HOPPER else 4 * MiB)
+    if recipe.megatron_style and bool(np.any(fsdp)):
+        # ZeRO-3 under master-* is DeepSpeed's, with its defaults (sizes.DS_*): each submodule's
+        # parameters are fetched before use and released after unless reused soon
+        # (stage3_max_reuse_distance 1e9 elements keeps a checkpointed layer's weights from its
+        # recomputation to its backward), with stage3_prefetch_bucket_size elements fetched ahead;
+        # no root stays gathered (the head is, at the loss). So a layer's backward holds that layer
+        # and the prefetch, the loss the last layer (reused at once) and the head. Gradients are
+        # copied into the contiguous reduce bucket (one reduce_bucket_size buffer in the model's
+        # dtype, always allocated), not held per unit.
+        ds = fsdp
+        prefetch = np.minimum(DS_PREFETCH_ELEMENTS * gather_b, unit)
+        head = np.maximum(root - job.model.embedding_params() * (not job.model.tied_embeddings) * st.is_first, 0.0)
+        gathered = np.where(ds, unit + prefetch, gathered)
+        gathered_fwd = np.where(ds & st.is_last, unit + head * gather_b, np.where(ds, unit, gathered_fwd))
+        gathered_post = np.where(ds, prefetch, gathered_post)
+        held_rs = np.where(ds, 0.0, held_rs)
+        unit_fsdp = np.where(ds, 0.0, unit_fsdp)
+        ddp = ddp + np.where(ds, DS_REDUCE_BUCKET_ELEMENTS * gather_b, 0.0)
     pp_fsdp, stage_gathered, accumulated = _pipelined_fsdp(job, st, states, fsdp, gather_b)
     if pp_fsdp.any():
         # The whole stage stays gathered (the unit and its prefetch are in it), and the backward

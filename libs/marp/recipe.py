@@ -52,6 +52,12 @@ LORA_ADAPTER_DTYPES: tuple[str, ...] = ("fp32", "compute")
 # the last block is needed first by the backward) or all of them (torchtune's shard_model,
 # reshard_after_forward=True for every layer and the root).
 FSDP_RESHARDS: tuple[str, ...] = ("keep-last", "all")
+# Where QLoRA's NF4 base comes from: bitsandbytes (peft / HF: Params4bit keeps its block constants in
+# a quant_state dict that FSDP and DeepSpeed neither shard nor sync, only parameters and buffers --
+# AnswerDotAI/fsdp_qlora PR 4; bnb's fix_4bit_weight_quant_state_from_module keeps a whole copy on
+# the module), or torchao (torchtune: NF4Tensor shards its constants with the data through
+# fsdp_pre_all_gather).
+QLORA_BACKENDS: tuple[str, ...] = ("bitsandbytes", "torchao")
 ZERO_STAGES: tuple[int, ...] = (0, 1, 2, 3)
 MAX_PIPELINE_STAGES = 1024  # virtual stages of a split; far past any real pp x vpp
 # The optimizers' own defaults (torch.optim.AdamW 1e-2; Adam and SGD 0; bitsandbytes Adam8bit 0):
@@ -141,6 +147,8 @@ class TrainingRecipe:
     adapted linear casts its bf16 input to fp32 (peft Linear.forward, ``_cast_input_dtype``), a
     copy lora_A keeps for its weight gradient. ``fsdp_reshard``: "keep-last" (torchtitan) keeps the
     last FSDP2 block gathered after its forward, "all" (torchtune) reshards every block.
+    ``qlora_backend``: "bitsandbytes" (peft's QLoRA; the NF4 block constants stay whole on every
+    rank under FSDP / ZeRO-3) or "torchao" (torchtune; sharded with the data).
     """
 
     seq_len: int
@@ -175,6 +183,7 @@ class TrainingRecipe:
     lora_dropout: float = 0.0
     lora_adapter_dtype: str = "fp32"
     fsdp_reshard: str = "keep-last"
+    qlora_backend: str = "bitsandbytes"
 
     def __post_init__(self) -> None:
         err = InvalidRecipeError
@@ -249,6 +258,7 @@ class TrainingRecipe:
         check_number(self.lora_dropout, "recipe.lora_dropout", err, 0.0, 1.0)
         check_choice(self.lora_adapter_dtype, "recipe.lora_adapter_dtype", err, LORA_ADAPTER_DTYPES)
         check_choice(self.fsdp_reshard, "recipe.fsdp_reshard", err, FSDP_RESHARDS)
+        check_choice(self.qlora_backend, "recipe.qlora_backend", err, QLORA_BACKENDS)
         if self.etp is not None:
             check_int(self.etp, "recipe.etp", err, fix="use an expert-tensor-parallel degree >= 1, or leave it unset (tp).")
         if self.policy == "fsdp-bf16" and self.finetune == "qlora":
@@ -333,6 +343,7 @@ class TrainingRecipe:
             "pp_layers": None if self.pp_layers is None else list(self.pp_layers), "etp": self.etp,
             "compile": self.compile, "float8": self.float8, "lora_dropout": self.lora_dropout,
             "lora_adapter_dtype": self.lora_adapter_dtype, "fsdp_reshard": self.fsdp_reshard,
+            "qlora_backend": self.qlora_backend,
         }  # fmt: skip
 
 

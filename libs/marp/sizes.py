@@ -45,7 +45,17 @@ HOPPER = ("H100-80GB", "H100-96GB", "H200", "B200")
 # parameter (Dettmers et al. 2023, sec. 3): what a frozen quantised linear holds, and what FSDP
 # shards and all-gathers (it gathers the quantised storage: bitsandbytes' Params4bit packed in
 # bnb_4bit_quant_storage, torchao's NF4Tensor through its fsdp_pre_all_gather extension).
-NF4_BYTES = 0.5 + 0.127 / 8
+NF4_CONST_BYTES = 0.127 / 8
+NF4_BYTES = 0.5 + NF4_CONST_BYTES
+
+# DeepSpeed ZeRO-3's defaults (deepspeed/runtime/zero/config.py, DeepSpeedZeroConfig), which a job
+# gets when its config leaves them out -- as accelerate's DeepSpeedPlugin does for a YAML config
+# without a DeepSpeed JSON (it writes only stage, offload and gather-on-save): reduce_bucket_size
+# 5e8 elements, with contiguous_gradients (default True) one buffer of that many elements in the
+# model's dtype, allocated once the optimizer is set up (stage3.py, _setup_for_real_optimizer,
+# "__ipg_bucket_flat_buffer"); stage3_prefetch_bucket_size 5e7 elements fetched ahead of use.
+DS_REDUCE_BUCKET_ELEMENTS = 5e8
+DS_PREFETCH_ELEMENTS = 5e7
 
 RECOMPUTE_CODE: dict[str, int] = {name: i for i, name in enumerate(RECOMPUTE)}  # none 0, selective 1, ...
 
