@@ -372,6 +372,7 @@ class StateStore:
         self._last_full_read = -math.inf
         self._unreadable: set[str] = set()  # jobs whose stored plans did not parse (logged once)
         self.hold: str | None = None  # as the last ``queue()`` read it: why an operator holds the queue
+        self._names_read: tuple[float, list[str]] | None = None  # node names read with the queue (queue())
         # As the last ``queue()`` read it: (time.monotonic() when the read began, PENDING jobs per
         # user, their ids), replaced whole so another thread never sees half of one read.
         self.queued_view: tuple[float, dict[str, int], frozenset[str]] | None = None
@@ -554,9 +555,12 @@ class StateStore:
         pipe = self.r.pipeline(transaction=False)
         pipe.zrange(self.k.queue(), 0, -1, withscores=True)
         pipe.get(self.k.queue_hold())
-        entries, hold = pipe.execute()
+        # The node names too: the tick reads the cluster next, and this saves it a round trip.
+        pipe.smembers(self.k.nodes())
+        entries, hold, names = pipe.execute()
         self.hold = hold  # the operator's reason while the queue is held, else None
         read_at = time.monotonic()
+        self._names_read = (read_at, sorted(names))
         heads = self._read_hashes(keys=[self.k.job(job_id) for job_id, _ in entries],
                                   args=("attempt", "submitted_at", "state", "user")) if entries else []
         pending: list[tuple[str, tuple[str, str, int]]] = []
@@ -972,6 +976,17 @@ class StateStore:
     def node_names(self) -> list[str]:
         return sorted(self.r.smembers(self.k.nodes()))
 
+    # How old the node names ``queue()`` read with the queue may be for the ``cluster()`` right
+    # after it (one tick); older, or used once already, they are read again.
+    NAMES_REUSE_S = 0.5
+
+    def _recent_names(self) -> list[str]:
+        read = self._names_read
+        self._names_read = None
+        if read is not None and time.monotonic() - read[0] <= self.NAMES_REUSE_S:
+            return read[1]
+        return self.node_names()
+
     def load_nodes(self) -> list[tuple[dict[str, str], bool, list[dict[str, str]]]]:
         """(node hash, alive, [gpu hashes]) for every registered node."""
         names = self.node_names()
@@ -1049,7 +1064,7 @@ class StateStore:
         GPUs are read again. Building: a node whose GPU fields, liveness, draining flag and
         jobs' expected ends are as they were keeps its ``NodeView``, and
         ``ClusterView.updated`` re-indexes only the others."""
-        names = self.node_names()
+        names = self._recent_names()
         # Two read-only scripts, one round trip each: one command per GPU through a pipeline
         # cost ~30 µs a GPU in redis-py, 10,000 GPUs a tick.
         raw_heads = self._read_nodes(keys=[key for n in names for key in (self.k.node(n), self.k.node_alive(n))])
