@@ -81,6 +81,10 @@ class _ParsedOnRead(Generic[T]):
         obj.__dict__[self.name] = value
 
 
+def _as_is(reply: Any) -> Any:
+    return reply
+
+
 def _spec_from_json(text: str) -> types_pb2.JobSpec:
     return message_from_dict(json.loads(text), types_pb2.JobSpec)
 
@@ -372,7 +376,7 @@ class StateStore:
         self._last_full_read = -math.inf
         self._unreadable: set[str] = set()  # jobs whose stored plans did not parse (logged once)
         self.hold: str | None = None  # as the last ``queue()`` read it: why an operator holds the queue
-        self._names_read: tuple[float, list[str]] | None = None  # node names read with the queue (queue())
+        self._names_read: tuple[float, list[str], list[Any]] | None = None  # node names and heads read with the queue
         # As the last ``queue()`` read it: (time.monotonic() when the read began, PENDING jobs per
         # user, their ids), replaced whole so another thread never sees half of one read.
         self.queued_view: tuple[float, dict[str, int], frozenset[str]] | None = None
@@ -555,14 +559,20 @@ class StateStore:
         pipe = self.r.pipeline(transaction=False)
         pipe.zrange(self.k.queue(), 0, -1, withscores=True)
         pipe.get(self.k.queue_hold())
-        # The node names too: the tick reads the cluster next, and this saves it a round trip.
+        # The node names and heads too: the tick reads the cluster next, and this saves it two
+        # round trips (cluster() takes them if at most NAMES_REUSE_S old, once).
         pipe.smembers(self.k.nodes())
         entries, hold, names = pipe.execute()
         self.hold = hold  # the operator's reason while the queue is held, else None
         read_at = time.monotonic()
-        self._names_read = (read_at, sorted(names))
-        heads = self._read_hashes(keys=[self.k.job(job_id) for job_id, _ in entries],
-                                  args=("attempt", "submitted_at", "state", "user")) if entries else []
+        names = sorted(names)
+        calls = [self._node_heads_call(names)]
+        if entries:
+            calls.append(ScriptCall(self._read_hashes, [self.k.job(job_id) for job_id, _ in entries],
+                                    ["attempt", "submitted_at", "state", "user"], _as_is))
+        replies = self.read_calls(calls)
+        self._names_read = (read_at, names, replies[0])
+        heads = replies[1] if entries else []
         pending: list[tuple[str, tuple[str, str, int]]] = []
         users: dict[str, int] = {}
         for (job_id, seq), (attempt, submitted_at, state, user) in zip(entries, heads, strict=True):
@@ -816,13 +826,7 @@ class StateStore:
         errors raise: which calls ran is unknown, and each is safe to repeat (fenced, idempotent)."""
         if not calls:
             return []
-        replies = self._evalsha_all(calls)
-        missing = [i for i, reply in enumerate(replies) if isinstance(reply, redis.exceptions.NoScriptError)]
-        if missing:  # none of those ran: load each script once, send them again
-            for script in {calls[i].script.sha: calls[i].script for i in missing}.values():
-                self.r.script_load(script.script)
-            for i, reply in zip(missing, self._evalsha_all([calls[i] for i in missing]), strict=True):
-                replies[i] = reply
+        replies = self._replies(calls)
         out: list[Any] = []
         for c, reply in zip(calls, replies, strict=True):
             try:
@@ -834,6 +838,26 @@ class StateStore:
             except Exception as exc:  # noqa: BLE001 - returned in its place, for its caller to report
                 out.append(exc)
         return out
+
+    def read_calls(self, calls: Sequence[ScriptCall]) -> list[Any]:
+        """Read-only script calls in one round trip; the first error raises (as one call alone would)."""
+        out = []
+        for c, reply in zip(calls, self._replies(calls), strict=True):
+            if isinstance(reply, Exception):
+                raise reply
+            out.append(c.read(reply))
+        return out
+
+    def _replies(self, calls: Sequence[ScriptCall]) -> list[Any]:
+        """Each call's raw reply or error, in one round trip (two more when Redis lost scripts)."""
+        replies = self._evalsha_all(calls)
+        missing = [i for i, reply in enumerate(replies) if isinstance(reply, redis.exceptions.NoScriptError)]
+        if missing:  # none of those ran: load each script once, send them again
+            for script in {calls[i].script.sha: calls[i].script for i in missing}.values():
+                self.r.script_load(script.script)
+            for i, reply in zip(missing, self._evalsha_all([calls[i] for i in missing]), strict=True):
+                replies[i] = reply
+        return replies
 
     def _evalsha_all(self, calls: Sequence[ScriptCall]) -> list[Any]:
         pipe = self.r.pipeline(transaction=False)
@@ -976,16 +1000,22 @@ class StateStore:
     def node_names(self) -> list[str]:
         return sorted(self.r.smembers(self.k.nodes()))
 
-    # How old the node names ``queue()`` read with the queue may be for the ``cluster()`` right
-    # after it (one tick); older, or used once already, they are read again.
+    # How old the node names and heads ``queue()`` read with the queue may be for the
+    # ``cluster()`` right after it (one tick); older, or used once already, they are read again.
     NAMES_REUSE_S = 0.5
 
-    def _recent_names(self) -> list[str]:
+    def _node_heads_call(self, names: list[str]) -> ScriptCall:
+        return ScriptCall(self._read_nodes, [key for n in names for key in (self.k.node(n), self.k.node_alive(n))],
+                          [], _as_is)
+
+    def _recent_heads(self) -> tuple[list[str], list[Any]]:
+        """(node names, their heads from ``read_nodes.lua``): the ones read with the queue, else now."""
         read = self._names_read
         self._names_read = None
         if read is not None and time.monotonic() - read[0] <= self.NAMES_REUSE_S:
-            return read[1]
-        return self.node_names()
+            return read[1], read[2]
+        names = self.node_names()
+        return names, self.run_call(self._node_heads_call(names))
 
     def load_nodes(self) -> list[tuple[dict[str, str], bool, list[dict[str, str]]]]:
         """(node hash, alive, [gpu hashes]) for every registered node."""
@@ -1064,10 +1094,10 @@ class StateStore:
         GPUs are read again. Building: a node whose GPU fields, liveness, draining flag and
         jobs' expected ends are as they were keeps its ``NodeView``, and
         ``ClusterView.updated`` re-indexes only the others."""
-        names = self._recent_names()
         # Two read-only scripts, one round trip each: one command per GPU through a pipeline
-        # cost ~30 µs a GPU in redis-py, 10,000 GPUs a tick.
-        raw_heads = self._read_nodes(keys=[key for n in names for key in (self.k.node(n), self.k.node_alive(n))])
+        # cost ~30 µs a GPU in redis-py, 10,000 GPUs a tick. (The first of them usually came
+        # with the tick's queue read.)
+        names, raw_heads = self._recent_heads()
         heads = [((name, count, draining), rev, bool(alive)) for name, count, draining, rev, alive, _ in raw_heads]
         self._addrs = {n: head[5] or "127.0.0.1" for n, head in zip(names, raw_heads, strict=True)}
         now = time.monotonic()
