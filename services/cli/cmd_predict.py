@@ -31,6 +31,8 @@ FLAG_OF_FIELD: dict[str, str] = {
     "recipe.pp_layers": "--pp-layers", "layout.pp_layers": "--pp-layers", "recipe.etp": "--etp",
     "layout.etp": "--etp", "recipe.lora_targets": "--lora-targets", "recipe.compile": "--compile",
     "recipe.float8": "--float8", "recipe.lora_dropout": "--lora-dropout",
+    "recipe.lora_adapter_dtype": "--lora-adapter-dtype", "recipe.fsdp_reshard": "--fsdp-reshard",
+    "recipe.qlora_backend": "--qlora-backend",
 }  # fmt: skip
 SINGLE_PRECISIONS: dict[str, str] = {
     "fp32": "fp32", "amp-fp16": "amp-fp16", "amp-bf16": "amp-bf16", "master-fp16": "master-fp16",
@@ -85,6 +87,15 @@ def predict(
     lora_rank: Annotated[int, typer.Option(help="Rank of the LoRA / QLoRA adapters.")] = 16,
     lora_dropout: Annotated[float, typer.Option(help="peft's lora_dropout on the adapters' inputs, in [0, 1) "
                                                 "(above 0 each adapted linear keeps a dropped-out copy).")] = 0.0,
+    lora_adapter_dtype: Annotated[str, typer.Option(help="fp32 | compute: the adapters' dtype; peft upcasts them "
+                                                    "to fp32 (default), torchtune keeps the base's. Matters under "
+                                                    "pure bf16: fp32 states and fp32 input copies.")] = "fp32",
+    fsdp_reshard: Annotated[str, typer.Option(help="keep-last | all: FSDP2 blocks resharded after their forward; "
+                                              "torchtitan keeps the last gathered (default), torchtune reshards "
+                                              "all (one block less at the loss).")] = "keep-last",
+    qlora_backend: Annotated[str, typer.Option(help="bitsandbytes | torchao: QLoRA's NF4 base; peft's bitsandbytes "
+                                               "(default) keeps the block constants whole on every FSDP / ZeRO-3 "
+                                               "rank, torchtune's torchao shards them.")] = "bitsandbytes",
     weight_decay: Annotated[float | None, typer.Option(help="Optimizer weight decay (default: the optimizer's "
                                                        "own, AdamW 0.01, others 0).")] = None,
     ep: Annotated[int, typer.Option(help="Expert-parallel degree (mixture-of-experts models; divides dp).")] = 1,
@@ -150,6 +161,9 @@ def predict(
         fail(f"--lora-rank: must be >= 1, got {lora_rank}.", 2)
     if not 0.0 <= lora_dropout < 1.0:  # also refuses NaN
         fail(f"--lora-dropout: must be in [0, 1), got {lora_dropout}.", 2)
+    _choice(lora_adapter_dtype, "--lora-adapter-dtype", marp.recipe.LORA_ADAPTER_DTYPES)
+    _choice(fsdp_reshard, "--fsdp-reshard", marp.recipe.FSDP_RESHARDS)
+    _choice(qlora_backend, "--qlora-backend", marp.recipe.QLORA_BACKENDS)
     if ep < 1:
         fail(f"--ep: must be >= 1, got {ep}.", 2)
     if weight_decay is not None and not 0.0 <= weight_decay < 1000.0:
@@ -159,7 +173,8 @@ def predict(
         fail(f"--etp: must be >= 1, got {etp}.", 2)
     tuning: dict[str, Any] = {"finetune": finetune, "lora_rank": lora_rank, "weight_decay": weight_decay, "ep": ep,
                               "pp_layers": split, "etp": etp, "compile": compiled, "float8": float8,
-                              "lora_dropout": lora_dropout}  # fmt: skip
+                              "lora_dropout": lora_dropout, "lora_adapter_dtype": lora_adapter_dtype,
+                              "fsdp_reshard": fsdp_reshard, "qlora_backend": qlora_backend}  # fmt: skip
     if lora_targets is not None:
         tuning["lora_targets"] = _targets(lora_targets)
     if split is not None and pp is None and single:

@@ -170,6 +170,12 @@ def submit(
     lora_targets: Annotated[str, typer.Option(help="Linears with adapters, e.g. q,k,v,o,gate,up,down.")] = "",
     lora_dropout: Annotated[float, typer.Option(help="peft's lora_dropout on the adapters' inputs, in [0, 1).")
                             ] = 0.0,
+    lora_adapter_dtype: Annotated[str, typer.Option(help="fp32 | compute: the adapters' dtype (peft: fp32, "
+                                                    "torchtune: the base's).")] = "fp32",
+    fsdp_reshard: Annotated[str, typer.Option(help="keep-last | all: FSDP2 blocks resharded after their forward "
+                                              "(torchtitan: keep-last, torchtune: all).")] = "keep-last",
+    qlora_backend: Annotated[str, typer.Option(help="bitsandbytes | torchao: QLoRA's NF4 base (peft: bitsandbytes, "
+                                               "torchtune: torchao).")] = "bitsandbytes",
     weight_decay: Annotated[float | None, typer.Option(help="Optimizer weight decay (default: the "
                                                          "optimizer's own).")] = None,
     ep: Annotated[int, typer.Option(help="Expert-parallel degree (mixture-of-experts models).")] = 1,
@@ -184,7 +190,8 @@ def submit(
     """Submit a job: the model and recipe, then the command after `--`.
 
     The recipe flags (--finetune, --lora-*, --ep, --etp, --pp-layers, --compile, --float8,
-    --weight-decay) are those of `frenzy predict`: the job is planned the way it will run.
+    --weight-decay, --fsdp-reshard, --qlora-backend) are those of `frenzy predict`: the job is
+    planned the way it will run.
 
     The current directory travels with the job (what git would commit, at most --max-code-mib):
     each node runs the command in a fresh copy of it. --workdir (a directory on the nodes) or
@@ -208,7 +215,8 @@ def submit(
                             "max_oom_retries": max_oom_retries, "priority": priority, **_recipe_flags(
                                 finetune=finetune, lora_rank=lora_rank, lora_targets=lora_targets,
                                 weight_decay=weight_decay, ep=ep, etp=etp, pp_layers=pp_layers, compile=compiled,
-                                float8=float8, lora_dropout=lora_dropout)}).to_proto()
+                                float8=float8, lora_dropout=lora_dropout, lora_adapter_dtype=lora_adapter_dtype,
+                                fsdp_reshard=fsdp_reshard, qlora_backend=qlora_backend)}).to_proto()
     except JobSpecError as exc:
         msg = str(exc)
         if msg.startswith("command"):
@@ -610,7 +618,8 @@ def _recipe_flags(**flags: object) -> dict[str, object]:
     """The recipe flags given (not at their defaults), as JobEntry fields: an unset flag keeps the
     entry's own default (and its validation names the field when a value is wrong)."""
     defaults = {"finetune": "full", "lora_rank": 16, "lora_targets": "", "weight_decay": None, "ep": 1, "etp": None,
-                "pp_layers": "", "compile": False, "float8": False, "lora_dropout": 0.0}
+                "pp_layers": "", "compile": False, "float8": False, "lora_dropout": 0.0, "lora_adapter_dtype": "fp32",
+                "fsdp_reshard": "keep-last", "qlora_backend": "bitsandbytes"}
     out: dict[str, object] = {k: v for k, v in flags.items() if v != defaults.get(k)}
     if isinstance(out.get("lora_targets"), str):
         out["lora_targets"] = [t.strip() for t in str(out["lora_targets"]).split(",") if t.strip()]

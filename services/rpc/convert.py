@@ -7,6 +7,8 @@ gRPC, the CLI and the batch worker report bad input the same way.
 
 from __future__ import annotations
 
+import dataclasses
+
 import marp
 from frenzy.v1 import types_pb2
 
@@ -31,6 +33,13 @@ FINETUNE_BY_NAME = {"full": types_pb2.FINETUNE_FULL, "lora": types_pb2.FINETUNE_
 _FINETUNE = {types_pb2.FINETUNE_UNSPECIFIED: "full", **{v: k for k, v in FINETUNE_BY_NAME.items()}}
 DEFAULT_LORA_RANK = 16  # marp.TrainingRecipe's
 DEFAULT_LORA_TARGETS = ("q", "k", "v", "o")  # marp.TrainingRecipe's
+# String recipe fields whose empty wire value is MARP's default, with the names MARP takes.
+CHOICE_FIELDS: dict[str, tuple[str, ...]] = {
+    "lora_adapter_dtype": marp.recipe.LORA_ADAPTER_DTYPES, "fsdp_reshard": marp.recipe.FSDP_RESHARDS,
+    "qlora_backend": marp.recipe.QLORA_BACKENDS,
+}
+CHOICE_DEFAULTS: dict[str, str] = {f.name: str(f.default) for f in dataclasses.fields(marp.TrainingRecipe)
+                                   if f.name in CHOICE_FIELDS}  # fmt: skip
 
 
 def model_from_proto(model: types_pb2.ModelSpec) -> marp.ModelSpec:
@@ -59,6 +68,11 @@ def recipe_from_proto(recipe: types_pb2.TrainingRecipe, limits: types_pb2.JobLim
     if not 0.0 <= recipe.lora_dropout < 1.0:  # also refuses NaN
         raise marp.InvalidRecipeError(f"recipe.lora_dropout: must be in [0, 1) (got {recipe.lora_dropout})",
                                       field="recipe.lora_dropout")  # fmt: skip
+    for name, choices in CHOICE_FIELDS.items():
+        if getattr(recipe, name) not in ("", *choices):
+            raise marp.InvalidRecipeError(f"recipe.{name}: must be one of {', '.join(choices)} (got "
+                                          f"{getattr(recipe, name)!r}; empty: {CHOICE_DEFAULTS[name]})",
+                                          field=f"recipe.{name}")  # fmt: skip
     max_gpus = limits.max_gpus if limits is not None and limits.max_gpus else None
     if limits is not None and limits.max_gpus < 0:
         raise marp.InvalidRecipeError(f"limits.max_gpus: must be >= 0 (got {limits.max_gpus})", field="limits.max_gpus")
@@ -90,6 +104,7 @@ def recipe_from_proto(recipe: types_pb2.TrainingRecipe, limits: types_pb2.JobLim
         compile=bool(recipe.compile),
         float8=bool(recipe.float8),
         lora_dropout=float(recipe.lora_dropout),
+        **{name: getattr(recipe, name) or CHOICE_DEFAULTS[name] for name in CHOICE_FIELDS},
     )
 
 
@@ -122,6 +137,9 @@ def recipe_to_proto(recipe: marp.TrainingRecipe) -> types_pb2.TrainingRecipe:
     )  # fmt: skip
     if recipe.weight_decay is not None:
         out.weight_decay = recipe.weight_decay
+    for name, default in CHOICE_DEFAULTS.items():
+        if getattr(recipe, name) != default:  # the default stays empty on the wire
+            setattr(out, name, getattr(recipe, name))
     return out
 
 

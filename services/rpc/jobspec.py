@@ -29,6 +29,7 @@ from pydantic import (
 )
 
 from frenzy.rpc.convert import (
+    CHOICE_DEFAULTS,
     DEFAULT_LORA_RANK,
     DEFAULT_LORA_TARGETS,
     FINETUNE_BY_NAME,
@@ -160,6 +161,15 @@ class JobEntry(BaseModel):
     float8: bool = Field(default=False, description="float8 linears (GPUs with fp8 tensor cores only)")
     lora_dropout: float = Field(default=0.0, ge=0.0, lt=1.0, allow_inf_nan=False,
                                 description="peft's lora_dropout on the LoRA / QLoRA adapters' inputs (0: none)")
+    lora_adapter_dtype: Literal["fp32", "compute"] = Field(
+        default="fp32", description="dtype of the LoRA / QLoRA adapters: fp32 (peft's default) or compute (the "
+                                    "base's, torchtune); matters under pure-bf16")
+    fsdp_reshard: Literal["keep-last", "all"] = Field(
+        default="keep-last", description="FSDP2 blocks resharded after their forward: keep-last (torchtitan) or "
+                                         "all (torchtune)")
+    qlora_backend: Literal["bitsandbytes", "torchao"] = Field(
+        default="bitsandbytes", description="QLoRA's NF4 base: bitsandbytes (peft; constants whole on every "
+                                            "FSDP / ZeRO-3 rank) or torchao (torchtune; sharded)")
     command: list[Text] = Field(min_length=1)
     env: dict[Text, Text] = Field(default_factory=dict)
     workdir: Text = Field(default="", max_length=MAX_WORKDIR_CHARS)
@@ -312,6 +322,9 @@ class JobEntry(BaseModel):
         )
         if self.weight_decay is not None:
             recipe.weight_decay = self.weight_decay
+        for name, default in CHOICE_DEFAULTS.items():
+            if getattr(self, name) != default:  # the default stays empty on the wire
+                setattr(recipe, name, getattr(self, name))
         return types_pb2.JobSpec(
             name=self.name, model=model, recipe=recipe, command=self.command, env=self.env, workdir=self.workdir,
             limits=types_pb2.JobLimits(max_gpus=self.max_gpus, min_gpus=self.min_gpus,

@@ -1,5 +1,5 @@
 """A job submitted over REST with issue 16's recipe fields (pp_layers, etp, lora_targets, compile,
-float8) is planned the way it will run: the fields reach the stored JobSpec and the predictor's
+float8, lora_adapter_dtype, fsdp_reshard, qlora_backend) is planned the way it will run: the fields reach the stored JobSpec and the predictor's
 candidate plans follow them (float8 only on fp8 GPUs, every plan running the pipeline split).
 Real scheduler and predictor on loopback, real Redis."""
 
@@ -48,11 +48,23 @@ def test_the_fields_reach_the_spec_and_the_plans(client: TestClient) -> None:
     assert all((p["layout"]["pp"], p["layout"].get("vpp", 1) or 1) in {(2, 2), (4, 1)} for p in plans)
 
 
+def test_the_framework_fields_reach_the_spec(client: TestClient) -> None:
+    body = {**GOOD, "precision": "pure-bf16", "finetune": "qlora", "lora_adapter_dtype": "compute",
+            "fsdp_reshard": "all", "qlora_backend": "torchao"}  # fmt: skip
+    r = client.post("/api/jobs", json=body)
+    assert r.status_code == 200, r.text
+    recipe = r.json()["job"]["spec"]["recipe"]
+    assert (recipe["lora_adapter_dtype"], recipe["fsdp_reshard"], recipe["qlora_backend"]) == ("compute", "all",
+                                                                                                 "torchao")
+
+
 @pytest.mark.parametrize(
     ("over", "status", "field"),
     [({"pp_layers": "2,x"}, 400, "pp_layers"), ({"lora_targets": "q,w"}, 400, "lora_targets"),
      ({"etp": 0}, 400, "etp"), ({"pp_layers": [2, 4, 4, 1]}, 400, "pp_layers"),  # 11 of gpt2's 12 layers
-     ({"etp": 2}, 400, "etp")],  # a dense model
+     ({"etp": 2}, 400, "etp"),  # a dense model
+     ({"lora_adapter_dtype": "bf16"}, 400, "lora_adapter_dtype"), ({"fsdp_reshard": "none"}, 400, "fsdp_reshard"),
+     ({"qlora_backend": "hqq"}, 400, "qlora_backend")],
 )  # fmt: skip
 def test_bad_fields_name_the_field(client: TestClient, over: dict, status: int, field: str) -> None:
     r = client.post("/api/jobs", json={**GOOD, **over})

@@ -220,12 +220,18 @@ def test_submit_carries_the_recipe_flags_predict_has(servers: Servers, redis_cli
     env = {"FRENZY_SCHEDULER": servers.scheduler_addr}
     res = run("submit", "--model", "gpt2-124m", "--seq-len", "128", "--global-batch", "8", "--no-code", "--json",
               "--finetune", "lora", "--lora-rank", "8", "--lora-targets", "q,v", "--weight-decay", "0.1",
-              "--pp-layers", "6,6", "--compile", "--float8", "--lora-dropout", "0.1", "--", "true", env=env)
+              "--pp-layers", "6,6", "--compile", "--float8", "--lora-dropout", "0.1", "--lora-adapter-dtype", "compute",
+              "--fsdp-reshard", "all", "--qlora-backend", "torchao", "--", "true", env=env)
     assert res.returncode == 0, res.stderr
     recipe = json.loads(res.stdout)["job"]["spec"]["recipe"]
     assert recipe["finetune"] == "LORA" and recipe["lora_rank"] == 8 and recipe["lora_targets"] == ["q", "v"]
     assert recipe["pp_layers"] == [6, 6] and recipe["compile"] and recipe["float8"]
     assert abs(recipe["weight_decay"] - 0.1) < 1e-9 and abs(recipe["lora_dropout"] - 0.1) < 1e-9
+    assert (recipe["lora_adapter_dtype"], recipe["fsdp_reshard"], recipe["qlora_backend"]) == ("compute", "all",
+                                                                                                 "torchao")
     bad = run("submit", "--model", "gpt2-124m", "--seq-len", "128", "--global-batch", "8", "--no-code",
               "--lora-targets", "q,nope", "--", "true", env=env)
     assert bad.returncode == 2 and "lora_targets" in bad.stderr, bad.stderr
+    bad = run("submit", "--model", "gpt2-124m", "--seq-len", "128", "--global-batch", "8", "--no-code",
+              "--qlora-backend", "hqq", "--", "true", env=env)
+    assert bad.returncode == 2 and "qlora_backend" in bad.stderr and "torchao" in bad.stderr, bad.stderr

@@ -1,6 +1,6 @@
 """`frenzy predict` flags for what MARP already models (issue 16): --finetune, --lora-rank, --lora-dropout,
---weight-decay and --ep, in single-layout and ranked mode; bad values exit 2 naming the flag,
-and a GPU that cannot run the precision is refused by name."""
+--lora-adapter-dtype, --fsdp-reshard, --qlora-backend, --weight-decay and --ep, in single-layout and
+ranked mode; bad values exit 2 naming the flag, and a GPU that cannot run the precision is refused by name."""
 
 from __future__ import annotations
 
@@ -32,6 +32,12 @@ def _json(*args: str) -> object:
     return json.loads(out)
 
 
+def _by_layout(plans: object) -> dict[tuple[str, int, str], dict]:
+    """Ranked plans' memory by (GPU type, GPUs, layout): the same plan across two runs."""
+    assert isinstance(plans, list) and plans
+    return {(p["gpu_type"], p["num_gpus"], str(p["layout"])): p["memory"] for p in plans}
+
+
 def test_single_layout_finetune_and_weight_decay() -> None:
     full = _json(*SINGLE)
     lora = _json(*SINGLE, "--finetune", "lora", "--lora-rank", "8")
@@ -43,6 +49,24 @@ def test_single_layout_finetune_and_weight_decay() -> None:
     assert isinstance(dropped, dict) and dropped["recipe"]["lora_dropout"] == 0.1
     # peft's dropout keeps a dropped-out copy of each adapted linear's input.
     assert dropped["breakdown"]["activations"] > lora["breakdown"]["activations"]
+    # SINGLE is pure bf16, where nothing else casts peft's fp32 adapters: compute-dtype adapters
+    # keep bf16 states and no fp32 copy of each adapted linear's input.
+    compute = _json(*SINGLE, "--finetune", "lora", "--lora-rank", "8", "--lora-adapter-dtype", "compute")
+    assert isinstance(compute, dict) and compute["recipe"]["lora_adapter_dtype"] == "compute"
+    assert lora["recipe"]["lora_adapter_dtype"] == "fp32"
+    assert compute["breakdown"]["optimizer_states"] * 2 == lora["breakdown"]["optimizer_states"]
+    assert compute["breakdown"]["activations"] < lora["breakdown"]["activations"]
+    # QLoRA under ZeRO-3: torchao shards the NF4 block constants with the data, bitsandbytes keeps them whole.
+    torchao = _json(*SINGLE, "--finetune", "qlora", "--lora-rank", "8", "--qlora-backend", "torchao")
+    assert isinstance(torchao, dict) and torchao["recipe"]["qlora_backend"] == "torchao"
+    assert qlora["recipe"]["qlora_backend"] == "bitsandbytes"
+    assert torchao["breakdown"]["parameters"] < qlora["breakdown"]["parameters"]
+    # FSDP2 (zero 3): torchtune's reshard-all holds no gathered block at the loss, torchtitan keeps the last.
+    fsdp = [a if a != "bf16" else "fsdp-bf16" for a in SINGLE]
+    keep, every = _json(*fsdp), _json(*fsdp, "--fsdp-reshard", "all")
+    assert isinstance(keep, dict) and isinstance(every, dict) and every["recipe"]["fsdp_reshard"] == "all"
+    assert keep["phase"] == every["phase"] == "forward+loss"
+    assert every["peak_allocated_bytes"] < keep["peak_allocated_bytes"]
     sgd = _json(*SINGLE, "--optimizer", "sgd-momentum")
     sgd_wd = _json(*SINGLE, "--optimizer", "sgd-momentum", "--weight-decay", "0.1")
     assert isinstance(sgd, dict) and isinstance(sgd_wd, dict)
@@ -74,6 +98,16 @@ def test_ranked_mode_takes_the_flags() -> None:
         same = [(p["memory"]["activations"], lora_act[k]) for p in dropped
                 if (k := (p["gpu_type"], p["num_gpus"], str(p["layout"]))) in lora_act]
         assert same and all(d > a for d, a in same)
+    # MARP directly (pure-bf16, fsdp-bf16): the adapters' dtype and the reshard policy reach every plan.
+    fp32 = _by_layout(_json(*RANKED, "--precision", "pure-bf16", "--finetune", "lora"))
+    compute = _by_layout(_json(*RANKED, "--precision", "pure-bf16", "--finetune", "lora", "--lora-adapter-dtype",
+                               "compute"))  # fmt: skip
+    same = [k for k in compute if k in fp32]
+    assert same and all(compute[k]["optimizer_states"] < fp32[k]["optimizer_states"] for k in same)
+    keep = _by_layout(_json(*RANKED, "--precision", "fsdp-bf16"))
+    every = _by_layout(_json(*RANKED, "--precision", "fsdp-bf16", "--fsdp-reshard", "all"))
+    fsdp = [k for k in every if k in keep and "'zero_stage': 3" in k[2]]
+    assert fsdp and all(every[k]["peak_allocated"] < keep[k]["peak_allocated"] for k in fsdp)
     plans = _json("predict", "--model", MOE, "--seq-len", "2048", "--global-batch", "32", "--gpu-type", "A100-80GB",
                   "--max-gpus", "16", "--ep", "4", "--json")  # fmt: skip
     assert isinstance(plans, list) and plans and all(p["layout"]["dp"] % 4 == 0 for p in plans)
@@ -84,12 +118,16 @@ def test_ranked_mode_takes_the_flags() -> None:
     [(["--finetune", "dora"], "--finetune"), (["--lora-rank", "0"], "--lora-rank"),
      (["--weight-decay", "-1"], "--weight-decay"), (["--ep", "0"], "--ep"), (["--ep", "2"], "--ep"),
      (["--lora-dropout", "1"], "--lora-dropout"), (["--lora-dropout", "-0.1"], "--lora-dropout"),
-     (["--lora-dropout", "nan"], "--lora-dropout")],
+     (["--lora-dropout", "nan"], "--lora-dropout"), (["--lora-adapter-dtype", "bf16"], "--lora-adapter-dtype"),
+     (["--fsdp-reshard", "none"], "--fsdp-reshard"), (["--qlora-backend", "hqq"], "--qlora-backend")],
 )  # fmt: skip
 @pytest.mark.parametrize("mode", ["single", "ranked"])
 def test_bad_values_name_the_flag(args: list[str], flag: str, mode: str) -> None:
     code, out = _run(*(SINGLE if mode == "single" else RANKED), *args)
     assert code == 2 and flag in out, out
+    if flag in ("--lora-adapter-dtype", "--fsdp-reshard", "--qlora-backend"):
+        assert all(c in out for c in {"--lora-adapter-dtype": ("fp32", "compute"), "--fsdp-reshard": (
+            "keep-last", "all"), "--qlora-backend": ("bitsandbytes", "torchao")}[flag]), out  # the allowed values
 
 
 def test_gpu_without_bf16_is_refused_by_name() -> None:

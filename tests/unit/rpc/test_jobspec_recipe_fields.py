@@ -1,15 +1,17 @@
 """The recipe fields a submitted job is planned with (issue 16): finetune, lora_rank,
-weight_decay and ep travel from a job entry (CLI, YAML, REST) through the JobSpec proto to
+weight_decay, ep, lora_dropout, lora_adapter_dtype, fsdp_reshard and qlora_backend travel from a job entry (CLI, YAML, REST) through the JobSpec proto to
 MARP's TrainingRecipe, so the predictor plans the job the way it will run. Bad values name the field."""
 
 from __future__ import annotations
+
+import typing
 
 import pytest
 
 import marp
 from frenzy.predictor.server import predict
 from frenzy.rpc import convert
-from frenzy.rpc.jobspec import JobSpecError, parse_entry
+from frenzy.rpc.jobspec import JobEntry, JobSpecError, parse_entry
 from frenzy.v1 import predictor_pb2, types_pb2
 
 GOOD = {"name": "j", "model": "llama-3.2-1b", "seq_len": 1024, "global_batch": 8, "command": ["python", "t.py"]}
@@ -25,6 +27,10 @@ def test_defaults_are_marps() -> None:
     assert (recipe.finetune, recipe.lora_rank, recipe.weight_decay, recipe.ep) == ("full", 16, None, 1)
     assert recipe.resolved_weight_decay == 0.01  # AdamW's own default
     assert _recipe(optimizer="sgd-momentum").resolved_weight_decay == 0.0
+    # The job entry offers exactly the names MARP takes, the default first.
+    for name, choices in convert.CHOICE_FIELDS.items():
+        assert typing.get_args(JobEntry.model_fields[name].annotation) == choices
+        assert JobEntry.model_fields[name].default == convert.CHOICE_DEFAULTS[name] == choices[0]
 
 
 def test_fields_reach_the_recipe() -> None:
@@ -37,6 +43,14 @@ def test_fields_reach_the_recipe() -> None:
            '"norm": "rmsnorm", "bias": false, "experts": 8, "top_k": 2}')  # fmt: skip
     assert _recipe(model=moe, ep=4).ep == 4
     assert _recipe().lora_dropout == 0.0 and _recipe(finetune="lora", lora_dropout=0.1).lora_dropout == 0.1
+    default = _recipe()
+    assert (default.lora_adapter_dtype, default.fsdp_reshard, default.qlora_backend) == ("fp32", "keep-last",
+                                                                                          "bitsandbytes")
+    tuned = _recipe(finetune="qlora", lora_adapter_dtype="compute", fsdp_reshard="all", qlora_backend="torchao")
+    assert (tuned.lora_adapter_dtype, tuned.fsdp_reshard, tuned.qlora_backend) == ("compute", "all", "torchao")
+    # The defaults stay empty on the wire: a job written before these fields reads the same.
+    wire = parse_entry({**GOOD, "lora_adapter_dtype": "fp32", "qlora_backend": "torchao"}).to_proto().recipe
+    assert (wire.lora_adapter_dtype, wire.fsdp_reshard, wire.qlora_backend) == ("", "", "torchao")
 
 
 def test_recipe_to_proto_round_trips() -> None:
@@ -45,6 +59,9 @@ def test_recipe_to_proto_round_trips() -> None:
                                  zero_stages=(1, 3), lora_dropout=0.05)  # fmt: skip
     back = convert.recipe_from_proto(convert.recipe_to_proto(recipe))
     assert back == recipe
+    tuned = marp.TrainingRecipe(seq_len=2048, global_batch=16, precision="pure-bf16", finetune="qlora",
+                                lora_adapter_dtype="compute", fsdp_reshard="all", qlora_backend="torchao")  # fmt: skip
+    assert convert.recipe_from_proto(convert.recipe_to_proto(tuned)) == tuned
 
 
 @pytest.mark.parametrize(
@@ -53,12 +70,17 @@ def test_recipe_to_proto_round_trips() -> None:
      ({"weight_decay": -0.1}, "weight_decay"), ({"weight_decay": float("nan")}, "weight_decay"),
      ({"weight_decay": 1e9}, "weight_decay"), ({"ep": 0}, "ep"), ({"ep": 1e23}, "ep"),
      ({"lora_dropout": 1.0}, "lora_dropout"), ({"lora_dropout": -0.1}, "lora_dropout"),
-     ({"lora_dropout": float("nan")}, "lora_dropout")],
+     ({"lora_dropout": float("nan")}, "lora_dropout"), ({"lora_adapter_dtype": "bf16"}, "lora_adapter_dtype"),
+     ({"fsdp_reshard": "none"}, "fsdp_reshard"), ({"qlora_backend": "hqq"}, "qlora_backend"),
+     ({"qlora_backend": ""}, "qlora_backend")],
 )  # fmt: skip
 def test_bad_values_name_the_field(over: dict[str, object], field: str) -> None:
     with pytest.raises(JobSpecError) as info:
         parse_entry({**GOOD, **over})
     assert str(info.value).startswith(f"{field}:")
+    allowed = {"lora_adapter_dtype": ("fp32", "compute"), "fsdp_reshard": ("keep-last", "all"),
+               "qlora_backend": ("bitsandbytes", "torchao")}.get(field, ())  # fmt: skip
+    assert all(a in str(info.value) for a in allowed), info.value
 
 
 def test_a_grpc_client_gets_the_same_refusals() -> None:
@@ -69,11 +91,19 @@ def test_a_grpc_client_gets_the_same_refusals() -> None:
                            "recipe.weight_decay"),
                           (types_pb2.TrainingRecipe(seq_len=512, global_batch=8, ep=2), "recipe.ep"),
                           (types_pb2.TrainingRecipe(seq_len=512, global_batch=8, lora_dropout=1.5),
-                           "recipe.lora_dropout")):  # fmt: skip
+                           "recipe.lora_dropout"),
+                          (types_pb2.TrainingRecipe(seq_len=512, global_batch=8, lora_adapter_dtype="bf16"),
+                           "recipe.lora_adapter_dtype"),
+                          (types_pb2.TrainingRecipe(seq_len=512, global_batch=8, fsdp_reshard="none"),
+                           "recipe.fsdp_reshard"),
+                          (types_pb2.TrainingRecipe(seq_len=512, global_batch=8, qlora_backend="Torchao"),
+                           "recipe.qlora_backend")):  # fmt: skip
         request = predictor_pb2.PredictRequest(model=types_pb2.ModelSpec(catalog_name="gpt2-124m"), recipe=recipe)
         with pytest.raises(marp.MarpError) as info:
             predict(request)
         assert info.value.field == field
+        if field in convert.CHOICE_FIELDS:  # the message lists what is allowed
+            assert all(c in str(info.value) for c in convert.CHOICE_FIELDS[field]), info.value
 
 
 def test_the_predictor_plans_with_the_fields() -> None:
@@ -86,3 +116,13 @@ def test_the_predictor_plans_with_the_fields() -> None:
              for s in (full, lora)]  # fmt: skip
     assert plans[0] and plans[1]
     assert max(p.memory.optimizer_states for p in plans[1]) * 10 < min(p.memory.optimizer_states for p in plans[0])
+
+    # Pure bf16 with peft's fp32 adapters (the default) vs adapters in the compute dtype: the field
+    # crosses the wire, and every plan the two share keeps half the adapter states.
+    compute = parse_entry({**base, "finetune": "lora", "lora_rank": 8, "lora_adapter_dtype": "compute"}).to_proto(
+        read_model_files=False)
+    fp32_states = {(p.gpu_type, p.num_gpus, str(p.layout)): p.memory.optimizer_states for p in plans[1]}
+    shared = [(p.memory.optimizer_states, fp32_states[k]) for p in predict(predictor_pb2.PredictRequest(
+        model=compute.model, recipe=compute.recipe, limits=compute.limits)).plans
+        if (k := (p.gpu_type, p.num_gpus, str(p.layout))) in fp32_states]
+    assert shared and all(c * 2 == f for c, f in shared)
