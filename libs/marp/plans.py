@@ -235,7 +235,8 @@ def _layout_at(grid: dict[str, NDArray[np.int64]], i: int, megatron: bool, ep: i
     tp = int(grid["tp"][i])
     if "ep" in grid:
         ep = int(grid["ep"][i])  # enumerated (expert_parallel_degrees)
-    return Layout(
+    # (a row of the grid memory_grid has validated by Layout's rules: not checked again)
+    return Layout.of_valid(
         tp=tp, pp=int(grid["pp"][i]), dp=int(grid["dp"][i]), zero_stage=int(grid["zero"][i]),
         micro_batch=int(grid["mb"][i]), grad_accum=int(grid["ga"][i]),
         recompute=_RC_NAMES[int(grid["rc"][i])], sp=megatron and tp > 1, ep=ep,  # type: ignore[arg-type]
