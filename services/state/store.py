@@ -376,7 +376,7 @@ class StateStore:
         self._last_full_read = -math.inf
         self._unreadable: set[str] = set()  # jobs whose stored plans did not parse (logged once)
         self.hold: str | None = None  # as the last ``queue()`` read it: why an operator holds the queue
-        self._names_read: tuple[float, list[str], list[Any]] | None = None  # node names and heads read with the queue
+        self._heads_read: tuple[float, list[str], list[Any]] | None = None  # node names and heads read with the queue
         # As the last ``queue()`` read it: (time.monotonic() when the read began, PENDING jobs per
         # user, their ids), replaced whole so another thread never sees half of one read.
         self.queued_view: tuple[float, dict[str, int], frozenset[str]] | None = None
@@ -559,20 +559,25 @@ class StateStore:
         pipe = self.r.pipeline(transaction=False)
         pipe.zrange(self.k.queue(), 0, -1, withscores=True)
         pipe.get(self.k.queue_hold())
-        # The node names and heads too: the tick reads the cluster next, and this saves it two
-        # round trips (cluster() takes them if at most NAMES_REUSE_S old, once).
-        pipe.smembers(self.k.nodes())
-        entries, hold, names = pipe.execute()
+        # While jobs wait, the tick reads the cluster next: the node names and heads come with the
+        # queue's reads, two round trips less (cluster() takes them if at most NAMES_REUSE_S old,
+        # once). An empty or held queue is not placed: its ticks read no node.
+        prefetch = bool(self._queued) and self.hold is None
+        if prefetch:
+            pipe.smembers(self.k.nodes())
+        entries, hold, *names_read = pipe.execute()
         self.hold = hold  # the operator's reason while the queue is held, else None
         read_at = time.monotonic()
-        names = sorted(names)
-        calls = [self._node_heads_call(names)]
+        calls = []
         if entries:
             calls.append(ScriptCall(self._read_hashes, [self.k.job(job_id) for job_id, _ in entries],
                                     ["attempt", "submitted_at", "state", "user"], _as_is))
+        names = sorted(names_read[0]) if prefetch and entries and hold is None else None
+        if names is not None:
+            calls.append(self._node_heads_call(names))
         replies = self.read_calls(calls)
-        self._names_read = (read_at, names, replies[0])
-        heads = replies[1] if entries else []
+        self._heads_read = (read_at, names, replies[1]) if names is not None else None
+        heads = replies[0] if entries else []
         pending: list[tuple[str, tuple[str, str, int]]] = []
         users: dict[str, int] = {}
         for (job_id, seq), (attempt, submitted_at, state, user) in zip(entries, heads, strict=True):
@@ -826,26 +831,22 @@ class StateStore:
         errors raise: which calls ran is unknown, and each is safe to repeat (fenced, idempotent)."""
         if not calls:
             return []
-        replies = self._replies(calls)
         out: list[Any] = []
-        for c, reply in zip(calls, replies, strict=True):
+        for c, reply in zip(calls, self._replies(calls), strict=True):
             try:
                 if isinstance(reply, Exception):
                     raise reply
                 out.append(c.read(reply))
-            except redis.ConnectionError:
-                raise
             except Exception as exc:  # noqa: BLE001 - returned in its place, for its caller to report
                 out.append(exc)
         return out
 
     def read_calls(self, calls: Sequence[ScriptCall]) -> list[Any]:
         """Read-only script calls in one round trip; the first error raises (as one call alone would)."""
-        out = []
-        for c, reply in zip(calls, self._replies(calls), strict=True):
+        out = self.run_calls(calls)
+        for reply in out:
             if isinstance(reply, Exception):
                 raise reply
-            out.append(c.read(reply))
         return out
 
     def _replies(self, calls: Sequence[ScriptCall]) -> list[Any]:
@@ -1010,8 +1011,8 @@ class StateStore:
 
     def _recent_heads(self) -> tuple[list[str], list[Any]]:
         """(node names, their heads from ``read_nodes.lua``): the ones read with the queue, else now."""
-        read = self._names_read
-        self._names_read = None
+        read = self._heads_read
+        self._heads_read = None
         if read is not None and time.monotonic() - read[0] <= self.NAMES_REUSE_S:
             return read[1], read[2]
         names = self.node_names()

@@ -206,3 +206,20 @@ def test_a_batch_whose_script_fails_for_one_job_handles_the_others_and_keeps_tha
     assert [loop.store.get(ids[i]).state for i in (0, 2)] == [JobState.SUCCEEDED, JobState.SUCCEEDED]
     assert client.xpending(keys.events_stream(), "scheduler")["pending"] == 1  # retried, never lost
     assert loop.metrics.events.labels("failed")._value.get() == 1
+
+
+def test_an_idle_tick_reads_the_queue_and_no_node(redis_url: str, keys: Keys) -> None:
+    """The node names and heads come with the queue's reads only while jobs wait (the cluster is
+    read next); a tick of an empty queue is one round trip, whatever the cluster's size."""
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    counting = redis.Redis(connection_pool=redis.ConnectionPool(connection_class=CountingConnection,
+                                                                **client.get_connection_kwargs()))
+    for n in range(20):
+        add_node(client, keys, f"n{n}", "A100-80GB", 8)
+    loop = _loop(counting, keys)
+    loop.tick()  # (a first tick may load scripts)
+    before = CountingConnection.sent
+    assert loop.tick().placed == []
+    assert CountingConnection.sent - before == 1
+    job = loop.store.submit(make_spec("woke"), [make_plan("A100-80GB")], "gpt2-124m", 1)[0]
+    assert loop.tick().placed == [job]  # and a job that then arrives is placed as before
