@@ -37,6 +37,7 @@ from frenzy.measure.config import (
     ParallelConfig,
     check_parallel,
 )
+from marp.recipe import FSDP_RESHARDS, LORA_ADAPTER_DTYPES, QLORA_BACKENDS
 
 # Precisions as spelled on the command line (``bf16`` is pure bf16); the other choices are the config's.
 PRECISIONS = tuple(compare.PRECISIONS)
@@ -83,6 +84,15 @@ def measure(
     lora_targets: Annotated[str, typer.Option(help="LoRA target matrices, comma-separated: "
                                               "q,k,v,o,gate,up,down.")] = "q,k,v,o",
     lora_dropout: Annotated[float, typer.Option(help="peft's lora_dropout on the adapters' inputs.")] = 0.0,
+    lora_adapter_dtype: Annotated[str, typer.Option(help="fp32 | compute: the adapters' dtype; peft upcasts them "
+                                                    "to fp32 (default), compute keeps the base's (bf16 under "
+                                                    "--precision bf16).")] = "fp32",
+    fsdp_reshard: Annotated[str, typer.Option(help="keep-last | all: FSDP2 blocks resharded after their forward; "
+                                              "torchtitan keeps the last gathered (default), torchtune reshards "
+                                              "all.")] = "keep-last",
+    qlora_backend: Annotated[str | None, typer.Option(help="bitsandbytes | torchao: QLoRA's NF4 base, as in frenzy "
+                                                      "predict; the oracle builds no QLoRA (no NF4 kernels on fake "
+                                                      "tensors), so any value is refused.")] = None,
     all_ranks: Annotated[bool, typer.Option("--all-ranks", help="Simulate every rank, not one per cp "
                                             "coordinate (dp and tp ranks are symmetric).")] = False,
     as_json: JsonOpt = False,
@@ -105,6 +115,13 @@ def measure(
     _choice(gqa, "--gqa", GQA_MODES)
     _choice(grad_buffer, "--grad-buffer", GRAD_BUFFERS)
     _choice(optimizer_impl, "--optimizer-impl", OPTIMIZER_IMPLS)
+    _choice(lora_adapter_dtype, "--lora-adapter-dtype", LORA_ADAPTER_DTYPES)
+    _choice(fsdp_reshard, "--fsdp-reshard", FSDP_RESHARDS)
+    if qlora_backend is not None:
+        _choice(qlora_backend, "--qlora-backend", QLORA_BACKENDS)
+        _fail("--qlora-backend: frenzy measure cannot build QLoRA (neither bitsandbytes' nor torchao's NF4 runs "
+              "on fake tensors); measure --finetune lora, or predict QLoRA with frenzy predict --finetune qlora "
+              f"--qlora-backend {qlora_backend}.")
     if seq_len < 1:
         _fail(f"--seq-len: must be a positive number of tokens, got {seq_len}.")
     if micro_batch < 1:
@@ -121,10 +138,14 @@ def measure(
     if spec.pos_emb == "learned" and seq_len > spec.max_positions:
         _fail(f"--seq-len: {seq_len} exceeds {spec.name}'s {spec.max_positions} learned positions.")
     parallel = (dp, tp, cp) != (1, 1, 1) or finetune != "full" or policy == "fsdp-bf16"
+    if not parallel and fsdp_reshard != "keep-last":
+        _fail("--fsdp-reshard: there is no FSDP to reshard on one GPU; give --dp or --cp > 1.")
+    if finetune == "full" and lora_adapter_dtype != "fp32":
+        _fail("--lora-adapter-dtype: there are no adapters without --finetune lora.")
     if parallel:
         par = _parallel_config(spec, seq_len, micro_batch, policy, optimizer, attention, recompute, gqa, dropout,
                                grad_buffer, optimizer_impl, dp, tp, cp, finetune, lora_rank, lora_targets,
-                               lora_dropout)  # fmt: skip
+                               lora_dropout, fsdp_reshard, lora_adapter_dtype)  # fmt: skip
     if not torch_available():
         _fail(f"frenzy measure needs PyTorch, which is not installed. To fix: {INSTALL_HINT}")
     if finetune == "lora" and not peft_available():
@@ -182,7 +203,8 @@ def _print(out: dict[str, Any]) -> None:
 def _parallel_config(spec: marp.ModelSpec, seq_len: int, micro_batch: int, policy: str, optimizer: str,
                      attention: str, recompute: str, gqa: str, dropout: float, grad_buffer: str,
                      optimizer_impl: str, dp: int, tp: int, cp: int, finetune: str, lora_rank: int,
-                     lora_targets: str, lora_dropout: float = 0.0) -> tuple[MeasureConfig, ParallelConfig]:  # fmt: skip
+                     lora_targets: str, lora_dropout: float = 0.0, fsdp_reshard: str = "keep-last",
+                     lora_adapter_dtype: str = "fp32") -> tuple[MeasureConfig, ParallelConfig]:  # fmt: skip
     """The checked configs of a multi-GPU measurement (exit 2 naming the flag otherwise), before torch."""
     for flag, value in (("--dp", dp), ("--tp", tp), ("--cp", cp), ("--lora-rank", lora_rank)):
         if value < 1:
@@ -197,8 +219,11 @@ def _parallel_config(spec: marp.ModelSpec, seq_len: int, micro_batch: int, polic
                            grad_buffer=grad_buffer, optimizer_impl=optimizer_impl)  # fmt: skip
     if not 0.0 <= lora_dropout < 1.0:
         _fail(f"--lora-dropout: must be a probability in [0, 1), got {lora_dropout}.")
+    if fsdp_reshard != "keep-last" and dp * cp == 1:
+        _fail("--fsdp-reshard: there is no FSDP to reshard at dp x cp = 1; give --dp or --cp > 1.")
     par = ParallelConfig(dp=dp, tp=tp, cp=cp, finetune=finetune, lora_rank=lora_rank, lora_targets=targets,
-                         lora_dropout=lora_dropout)  # fmt: skip
+                         lora_dropout=lora_dropout, fsdp_reshard=fsdp_reshard,
+                         lora_adapter_dtype=lora_adapter_dtype)  # fmt: skip
     try:
         check_parallel(spec, config, par)
     except ValueError as exc:
@@ -257,7 +282,9 @@ def _print_parallel(out: dict[str, Any]) -> None:
     cfg, par = out["config"], out["parallel"]
     title = (f"{out['model']}: dp {par['dp']} x tp {par['tp']} x cp {par['cp']} ({par['world_size']} rank{'s' if par['world_size'] > 1 else ''}), "
              f"seq {cfg['seq_len']} x batch {cfg['micro_batch']} per rank, {cfg['precision']}, {cfg['optimizer']}, "
-             f"recompute {cfg['recompute']}, finetune {par['finetune']}")  # fmt: skip
+             f"recompute {cfg['recompute']}, finetune {par['finetune']}"
+             + (f" ({par['lora_adapter_dtype']} adapters)" if par["finetune"] != "full" else "")
+             + (f", fsdp reshard {par['fsdp_reshard']}" if par["dp"] * par["cp"] > 1 else ""))  # fmt: skip
     table = Table()
     for col in ("rank", "dp,cp,tp", "peak MiB", "params", "grads", "optimizer", "other", "phase", "MARP MiB",
                 "error"):  # fmt: skip

@@ -44,7 +44,8 @@ def marp_inputs_parallel(config: MeasureConfig, par: ParallelConfig) -> tuple[ma
     recipe, layout = marp_inputs(config)
     recipe = dataclasses.replace(recipe, global_batch=config.micro_batch * par.dp, finetune=par.finetune,
                                  lora_rank=par.lora_rank, lora_targets=par.lora_targets,
-                                 lora_dropout=par.lora_dropout, fsdp_reshard=par.fsdp_reshard)  # fmt: skip
+                                 lora_dropout=par.lora_dropout, fsdp_reshard=par.fsdp_reshard,
+                                 lora_adapter_dtype=par.lora_adapter_dtype)  # fmt: skip
     layout = dataclasses.replace(layout, tp=par.tp, dp=par.dp, cp=par.cp, sp=par.sequence_parallel,
                                  zero_stage=3 if par.fsdp else 0)  # fmt: skip
     return recipe, layout

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from marp import ModelSpec
+from marp.recipe import FSDP_RESHARDS, LORA_ADAPTER_DTYPES
 
 # fsdp-bf16: FSDP2's MixedPrecisionPolicy (fp32 sharded parameters, bf16 all-gathered copies for
 # compute, fp32 gradient reduce-scatter); multi-GPU oracle only, with dp x cp > 1.
@@ -73,7 +74,10 @@ class ParallelConfig:
     sequence (ring attention). ``finetune`` "lora" trains peft LoRA adapters of rank
     ``lora_rank`` on ``lora_targets`` with the base frozen, ``lora_dropout`` on their inputs.
     ``fsdp_reshard`` "keep-last" keeps the last block gathered after its forward (torchtitan),
-    "all" reshards every block (torchtune's shard_model).
+    "all" reshards every block (torchtune's shard_model). ``lora_adapter_dtype`` "fp32" leaves
+    peft's adapters in fp32 (get_peft_model's autocast_adapter_dtype=True, peft's default);
+    "compute" keeps them in the model's parameter dtype (autocast_adapter_dtype=False, or a
+    torchtune model built in bf16), as ``TrainingRecipe.lora_adapter_dtype``.
     """
 
     dp: int = 1
@@ -84,6 +88,7 @@ class ParallelConfig:
     lora_targets: tuple[str, ...] = ("q", "k", "v", "o")
     lora_dropout: float = 0.0
     fsdp_reshard: str = "keep-last"
+    lora_adapter_dtype: str = "fp32"
 
     def __post_init__(self) -> None:
         for name in ("dp", "tp", "cp", "lora_rank"):
@@ -94,8 +99,11 @@ class ParallelConfig:
             raise ValueError(f"finetune must be one of {', '.join(FINETUNES)}, got {self.finetune!r}")
         if isinstance(self.lora_dropout, bool) or not 0.0 <= self.lora_dropout < 1.0:
             raise ValueError(f"lora dropout must be a probability in [0, 1), got {self.lora_dropout!r}")
-        if self.fsdp_reshard not in ("keep-last", "all"):
-            raise ValueError(f"fsdp reshard must be keep-last or all, got {self.fsdp_reshard!r}")
+        if self.fsdp_reshard not in FSDP_RESHARDS:
+            raise ValueError(f"fsdp reshard must be one of {', '.join(FSDP_RESHARDS)}, got {self.fsdp_reshard!r}")
+        if self.lora_adapter_dtype not in LORA_ADAPTER_DTYPES:
+            raise ValueError(f"lora adapter dtype must be one of {', '.join(LORA_ADAPTER_DTYPES)}, "
+                             f"got {self.lora_adapter_dtype!r}")
         bad = [t for t in self.lora_targets if t not in LORA_TARGETS]
         if bad or not self.lora_targets:
             raise ValueError(f"lora targets must be among {', '.join(LORA_TARGETS)}, got {','.join(self.lora_targets)!r}")

@@ -225,6 +225,15 @@ def _apply_lora(model: nn.Module, par: ParallelConfig) -> nn.Module:
     finally:
         nn.Module.to = to  # type: ignore[method-assign]
     cast_adapter_dtype(model, adapter_name="default", autocast_adapter_dtype=True)
+    if par.lora_adapter_dtype == "compute":
+        # autocast_adapter_dtype=False: each adapter stays in its base layer's dtype (bf16 under
+        # pure-bf16; fp32 under fp32 and fsdp-bf16, whose FSDP policy casts it for compute). The
+        # storage is replaced through .data, as peft's cast_adapter_dtype does: fake parameters
+        # cannot be swapped for new objects.
+        base = next(p.dtype for n, p in model.named_parameters() if "lora_" not in n)
+        for name, p in model.named_parameters():
+            if "lora_" in name and p.dtype != base:
+                p.data = p.data.to(base)
     for name, p in model.named_parameters():
         p.requires_grad_("lora_" in name)
     return model

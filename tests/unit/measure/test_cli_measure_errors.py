@@ -54,6 +54,14 @@ LLAMA = ('{"arch":"decoder","head":"lm","n_layers":2,"hidden":256,"heads":4,"kv_
     ({"tp": "2", "precision": "amp-bf16"}, "does not emulate autocast"),
     ({"tp": "2", "finetune": "lora"}, "LoRA with tp > 1"),
     ({"model": "gpt2", "dp": "2"}, "LLaMA-style"),
+    ({"finetune": "lora", "lora_adapter_dtype": "bf16"}, "--lora-adapter-dtype"),
+    ({"lora_adapter_dtype": "compute"}, "no adapters without --finetune lora"),
+    ({"dp": "2", "fsdp_reshard": "none"}, "--fsdp-reshard"),
+    ({"fsdp_reshard": "all"}, "no FSDP to reshard"),  # one GPU
+    ({"tp": "2", "fsdp_reshard": "all"}, "no FSDP to reshard"),  # dp x cp = 1
+    ({"finetune": "lora", "qlora_backend": "nf8"}, "bitsandbytes, torchao"),
+    ({"finetune": "lora", "qlora_backend": "torchao"}, "cannot build QLoRA"),
+    ({"qlora_backend": "bitsandbytes"}, "cannot build QLoRA"),
 ])  # fmt: skip
 def test_bad_layout_flags_exit_2_before_torch(over: dict[str, str], named: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cmd_measure, "torch_available", lambda: pytest.fail("checked inputs after torch"))
@@ -68,3 +76,20 @@ def test_lora_without_peft_exits_2_with_the_install_command(monkeypatch: pytest.
     res = RUN.invoke(app, _args(model=LLAMA, finetune="lora"))
     assert res.exit_code == 2, res.output
     assert "needs peft" in res.output and "pip install -e .[train]" in res.output
+
+
+def test_recipe_flags_reach_the_oracle_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    # --lora-adapter-dtype and --fsdp-reshard are the oracle's (ParallelConfig) as frenzy predict's
+    # are MARP's; the measurement itself is stubbed (torch-free).
+    seen: list[object] = []
+    monkeypatch.setattr(cmd_measure, "torch_available", lambda: True)
+    monkeypatch.setattr(cmd_measure, "peft_available", lambda: True)
+    monkeypatch.setattr(cmd_measure, "_measure_parallel", lambda spec, configs, *a, **k: seen.append(configs[1]))
+    res = RUN.invoke(app, _args(model=LLAMA, precision="fsdp-bf16", dp="2", finetune="lora",
+                                lora_adapter_dtype="compute", fsdp_reshard="all"))  # fmt: skip
+    assert res.exit_code == 0, res.output
+    (par,) = seen
+    assert (par.lora_adapter_dtype, par.fsdp_reshard, par.dp) == ("compute", "all", 2)
+    defaults = RUN.invoke(app, _args(model=LLAMA, finetune="lora"))
+    assert defaults.exit_code == 0, defaults.output
+    assert (seen[1].lora_adapter_dtype, seen[1].fsdp_reshard) == ("fp32", "keep-last")
