@@ -34,6 +34,7 @@ from has.placement import (  # noqa: E402
     place_job,
 )
 from has.policy import (  # noqa: E402
+    POLICY_NAMES,
     PlanChoice,
     Preemption,
     QueueOrder,
@@ -49,6 +50,7 @@ from has.queued import QueuedJob  # noqa: E402
 __all__ = [
     "GIB",
     "NATIVE",
+    "POLICY_NAMES",
     "ClusterView",
     "GpuSlot",
     "NodeFree",

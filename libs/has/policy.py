@@ -17,7 +17,7 @@ Policy — FIFO with backfill and a starvation reservation (docs/has-policy.md):
    other GPU types, other nodes, and GPUs beyond what the holder needs.
    ``ScheduleResult.blocked_by`` names the holder.
 
-4. Preemption (``QueuePolicy.preempt_within_s``, on in ``QueuePolicy.frenzy()``): given
+4. Preemption (``QueuePolicy.preempt_within_s``, on in ``QueuePolicy.named("frenzy-completion")``): given
    the running jobs, a job submitted seconds ago may be stopped for a much shorter waiting
    one, at most one per pass (``has.preemption``; docs/has-policy.md).
 5. Priorities (``QueuedJob.priority``, 0 unless set): the queue is walked highest class
@@ -175,19 +175,50 @@ class QueuePolicy:
 
     @classmethod
     def frenzy(cls, **overrides: object) -> QueuePolicy:
-        """Shortest-first with aging, completion-time-aware plan choice, backfill, and stopping
-        a job submitted under a minute ago for a much shorter one (ours)."""
-        # Knobs chosen on Pollux workloads 1-5 on paper-64 (docs/simulator.md has the sweep);
-        # held-out checks: workloads 6-7 and the Gavel traces. The preemption window and gain
-        # were read off a grid on all ten shipped traces, then checked on held-out synthetic
-        # workloads and the Gavel jobs after the first 300 (docs/simulator.md).
+        """Ours, the default of the live scheduler and the simulator alike: shortest-first with
+        aging over MARP's ranked plans, a plan refused while waiting for a better-ranked one's
+        GPUs finishes more than ``wait_slack`` sooner, backfill, and the starving job's
+        reservation ordered by ideal completion."""
+        # Chosen on the tuning half of bench/sim_tables.py (docs/simulator.md, "Results"): the
+        # completion-time plan choice and the preemption that needs it (``frenzy-completion``,
+        # the default until issue 18) did not pay there.
         base: dict[str, object] = {
-            "order": QueueOrder.SHORTEST, "plan_choice": PlanChoice.COMPLETION, "starvation_s": 14400.0,
+            "order": QueueOrder.SHORTEST, "plan_choice": PlanChoice.RANKED_WAIT, "starvation_s": 14400.0,
             "width_slack": 0.15, "wait_slack": 0.2, "starving_order": StarvingOrder.IDEAL,
-            "preempt_within_s": 60.0, "preempt_restart_s": 120.0, "preempt_gain": 2.0,
+            "preempt_within_s": 0.0, "preempt_restart_s": 120.0, "preempt_gain": 2.0,
         }  # fmt: skip
         base.update(overrides)
         return cls(**base)  # type: ignore[arg-type]
+
+    @classmethod
+    def named(cls, name: str, **overrides: object) -> QueuePolicy:
+        """The policy ``name`` of ``POLICY_NAMES`` (``frenzy scheduler --policy``, ``frenzy
+        simulate``'s HAS variants), with ``overrides`` on top; ValueError naming the choices."""
+        try:
+            knobs = _NAMED[name]
+        except KeyError:
+            raise ValueError(f"unknown policy {name!r}; one of {', '.join(POLICY_NAMES)}") from None
+        if name == "frenzy-paper":
+            return cls(**{**knobs, **overrides})  # type: ignore[arg-type]
+        return cls.frenzy(**{**knobs, **overrides})
+
+
+# The HAS variants by name: one table read by the live scheduler's --policy and by the
+# simulator (has.sim.baselines.make_policy), so both run the same knobs under the same name.
+# Knobs on top of QueuePolicy.frenzy(), except frenzy-paper's (on top of QueuePolicy()).
+_NAMED: dict[str, dict[str, object]] = {
+    "frenzy": {},
+    # MARP's first plan that fits now, however slow (issue 18's first default)
+    "frenzy-ranked": {"plan_choice": PlanChoice.RANKED},
+    # completion-time-aware plan choice and stopping a job started under a minute ago for a
+    # much shorter one (the default before issue 18's tuning split)
+    "frenzy-completion": {"plan_choice": PlanChoice.COMPLETION, "preempt_within_s": 60.0},
+    "frenzy-nopreempt": {"plan_choice": PlanChoice.COMPLETION},
+    "frenzy-fifo": {"order": QueueOrder.FIFO},
+    # the first HAS (the paper's): FIFO over the ranked plans with backfill
+    "frenzy-paper": {},
+}
+POLICY_NAMES: tuple[str, ...] = tuple(_NAMED)
 
 
 @dataclass(frozen=True)

@@ -519,14 +519,14 @@ def scheduler_cmd(
     = "29500-32767",
     policy: Annotated[str, typer.Option(
         envvar="FRENZY_POLICY",
-        help="Queue policy: 'frenzy' (shortest-first with aging, completion-time-aware plan choice, and "
-             "stopping a job submitted under a minute ago for a much shorter one; the simulator calls it "
-             "frenzy-completion), 'frenzy-ranked-wait' (shortest-first with aging over MARP's ranked plans, "
-             "waiting for a better-ranked plan when that finishes over 20 % sooner, no preemption: the "
-             "simulator's frenzy, which won its tuning split, docs/simulator.md), 'frenzy-ranked' (that "
-             "without the wait), "
-             "'frenzy-nopreempt' (frenzy never stopping a running job) or 'paper' (FIFO with backfill, "
-             "first satisfiable plan; the Frenzy paper's HAS).")] = "frenzy",
+        help="Queue policy, by the name the simulator gives it (`frenzy simulate --policies`): 'frenzy' "
+             "(shortest-first with aging over MARP's ranked plans, waiting for a better-ranked plan when "
+             "that finishes over 20 % sooner; the default, chosen on the simulator's tuning split, "
+             "docs/simulator.md), 'frenzy-ranked' (that without the wait), 'frenzy-completion' "
+             "(completion-time-aware plan choice, and stopping a job submitted under a minute ago for a "
+             "much shorter one), 'frenzy-nopreempt' (frenzy-completion never stopping a running job), "
+             "'frenzy-fifo' (frenzy in submit order) or 'frenzy-paper' (FIFO with backfill, first "
+             "satisfiable plan; the Frenzy paper's HAS; 'paper' works too).")] = "frenzy",
     max_queued_per_user: Annotated[int, typer.Option(
         envvar="FRENZY_MAX_QUEUED_PER_USER", min=1,
         help="PENDING jobs one user may have; more submissions are refused (RESOURCE_EXHAUSTED).")] = 1000,
@@ -584,14 +584,12 @@ def scheduler_cmd(
         tls, predictor_tls = ServerTls.from_files(tls_cert, tls_key, tls_ca), ClientTls.from_env()
     except ValueError as exc:
         fail(str(exc), 2)
-    from has import PlanChoice, QueuePolicy
+    from has import QueuePolicy
 
-    policies = {"frenzy": QueuePolicy.frenzy(), "frenzy-completion": QueuePolicy.frenzy(),
-                "frenzy-ranked": QueuePolicy.frenzy(plan_choice=PlanChoice.RANKED),
-                "frenzy-ranked-wait": QueuePolicy.frenzy(plan_choice=PlanChoice.RANKED_WAIT),
-                "frenzy-nopreempt": QueuePolicy.frenzy(preempt_within_s=0.0), "paper": QueuePolicy()}
-    if policy not in policies:
-        fail(f"--policy: unknown policy {policy!r}; one of {', '.join(policies)}", 2)
+    try:  # 'paper': the name before the simulator and the scheduler shared one registry
+        queue_policy = QueuePolicy.named("frenzy-paper" if policy == "paper" else policy)
+    except ValueError as exc:
+        fail(f"--policy: {exc}", 2)
     if serve not in ("all", "api", "loop"):
         fail(f"--serve: unknown mode {serve!r}; one of all, api, loop", 2)
     if max_streams >= grpc_workers:
@@ -602,7 +600,7 @@ def scheduler_cmd(
     stop = _stop_event()
     server = SchedulerServer(redis_url, predictor, address, prefix=prefix, tick_s=tick_s,
                              dead_after_s=node_dead_after_s, max_attempts=max_attempts,
-                             orphan_release_s=orphan_release_s, master_ports=ports, policy=policies[policy],
+                             orphan_release_s=orphan_release_s, master_ports=ports, policy=queue_policy,
                              quotas=quotas, stream_caps=StreamCaps(max_streams, max_streams_per_user),
                              max_workers=grpc_workers, tls=tls, predictor_tls=predictor_tls,
                              metrics_address=metrics_address or None, leader_ttl_s=leader_ttl_s, serve=serve)

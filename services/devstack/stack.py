@@ -139,6 +139,7 @@ class LocalStack:
     ttl_s: float = 5.0
     node_dead_after_s: float | None = None  # scheduler --node-dead-after-s (None: its default)
     max_attempts: int | None = None
+    policy: str | None = None  # scheduler --policy (None: its default, or FRENZY_POLICY)
     orphan_release_s: float | None = None
     cancel_grace_s: float | None = None  # agents' --cancel-grace-s
     agent_args: list[str] = field(default_factory=list)  # extra options for every agent
@@ -184,7 +185,7 @@ class LocalStack:
             self.metrics_ports["scheduler"] = self.metrics_port
             common = ["--predictor", self.predictor_addr, "--prefix", self.prefix]
             for flag, value in (("--node-dead-after-s", self.node_dead_after_s), ("--max-attempts", self.max_attempts),
-                                ("--orphan-release-s", self.orphan_release_s)):
+                                ("--orphan-release-s", self.orphan_release_s), ("--policy", self.policy)):
                 if value is not None:
                     common += [flag, str(value)]
             sched = ["scheduler", "--address", self.scheduler_addr, *common,

@@ -132,8 +132,8 @@ class SchedulerLoop:
         if not (1024 <= first <= last <= 65535):
             raise ValueError(f"master port range {first}-{last}: need 1024 <= first <= last <= 65535")
         self.store = StateStore(client, keys)
-        # Ours by default (docs/has-policy.md): shortest-first with aging and
-        # completion-time-aware plan choice; QueuePolicy() is the paper's HAS.
+        # Ours by default, the simulator's `frenzy` (docs/has-policy.md): shortest-first with
+        # aging over the ranked plans; QueuePolicy.named() has the other variants.
         self.policy = policy or QueuePolicy.frenzy()
         self.explain_every_s = 1.0
         self._last_explained = float("-inf")

@@ -260,8 +260,10 @@ def test_a_long_job_is_preempted_for_a_much_shorter_one_and_runs_again_after_it(
     make_stack: Callable[..., Stack],
 ) -> None:
     """One GPU; a long job starts, a much shorter one arrives seconds later: HAS stops the long one
-    (its agent kills the process), runs the short one, then runs the long one again (attempt 2)."""
-    s = make_stack({"nodes": [{"gpu": "L4", "count": 1, "gpus_per_node": 1, "name_prefix": "l4"}]})
+    (its agent kills the process), runs the short one, then runs the long one again (attempt 2).
+    Preemption is frenzy-completion's (the default policy does not stop running jobs)."""
+    s = make_stack({"nodes": [{"gpu": "L4", "count": 1, "gpus_per_node": 1, "name_prefix": "l4"}]},
+                   policy="frenzy-completion")
     sleeper = [sys.executable, "-c", "import time; time.sleep(600)"]
     long_id = s.submit(sleeper, **ONE_GPU_MODEL, train_steps=10_000_000)  # days, by MARP's estimate
     s.wait_state(long_id, (types_pb2.JOB_STATE_RUNNING,), timeout=30)

@@ -6,11 +6,10 @@ system would see them) into Start/Stop actions.
 * ``frenzy`` / ``frenzy-paper`` (and ablations): build ``QueuedJob``s from MARP's ranked
   plans and call ``has.schedule`` — the very function the live scheduler calls every tick;
   only the ``QueuePolicy`` differs. frenzy-paper = ``QueuePolicy()`` (first satisfiable
-  ranked plan, FIFO, backfill); frenzy = ``QueuePolicy.frenzy(plan_choice=RANKED_WAIT)``
-  (shortest-first with aging over MARP's ranked plans, refusing a plan far slower than one
-  whose GPUs free soon; chosen on the tuning split, docs/simulator.md); frenzy-ranked = that
-  without the refusal (the default of issue 18); frenzy-completion = ``QueuePolicy.frenzy()``,
-  the live scheduler's default.
+  ranked plan, FIFO, backfill); frenzy = ``QueuePolicy.frenzy()``, the live scheduler's
+  default too (shortest-first with aging over MARP's ranked plans, refusing a plan far slower
+  than one whose GPUs free soon; chosen on the tuning split, docs/simulator.md); the other
+  HAS variants are ``QueuePolicy.named``'s, the same knobs as ``frenzy scheduler --policy``.
 * ``opportunistic``: memory-blind; the user's requested GPU count on whatever type has that
   many free GPUs, first fit, FIFO with backfill. OOM rule: after an OOM on (type, n) the job
   tries the next type at n; once every type failed at n it asks for 2n.
@@ -35,7 +34,8 @@ from typing import Any
 import numpy as np
 
 import marp
-from has import PlanChoice, QueuedJob, QueueOrder, QueuePolicy, RunningJob, schedule
+from has import POLICY_NAMES as QUEUE_POLICY_NAMES
+from has import QueuedJob, QueuePolicy, RunningJob, schedule
 from has.oom import memory_share, oom_threshold, plans_that_may_fit
 from has.placement import Placement, PlanOption
 from has.sim.engine import JobInfo, JobProfile, SimError, SimView, Start, Stop, require
@@ -794,33 +794,16 @@ def make_policy(
     plan refused when waiting for a better-ranked one finishes more than 20 % sooner: the
     default the tuning split chose; ablations: frenzy-ranked = frenzy without that refusal,
     frenzy-fifo = frenzy without shortest-first,
-    frenzy-completion = the live scheduler's QueuePolicy.frenzy() with completion-time-aware plan
-    choice and preemption, frenzy-nopreempt = that without preemption; sia-memaware = Sia told
+    frenzy-completion = completion-time-aware plan choice and preemption (the live default
+    before issue 18), frenzy-nopreempt = that without preemption; sia-memaware = Sia told
     which configurations fit, a baseline stronger than the paper's; gavel-memaware = Gavel told which
     configurations fit; gavel-minjct = that with the completion-time objective; ``gavel_round_s``:
     Gavel's round length)."""
-    if name == "frenzy":
-        # The default, chosen on the tuning half of bench/sim_tables.py (docs/simulator.md):
-        # shortest-first with aging over MARP's ranked plans, except that a plan is refused when
-        # waiting for a better-ranked plan's GPUs finishes more than wait_slack (20 %) sooner --
-        # the completion-time plan choice (and the preemption that needs it) did not pay there.
-        return FrenzyPolicy(name, QueuePolicy.frenzy(plan_choice=PlanChoice.RANKED_WAIT, explain=False),
+    if name in QUEUE_POLICY_NAMES:
+        # HAS itself, the live scheduler's knobs under the same name (QueuePolicy.named);
+        # preemption's switch cost is the simulator's restart cost
+        return FrenzyPolicy(name, QueuePolicy.named(name, preempt_restart_s=restart_s, explain=False),
                             restart_s=restart_s)
-    if name == "frenzy-ranked":
-        # issue 18's default: MARP's first plan that fits now, however slow
-        return FrenzyPolicy(name, QueuePolicy.frenzy(plan_choice=PlanChoice.RANKED, explain=False), restart_s=restart_s)
-    if name == "frenzy-completion":
-        # the live scheduler's QueuePolicy.frenzy(); preemption's switch cost is the simulator's restart cost
-        return FrenzyPolicy(name, QueuePolicy.frenzy(preempt_restart_s=restart_s, explain=False), restart_s=restart_s)
-    if name == "frenzy-paper":
-        return FrenzyPolicy(name, QueuePolicy(explain=False), restart_s=restart_s)
-    if name == "frenzy-fifo":
-        return FrenzyPolicy(
-            name, QueuePolicy.frenzy(order=QueueOrder.FIFO, plan_choice=PlanChoice.RANKED_WAIT, explain=False),
-            restart_s=restart_s,
-        )
-    if name == "frenzy-nopreempt":
-        return FrenzyPolicy(name, QueuePolicy.frenzy(preempt_within_s=0.0, explain=False), restart_s=restart_s)
     if name == "opportunistic":
         return OpportunisticPolicy()
     if name == "sia":

@@ -14,9 +14,13 @@ from frenzy.state.job_states import JobState
 from frenzy.state.keys import Keys
 from frenzy.state.messages import AgentEvent, EventKind, decode_command
 from frenzy.v1 import types_pb2
+from has import QueuePolicy
 from support.state import add_node, make_plan, make_spec
 
 HOUR = 3600.0
+
+# the default policy (the simulator's frenzy) does not preempt; frenzy-completion does
+PREEMPTING = QueuePolicy.named("frenzy-completion")
 
 
 def _plan(runtime_s: float) -> types_pb2.Plan:
@@ -31,7 +35,7 @@ def _owners(client: redis.Redis, keys: Keys) -> set[str]:
 
 def test_a_just_started_long_job_is_stopped_for_a_much_shorter_one(redis_client: redis.Redis, keys: Keys) -> None:
     add_node(redis_client, keys, "a-0", "A100-80GB", 8)
-    loop = SchedulerLoop(redis_client, keys, max_attempts=1)  # no retries: preemption must not use one up
+    loop = SchedulerLoop(redis_client, keys, max_attempts=1, policy=PREEMPTING)  # no retries: preemption must not use one up
     store = loop.store
     long_id, _ = store.submit(make_spec("long"), [_plan(5 * HOUR)], "gpt2-124m", 1)
     assert loop.tick().placed == [long_id]
@@ -82,7 +86,7 @@ def test_a_just_started_long_job_is_stopped_for_a_much_shorter_one(redis_client:
 def test_a_node_loss_after_a_preemption_still_gets_its_retries(redis_client: redis.Redis, keys: Keys) -> None:
     """Preemptions are not the job's failures: a preempted job keeps its whole attempt budget."""
     add_node(redis_client, keys, "a-0", "A100-80GB", 8)
-    loop = SchedulerLoop(redis_client, keys, max_attempts=2)
+    loop = SchedulerLoop(redis_client, keys, max_attempts=2, policy=PREEMPTING)
     store = loop.store
     long_id, _ = store.submit(make_spec("long"), [_plan(5 * HOUR)], "gpt2-124m", 1)
     loop.tick()
@@ -102,7 +106,7 @@ def test_a_node_loss_after_a_preemption_still_gets_its_retries(redis_client: red
 def test_one_preemption_at_a_time_until_the_victims_gpus_are_back(redis_client: redis.Redis, keys: Keys) -> None:
     add_node(redis_client, keys, "a-0", "A100-80GB", 8)
     add_node(redis_client, keys, "a-1", "A100-80GB", 8)
-    loop = SchedulerLoop(redis_client, keys)
+    loop = SchedulerLoop(redis_client, keys, policy=PREEMPTING)
     store = loop.store
     longs = [store.submit(make_spec(f"long{i}"), [_plan(5 * HOUR)], "gpt2-124m", 1)[0] for i in range(2)]
     assert sorted(loop.tick().placed) == sorted(longs)
@@ -111,7 +115,7 @@ def test_one_preemption_at_a_time_until_the_victims_gpus_are_back(redis_client: 
     assert len(loop.tick().preempted) == 1
     assert loop.tick().preempted == []  # the first victim still holds its GPUs: no second one
     # a restarted scheduler knows it too (it is read from Redis, not kept in memory)
-    assert store.stopping_victims() and SchedulerLoop(redis_client, keys).tick().preempted == []
+    assert store.stopping_victims() and SchedulerLoop(redis_client, keys, policy=PREEMPTING).tick().preempted == []
     victim = next(j for j in longs if store.get(j).state == JobState.PENDING)  # type: ignore[union-attr]
     held = [n for n in ("a-0", "a-1") if redis_client.hget(keys.gpu(n, 0), "owner") == victim][0]
     fence = int(redis_client.hget(keys.gpu(held, 0), "fence"))
@@ -132,7 +136,7 @@ def test_the_victim_is_read_from_this_ticks_owners_not_an_earlier_ticks(redis_cl
     that first built it, where the second long job held nothing — so the older one was taken.)"""
     add_node(redis_client, keys, "a-0", "A100-80GB", 8)
     add_node(redis_client, keys, "b-0", "A100-80GB", 8)
-    loop = SchedulerLoop(redis_client, keys, max_attempts=1)
+    loop = SchedulerLoop(redis_client, keys, max_attempts=1, policy=PREEMPTING)
     store = loop.store
     long1, _ = store.submit(make_spec("long1"), [_plan(5 * HOUR)], "gpt2-124m", 1)
     assert loop.tick().placed == [long1]

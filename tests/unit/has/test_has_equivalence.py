@@ -37,6 +37,14 @@ TYPES = {
     "A100-40GB": (40 * GiB, 8),
 }
 
+
+def _completion(**knobs: object) -> QueuePolicy:
+    # The reference pass (has_reference) predates the ranked-wait plan choice of
+    # QueuePolicy.frenzy(); frenzy-completion's choice (and its preemption, which
+    # test_has_native weighs) is the one it mirrors.
+    return QueuePolicy.named("frenzy-completion", **knobs)
+
+
 POLICIES = [
     QueuePolicy(),
     QueuePolicy(explain=False),
@@ -44,16 +52,16 @@ POLICIES = [
     QueuePolicy(backfill=False),
     QueuePolicy(backfill=False, explain=False),
     QueuePolicy(order="shortest", starvation_s=50.0, explain=False),
-    QueuePolicy.frenzy(),
-    QueuePolicy.frenzy(explain=False),
-    QueuePolicy.frenzy(starvation_s=0.0),
-    QueuePolicy.frenzy(starvation_s=60.0, explain=False),
-    QueuePolicy.frenzy(starvation_s=60.0, starving_order="fifo"),
+    _completion(),
+    _completion(explain=False),
+    _completion(starvation_s=0.0),
+    _completion(starvation_s=60.0, explain=False),
+    _completion(starvation_s=60.0, starving_order="fifo"),
     QueuePolicy(order="shortest", starvation_s=50.0, starving_order="ideal", explain=False),
-    QueuePolicy.frenzy(order="fifo", starvation_s=120.0),
-    QueuePolicy.frenzy(plan_choice="ranked", explain=False),
-    QueuePolicy.frenzy(width_slack=0.0, wait_slack=0.0, explain=False),
-    QueuePolicy.frenzy(width_slack=1.0, wait_slack=2.0, backfill=False),
+    _completion(order="fifo", starvation_s=120.0),
+    _completion(plan_choice="ranked", explain=False),
+    _completion(width_slack=0.0, wait_slack=0.0, explain=False),
+    _completion(width_slack=1.0, wait_slack=2.0, backfill=False),
 ]
 
 
@@ -145,7 +153,7 @@ def to_ref_queue(queue: Sequence[QueuedJob]) -> list[ref.QueuedJob]:
 
 def to_ref_policy(policy: QueuePolicy) -> ref.QueuePolicy:
     # The reference pass predates preemption; these tests never pass ``running``, so the
-    # preemption knobs (on in QueuePolicy.frenzy()) cannot change a decision here.
+    # preemption knobs (on in frenzy-completion) cannot change a decision here.
     knobs = {k: v for k, v in dataclasses.asdict(policy).items() if not k.startswith("preempt_")}
     return ref.QueuePolicy(**knobs)
 
@@ -230,7 +238,7 @@ def tight_state(rng: random.Random) -> tuple[ClusterView, list[QueuedJob], float
 
 
 def test_fast_pass_on_tight_clusters() -> None:
-    tight = [QueuePolicy.frenzy(), QueuePolicy.frenzy(explain=False, starvation_s=50.0), QueuePolicy()]
+    tight = [_completion(), _completion(explain=False, starvation_s=50.0), QueuePolicy()]
     waits = 0
     for seed in range(400):
         view, queue, now = tight_state(random.Random(seed))

@@ -42,7 +42,7 @@ def owned_node(name: str, owner: str, free_at: float, gpu_type: str = A100, n: i
 def policy(**kw: object) -> QueuePolicy:
     base: dict[str, object] = {"preempt_within_s": 60.0, "explain": False}
     base.update(kw)
-    return QueuePolicy.frenzy(**base)
+    return QueuePolicy.named("frenzy-completion", **base)
 
 
 def burst(
@@ -57,11 +57,14 @@ def burst(
 
 def test_off_in_the_papers_has_and_when_switched_off() -> None:
     assert QueuePolicy().preempt_within_s == 0.0
-    assert QueuePolicy.frenzy().preempt_within_s == 60.0  # ours preempts (docs/simulator.md)
+    # ours (the split's choice) does not preempt; frenzy-completion does (docs/simulator.md)
+    assert QueuePolicy.frenzy().preempt_within_s == 0.0
+    assert QueuePolicy.named("frenzy-completion").preempt_within_s == 60.0
     c, q, running = burst()
-    res = schedule(c, q, NOW, QueuePolicy.frenzy(preempt_within_s=0.0, explain=False), running)
-    assert res.preemptions == () and res.placements == ()
-    assert schedule(c, q, NOW, QueuePolicy.frenzy(explain=False), running).preemptions != ()
+    for off in (QueuePolicy.named("frenzy-nopreempt", explain=False), QueuePolicy.frenzy(explain=False)):
+        res = schedule(c, q, NOW, off, running)
+        assert res.preemptions == () and res.placements == ()
+    assert schedule(c, q, NOW, QueuePolicy.named("frenzy-completion", explain=False), running).preemptions != ()
     # enabled but without the running jobs (what the live service passes today): nothing
     assert schedule(c, q, NOW, policy()).preemptions == ()
 

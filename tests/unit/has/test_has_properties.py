@@ -176,11 +176,11 @@ class _FakeStore:
         return set()
 
 
-def _service(loop_class: type, store: _FakeStore) -> Any:
+def _service(loop_class: type, store: _FakeStore, policy: QueuePolicy | None = None) -> Any:
     """A scheduler loop without Redis: only ``tick()``'s pure path is exercised."""
     service = loop_class.__new__(loop_class)
     service.store = store
-    service.policy = QueuePolicy.frenzy()
+    service.policy = policy or QueuePolicy.frenzy()
     service.explain_every_s, service._last_explained = 1.0, float("-inf")
     from frenzy.scheduler.metrics import SchedulerMetrics, Snapshots
 
@@ -229,7 +229,7 @@ def test_live_scheduler_preempts_as_the_simulator_does() -> None:
     spec = parse_cluster({"nodes": [{"gpu": "H100-80GB", "count": 2, "gpus_per_node": 8, "name_prefix": "h100"}]})
     trace = [TraceJob("long", 0.0, "qwen2.5-32b", 2048, 64, 400_000_000, 8),
              TraceJob("short", 20.0, "qwen2.5-32b", 2048, 64, 2_000_000, 8)]  # fmt: skip
-    policy = FrenzyPolicy("frenzy", QueuePolicy.frenzy())
+    policy = FrenzyPolicy("frenzy-completion", QueuePolicy.named("frenzy-completion"))
     sim = Simulator(spec, trace, policy, runtime_noise=0.0)
     sim._handle(0.0, 0, "long", 0)
     sim._decide(0.0)
@@ -253,7 +253,7 @@ def test_live_scheduler_preempts_as_the_simulator_does() -> None:
             reserved.extend(p.job_id for p in placements)
             return [(p, True, "") for p in placements]
 
-    service = _service(Loop, _FakeStore(queue, view.cluster, running))
+    service = _service(Loop, _FakeStore(queue, view.cluster, running), policy.queue_policy)
     report = service.tick(now=20.0)
     assert stopped == [("long", "short")] and report.preempted == ["long for short"]
     assert reserved == []  # its GPUs are still the victim's until the agents report the exit

@@ -161,10 +161,12 @@ def test_frenzy_policy_calls_has_schedule(monkeypatch: pytest.MonkeyPatch, jobs:
 
     monkeypatch.setattr(baselines, "schedule", spy)
     simulate(SMALL, jobs[:5], make_policy("frenzy-completion"), profiles=book)
-    assert calls and all(p == QueuePolicy.frenzy(explain=False) for p in calls)  # the live default
+    assert calls and all(p == QueuePolicy.named("frenzy-completion", explain=False) for p in calls)
+    assert calls[0].preempt_within_s == 60.0 and calls[0].plan_choice is PlanChoice.COMPLETION
     calls.clear()
-    simulate(SMALL, jobs[:5], make_policy("frenzy"), profiles=book)  # the split's choice
-    assert calls and all(p == QueuePolicy.frenzy(plan_choice=PlanChoice.RANKED_WAIT, explain=False) for p in calls)
+    simulate(SMALL, jobs[:5], make_policy("frenzy"), profiles=book)  # the split's choice, the live default
+    assert calls and all(p == QueuePolicy.frenzy(explain=False) for p in calls)
+    assert calls[0].plan_choice is PlanChoice.RANKED_WAIT
 
 
 def test_engine_rejects_double_booking(jobs: list[TraceJob], book: ProfileBook) -> None:
