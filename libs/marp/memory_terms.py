@@ -29,6 +29,7 @@ from marp.sizes import (
     NF4_BYTES,
     NF4_CONST_BYTES,
     RECOMPUTE_CODE,
+    SHARDED_LORA_RECOMPUTE_FRAGMENTATION,
     TE_STREAMS,
     ceil_div,
     in_flight,
@@ -771,6 +772,12 @@ def _stage_terms(job: _Job, layer: _Layer, last: bool) -> dict[str, FloatArray]:
     peak = np.max(stacked, axis=0)
     persistent = t.const + np.where(job.grads_persistent, states.grads, 0.0)
     in_a, in_b = phase == 0, phase == 1
+    fragmentation = FRAGMENTATION * np.maximum(peak - persistent, 0.0)
+    if job.lora:
+        # Sharded states + LoRA + full recompute: GMLake's measured fragmentation (sizes.py).
+        f = SHARDED_LORA_RECOMPUTE_FRAGMENTATION
+        gmlake = (job.grid.zero_stage >= 3) & (states.sd > 1) & (job.grid.recompute == RECOMPUTE_CODE["full"])
+        fragmentation = np.where(gmlake, np.maximum(fragmentation, peak * f / (1.0 - f)), fragmentation)
 
     def at_peak(kind: str) -> FloatArray:
         a, b, c = (getattr(p, kind) for p in phases)
@@ -780,7 +787,7 @@ def _stage_terms(job: _Job, layer: _Layer, last: bool) -> dict[str, FloatArray]:
         "parameters": states.params, "gradients": at_peak("gradients"), "optimizer_states": states.opt,
         "activations": at_peak("activations"), "logits": at_peak("logits"),
         "buffers": buffers.ddp + buffers.te_ws + buffers.fp8_cache + at_peak("buffers"), "transient": at_peak("transient"),
-        "fragmentation": FRAGMENTATION * np.maximum(peak - persistent, 0.0), "peak": peak, "phase": phase,
+        "fragmentation": fragmentation, "peak": peak, "phase": phase,
     }  # fmt: skip
 
 
