@@ -14,8 +14,10 @@ times), plus 1,000 queued LLM jobs with MARP's ranked plans. Then, on that same 
   simulator, and the service's ticks between two explained ones) and with them
   (``frenzy+reasons``, ``explain=True``: what the service builds at most once a second);
 * frenzy-paper: the same with ``QueuePolicy()`` (and ``frenzy-paper+reasons``);
-* ``frenzy+recent-starts``: the frenzy pass when every running job started 10 s ago, so it
-  also weighs preemption (``QueuePolicy.preempt_within_s``) for the most recent few;
+* ``frenzy-completion``: the same with ``QueuePolicy.named("frenzy-completion")`` (the
+  completion-time plan choice, the live default until issue 18);
+* ``frenzy+recent-starts``: the frenzy-completion pass when every running job started 10 s
+  ago, so it also weighs preemption (``QueuePolicy.preempt_within_s``) for the most recent few;
 * ``frenzy+starving`` / ``frenzy-paper+starving``: the same queue with one wide job waiting
   10 h, so the pass also computes the GPUs held for it (``drain_target``);
 * ``frenzy-source``: the frenzy pass run by the plain source of the modules mypyc compiles
@@ -137,6 +139,8 @@ def main() -> int:
         for name, qp in (
             ("frenzy", QueuePolicy.frenzy(explain=False)),
             ("frenzy+reasons", QueuePolicy.frenzy()),
+            # the live default until issue 18 (completion-time plan choice), for comparison
+            ("frenzy-completion", QueuePolicy.named("frenzy-completion", explain=False)),
             ("frenzy-paper", QueuePolicy(explain=False)),
             ("frenzy-paper+reasons", QueuePolicy()),
         ):
@@ -198,9 +202,10 @@ def main() -> int:
             "source_over_installed": statistics.median(plain) / statistics.median(built),
         }))  # fmt: skip
         # Every running job started 10 s ago (as after a burst of arrivals): the pass also
-        # weighs preemption (QueuePolicy.preempt_within_s, on in frenzy) for the most recent few.
+        # weighs preemption (QueuePolicy.preempt_within_s, on in frenzy-completion, which
+        # preempts; the default frenzy does not) for the most recent few.
         recent = [RunningJob(j, now - 10.0, now - 10.0) for j in sorted(sim.running)]
-        qp = QueuePolicy.frenzy(explain=False)
+        qp = QueuePolicy.named("frenzy-completion", explain=False)
         schedule(cluster, queue, now, qp, recent)  # warm-up
         ms = _time(lambda c=cluster, q=queue, t=now, qp=qp, r=recent: schedule(c, q, t, qp, r), args.reps)
         res = schedule(cluster, queue, now, qp, recent)
@@ -222,6 +227,7 @@ def main() -> int:
             "sia_over_frenzy_fresh_view": s / by["frenzy"]["fresh_view_ms_median"],
             "sia_over_frenzy_tick_view": s / by["frenzy"]["tick_view_ms_median"],
             "sia_over_frenzy_paper": s / by["frenzy-paper"]["pass_ms_median"],
+            "sia_over_frenzy_completion": s / by["frenzy-completion"]["pass_ms_median"],
         }
     out = {"bench": "has_decision", "python": platform.python_version(), "machine": platform.machine(),
            "cpu_ref_us": cpu_ref_us(), "has_native": has.NATIVE, "rows": rows, "ratios": ratios}  # fmt: skip
