@@ -429,6 +429,8 @@ class _Buffers:
     fp8_cache: FloatArray | float  # Transformer Engine's fp8 weight copies (float8 under master-*)
     pp_fsdp: NDArray[np.bool_]  # FSDP under pipeline parallelism (_pipelined_fsdp)
     accumulated: FloatArray  # ... the stage's unsharded gradients, accumulated over the micro-batches
+    root_flat: FloatArray  # FSDP2: the root's all-gather output, cached in the copy-in stream's pool
+    unit_flat: FloatArray  # ... one unit's (0 where the job is not FSDP2 outside PP)
 
 
 def _pipelined_fsdp(job: _Job, st: _Stage, states: _States, fsdp: NDArray[np.bool_],
@@ -539,6 +541,19 @@ def _buffers(job: _Job, st: _Stage, states: _States) -> _Buffers:
         held_rs = np.where(ds, 0.0, held_rs)
         unit_fsdp = np.where(ds, 0.0, unit_fsdp)
         ddp = ddp + np.where(ds, DS_REDUCE_BUCKET_ELEMENTS * gather_b, 0.0)
+    # FSDP2 allocates each all-gather's flat output on its all-gather copy-in stream in the forward
+    # and the pre-backward (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py,
+    # foreach_all_gather: `with device_handle.stream(all_gather_copy_in_stream)`; the stream pair of
+    # _fsdp_param_group.py, get_all_gather_streams), copies it out into the unsharded parameters on
+    # the compute stream, and in the forward keeps it until the next unit's copy-out (wait_for_unshard:
+    # "Defer free to allow for overlap"). The caching allocator keeps freed blocks per stream
+    # (CUDACachingAllocator's block pools are searched by stream), so that stream's pool holds the
+    # root's flat output and the first block's beside it (both alive at the first block's
+    # all-gather) for the rest of the step, out of reach of the compute stream: reserved, not
+    # allocated, bytes (_stage_terms). DeepSpeed's ZeRO-3 (master-*) gathers otherwise.
+    fsdp2 = fsdp & ~np.asarray(recipe.megatron_style)
+    root_flat = np.where(fsdp2, root_g, 0.0)
+    unit_flat = np.where(fsdp2, unit, 0.0)
     pp_fsdp, stage_gathered, accumulated = _pipelined_fsdp(job, st, states, fsdp, gather_b)
     if pp_fsdp.any():
         # The whole stage stays gathered (the unit and its prefetch are in it), and the backward
@@ -549,10 +564,12 @@ def _buffers(job: _Job, st: _Stage, states: _States) -> _Buffers:
         unsharded_grads = np.where(pp_fsdp, 0.0, unsharded_grads)
         held_rs = np.where(pp_fsdp, 0.0, held_rs)
         unit_fsdp = np.where(pp_fsdp, 0.0, unit_fsdp)
+        root_flat = np.where(pp_fsdp, 0.0, root_flat)
+        unit_flat = np.where(pp_fsdp, 0.0, unit_flat)
     return _Buffers(gathered=gathered, gathered_fwd=gathered_fwd, gathered_post=gathered_post,
                     unsharded_grads=unsharded_grads, held_rs=held_rs, unit=unit_fsdp, fsdp=fsdp & ~pp_fsdp,
                     ddp=ddp, te_ws=te_ws, fp8_cache=fp8_cache, pp_fsdp=pp_fsdp,
-                    accumulated=accumulated)  # fmt: skip
+                    accumulated=accumulated, root_flat=root_flat, unit_flat=unit_flat)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -773,6 +790,12 @@ def _stage_terms(job: _Job, layer: _Layer, last: bool) -> dict[str, FloatArray]:
     persistent = t.const + np.where(job.grads_persistent, states.grads, 0.0)
     in_a, in_b = phase == 0, phase == 1
     fragmentation = FRAGMENTATION * np.maximum(peak - persistent, 0.0)
+    # FSDP2's copy-in stream pool (_buffers): it holds the root's and a unit's flat all-gather
+    # outputs; at most one unit's is alive at a forward-end peak, and two (the current and the
+    # prefetched) in a unit's backward, so at least root (forward end) or root - unit (backward)
+    # of it is cached and unused at the peak.
+    pool = np.where(in_a, buffers.root_flat, np.maximum(buffers.root_flat - buffers.unit_flat, 0.0))
+    fragmentation = fragmentation + np.where(phase == 2, buffers.root_flat + buffers.unit_flat, pool)
     if job.lora:
         # Sharded states + LoRA + full recompute: GMLake's measured fragmentation (sizes.py).
         f = SHARDED_LORA_RECOMPUTE_FRAGMENTATION

@@ -42,9 +42,9 @@ def test_sharded_lora_recompute_reserves_gmlakes_share() -> None:
     {"dp": 1, "zero_stage": 3},  # one GPU: nothing to shard
 ])  # fmt: skip
 def test_without_any_of_the_three_the_default_share_stands(change: dict[str, object]) -> None:
+    # (FSDP2's copy-in stream pool, test_marp_fsdp2_stream_pool.py, may add to the default share.)
     mem = _mem(**change)  # type: ignore[arg-type]
-    persistent = mem.parameters + mem.optimizer_states  # gradients are transient in every one
-    assert mem.fragmentation <= FRAGMENTATION * (mem.peak_allocated - persistent) + 2
+    assert mem.fragmentation >= FRAGMENTATION * (mem.peak_allocated - mem.parameters - mem.optimizer_states) - 2
     assert (mem.reserved - mem.peak_allocated) / mem.reserved < SHARDED_LORA_RECOMPUTE_FRAGMENTATION
 
 
