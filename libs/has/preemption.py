@@ -17,7 +17,7 @@ from has.pass_state import PassFree
 from has.placement import PendingReason, Placement
 from has.policy import Preemption, QueuePolicy, RunningJob
 from has.queue_order import QueueRow, as_job
-from has.queued import QueuedJob
+from has.queued import JobPlans, QueuedJob
 
 _INF = float("inf")
 MAX_VICTIMS = 4  # running jobs a pass weighs for preemption (the most recently started)
@@ -211,3 +211,161 @@ def _free_with(free: PassFree, slots: Sequence[GpuSlot]) -> PassFree:
         GpuSlot(g.node, g.index, g.gpu_type, g.memory_total, g.memory_total, None, g.healthy, None) for g in slots
     ])  # fmt: skip
     return out
+
+
+@final
+class LongStop:
+    """Stop ``preemption.job_id`` (it keeps its checkpoint: ``lost_s`` 0) and start
+    ``placements`` on its GPUs; ``free`` is the pass's free GPUs after the switch."""
+
+    __slots__ = ("preemption", "placements", "free")
+
+    def __init__(self, preemption: Preemption, placements: list[Placement], free: PassFree) -> None:
+        self.preemption = preemption
+        self.placements = placements
+        self.free = free
+
+
+def stop_long(
+    policy: QueuePolicy,
+    now: float,
+    cluster: ClusterView,
+    running: Sequence[RunningJob],
+    free: PassFree,
+    rows: list[QueueRow],
+    pending: dict[str, PendingReason],
+    holder: QueuedJob | None,
+    wait_done: dict[str, float],
+) -> LongStop | None:
+    """A long running job stopped, keeping its progress, for waiting jobs much shorter than what
+    it has left (``QueuePolicy.preempt_long_gain``; 0 never).
+
+    Victims, most time left first (the ``MAX_VICTIMS`` longest only): running jobs marked
+    preemptible (each job is stopped at most once) with an estimated end at least
+    ``preempt_long_ratio`` x ``preempt_restart_s`` away. For a victim V with ``left`` seconds to go:
+
+    * *its takers* are the waiting jobs, in the pass's order (not starving: their hold is
+      theirs; not the holder; of at least V's priority), whose first plan in MARP's order that
+      fits the pass's free GPUs plus V's is on V's GPUs (it does not fit the free GPUs alone),
+      with a runtime there at most ``left`` / ``preempt_long_ratio`` (much shorter than V), each
+      taking its GPUs in turn;
+    * a taker *gains* its estimated completion if it waits (``wait_done``: the pass's release
+      estimates, capped at V's end + its runtime, when V's GPUs would serve it anyway) minus
+      now + its runtime on V's GPUs — little when GPUs elsewhere free soon, so a stop is made
+      only for jobs that could not start soon without it;
+    * *V's delay*: its GPUs are free again no earlier than the longest taker's runtime, and it
+      resumes from its checkpoint paying ``preempt_restart_s``;
+    * V is stopped when the takers' summed gain exceeds ``preempt_long_gain`` x V's delay.
+
+    At most one stop per pass.
+    """
+    if not pending:
+        return None
+    ratio, restart_s = policy.preempt_long_ratio, policy.preempt_restart_s
+    by_owner = cluster.gpus_by_owner()
+    victims: list[tuple[float, str, RunningJob, list[GpuSlot]]] = []
+    for r in running:
+        if not r.preemptible:
+            continue
+        slots = by_owner.get(r.job_id)
+        if not slots:
+            continue
+        end = max(_INF if g.free_at is None or g.free_at != g.free_at else g.free_at for g in slots)
+        left = end - now
+        if left == _INF or left < ratio * restart_s:  # unknown end, or not long even against a restart
+            continue
+        victims.append((-left, r.job_id, r, slots))
+    if not victims:
+        return None
+    victims.sort()
+    # the jobs that may take a victim's GPUs, in the pass's order: waiting, timed, not starving
+    # (their hold is theirs), not the holder
+    starvation_s = policy.starvation_s
+    waiting = [
+        (row[4], as_job(row[3])) for row in rows
+        if row[4].job_id in pending and row[3] is not holder and row[4].timed
+        and starvation_s > 0.0 and now - row[4].submitted_at < starvation_s
+    ]  # fmt: skip
+    if not waiting:
+        return None
+    for neg_left, _, victim, slots in victims[:MAX_VICTIMS]:
+        found = _long_takers(policy, now, free, waiting, wait_done, slots, victim.priority, -neg_left)
+        if found is None:
+            continue
+        placements, gain, free2 = found
+        delay = restart_s + max(p.plan.runtime_s or 0.0 for p in placements)
+        if gain > policy.preempt_long_gain * delay:
+            return LongStop(Preemption(victim.job_id, placements[0].job_id, 0.0), placements, free2)
+    return None
+
+
+def _long_takers(
+    policy: QueuePolicy,
+    now: float,
+    free: PassFree,
+    waiting: list[tuple[JobPlans, QueuedJob]],
+    wait_done: dict[str, float],
+    slots: list[GpuSlot],
+    victim_priority: int,
+    left: float,
+) -> tuple[list[Placement], float, PassFree] | None:
+    """The waiting jobs that would take the victim's GPUs (``stop_long``): their placements,
+    summed gain (s) and the pass's free GPUs after the switch; None if none."""
+    longest = left / policy.preempt_long_ratio
+    vtype, vcount = slots[0].gpu_type, len(slots)  # a job's GPUs are of one type
+    free2: PassFree | None = None  # built only when a job could use the victim's GPUs
+    placements: list[Placement] = []
+    gain = 0.0
+    # The first fit depends only on a job's plan shapes (not their runtimes): jobs of one model
+    # and recipe share the answer -- the index of the plan that would take the victim's GPUs,
+    # or -1 -- until a taker takes GPUs.
+    answers: dict[int, int] = {}
+    for info, job in waiting:  # in the pass's priority order
+        if info.priority < victim_priority:
+            break  # (classes come highest first: every later job is of a lower class too)
+        room = free.total.get(vtype, 0) + vcount if free2 is None else free2.total.get(vtype, 0)
+        if room == 0:
+            break  # the victim's GPUs are all taken
+        least = next((n for t, n in info.least if t == vtype), 0)
+        if not least or least > room:
+            continue  # no plan of the victim's type, or even its smallest needs more GPUs than there would be
+        if free2 is None:
+            free2 = _free_with(free, slots)
+        shape = info.shape(job.plans)[0]
+        i = answers.get(shape)
+        if i is None:
+            i = _first_fit_plans(free2, job)
+            if i is None:
+                i = -1
+            else:
+                p = job.plans[i]
+                if p.gpu_type != vtype or free.fits(vtype, p.tp, p.num_gpus, p.bytes_per_gpu):
+                    i = -1  # it would not run on the victim's GPUs
+            answers[shape] = i
+        if i < 0:
+            continue
+        plan = job.plans[i]
+        runtime = plan.runtime_s or 0.0
+        if runtime > longest:
+            continue  # not much shorter than the victim
+        saved = min(wait_done.get(info.job_id, _INF), now + left + runtime) - (now + runtime)
+        if saved <= 0.0:
+            continue
+        nodes = free2.choose(plan)
+        assert nodes is not None
+        free2.take(vtype, nodes, True)
+        answers.clear()
+        placements.append(Placement(job_id=job.job_id, plan_index=i, plan=plan, nodes=nodes))
+        gain += saved
+    if not placements:
+        return None
+    assert free2 is not None
+    return placements, gain, free2
+
+
+def _first_fit_plans(free: PassFree, job: QueuedJob) -> int | None:
+    """Index of the job's first plan (MARP's order) that fits ``free``, or None."""
+    for i, p in enumerate(job.plans):
+        if free.fits(p.gpu_type, p.tp, p.num_gpus, p.bytes_per_gpu):
+            return i
+    return None

@@ -19,7 +19,7 @@ from has.drain import PassInventory, drain_target
 from has.pass_state import PassFree
 from has.placement import PendingReason, Placement, PlanOption, WaitKind, explain_with
 from has.policy import PlanChoice, Preemption, QueuePolicy, Reservation, RunningJob, ScheduleResult
-from has.preemption import preempt
+from has.preemption import preempt, stop_long
 from has.queue_order import QueueRow, queue_order
 from has.queue_order import as_job as _job
 from has.queued import JobPlans, LeanCandidate, QueuedJob
@@ -59,6 +59,10 @@ class _Pass:
         # job id → estimated completion if it waits (completion plan choice), for preemption
         self.est_done: dict[str, float] | None = (
             {} if policy.preempt_within_s > 0 and running and policy.plan_choice is PlanChoice.COMPLETION else None
+        )
+        # job id → estimated completion if it waits ("ranked-wait"), for the long-job stop
+        self.wait_done: dict[str, float] | None = (
+            {} if policy.preempt_long_gain > 0 and running and policy.plan_choice is PlanChoice.RANKED_WAIT else None
         )
         self.est_type: dict[str, str] = {}  # job id → GPU type of the plan it chose (placed or waits for)
         self.free = PassFree(cluster)
@@ -135,6 +139,8 @@ class _Pass:
         preemptions: tuple[Preemption, ...] = ()
         if self.est_done is not None and self.est_done:
             preemptions = self._preempt(rows)
+        if not preemptions and self.wait_done is not None and pending:
+            preemptions = self._stop_long(rows)
         head = self.holder if self.holder is not None else self.fifo_head
         return ScheduleResult(
             tuple(self.placements), pending, head.job_id if head is not None else None, self.reservation, preemptions
@@ -324,6 +330,23 @@ class _Pass:
         del self.pending[choice.placement.job_id]
         return (choice.preemption,)
 
+    def _stop_long(self, rows: list[QueueRow]) -> tuple[Preemption, ...]:
+        """At most one long job stopped for much shorter waiting ones (``has.preemption.stop_long``),
+        applied to the pass: their placements added, they no longer pending, the pass's free
+        GPUs the ones after the switch."""
+        assert self.wait_done is not None
+        choice = stop_long(
+            self.policy, self.now, self.cluster, self.running, self.free, rows, self.pending, self.holder,
+            self.wait_done,
+        )  # fmt: skip
+        if choice is None:
+            return ()
+        for placement in choice.placements:
+            self.placements.append(placement)
+            del self.pending[placement.job_id]
+        self.free = choice.free
+        return (choice.preemption,)
+
     def _explain(self, plans: tuple[PlanOption, ...], info: JobPlans) -> PendingReason:
         """``explain_job`` on the pass's free GPUs, memoised: a reason depends only on the
         job's plan shapes and the free GPUs of its types, so jobs of the same model and recipe
@@ -400,6 +423,8 @@ class _Pass:
                 return Placement(job_id=job.job_id, plan_index=i, plan=plan, nodes=nodes), None
             better = job.plans[best_i]
             best_list.commit(better.num_gpus, best_done)
+            if self.wait_done is not None:
+                self.wait_done[info.job_id] = best_done
             return PendingReason(
                 f"waiting for {better.describe()}: estimated done in {best_done - now:.0f} s vs "
                 f"{now_done - now:.0f} s on {plan.describe()} now",
@@ -407,6 +432,8 @@ class _Pass:
             ), best_i
         if best_list is not None and best_done < inf:
             best_list.commit(job.plans[best_i].num_gpus, best_done)
+        if self.wait_done is not None:
+            self.wait_done[info.job_id] = best_done
         reason = self._explain(job.plans, info) if self.policy.explain else _NO_FIT_NOW
         return reason, None
 

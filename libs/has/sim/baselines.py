@@ -35,7 +35,7 @@ import numpy as np
 
 import marp
 from has import POLICY_NAMES as QUEUE_POLICY_NAMES
-from has import QueuedJob, QueuePolicy, RunningJob, schedule
+from has import PlanChoice, QueuedJob, QueuePolicy, RunningJob, schedule
 from has.oom import memory_share, oom_threshold, plans_that_may_fit
 from has.placement import Placement, PlanOption
 from has.sim.engine import JobInfo, JobProfile, SimError, SimView, Start, Stop, require
@@ -123,6 +123,8 @@ class FrenzyPolicy:
             return []
         running: list[RunningJob] = []
         within = self.queue_policy.preempt_within_s
+        if self.queue_policy.preempt_long_gain > 0 and self.queue_policy.plan_choice is PlanChoice.RANKED_WAIT:
+            within = math.inf  # the long-job stop weighs every running job, whenever submitted
         if within > 0:
             # What the live scheduler knows of a running job: when it was submitted, when it
             # started (this attempt), and whether HAS already preempted it once. Only jobs
@@ -145,7 +147,9 @@ class FrenzyPolicy:
         stops: list[Start | Stop] = []
         for pre in result.preemptions:
             self._preempted.add(pre.job_id)
-            stops.append(Stop(pre.job_id, lose_progress=True))
+            # a job stopped seconds after its start has no checkpoint yet (lost_s > 0); a long
+            # job stopped for shorter ones keeps its progress (lost_s 0)
+            stops.append(Stop(pre.job_id, lose_progress=pre.lost_s > 0.0))
         return stops + [self.start_of(p, self._plans.get(p.job_id)) for p in result.placements]
 
     @staticmethod
@@ -791,8 +795,10 @@ def make_policy(
     name: str, restart_s: float = 120.0, gavel_round_s: float = 360.0
 ) -> FrenzyPolicy | OpportunisticPolicy | SiaPolicy | GavelPolicy | HadarPolicy:
     """A fresh policy by name (frenzy = shortest-first with aging over MARP's ranked plans, a
-    plan refused when waiting for a better-ranked one finishes more than 20 % sooner: the
-    default the tuning split chose; ablations: frenzy-ranked = frenzy without that refusal,
+    plan refused when waiting for a better-ranked one finishes more than 20 % sooner, and a
+    long running job stopped, keeping its progress, for much shorter waiting ones: the
+    default the tuning split chose; ablations: frenzy-nostop = frenzy without that stop,
+    frenzy-ranked = frenzy without the refusal,
     frenzy-fifo = frenzy without shortest-first,
     frenzy-completion = completion-time-aware plan choice and preemption (the live default
     before issue 18), frenzy-nopreempt = that without preemption; sia-memaware = Sia told

@@ -61,7 +61,8 @@ def test_off_in_the_papers_has_and_when_switched_off() -> None:
     assert QueuePolicy.frenzy().preempt_within_s == 0.0
     assert QueuePolicy.named("frenzy-completion").preempt_within_s == 60.0
     c, q, running = burst()
-    for off in (QueuePolicy.named("frenzy-nopreempt", explain=False), QueuePolicy.frenzy(explain=False)):
+    # (frenzy's long-job stop, preempt_long_gain, is off in frenzy-nostop: test_has_stop_long)
+    for off in (QueuePolicy.named("frenzy-nopreempt", explain=False), QueuePolicy.named("frenzy-nostop", explain=False)):
         res = schedule(c, q, NOW, off, running)
         assert res.preemptions == () and res.placements == ()
     assert schedule(c, q, NOW, QueuePolicy.named("frenzy-completion", explain=False), running).preemptions != ()

@@ -155,8 +155,9 @@ def test_frenzy_policy_calls_has_schedule(monkeypatch: pytest.MonkeyPatch, jobs:
 
     def spy(cluster, queue, now, policy=QueuePolicy(), running=()):  # noqa: ANN001, B008
         calls.append(policy)
-        # only jobs submitted within the preemption window are handed over
-        assert all(now - r.submitted_at <= policy.preempt_within_s for r in running)
+        # only jobs submitted within the preemption window are handed over, unless the
+        # long-job stop (frenzy's, preempt_long_gain) weighs every running job
+        assert policy.preempt_long_gain > 0 or all(now - r.submitted_at <= policy.preempt_within_s for r in running)
         return schedule(cluster, queue, now, policy, running)
 
     monkeypatch.setattr(baselines, "schedule", spy)
@@ -166,7 +167,7 @@ def test_frenzy_policy_calls_has_schedule(monkeypatch: pytest.MonkeyPatch, jobs:
     calls.clear()
     simulate(SMALL, jobs[:5], make_policy("frenzy"), profiles=book)  # the split's choice, the live default
     assert calls and all(p == QueuePolicy.frenzy(explain=False) for p in calls)
-    assert calls[0].plan_choice is PlanChoice.RANKED_WAIT
+    assert calls[0].plan_choice is PlanChoice.RANKED_WAIT and calls[0].preempt_long_gain > 0
 
 
 def test_engine_rejects_double_booking(jobs: list[TraceJob], book: ProfileBook) -> None:
