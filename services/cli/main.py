@@ -164,6 +164,10 @@ def submit(
     priority: Annotated[int, typer.Option(
         help="-100..100; higher starts first (0: normal). Above the scheduler's --max-user-priority "
              "(default 0) only with an admin token.")] = 0,
+    resumable: Annotated[bool, typer.Option(
+        help="The command saves checkpoints and resumes from the latest when started again: the scheduler "
+             "may stop it once (SIGTERM, then SIGKILL after the agents' grace) for waiting jobs much shorter "
+             "than what it has left, and start it again later; the stop does not count as an attempt.")] = False,
     wait: Annotated[bool, typer.Option(help="Follow the job until it ends.")] = False,
     finetune: Annotated[str, typer.Option(help="full | lora | qlora (planned as it will run).")] = "full",
     lora_rank: Annotated[int, typer.Option(help="Rank of the LoRA / QLoRA adapters.")] = 16,
@@ -212,7 +216,8 @@ def submit(
                             "train_steps": train_steps, "command": command, "env": env_map, "workdir": workdir,
                             "gpu_types": gpu_types or [], "max_gpus": max_gpus,
                             "min_gpus": min_gpus, "idempotency_key": idempotency_key,
-                            "max_oom_retries": max_oom_retries, "priority": priority, **_recipe_flags(
+                            "max_oom_retries": max_oom_retries, "priority": priority, "resumable": resumable,
+                            **_recipe_flags(
                                 finetune=finetune, lora_rank=lora_rank, lora_targets=lora_targets,
                                 weight_decay=weight_decay, ep=ep, etp=etp, pp_layers=pp_layers, compile=compiled,
                                 float8=float8, lora_dropout=lora_dropout, lora_adapter_dtype=lora_adapter_dtype,

@@ -38,6 +38,7 @@ def job_row(job: types_pb2.Job) -> dict[str, Any]:
         "state": types_pb2.JobState.Name(job.state).removeprefix("JOB_STATE_"),
         "pending_reason": job.pending_reason,
         "priority": job.spec.priority,
+        "resumable": job.spec.resumable,
         "model_name": job.model_name or job.spec.model.catalog_name or job.spec.model.display_name,
         "parameter_count": int(job.parameter_count),
         "seq_len": int(job.spec.recipe.seq_len),

@@ -183,6 +183,9 @@ class JobEntry(BaseModel):
     priority: int = Field(default=0, ge=MIN_PRIORITY, le=MAX_PRIORITY,
                           description="scheduling priority, -100..100 (0: normal; higher starts first). Raising it "
                                       "above the scheduler's --max-user-priority (default 0) needs an admin token")
+    resumable: bool = Field(default=False, description="the command saves checkpoints and resumes from the latest "
+                                                       "when started again: the scheduler may stop it once for much "
+                                                       "shorter jobs and start it again later")
 
     @field_validator("model", mode="before")
     @classmethod
@@ -332,6 +335,7 @@ class JobEntry(BaseModel):
             idempotency_key=self.idempotency_key,
             max_oom_retries=self.max_oom_retries,
             priority=self.priority,
+            resumable=self.resumable,
         )
 
 

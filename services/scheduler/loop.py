@@ -187,25 +187,35 @@ class SchedulerLoop:
         # people read them at human speed: build them at most once a second.
         explain = now - self._last_explained >= self.explain_every_s
         policy = self.policy if explain == self.policy.explain else replace(self.policy, explain=explain)
-        # Preemption (QueuePolicy.preempt_within_s) weighs the jobs that started moments ago.
-        within = policy.preempt_within_s
+        # Preemption weighs the jobs that started moments ago (QueuePolicy.preempt_within_s) and,
+        # for the long-job stop (QueuePolicy.preempt_long_gain), the running jobs that resume
+        # from a checkpoint (JobSpec.resumable).
+        within, long_stop = policy.preempt_within_s, policy.preempt_long_gain > 0
         # One preemption at a time: until the last victim's GPUs are back (its agents report
         # the exit) no other job is stopped — the simulator's stop and start are one instant,
         # and a second victim for the same waiting job would be lost work.
-        busy = within > 0 and bool(self.store.stopping_victims())
-        running = self.store.running_jobs(now, within) if within > 0 and not busy else []
+        weigh = within > 0 or long_stop
+        busy = weigh and bool(self.store.stopping_victims())
+        running = self.store.running_jobs(now, within, resumable=long_stop) if weigh and not busy else []
         result = schedule(cluster, queue, now, policy, running)
         placed, conflicts, preempted = [], [], []
         # A preemption stops its victim now; the GPUs come back when the victim's agents report
-        # the exit (release_stale), so the job it was stopped for is placed on a later tick
-        # (shortest-first puts it ahead of the requeued victim), not onto GPUs still in use.
-        later = set()
+        # the exit (release_stale), so the jobs placed on them (the one it was stopped for, and
+        # with the long-job stop every taker of its GPUs) are placed on a later tick
+        # (shortest-first puts them ahead of the requeued victim), not onto GPUs still in use.
+        later: set[str] = set()
+        if result.preemptions:
+            victims = {p.job_id for p in result.preemptions}
+            held = {(g.node, g.index) for n in cluster.nodes for g in n.gpus if g.owner in victims}
+            later = {p.for_job for p in result.preemptions}
+            later.update(p.job_id for p in result.placements if held.intersection(p.gpus()))
         for p in result.preemptions:
-            if self.preempt(p.job_id, p.for_job):
+            kept = p.lost_s == 0.0  # the long-job stop: the victim resumes from its checkpoint
+            if self.preempt(p.job_id, p.for_job, resumes=True) if kept else self.preempt(p.job_id, p.for_job):
                 preempted.append(f"{p.job_id} for {p.for_job}")
-                self.store.set_pending_reasons({p.for_job: f"starting once {p.job_id} has stopped (it was "
-                                                           f"preempted for this shorter job)"})
-            later.add(p.for_job)
+                why = "stopped for shorter jobs; it resumes later" if kept else "preempted for this shorter job"
+                self.store.set_pending_reasons({j: f"starting once {p.job_id} has stopped (it was {why})"
+                                                for j in sorted(later)})
         for placement, ok, why in self._place([p for p in result.placements if p.job_id not in later]):
             (placed if ok else conflicts).append(placement.job_id if ok else f"{placement.job_id}: {why}")
             if not ok:  # the view may be stale on those nodes: read them whole next tick
@@ -415,15 +425,18 @@ class SchedulerLoop:
         self.seen.jobs = (time.time(), held)
         return ReapSnapshot(now, nodes, ports, jobs, self._count_from)
 
-    def preempt(self, job_id: str, for_job: str) -> bool:
+    def preempt(self, job_id: str, for_job: str, resumes: bool = False) -> bool:
         """Stop ``job_id`` (HAS preempted it for the shorter ``for_job``) and queue it again: a
-        new attempt that starts from scratch (it ran seconds, before any checkpoint), not
-        counted against its attempt limit. -> done (False when it had moved on meanwhile)."""
+        new attempt, not counted against its attempt limit, that starts from scratch (it ran
+        seconds, before any checkpoint) or, ``resumes``, from the job's own checkpoint (a
+        resumable job stopped for much shorter ones). -> done (False when it had moved on
+        meanwhile)."""
         job = self.store.get(job_id)
         if job is None or job.state not in ACTIVE:
             return False
         limit = (job.max_attempts or self.max_attempts) + job.preemptions + 1
-        why = f"preempted for {for_job}, a shorter job submitted right after it"
+        why = (f"stopped for {for_job} and other much shorter jobs; it resumes from its checkpoint later"
+               if resumes else f"preempted for {for_job}, a shorter job submitted right after it")
         done, state = self.store.requeue(job, [], why, limit, None, preempted=True)
         if done:
             log.info("job %s preempted for %s (it ran %.0f s; requeued for attempt %d)", job_id, for_job,

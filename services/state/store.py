@@ -370,7 +370,7 @@ class StateStore:
         # re-read only when rev moved
         self._gpu_rows: dict[str, tuple[str, str, list[list[str | None]], frozenset[str]]] = {}
         # GPU owner -> (submitted, reserved, preempted, priority)
-        self._owners: dict[str, tuple[float, float, int, int]] = {}
+        self._owners: dict[str, tuple[float, float, int, int, bool]] = {}
         self._stopping: set[str] = set()
         self.full_read_s = full_read_s
         self._last_full_read = -math.inf
@@ -430,6 +430,8 @@ class StateStore:
         }
         if max_attempts > 0:
             fields["max_attempts"] = str(max_attempts)
+        if spec.resumable:  # (read with the GPU owners every tick: preemption weighs it)
+            fields["resumable"] = "1"
         return Submission(job_id=job_id, at=now, spec=spec, plans=list(plans), fields=fields,
                           history=history_entry(JobState.PENDING, "submitted", now), user=user)
 
@@ -1043,20 +1045,22 @@ class StateStore:
     def _read_owners(self, job_ids: set[str]) -> dict[str, float]:
         """For the jobs holding GPUs, one round trip (``read_hashes.lua``): job id -> when MARP expects it to finish
         (set at reservation; jobs without one are left out). Also what preemption needs: into
-        ``self._owners`` (submitted_at, reserved_at, preemptions) of each live one, into
+        ``self._owners`` (submitted_at, reserved_at, preemptions, priority, resumable) of each live one, into
         ``self._stopping`` the preempted jobs whose GPUs are not back yet."""
         ids = sorted(job_ids)
         rows = self._read_hashes(keys=[self.k.job(j) for j in ids],
-                                 args=("est_end", "submitted_at", "reserved_at", "preemptions", "state", "priority")
+                                 args=("est_end", "submitted_at", "reserved_at", "preemptions", "state", "priority",
+                                       "resumable")
                                  ) if ids else []
         ends: dict[str, float] = {}
-        owners: dict[str, tuple[float, float, int, int]] = {}
+        owners: dict[str, tuple[float, float, int, int, bool]] = {}
         stopping: set[str] = set()
-        for job_id, (end, submitted, reserved, preempted, state, priority) in zip(ids, rows, strict=True):
+        for job_id, (end, submitted, reserved, preempted, state, priority, resumable) in zip(ids, rows, strict=True):
             if end:
                 ends[job_id] = float(end)
             if state in ACTIVE and submitted and reserved:
-                owners[job_id] = (float(submitted), float(reserved), int(preempted or 0), _priority(priority))
+                owners[job_id] = (float(submitted), float(reserved), int(preempted or 0), _priority(priority),
+                                  resumable == "1")
             elif state == JobState.PENDING.value and int(preempted or 0) > 0:
                 stopping.add(job_id)  # requeued by a preemption, its processes still stopping
         self._owners, self._stopping = owners, stopping
@@ -1067,13 +1071,18 @@ class StateStore:
         reported the exit yet). Read from Redis, so it survives a scheduler restart."""
         return set(self._stopping)
 
-    def running_jobs(self, now: float, within_s: float) -> list[RunningJob]:
+    def running_jobs(self, now: float, within_s: float, resumable: bool = False) -> list[RunningJob]:
         """The jobs holding GPUs in the last ``cluster()`` read that were submitted at most
-        ``within_s`` ago, as preemption sees them (``QueuePolicy.preempt_within_s``): a job
-        HAS already preempted once is not preemptible again."""
-        return [RunningJob(job_id, reserved, submitted, preemptible=preempted == 0, priority=priority)
-                for job_id, (submitted, reserved, preempted, priority) in sorted(self._owners.items())
-                if 0.0 <= now - submitted <= within_s]
+        ``within_s`` ago (``QueuePolicy.preempt_within_s``), and with ``resumable`` those whose
+        spec says they resume from a checkpoint (``JobSpec.resumable``; the long-job stop,
+        ``QueuePolicy.preempt_long_gain``), as preemption sees them: a job HAS already preempted
+        once is not preemptible again, nor one older than ``within_s`` that is not resumable."""
+        out = []
+        for job_id, (submitted, reserved, preempted, priority, can_resume) in sorted(self._owners.items()):
+            recent = 0.0 <= now - submitted <= within_s
+            if recent or (resumable and can_resume):
+                out.append(RunningJob(job_id, reserved, submitted, preemptible=preempted == 0, priority=priority))
+        return out
 
     # The GPU fields a ClusterView is built from (not utilization or processes: they change on
     # every heartbeat and the scheduler never reads them).

@@ -140,7 +140,7 @@ class JobLimits(_message.Message):
     def __init__(self, max_gpus: _Optional[int] = ..., allowed_gpu_types: _Optional[_Iterable[str]] = ..., min_gpus: _Optional[int] = ...) -> None: ...
 
 class JobSpec(_message.Message):
-    __slots__ = ("name", "model", "recipe", "command", "env", "workdir", "limits", "idempotency_key", "code_sha256", "priority", "max_oom_retries")
+    __slots__ = ("name", "model", "recipe", "command", "env", "workdir", "limits", "idempotency_key", "code_sha256", "priority", "max_oom_retries", "resumable")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -159,6 +159,7 @@ class JobSpec(_message.Message):
     CODE_SHA256_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     MAX_OOM_RETRIES_FIELD_NUMBER: _ClassVar[int]
+    RESUMABLE_FIELD_NUMBER: _ClassVar[int]
     name: str
     model: ModelSpec
     recipe: TrainingRecipe
@@ -170,7 +171,8 @@ class JobSpec(_message.Message):
     code_sha256: str
     priority: int
     max_oom_retries: int
-    def __init__(self, name: _Optional[str] = ..., model: _Optional[_Union[ModelSpec, _Mapping]] = ..., recipe: _Optional[_Union[TrainingRecipe, _Mapping]] = ..., command: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., workdir: _Optional[str] = ..., limits: _Optional[_Union[JobLimits, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., code_sha256: _Optional[str] = ..., priority: _Optional[int] = ..., max_oom_retries: _Optional[int] = ...) -> None: ...
+    resumable: bool
+    def __init__(self, name: _Optional[str] = ..., model: _Optional[_Union[ModelSpec, _Mapping]] = ..., recipe: _Optional[_Union[TrainingRecipe, _Mapping]] = ..., command: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., workdir: _Optional[str] = ..., limits: _Optional[_Union[JobLimits, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., code_sha256: _Optional[str] = ..., priority: _Optional[int] = ..., max_oom_retries: _Optional[int] = ..., resumable: _Optional[bool] = ...) -> None: ...
 
 class Layout(_message.Message):
     __slots__ = ("tp", "pp", "dp", "zero_stage", "micro_batch", "grad_accum", "recompute", "vpp")

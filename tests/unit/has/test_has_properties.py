@@ -169,8 +169,9 @@ class _FakeStore:
     def set_pending_reasons(self, reasons: dict[str, str]) -> None:
         self.reasons = reasons
 
-    def running_jobs(self, now: float, within_s: float) -> list[RunningJob]:
-        return [r for r in self._running if now - r.submitted_at <= within_s]
+    def running_jobs(self, now: float, within_s: float, resumable: bool = False) -> list[RunningJob]:
+        # every job resumable, as the simulator assumes (the real store asks JobSpec.resumable)
+        return [r for r in self._running if now - r.submitted_at <= within_s or resumable]
 
     def stopping_victims(self) -> set[str]:
         return set()

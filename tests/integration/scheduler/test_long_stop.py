@@ -1,0 +1,113 @@
+"""The default policy's long-job stop, live against a real Redis: a running job whose spec says it
+resumes from its checkpoint (``JobSpec.resumable``) and that has hours left is stopped once for a
+burst of much shorter jobs that would otherwise wait for it; the shorter jobs start on its GPUs
+once its agent reports the exit, and it runs again after them, never stopped a second time. A
+job that is not resumable is never stopped (``QueuePolicy.preempt_long_gain``; the simulator's
+``frenzy`` makes the same decision, tests/unit/has/test_has_stop_long.py).
+
+Agents are played by writing their events, as in test_preemption.py."""
+
+from __future__ import annotations
+
+import redis
+
+from frenzy.scheduler.loop import SchedulerLoop
+from frenzy.state.job_states import JobState
+from frenzy.state.keys import Keys
+from frenzy.state.messages import AgentEvent, EventKind, decode_command
+from frenzy.v1 import types_pb2
+from has import QueuePolicy
+from support.state import add_node, make_plan, make_spec
+
+HOUR = 3600.0
+
+
+def _plan(gpus: int, runtime_s: float) -> types_pb2.Plan:
+    plan = make_plan("A100-80GB", dp=gpus)
+    plan.completion_s = runtime_s
+    return plan
+
+
+def _spec(name: str, resumable: bool = False) -> types_pb2.JobSpec:
+    spec = make_spec(name)
+    spec.resumable = resumable
+    return spec
+
+
+def _owners(client: redis.Redis, keys: Keys) -> set[str]:
+    return {client.hget(keys.gpu("a-0", i), "owner") or "" for i in range(8)}
+
+
+def _long_then_burst(loop: SchedulerLoop, resumable: bool) -> tuple[str, list[str]]:
+    """A 10-hour job on the node's 8 GPUs, then four 6-minute 2-GPU jobs."""
+    store = loop.store
+    long_id, _ = store.submit(_spec("long", resumable), [_plan(8, 10 * HOUR)], "gpt2-124m", 1)
+    assert loop.tick().placed == [long_id]
+    shorts = [store.submit(_spec(f"short{i}"), [_plan(2, 0.1 * HOUR)], "gpt2-124m", 1)[0] for i in range(4)]
+    return long_id, shorts
+
+
+def test_the_default_policy_stops_a_resumable_long_job_for_a_burst_of_short_ones(
+    redis_client: redis.Redis, keys: Keys,
+) -> None:
+    add_node(redis_client, keys, "a-0", "A100-80GB", 8)
+    loop = SchedulerLoop(redis_client, keys, max_attempts=1)  # no retries: the stop must not use one up
+    assert loop.policy == QueuePolicy.frenzy() and loop.policy.preempt_long_gain > 0
+    store = loop.store
+    long_id, shorts = _long_then_burst(loop, resumable=True)
+    first = store.get(long_id)
+    assert first is not None
+
+    report = loop.tick()
+    assert len(report.preempted) == 1 and report.preempted[0].startswith(f"{long_id} for ")
+    assert report.placed == []  # its GPUs are still the victim's until its agent reports the exit
+    stopped = store.get(long_id)
+    assert stopped is not None
+    assert (stopped.state, stopped.attempt, stopped.preemptions) == (JobState.PENDING, 2, 1)
+    assert "resumes from its checkpoint" in stopped.pending_reason
+    for job_id in shorts:  # every taker of its GPUs waits for the exit, none is placed on busy GPUs
+        reason = store.get(job_id).pending_reason  # type: ignore[union-attr]
+        assert reason.startswith(f"starting once {long_id} has stopped"), reason
+    cancel = decode_command(redis_client.xrange(keys.launch_stream("a-0"))[-1][1])
+    assert (cancel.job_id, cancel.attempt) == (long_id, 1)
+    assert _owners(redis_client, keys) == {long_id}
+    assert loop.tick().preempted == []  # no second victim while the first one stops
+
+    loop.handle_event(AgentEvent(kind=EventKind.EXITED, job_id=long_id, attempt=1, node="a-0", fence=first.fence,
+                                 exit_code=-15, cancelled=True))
+    assert sorted(loop.tick().placed) == sorted(shorts)  # all four on its 8 GPUs
+    assert store.get(long_id).state == JobState.PENDING  # type: ignore[union-attr]
+
+    for job_id in shorts:
+        job = store.get(job_id)
+        assert job is not None and store.record_exit(job, job.attempt, "a-0", 0, "done")[0] == "finished"
+    assert loop.tick().placed == [long_id]
+    rerun = store.get(long_id)
+    assert rerun is not None and rerun.attempt == 2
+    # stopped once, never again: a second burst waits for it
+    store.cluster()
+    assert [(r.job_id, r.preemptible) for r in store.running_jobs(rerun.reserved_at + 1, 0.0, resumable=True)] == [
+        (long_id, False)]
+    store.submit(_spec("late"), [_plan(2, 0.1 * HOUR)], "gpt2-124m", 1)
+    assert loop.tick().preempted == []
+
+
+def test_a_long_job_that_is_not_resumable_is_never_stopped(redis_client: redis.Redis, keys: Keys) -> None:
+    add_node(redis_client, keys, "a-0", "A100-80GB", 8)
+    loop = SchedulerLoop(redis_client, keys)
+    long_id, shorts = _long_then_burst(loop, resumable=False)
+    store = loop.store
+    store.cluster()
+    assert store.running_jobs(store.get(long_id).reserved_at + 1, 0.0, resumable=True) == []  # type: ignore[union-attr]
+    report = loop.tick()
+    assert report.preempted == [] and report.placed == []
+    assert store.get(long_id).state == JobState.LAUNCHING  # type: ignore[union-attr]
+    assert _owners(redis_client, keys) == {long_id}
+
+
+def test_without_the_long_job_stop_a_resumable_job_keeps_its_gpus(redis_client: redis.Redis, keys: Keys) -> None:
+    add_node(redis_client, keys, "a-0", "A100-80GB", 8)
+    loop = SchedulerLoop(redis_client, keys, policy=QueuePolicy.named("frenzy-nostop"))
+    long_id, _ = _long_then_burst(loop, resumable=True)
+    assert loop.tick().preempted == []
+    assert loop.store.get(long_id).state == JobState.LAUNCHING  # type: ignore[union-attr]
