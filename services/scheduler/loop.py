@@ -84,6 +84,9 @@ from frenzy.v1 import types_pb2
 from has import Placement, QueuePolicy, schedule
 from has.oom import plans_that_may_fit
 
+# The most of its estimated work a resumable job stopped part-way is credited with (preempt).
+MAX_DONE_FRACTION = 0.9
+
 log = logging.getLogger(__name__)
 
 
@@ -437,7 +440,16 @@ class SchedulerLoop:
         limit = (job.max_attempts or self.max_attempts) + job.preemptions + 1
         why = (f"stopped for {for_job} and other much shorter jobs; it resumes from its checkpoint later"
                if resumes else f"preempted for {for_job}, a shorter job submitted right after it")
-        done, state = self.store.requeue(job, [], why, limit, None, preempted=True)
+        fields = None
+        plan = job.plan
+        if resumes and plan is not None and plan.completion_s > 0:
+            # Its work done so far, as the plan's runtime estimate measures it: the time this
+            # attempt ran covers that share of the whole job (capped: an estimate that ran over
+            # still leaves the job some work, not none).
+            ran = max(0.0, time.time() - job.reserved_at)
+            done_fraction = min(MAX_DONE_FRACTION, job.done_fraction + ran / plan.completion_s)
+            fields = {"done_fraction": f"{done_fraction:.6f}"}
+        done, state = self.store.requeue(job, [], why, limit, None, preempted=True, fields=fields)
         if done:
             log.info("job %s preempted for %s (it ran %.0f s; requeued for attempt %d)", job_id, for_job,
                      max(0.0, time.time() - job.reserved_at), job.attempt + 1)

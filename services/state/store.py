@@ -14,7 +14,7 @@ import math
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Generic, TypeVar
 
 import redis
@@ -141,6 +141,10 @@ class JobRecord:
     # oldest first; and the out-of-memory threshold (has.oom) once an attempt ran out of memory.
     attempts: tuple[dict[str, Any], ...] = ()
     oom_threshold: float | None = None
+    # A resumable job stopped for shorter ones (JobSpec.resumable): the share of its work done by
+    # then, as the scheduler estimates it (time run / the plan's runtime); its plans' runtimes are
+    # scaled by what is left when it queues again.
+    done_fraction: float = 0.0
 
     @property
     def oom_exits(self) -> int:
@@ -241,6 +245,15 @@ def plan_to_option(plan: types_pb2.Plan) -> PlanOption:
         gpu_type=plan.gpu_type, tp=lay.tp, pp=lay.pp, dp=lay.dp, bytes_per_gpu=plan.peak_bytes_per_gpu,
         runtime_s=plan.completion_s if plan.completion_s > 0 else None,
     )
+
+
+def _fraction(raw: str | None) -> float:
+    """A stored share of work done in [0, 1) (0 when absent or not a number)."""
+    try:
+        value = float(raw or 0.0)
+    except ValueError:
+        return 0.0
+    return value if 0.0 <= value < 1.0 else 0.0
 
 
 def option_from_json(plan: dict[str, Any]) -> PlanOption:
@@ -549,6 +562,7 @@ class StateStore:
             previous_nodes=tuple(n for n in raw.get("prev_nodes", "").split(",") if n),
             attempts=tuple(attempts),
             oom_threshold=float(raw["oom_threshold"]) if raw.get("oom_threshold") else None,
+            done_fraction=_fraction(raw.get("done_fraction")),
         )
 
     def queue(self) -> list[QueuedJob]:
@@ -596,15 +610,20 @@ class StateStore:
         if missing:
             pipe = self.r.pipeline(transaction=False)
             for job_id in missing:
-                pipe.hmget(self.k.job(job_id), "plans", "attempt", "submitted_at", "spec", "priority")
+                pipe.hmget(self.k.job(job_id), "plans", "attempt", "submitted_at", "spec", "priority", "done_fraction")
             stamps = dict(pending)
-            for job_id, (raw, attempt, submitted_at, spec, priority) in zip(missing, pipe.execute(), strict=True):
+            for job_id, (raw, attempt, submitted_at, spec, priority, done) in zip(missing, pipe.execute(),
+                                                                                   strict=True):
                 stamp = stamps[job_id]
                 if (attempt or "", submitted_at or "") != stamp[:2]:
                     continue  # changed between the two reads: left for the next tick
                 try:
                     stored = json.loads(raw or "[]")
                     options = tuple(option_from_json(p) for p in stored)
+                    left = 1.0 - _fraction(done)  # a resumable job stopped part-way: what is left of it
+                    if left < 1.0:
+                        options = tuple(o if o.runtime_s is None else replace(o, runtime_s=o.runtime_s * left)
+                                        for o in options)
                 except (ValueError, TypeError, AttributeError) as exc:  # not what submit writes
                     if job_id not in self._unreadable:
                         self._unreadable.add(job_id)

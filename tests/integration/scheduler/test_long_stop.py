@@ -9,6 +9,9 @@ Agents are played by writing their events, as in test_preemption.py."""
 
 from __future__ import annotations
 
+import time
+
+import pytest
 import redis
 
 from frenzy.scheduler.loop import SchedulerLoop
@@ -111,3 +114,45 @@ def test_without_the_long_job_stop_a_resumable_job_keeps_its_gpus(redis_client: 
     long_id, _ = _long_then_burst(loop, resumable=True)
     assert loop.tick().preempted == []
     assert loop.store.get(long_id).state == JobState.LAUNCHING  # type: ignore[union-attr]
+
+
+def test_a_stopped_resumable_job_queues_again_with_what_it_has_left(redis_client: redis.Redis, keys: Keys) -> None:
+    """It ran 4 of its 10 estimated hours when it was stopped: queued again, each of its plans
+    counts 6 hours (shortest-first and the release estimates see the work left, as the simulator's
+    steps left), and a second stop part-way credits the time it ran again."""
+    add_node(redis_client, keys, "a-0", "A100-80GB", 8)
+    loop = SchedulerLoop(redis_client, keys)
+    store = loop.store
+    long_id, _ = store.submit(_spec("long", True), [_plan(8, 10 * HOUR)], "gpt2-124m", 1)
+    assert loop.tick().placed == [long_id]
+    started = float(redis_client.hget(keys.job(long_id), "reserved_at"))
+    redis_client.hset(keys.job(long_id), "reserved_at", repr(started - 4 * HOUR))  # as if it ran 4 h
+    assert loop.preempt(long_id, "someone-shorter", resumes=True)
+    job = store.get(long_id)
+    assert job is not None and job.done_fraction == pytest.approx(0.4, abs=1e-3)
+    [queued] = [q for q in store.queue() if q.job_id == long_id]
+    assert queued.plans[0].runtime_s == pytest.approx(6 * HOUR, rel=1e-3)
+    # a stop without a checkpoint (the short-window preemption) credits nothing more
+    fence = int(redis_client.hget(keys.gpu("a-0", 0), "fence"))
+    loop.handle_event(AgentEvent(kind=EventKind.EXITED, job_id=long_id, attempt=1, node="a-0", fence=fence,
+                                 exit_code=-15, cancelled=True))
+    assert loop.tick().placed == [long_id]
+    est_end = float(redis_client.hget(keys.job(long_id), "est_end"))
+    assert est_end == pytest.approx(time.time() + 6 * HOUR, abs=60)  # its GPUs free when the rest is done
+    assert loop.preempt(long_id, "another")
+    assert store.get(long_id).done_fraction == pytest.approx(0.4, abs=1e-3)  # type: ignore[union-attr]
+
+
+def test_the_credit_is_capped_and_garbage_reads_as_none(redis_client: redis.Redis, keys: Keys) -> None:
+    add_node(redis_client, keys, "a-0", "A100-80GB", 8)
+    loop = SchedulerLoop(redis_client, keys)
+    store = loop.store
+    long_id, _ = store.submit(_spec("long", True), [_plan(8, HOUR)], "gpt2-124m", 1)
+    loop.tick()
+    redis_client.hset(keys.job(long_id), "reserved_at", repr(time.time() - 30 * HOUR))  # ran far over its estimate
+    assert loop.preempt(long_id, "x", resumes=True)
+    assert store.get(long_id).done_fraction == pytest.approx(0.9)  # type: ignore[union-attr]
+    [queued] = [q for q in store.queue() if q.job_id == long_id]
+    assert queued.plans[0].runtime_s == pytest.approx(0.1 * HOUR)  # never "nothing left"
+    redis_client.hset(keys.job(long_id), "done_fraction", "lots")
+    assert store.get(long_id).done_fraction == 0.0  # type: ignore[union-attr]
