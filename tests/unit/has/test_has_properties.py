@@ -167,7 +167,7 @@ class _FakeStore:
         return self._cluster
 
     def set_pending_reasons(self, reasons: dict[str, str]) -> None:
-        self.reasons = reasons
+        self.reasons.update(reasons)  # (per job, as the store writes each job's field)
 
     def running_jobs(self, now: float, within_s: float, resumable: bool = False) -> list[RunningJob]:
         # every job resumable, as the simulator assumes (the real store asks JobSpec.resumable)
@@ -258,3 +258,52 @@ def test_live_scheduler_preempts_as_the_simulator_does() -> None:
     report = service.tick(now=20.0)
     assert stopped == [("long", "short")] and report.preempted == ["long for short"]
     assert reserved == []  # its GPUs are still the victim's until the agents report the exit
+
+
+def test_live_scheduler_stops_a_long_job_as_the_simulator_does() -> None:
+    """The default policy's long-job stop: a job with hours left holds both nodes when two much
+    shorter ones arrive; the simulator stops it (keeping its progress) and starts what takes its
+    GPUs; the service's tick, given the same cluster, queue and running job (resumable), stops
+    the same job for the same takers and places none of them until its GPUs are back."""
+    import has
+    from frenzy.scheduler.loop import SchedulerLoop
+
+    spec = parse_cluster({"nodes": [{"gpu": "H100-80GB", "count": 2, "gpus_per_node": 8, "name_prefix": "h100"}]})
+    trace = [TraceJob("long", 0.0, "qwen2.5-32b", 2048, 64, 4_000_000_000, 16),
+             TraceJob("short0", 3600.0, "qwen2.5-32b", 2048, 64, 2_000_000, 8),
+             TraceJob("short1", 3600.0, "qwen2.5-32b", 2048, 64, 2_000_000, 8)]  # fmt: skip
+    policy = FrenzyPolicy("frenzy", QueuePolicy.frenzy())
+    sim = Simulator(spec, trace, policy, runtime_noise=0.0)
+    sim._handle(0.0, 0, "long", 0)
+    sim._decide(0.0)
+    assert "long" in sim.running and len(sim.owner) == 16
+    for j in trace[1:]:
+        sim._handle(3600.0, 0, j.job_id, 0)
+    view = SimView(sim, 3600.0)
+    actions = policy.decide(view)
+    kinds = [(type(a).__name__, a.job_id) for a in actions]
+    assert kinds[0] == ("Stop", "long") and not actions[0].lose_progress, kinds
+    sim_starts = sorted(a.job_id for a in actions if isinstance(a, Start))
+    assert sim_starts and set(sim_starts) <= {"short0", "short1"}
+    queue = [policy.queued_job(j) for j in view.queue]
+    running = [RunningJob(j.job_id, j.started_at, j.submitted_at) for j in view.running]
+
+    stopped: list[tuple[str, str, bool]] = []
+    reserved: list[str] = []
+
+    class Loop(SchedulerLoop):
+        def preempt(self, job_id: str, for_job: str, resumes: bool = False) -> bool:
+            stopped.append((job_id, for_job, resumes))
+            return True
+
+        def _place(self, placements: list[has.Placement]) -> list[tuple[has.Placement, bool, str]]:
+            reserved.extend(p.job_id for p in placements)
+            return [(p, True, "") for p in placements]
+
+    store = _FakeStore(queue, view.cluster, running)
+    service = _service(Loop, store, QueuePolicy.frenzy())
+    report = service.tick(now=3600.0)
+    assert [(j, r) for j, _, r in stopped] == [("long", True)] and stopped[0][1] in sim_starts
+    assert len(report.preempted) == 1
+    assert reserved == []  # every taker waits for the victim's exit, as the loop reports
+    assert sorted(j for j in store.reasons if store.reasons[j].startswith("starting once long")) == sim_starts
