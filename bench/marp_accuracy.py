@@ -60,6 +60,8 @@ def _gpu(text: str) -> str:
 
 def _precision(text: str) -> str:
     t = text.lower()
+    if "megatron --fp16" in t:  # fp16 params, fp32 master weights and Adam states (Float16 optimizer)
+        return "master-fp16"
     if "megatron --bf16" in t or "fp32 master" in t:
         return "master-bf16"
     if "fp32 sharded params" in t:
@@ -299,11 +301,15 @@ def run_public_multi_gpu(path: Path = PUBLIC_MULTI_GPU_CSV) -> dict[str, Any]:
         layouts = {row["id"]: row for row in csv.DictReader(fh)}
     for r in out["rows"]:
         row = layouts[r["id"]]
-        _, recipe, layout, gpu, _, _ = row_inputs(row)
+        _, recipe, layout, gpu, stage, _ = row_inputs(row)
         ft = {"lora": f" LoRA r{recipe.lora_rank}", "qlora": f" QLoRA r{recipe.lora_rank}"}.get(recipe.finetune, "")
         ft += " float8" if recipe.float8 else ""
-        r["label"] = (f"{row['model'].split(' (')[0]}{ft} {layout.num_gpus}x {gpu} dp{layout.dp} "
-                      f"z{layout.zero_stage} mb{layout.micro_batch} s{recipe.seq_len}")  # fmt: skip
+        # tp / pp / cp only where the row uses them, so the 1-D data-parallel rows keep their labels
+        dims = (("tp", layout.tp), ("pp", layout.pp), ("cp", layout.cp))
+        grid = "".join(f" {k}{v}" for k, v in dims if v > 1)
+        r["label"] = (f"{row['model'].split(' (')[0]}{ft} {layout.num_gpus}x {gpu} dp{layout.dp}{grid} "
+                      f"z{layout.zero_stage} mb{layout.micro_batch} s{recipe.seq_len}"
+                      f"{' last stage' if stage == 'last' else ''}")  # fmt: skip
     return out
 
 
