@@ -101,6 +101,8 @@ def _loss(row: dict[str, str]) -> str:
     t = row["loss"].lower()
     if "cross_entropy_loss_fusion" in row["source_url"]:
         return "megatron-fused"  # the test's --cross-entropy-loss-fusion flag
+    if "cross_entropy_loss_fusion true" in t:
+        return "megatron-fused"  # the flag as a run's printed config gives it (Megatron-Bridge)
     if "chunked" in t:
         return "chunked"
     if "fused classifier" in t:
@@ -314,9 +316,9 @@ def run_public_multi_gpu(path: Path = PUBLIC_MULTI_GPU_CSV) -> dict[str, Any]:
 
 
 def public_multi_gpu_table(public: dict[str, Any]) -> str:
-    lines = [f"{'row':7} {'job':58} {'quantity':9} {'conf.':6} {'measured GiB':>12} {'MARP GiB':>9} {'error':>8}  phase"]
+    lines = [f"{'row':7} {'job':64} {'quantity':9} {'conf.':6} {'measured GiB':>12} {'MARP GiB':>9} {'error':>8}  phase"]
     for r in public["rows"]:
-        lines.append(f"{r['id']:7} {r['label']:58} {r['quantity']:9} {r['confidence']:6} "
+        lines.append(f"{r['id']:7} {r['label']:64} {r['quantity']:9} {r['confidence']:6} "
                      f"{r['measured_bytes'] / 2**30:12.2f} {r['predicted_bytes'] / 2**30:9.2f} {r['error_pct']:+7.2f}%  "
                      f"{r['phase']}")  # fmt: skip
     s = public["marp"]

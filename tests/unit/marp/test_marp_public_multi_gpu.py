@@ -100,9 +100,21 @@ def test_precision_mapping_tells_megatron_fp16_from_bf16() -> None:
     assert policy("amp fp16 (Trainer fp16=True)") == "amp-fp16"
 
 
+def test_loss_mapping_reads_the_cross_entropy_fusion_flag() -> None:
+    def loss(text: str) -> str:
+        return marp_accuracy._loss({"loss": text, "source_url": "https://example.org/run"})
+
+    assert loss("vocab-parallel CE, cross_entropy_loss_fusion true (native)") == "megatron-fused"
+    assert loss("Megatron vocab-parallel CE (fp16_lm_cross_entropy False)") == "fused"
+    mbr = next(r for r in _rows() if r["id"] == "MBR-01")
+    _, recipe, layout, _, _, _ = marp_accuracy.row_inputs(mbr)
+    assert recipe.loss == "megatron-fused" and recipe.precision == "master-bf16"
+    assert (layout.dp, layout.zero_stage, layout.grad_accum) == (8, 1, 64)
+
+
 def test_accuracy_does_not_regress() -> None:
-    # Today: mean |error| 6.36 % over 16 rows (8.19 % over the 11 before the Megatron TP / PP rows
-    # LGA-01..05, which are within -5.2 to +1.0 %), worst +26.0 % (405B QLoRA), no row under by more
+    # Today: mean |error| 6.28 % over 17 rows (8.19 % over the 11 before the Megatron rows LGA-01..05
+    # and MBR-01, which are within -5.2 to +1.0 %), worst +26.0 % (405B QLoRA), no row under by more
     # than 10 % since GMLake's fragmentation under sharded states + LoRA + recompute and FSDP2's
     # copy-in stream pool are charged (docs/marp.md, "Published multi-GPU measurements"). This keeps
     # the set from getting worse unnoticed.
