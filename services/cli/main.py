@@ -526,8 +526,10 @@ def scheduler_cmd(
         envvar="FRENZY_POLICY",
         help="Queue policy, by the name the simulator gives it (`frenzy simulate --policies`): 'frenzy' "
              "(shortest-first with aging over MARP's ranked plans, waiting for a better-ranked plan when "
-             "that finishes over 20 % sooner; the default, chosen on the simulator's tuning split, "
-             "docs/simulator.md), 'frenzy-ranked' (that without the wait), 'frenzy-completion' "
+             "that finishes over 20 % sooner, and stopping a long job that says it resumes from a checkpoint "
+             "(submit --resumable) once for a burst of much shorter ones; the default, chosen on the "
+             "simulator's tuning split, docs/simulator.md), 'frenzy-nostop' (that without the stop), "
+             "'frenzy-ranked' (without the wait or the stop), 'frenzy-completion' "
              "(completion-time-aware plan choice, and stopping a job submitted under a minute ago for a "
              "much shorter one), 'frenzy-nopreempt' (frenzy-completion never stopping a running job), "
              "'frenzy-fifo' (frenzy in submit order) or 'frenzy-paper' (FIFO with backfill, first "
