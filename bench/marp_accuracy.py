@@ -75,6 +75,12 @@ def _precision(text: str) -> str:
     return "fp32"
 
 
+def _main_grad_dtype(text: str) -> str:
+    """The main-grad buffer's dtype a Megatron row's precision column gives: "half" where it says
+    the buffer is fp16 (--fp16 without --accumulate-allreduce-grads-in-fp32), else fp32."""
+    return "half" if "fp16 main-grad buffer" in text.lower() else "fp32"
+
+
 def _optimizer_impl(text: str) -> str | None:
     t = text.lower()
     if "fused" in t:
@@ -108,7 +114,9 @@ def _loss(row: dict[str, str]) -> str:
     if "fused classifier" in t:
         return "inplace"
     if "megatron" in t:
-        return "fused"
+        # Megatron's CE subtracted the max out of place until at least mid-2024 (sizes.
+        # loss_bytes_per_logit, fused-copy); a run dated 2023 ran that version.
+        return "fused-copy" if "2023" in row.get("framework", "") else "fused"
     return "torch"
 
 
@@ -159,6 +167,7 @@ def row_inputs(row: dict[str, str]) -> tuple[ModelSpec, TrainingRecipe, Layout, 
         lora_dropout=float(row.get("lora_dropout") or 0.0),
         lora_adapter_dtype=row.get("lora_adapter_dtype") or "fp32",
         fsdp_reshard=row.get("fsdp_reshard") or "keep-last", qlora_backend=row.get("qlora_backend") or "bitsandbytes",
+        main_grad_dtype=_main_grad_dtype(row["precision"]),
     )  # fmt: skip
     shard = dp // 2 if "instances" in row["sharding"] or "instances" in row["source_url"] else None
     layout = Layout(

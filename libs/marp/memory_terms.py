@@ -35,6 +35,7 @@ from marp.sizes import (
     in_flight,
     lora_params,
     loss_bytes_per_logit,
+    loss_forward_bytes_per_logit,
     runtime_reserve_bytes,
     stage_layer_count,
     stage_param_counts,
@@ -93,6 +94,8 @@ def _job(model: ModelSpec, recipe: TrainingRecipe, grid: LayoutGrid, gpu: GpuTyp
                               kv_repeat=recipe.resolved_kv_repeat)  # fmt: skip
     s = recipe.seq_len
     pb, gb, ob = state_bytes_per_param(policy, recipe.optimizer)
+    if recipe.main_grad_dtype == "half":
+        gb = 2.0  # Megatron --fp16's main-grad buffer in the parameters' dtype (recipe.MAIN_GRAD_DTYPES)
     first_params, last_params, layer_local, vocab_local = stage_param_counts(model, grid.tp, grid.pp,
                                                                              grid.stage_layers)  # fmt: skip
     layers_stage = stage_layer_count(model.n_layers, grid.pp, grid.stage_layers)
@@ -278,7 +281,9 @@ def _logits(job: _Job, st: _Stage) -> tuple[FloatArray, FloatArray]:
     per_logit: FloatArray | float = loss_bytes_per_logit(loss_kind, e, recipe.loss_chunks, recipe.pointwise_fused)
     # The loss's forward, still inside the autocast region: the logits, their fp32 upcast (the
     # same tensor in fp32) and log_softmax's output (torch loss only; the others keep their peak).
-    per_logit_fwd: FloatArray | float = (0.0 if e == 4 else e) + 8.0 if loss_kind == "torch" else per_logit
+    per_logit_fwd: FloatArray | float = ((0.0 if e == 4 else e) + 8.0 if loss_kind == "torch" else
+                                         loss_forward_bytes_per_logit(loss_kind, e, recipe.loss_chunks,
+                                                                      recipe.pointwise_fused))  # fmt: skip
     if loss_kind == "torch" and not recipe.megatron_style and bool(np.any(job.grid.tp > 1)):
         # Under TP the head's logits stay vocab-sharded and F.cross_entropy runs as DTensor's loss
         # parallel (torchtitan enables it with TP): its log_softmax keeps one more fp32 copy per
@@ -778,10 +783,16 @@ def _stage_terms(job: _Job, layer: _Layer, last: bool) -> dict[str, FloatArray]:
         copies=_weight_copies(job, st), acts=acts, emb_this=emb_this,
     )  # fmt: skip
     opt_tr = _optimizer_transient(job, states)
+    # A half-precision main-grad buffer: the step first copies the gradients of the optimizer's
+    # parameters to fp32 (Float16OptimizerWithFloat16Params._copy_model_grads_to_main_grads,
+    # `main_param.grad = model_param.main_grad.float()`; the distributed optimizer copies its shard),
+    # freed only by the next step's zero_grad(set_to_none=True), before its forward
+    # (NVIDIA/Megatron-LM megatron/optimizer/optimizer.py at d657a3e; megatron/core/optimizer alike).
+    grads_c = states.grads + (states.opt_params * 4.0 if job.recipe.main_grad_dtype == "half" else 0.0)
     phases = (
         _forward_end(t, *_logits(job, st)),
         _backward(job, layer, st, t, _layer_grads(job, st, states, buffers.fsdp)),
-        _Phase(peak=t.const + states.grads + opt_tr, gradients=states.grads, activations=0.0, logits=0.0,
+        _Phase(peak=t.const + grads_c + opt_tr, gradients=grads_c, activations=0.0, logits=0.0,
                buffers=0.0, transient=opt_tr),
     )  # fmt: skip
     stacked = np.stack([p.peak for p in phases])

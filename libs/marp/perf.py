@@ -216,7 +216,8 @@ class StepShape:
         stage_params = _f(np.maximum(first, last))
         _pb, gb, _ob = state_bytes_per_param(recipe.policy, recipe.optimizer)
         trainable = stage_params if recipe.finetune == "full" else stage_params * 0.01  # adapters: a sliver
-        grad_b = 2.0 if recipe.policy == "pure-bf16" else gb  # gradients travel in their buffer's dtype
+        # Gradients travel in their buffer's dtype (a half main-grad buffer: Megatron --fp16's default).
+        grad_b = 2.0 if recipe.policy == "pure-bf16" or recipe.main_grad_dtype == "half" else gb
         ring = (shard_f - 1) / shard_f
         z3 = zs >= 3
         # FSDP: gather the (compute-dtype) parameters forward and backward, reduce-scatter the grads.

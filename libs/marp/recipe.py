@@ -25,7 +25,7 @@ Precision = Literal[
 Optimizer = Literal["adamw", "adam", "sgd", "sgd-momentum", "adam8bit"]
 OptimizerImpl = Literal["foreach", "fused", "forloop"]
 Recompute = Literal["none", "selective", "full", "op-sac"]
-Loss = Literal["torch", "fused", "chunked", "megatron-fused", "inplace"]
+Loss = Literal["torch", "fused", "chunked", "megatron-fused", "inplace", "fused-copy"]
 Kernels = Literal["eager", "fused"]
 Finetune = Literal["full", "lora", "qlora"]
 GradBuffer = Literal["persistent", "transient"]
@@ -39,7 +39,7 @@ PRECISION_ALIASES: dict[str, str] = {"fp16": "master-fp16", "bf16": "master-bf16
 OPTIMIZERS: tuple[str, ...] = ("adamw", "adam", "sgd", "sgd-momentum", "adam8bit")
 OPTIMIZER_IMPLS: tuple[str, ...] = ("foreach", "fused", "forloop")
 RECOMPUTE: tuple[str, ...] = ("none", "selective", "full", "op-sac")
-LOSSES: tuple[str, ...] = ("torch", "fused", "chunked", "megatron-fused", "inplace")
+LOSSES: tuple[str, ...] = ("torch", "fused", "chunked", "megatron-fused", "inplace", "fused-copy")
 KERNELS: tuple[str, ...] = ("eager", "fused")
 FINETUNES: tuple[str, ...] = ("full", "lora", "qlora")
 GRAD_BUFFERS: tuple[str, ...] = ("persistent", "transient")
@@ -58,6 +58,13 @@ FSDP_RESHARDS: tuple[str, ...] = ("keep-last", "all")
 # the module), or torchao (torchtune: NF4Tensor shards its constants with the data through
 # fsdp_pre_all_gather).
 QLORA_BACKENDS: tuple[str, ...] = ("bitsandbytes", "torchao")
+# The dtype of a master-* policy's main-grad buffer: "fp32" (Megatron forces it under --bf16 and
+# takes it with --accumulate-allreduce-grads-in-fp32 / grad_reduce_in_fp32; DeepSpeed's fp32
+# gradient partitions) or "half", the parameters' dtype: Megatron's --fp16 default (megatron
+# arguments.py validate_args sets accumulate_allreduce_grads_in_fp32 only for --bf16; the grad
+# buffer's dtype is `torch.float if accumulate_allreduce_grads_in_fp32 else param.dtype`,
+# NVIDIA/Megatron-LM megatron/model/distributed.py at a8ca4d5, mcore DDP's grad_reduce_in_fp32 alike).
+MAIN_GRAD_DTYPES: tuple[str, ...] = ("fp32", "half")
 ZERO_STAGES: tuple[int, ...] = (0, 1, 2, 3)
 MAX_PIPELINE_STAGES = 1024  # virtual stages of a split; far past any real pp x vpp
 # The optimizers' own defaults (torch.optim.AdamW 1e-2; Adam and SGD 0; bitsandbytes Adam8bit 0):
@@ -149,6 +156,10 @@ class TrainingRecipe:
     last FSDP2 block gathered after its forward, "all" (torchtune) reshards every block.
     ``qlora_backend``: "bitsandbytes" (peft's QLoRA; the NF4 block constants stay whole on every
     rank under FSDP / ZeRO-3) or "torchao" (torchtune; sharded with the data).
+    ``main_grad_dtype`` (``master-*`` only): "fp32", the main-grad buffer in fp32 (4 B per
+    parameter), or "half", in the parameters' dtype (2 B: Megatron --fp16 without
+    --accumulate-allreduce-grads-in-fp32), whose optimizer step then makes an fp32 copy of the
+    gradients (Float16OptimizerWithFloat16Params: ``main_param.grad = main_grad.float()``).
     """
 
     seq_len: int
@@ -184,6 +195,7 @@ class TrainingRecipe:
     lora_adapter_dtype: str = "fp32"
     fsdp_reshard: str = "keep-last"
     qlora_backend: str = "bitsandbytes"
+    main_grad_dtype: str = "fp32"
 
     def __post_init__(self) -> None:
         err = InvalidRecipeError
@@ -259,6 +271,12 @@ class TrainingRecipe:
         check_choice(self.lora_adapter_dtype, "recipe.lora_adapter_dtype", err, LORA_ADAPTER_DTYPES)
         check_choice(self.fsdp_reshard, "recipe.fsdp_reshard", err, FSDP_RESHARDS)
         check_choice(self.qlora_backend, "recipe.qlora_backend", err, QLORA_BACKENDS)
+        check_choice(self.main_grad_dtype, "recipe.main_grad_dtype", err, MAIN_GRAD_DTYPES)
+        if self.main_grad_dtype == "half" and not self.megatron_style:
+            raise err("recipe.main_grad_dtype",
+                      f"a half-precision main-grad buffer is Megatron's (master-*); {self.policy} keeps "
+                      "its gradients in the parameters' .grad.",
+                      "use precision master-fp16 or master-bf16, or main_grad_dtype fp32.")  # fmt: skip
         if self.etp is not None:
             check_int(self.etp, "recipe.etp", err, fix="use an expert-tensor-parallel degree >= 1, or leave it unset (tp).")
         if self.policy == "fsdp-bf16" and self.finetune == "qlora":
@@ -343,7 +361,7 @@ class TrainingRecipe:
             "pp_layers": None if self.pp_layers is None else list(self.pp_layers), "etp": self.etp,
             "compile": self.compile, "float8": self.float8, "lora_dropout": self.lora_dropout,
             "lora_adapter_dtype": self.lora_adapter_dtype, "fsdp_reshard": self.fsdp_reshard,
-            "qlora_backend": self.qlora_backend,
+            "qlora_backend": self.qlora_backend, "main_grad_dtype": self.main_grad_dtype,
         }  # fmt: skip
 
 
@@ -553,7 +571,7 @@ class LayoutGrid:
 
 
 __all__ = [
-    "DEFAULT_WEIGHT_DECAY", "FINETUNES", "GRAD_BUFFERS", "KERNELS", "LORA_TARGETS", "LOSSES", "OPTIMIZERS", "OPTIMIZER_IMPLS", "PRECISIONS",
+    "DEFAULT_WEIGHT_DECAY", "FINETUNES", "GRAD_BUFFERS", "KERNELS", "LORA_TARGETS", "LOSSES", "MAIN_GRAD_DTYPES", "OPTIMIZERS", "OPTIMIZER_IMPLS", "PRECISIONS",
     "PRECISION_ALIASES", "RECOMPUTE", "ZERO_STAGES", "Layout", "LayoutGrid", "TrainingRecipe", "canonical_precision",
     "check_pp_layers", "compute_dtype", "split_maxima",
 ]  # fmt: skip

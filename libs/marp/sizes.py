@@ -222,7 +222,13 @@ def loss_bytes_per_logit(loss: str, e: int, chunks: int, fused: bool = False) ->
     copy (4), the gradient is cast back to the logits dtype (e): 4 + e. megatron-fused: Megatron's
     --cross-entropy-loss-fusion under its jit fuser materialises one more logits-sized fp32 buffer
     (megatron/core/fusions/fused_cross_entropy.py, "a full logits-sized transient allocation"):
-    4 + 4 + e. chunked (torchtune CEWithChunkedOutputLoss): the low-precision logits (e) and every
+    4 + 4 + e. fused-copy: the same CE as Megatron had it before the max subtraction became in
+    place -- ``vocab_parallel_logits = vocab_parallel_logits - logits_max.unsqueeze(dim=-1)``
+    (NVIDIA/Megatron-LM megatron/core/tensor_parallel/cross_entropy.py at 8e6e7cd; the in-place
+    change was still being proposed in Megatron-LM PRs #569, 2023-11, and #863, 2024-06) -- whose
+    *forward* holds the caller's half logits (``output.float()`` in the GPT model's loss), the fp32
+    copy and the shifted fp32 copy: e + 8 (``loss_forward_bytes_per_logit``); its backward is
+    fused's, 4 + e. chunked (torchtune CEWithChunkedOutputLoss): the low-precision logits (e) and every
     chunk's log-softmax (4) are kept, one chunk is upcast at a time: e + 4 + 4 / chunks, or
     4 + 8 / chunks in the backward. inplace (llm.c's fused classifier): the low-precision logits
     are overwritten by their gradient, no fp32 copy: e. A compiled chunked loss (kernels "fused":
@@ -243,11 +249,19 @@ def loss_bytes_per_logit(loss: str, e: int, chunks: int, fused: bool = False) ->
         return float(e)
     if loss == "torch":
         return 12.0
-    if loss == "fused":
+    if loss in ("fused", "fused-copy"):
         return 4.0 + e
     if loss == "megatron-fused":
         return 8.0 + e
     return max(e + 4.0 + 4.0 / chunks, 4.0 + 8.0 / chunks)
+
+
+def loss_forward_bytes_per_logit(loss: str, e: int, chunks: int, fused: bool = False) -> float:
+    """Peak bytes per logit element in the loss's forward, where it differs from the backward's
+    start (``loss_bytes_per_logit``): fused-copy's out-of-place max subtraction, e + 8."""
+    if loss == "fused-copy":
+        return e + 8.0
+    return loss_bytes_per_logit(loss, e, chunks, fused)
 
 
 def lora_params(model: ModelSpec, rank: int, targets: tuple[str, ...]) -> int:
