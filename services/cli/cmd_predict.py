@@ -32,7 +32,7 @@ FLAG_OF_FIELD: dict[str, str] = {
     "layout.etp": "--etp", "recipe.lora_targets": "--lora-targets", "recipe.compile": "--compile",
     "recipe.float8": "--float8", "recipe.lora_dropout": "--lora-dropout",
     "recipe.lora_adapter_dtype": "--lora-adapter-dtype", "recipe.fsdp_reshard": "--fsdp-reshard",
-    "recipe.qlora_backend": "--qlora-backend",
+    "recipe.qlora_backend": "--qlora-backend", "recipe.main_grad_dtype": "--main-grad-dtype",
 }  # fmt: skip
 SINGLE_PRECISIONS: dict[str, str] = {
     "fp32": "fp32", "amp-fp16": "amp-fp16", "amp-bf16": "amp-bf16", "master-fp16": "master-fp16",
@@ -96,6 +96,10 @@ def predict(
     qlora_backend: Annotated[str, typer.Option(help="bitsandbytes | torchao: QLoRA's NF4 base; peft's bitsandbytes "
                                                "(default) keeps the block constants whole on every FSDP / ZeRO-3 "
                                                "rank, torchtune's torchao shards them.")] = "bitsandbytes",
+    main_grad_dtype: Annotated[str, typer.Option(help="fp32 | half: Megatron's main-grad buffer under master-fp16 / "
+                                                 "master-bf16 (fp16 / bf16 in ranked mode); half is --fp16's "
+                                                 "default, fp32 --accumulate-allreduce-grads-in-fp32 (forced "
+                                                 "under --bf16).")] = "fp32",
     weight_decay: Annotated[float | None, typer.Option(help="Optimizer weight decay (default: the optimizer's "
                                                        "own, AdamW 0.01, others 0).")] = None,
     ep: Annotated[int, typer.Option(help="Expert-parallel degree (mixture-of-experts models; divides dp).")] = 1,
@@ -164,6 +168,7 @@ def predict(
     _choice(lora_adapter_dtype, "--lora-adapter-dtype", marp.recipe.LORA_ADAPTER_DTYPES)
     _choice(fsdp_reshard, "--fsdp-reshard", marp.recipe.FSDP_RESHARDS)
     _choice(qlora_backend, "--qlora-backend", marp.recipe.QLORA_BACKENDS)
+    _choice(main_grad_dtype, "--main-grad-dtype", marp.recipe.MAIN_GRAD_DTYPES)
     if ep < 1:
         fail(f"--ep: must be >= 1, got {ep}.", 2)
     if weight_decay is not None and not 0.0 <= weight_decay < 1000.0:
@@ -174,7 +179,8 @@ def predict(
     tuning: dict[str, Any] = {"finetune": finetune, "lora_rank": lora_rank, "weight_decay": weight_decay, "ep": ep,
                               "pp_layers": split, "etp": etp, "compile": compiled, "float8": float8,
                               "lora_dropout": lora_dropout, "lora_adapter_dtype": lora_adapter_dtype,
-                              "fsdp_reshard": fsdp_reshard, "qlora_backend": qlora_backend}  # fmt: skip
+                              "fsdp_reshard": fsdp_reshard, "qlora_backend": qlora_backend,
+                              "main_grad_dtype": main_grad_dtype}  # fmt: skip
     if lora_targets is not None:
         tuning["lora_targets"] = _targets(lora_targets)
     if split is not None and pp is None and single:

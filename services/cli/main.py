@@ -180,6 +180,8 @@ def submit(
                                               "(torchtitan: keep-last, torchtune: all).")] = "keep-last",
     qlora_backend: Annotated[str, typer.Option(help="bitsandbytes | torchao: QLoRA's NF4 base (peft: bitsandbytes, "
                                                "torchtune: torchao).")] = "bitsandbytes",
+    main_grad_dtype: Annotated[str, typer.Option(help="fp32 | half: Megatron's main-grad buffer under --precision "
+                                                 "fp16 / bf16 (half: --fp16's default).")] = "fp32",
     weight_decay: Annotated[float | None, typer.Option(help="Optimizer weight decay (default: the "
                                                          "optimizer's own).")] = None,
     ep: Annotated[int, typer.Option(help="Expert-parallel degree (mixture-of-experts models).")] = 1,
@@ -221,7 +223,8 @@ def submit(
                                 finetune=finetune, lora_rank=lora_rank, lora_targets=lora_targets,
                                 weight_decay=weight_decay, ep=ep, etp=etp, pp_layers=pp_layers, compile=compiled,
                                 float8=float8, lora_dropout=lora_dropout, lora_adapter_dtype=lora_adapter_dtype,
-                                fsdp_reshard=fsdp_reshard, qlora_backend=qlora_backend)}).to_proto()
+                                fsdp_reshard=fsdp_reshard, qlora_backend=qlora_backend,
+                                main_grad_dtype=main_grad_dtype)}).to_proto()
     except JobSpecError as exc:
         msg = str(exc)
         if msg.startswith("command"):
@@ -624,7 +627,7 @@ def _recipe_flags(**flags: object) -> dict[str, object]:
     entry's own default (and its validation names the field when a value is wrong)."""
     defaults = {"finetune": "full", "lora_rank": 16, "lora_targets": "", "weight_decay": None, "ep": 1, "etp": None,
                 "pp_layers": "", "compile": False, "float8": False, "lora_dropout": 0.0, "lora_adapter_dtype": "fp32",
-                "fsdp_reshard": "keep-last", "qlora_backend": "bitsandbytes"}
+                "fsdp_reshard": "keep-last", "qlora_backend": "bitsandbytes", "main_grad_dtype": "fp32"}
     out: dict[str, object] = {k: v for k, v in flags.items() if v != defaults.get(k)}
     if isinstance(out.get("lora_targets"), str):
         out["lora_targets"] = [t.strip() for t in str(out["lora_targets"]).split(",") if t.strip()]

@@ -36,7 +36,7 @@ DEFAULT_LORA_TARGETS = ("q", "k", "v", "o")  # marp.TrainingRecipe's
 # String recipe fields whose empty wire value is MARP's default, with the names MARP takes.
 CHOICE_FIELDS: dict[str, tuple[str, ...]] = {
     "lora_adapter_dtype": marp.recipe.LORA_ADAPTER_DTYPES, "fsdp_reshard": marp.recipe.FSDP_RESHARDS,
-    "qlora_backend": marp.recipe.QLORA_BACKENDS,
+    "qlora_backend": marp.recipe.QLORA_BACKENDS, "main_grad_dtype": marp.recipe.MAIN_GRAD_DTYPES,
 }
 CHOICE_DEFAULTS: dict[str, str] = {f.name: str(f.default) for f in dataclasses.fields(marp.TrainingRecipe)
                                    if f.name in CHOICE_FIELDS}  # fmt: skip

@@ -170,6 +170,9 @@ class JobEntry(BaseModel):
     qlora_backend: Literal["bitsandbytes", "torchao"] = Field(
         default="bitsandbytes", description="QLoRA's NF4 base: bitsandbytes (peft; constants whole on every "
                                             "FSDP / ZeRO-3 rank) or torchao (torchtune; sharded)")
+    main_grad_dtype: Literal["fp32", "half"] = Field(
+        default="fp32", description="Megatron's main-grad buffer under precision fp16 / bf16 (master weights): "
+                                    "fp32, or half (the parameters' dtype, Megatron --fp16's default)")
     command: list[Text] = Field(min_length=1)
     env: dict[Text, Text] = Field(default_factory=dict)
     workdir: Text = Field(default="", max_length=MAX_WORKDIR_CHARS)

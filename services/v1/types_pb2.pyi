@@ -82,7 +82,7 @@ class ModelSpec(_message.Message):
     def __init__(self, catalog_name: _Optional[str] = ..., config_json: _Optional[str] = ..., display_name: _Optional[str] = ...) -> None: ...
 
 class TrainingRecipe(_message.Message):
-    __slots__ = ("seq_len", "global_batch", "micro_batch", "precision", "optimizer", "allow_recompute", "flash_attention", "train_steps", "zero_stages", "finetune", "lora_rank", "weight_decay", "ep", "pp_layers", "etp", "lora_targets", "compile", "float8", "lora_dropout", "lora_adapter_dtype", "fsdp_reshard", "qlora_backend")
+    __slots__ = ("seq_len", "global_batch", "micro_batch", "precision", "optimizer", "allow_recompute", "flash_attention", "train_steps", "zero_stages", "finetune", "lora_rank", "weight_decay", "ep", "pp_layers", "etp", "lora_targets", "compile", "float8", "lora_dropout", "lora_adapter_dtype", "fsdp_reshard", "qlora_backend", "main_grad_dtype")
     SEQ_LEN_FIELD_NUMBER: _ClassVar[int]
     GLOBAL_BATCH_FIELD_NUMBER: _ClassVar[int]
     MICRO_BATCH_FIELD_NUMBER: _ClassVar[int]
@@ -105,6 +105,7 @@ class TrainingRecipe(_message.Message):
     LORA_ADAPTER_DTYPE_FIELD_NUMBER: _ClassVar[int]
     FSDP_RESHARD_FIELD_NUMBER: _ClassVar[int]
     QLORA_BACKEND_FIELD_NUMBER: _ClassVar[int]
+    MAIN_GRAD_DTYPE_FIELD_NUMBER: _ClassVar[int]
     seq_len: int
     global_batch: int
     micro_batch: int
@@ -127,7 +128,8 @@ class TrainingRecipe(_message.Message):
     lora_adapter_dtype: str
     fsdp_reshard: str
     qlora_backend: str
-    def __init__(self, seq_len: _Optional[int] = ..., global_batch: _Optional[int] = ..., micro_batch: _Optional[int] = ..., precision: _Optional[_Union[Precision, str]] = ..., optimizer: _Optional[_Union[Optimizer, str]] = ..., allow_recompute: _Optional[bool] = ..., flash_attention: _Optional[bool] = ..., train_steps: _Optional[int] = ..., zero_stages: _Optional[_Iterable[int]] = ..., finetune: _Optional[_Union[Finetune, str]] = ..., lora_rank: _Optional[int] = ..., weight_decay: _Optional[float] = ..., ep: _Optional[int] = ..., pp_layers: _Optional[_Iterable[int]] = ..., etp: _Optional[int] = ..., lora_targets: _Optional[_Iterable[str]] = ..., compile: _Optional[bool] = ..., float8: _Optional[bool] = ..., lora_dropout: _Optional[float] = ..., lora_adapter_dtype: _Optional[str] = ..., fsdp_reshard: _Optional[str] = ..., qlora_backend: _Optional[str] = ...) -> None: ...
+    main_grad_dtype: str
+    def __init__(self, seq_len: _Optional[int] = ..., global_batch: _Optional[int] = ..., micro_batch: _Optional[int] = ..., precision: _Optional[_Union[Precision, str]] = ..., optimizer: _Optional[_Union[Optimizer, str]] = ..., allow_recompute: _Optional[bool] = ..., flash_attention: _Optional[bool] = ..., train_steps: _Optional[int] = ..., zero_stages: _Optional[_Iterable[int]] = ..., finetune: _Optional[_Union[Finetune, str]] = ..., lora_rank: _Optional[int] = ..., weight_decay: _Optional[float] = ..., ep: _Optional[int] = ..., pp_layers: _Optional[_Iterable[int]] = ..., etp: _Optional[int] = ..., lora_targets: _Optional[_Iterable[str]] = ..., compile: _Optional[bool] = ..., float8: _Optional[bool] = ..., lora_dropout: _Optional[float] = ..., lora_adapter_dtype: _Optional[str] = ..., fsdp_reshard: _Optional[str] = ..., qlora_backend: _Optional[str] = ..., main_grad_dtype: _Optional[str] = ...) -> None: ...
 
 class JobLimits(_message.Message):
     __slots__ = ("max_gpus", "allowed_gpu_types", "min_gpus")

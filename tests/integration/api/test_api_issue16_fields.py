@@ -56,6 +56,9 @@ def test_the_framework_fields_reach_the_spec(client: TestClient) -> None:
     recipe = r.json()["job"]["spec"]["recipe"]
     assert (recipe["lora_adapter_dtype"], recipe["fsdp_reshard"], recipe["qlora_backend"]) == ("compute", "all",
                                                                                                  "torchao")
+    r = client.post("/api/jobs", json={**GOOD, "precision": "fp16", "main_grad_dtype": "half"})
+    assert r.status_code == 200, r.text
+    assert r.json()["job"]["spec"]["recipe"]["main_grad_dtype"] == "half"
 
 
 @pytest.mark.parametrize(
@@ -64,7 +67,7 @@ def test_the_framework_fields_reach_the_spec(client: TestClient) -> None:
      ({"etp": 0}, 400, "etp"), ({"pp_layers": [2, 4, 4, 1]}, 400, "pp_layers"),  # 11 of gpt2's 12 layers
      ({"etp": 2}, 400, "etp"),  # a dense model
      ({"lora_adapter_dtype": "bf16"}, 400, "lora_adapter_dtype"), ({"fsdp_reshard": "none"}, 400, "fsdp_reshard"),
-     ({"qlora_backend": "hqq"}, 400, "qlora_backend")],
+     ({"qlora_backend": "hqq"}, 400, "qlora_backend"), ({"main_grad_dtype": "bf16"}, 400, "main_grad_dtype")],
 )  # fmt: skip
 def test_bad_fields_name_the_field(client: TestClient, over: dict, status: int, field: str) -> None:
     r = client.post("/api/jobs", json={**GOOD, **over})

@@ -119,7 +119,8 @@ def test_ranked_mode_takes_the_flags() -> None:
      (["--weight-decay", "-1"], "--weight-decay"), (["--ep", "0"], "--ep"), (["--ep", "2"], "--ep"),
      (["--lora-dropout", "1"], "--lora-dropout"), (["--lora-dropout", "-0.1"], "--lora-dropout"),
      (["--lora-dropout", "nan"], "--lora-dropout"), (["--lora-adapter-dtype", "bf16"], "--lora-adapter-dtype"),
-     (["--fsdp-reshard", "none"], "--fsdp-reshard"), (["--qlora-backend", "hqq"], "--qlora-backend")],
+     (["--fsdp-reshard", "none"], "--fsdp-reshard"), (["--qlora-backend", "hqq"], "--qlora-backend"),
+     (["--main-grad-dtype", "bf16"], "--main-grad-dtype")],
 )  # fmt: skip
 @pytest.mark.parametrize("mode", ["single", "ranked"])
 def test_bad_values_name_the_flag(args: list[str], flag: str, mode: str) -> None:
@@ -134,3 +135,19 @@ def test_gpu_without_bf16_is_refused_by_name() -> None:
     code, out = _run("predict", "--model", "gpt2", "--seq-len", "512", "--micro-batch", "4", "--dp", "1",
                      "--precision", "amp-bf16", "--gpu", "V100-32GB", "--json")  # fmt: skip
     assert code == 2 and "--precision" in out and "V100-32GB" in out and "bf16" in out, out
+
+
+def test_main_grad_dtype_half_keeps_megatrons_fp16_gradient_buffer() -> None:
+    """Megatron --fp16 keeps its main-grad buffer in fp16 (2 B per parameter, not 4), in the
+    single layout and in every ranked plan (fp16 is master-fp16 there, through the predictor)."""
+    single = ["predict", "--model", "gpt2-355m", "--seq-len", "1024", "--micro-batch", "4", "--dp", "1", "--tp", "2",
+              "--pp", "2", "--precision", "master-fp16", "--gpu", "A100-80GB", "--json"]  # fmt: skip
+    fp32, half = _json(*single), _json(*single, "--main-grad-dtype", "half")
+    assert isinstance(fp32, dict) and isinstance(half, dict)
+    assert half["breakdown"]["gradients"] * 2 == fp32["breakdown"]["gradients"]
+    code, out = _run(*SINGLE, "--main-grad-dtype", "half")  # bf16 single layout: pure bf16, no master weights
+    assert code == 2 and "--main-grad-dtype" in out, out
+    ranked = [*RANKED, "--precision", "fp16"]
+    full, halved = _by_layout(_json(*ranked)), _by_layout(_json(*ranked, "--main-grad-dtype", "half"))
+    same = [k for k in halved if k in full]
+    assert same and all(halved[k]["gradients"] < full[k]["gradients"] for k in same)

@@ -51,6 +51,12 @@ def test_fields_reach_the_recipe() -> None:
     # The defaults stay empty on the wire: a job written before these fields reads the same.
     wire = parse_entry({**GOOD, "lora_adapter_dtype": "fp32", "qlora_backend": "torchao"}).to_proto().recipe
     assert (wire.lora_adapter_dtype, wire.fsdp_reshard, wire.qlora_backend) == ("", "", "torchao")
+    # Megatron's main-grad buffer: fp32 by default (empty on the wire), half under fp16's master weights
+    assert default.main_grad_dtype == "fp32" and parse_entry(GOOD).to_proto().recipe.main_grad_dtype == ""
+    half = _recipe(precision="fp16", main_grad_dtype="half")
+    assert (half.precision, half.main_grad_dtype) == ("fp16", "half")  # (fp16: master-fp16 when ranked)
+    with pytest.raises(marp.MarpError, match="main_grad_dtype"):  # only with master weights
+        _recipe(precision="pure-bf16", main_grad_dtype="half")
 
 
 def test_recipe_to_proto_round_trips() -> None:
@@ -62,6 +68,8 @@ def test_recipe_to_proto_round_trips() -> None:
     tuned = marp.TrainingRecipe(seq_len=2048, global_batch=16, precision="pure-bf16", finetune="qlora",
                                 lora_adapter_dtype="compute", fsdp_reshard="all", qlora_backend="torchao")  # fmt: skip
     assert convert.recipe_from_proto(convert.recipe_to_proto(tuned)) == tuned
+    megatron = marp.TrainingRecipe(seq_len=1024, global_batch=16, precision="fp16", main_grad_dtype="half")
+    assert convert.recipe_from_proto(convert.recipe_to_proto(megatron)) == megatron
 
 
 @pytest.mark.parametrize(
@@ -72,7 +80,7 @@ def test_recipe_to_proto_round_trips() -> None:
      ({"lora_dropout": 1.0}, "lora_dropout"), ({"lora_dropout": -0.1}, "lora_dropout"),
      ({"lora_dropout": float("nan")}, "lora_dropout"), ({"lora_adapter_dtype": "bf16"}, "lora_adapter_dtype"),
      ({"fsdp_reshard": "none"}, "fsdp_reshard"), ({"qlora_backend": "hqq"}, "qlora_backend"),
-     ({"qlora_backend": ""}, "qlora_backend")],
+     ({"qlora_backend": ""}, "qlora_backend"), ({"main_grad_dtype": "bf16"}, "main_grad_dtype")],
 )  # fmt: skip
 def test_bad_values_name_the_field(over: dict[str, object], field: str) -> None:
     with pytest.raises(JobSpecError) as info:
