@@ -81,7 +81,7 @@ def predict(
     flash: Annotated[bool, typer.Option(help="Flash attention (same as --attention flash).")] = True,
     dropout: Annotated[float | None, typer.Option(help="Dropout probability (default: the model config's).")
                        ] = None,
-    loss: Annotated[str | None, typer.Option(help="torch | fused | chunked | megatron-fused | inplace.")] = None,
+    loss: Annotated[str | None, typer.Option(help="torch | fused | chunked | megatron-fused | inplace | fused-copy (Megatron 2023, max subtracted out of place).")] = None,
     finetune: Annotated[str, typer.Option(help="full | lora | qlora (frozen base, trained adapters; qlora: "
                                           "NF4 base).")] = "full",
     lora_rank: Annotated[int, typer.Option(help="Rank of the LoRA / QLoRA adapters.")] = 16,
