@@ -18,6 +18,8 @@ times), plus 1,000 queued LLM jobs with MARP's ranked plans. Then, on that same 
   completion-time plan choice, the live default until issue 18);
 * ``frenzy+recent-starts``: the frenzy-completion pass when every running job started 10 s
   ago, so it also weighs preemption (``QueuePolicy.preempt_within_s``) for the most recent few;
+* ``frenzy+running``: the frenzy pass given every running job as resumable (started an hour
+  ago), so it also weighs the long-job stop (``QueuePolicy.preempt_long_gain``);
 * ``frenzy+starving`` / ``frenzy-paper+starving``: the same queue with one wide job waiting
   10 h, so the pass also computes the GPUs held for it (``drain_target``);
 * ``frenzy-source``: the frenzy pass run by the plain source of the modules mypyc compiles
@@ -211,6 +213,16 @@ def main() -> int:
         res = schedule(cluster, queue, now, qp, recent)
         rows.append(_row(sim.total_gpus, "frenzy+recent-starts", ms, len(queue),
                          {**state, "placed": len(res.placements), "preemptions": len(res.preemptions)}))  # fmt: skip
+        # Every running job resumable (the live loop hands HAS those whose spec says so), started
+        # an hour ago: the default pass also weighs the long-job stop (QueuePolicy.preempt_long_gain).
+        resumable = [RunningJob(j, now - 3600.0, now - 3600.0) for j in sorted(sim.running)]
+        qp = QueuePolicy.frenzy(explain=False)
+        schedule(cluster, queue, now, qp, resumable)  # warm-up
+        ms = _time(lambda c=cluster, q=queue, t=now, qp=qp, r=resumable: schedule(c, q, t, qp, r), args.reps)
+        res = schedule(cluster, queue, now, qp, resumable)
+        rows.append(_row(sim.total_gpus, "frenzy+running", ms, len(queue),
+                         {**state, "placed": len(res.placements), "preemptions": len(res.preemptions),
+                          "running_jobs": len(resumable)}))  # fmt: skip
         sia = SiaPolicy()
         ms = _time(lambda p=sia, s=sim, t=now: p.decide(SimView(s, t)), args.sia_reps)
         rows.append(_row(sim.total_gpus, "sia", ms, len(queue),
