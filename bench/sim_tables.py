@@ -46,7 +46,10 @@ HELD_OUT: list[Case] = (
     + [(f"Gavel {vc} / paper-64", GAVEL.format(vc), 300, PAPER64) for vc in ("e13805", "ed69ec")]
     + [(f"Pollux {i} / hetero-512", POLLUX.format(i), 0, HETERO512) for i in (5, 6, 7)]
 )
-VARIANTS = ("frenzy", "frenzy-nostop", "frenzy-ranked", "frenzy-completion", "frenzy-paper", "frenzy-fifo", "frenzy-nopreempt")
+VARIANTS = (
+    "frenzy", "frenzy-nostop", "frenzy-restop", "frenzy-ranked", "frenzy-completion", "frenzy-paper", "frenzy-fifo",
+    "frenzy-nopreempt",
+)  # fmt: skip
 BASELINES = ("sia", "sia-memaware", "gavel", "gavel-memaware", "gavel-minjct", "hadar", "opportunistic")
 EXACT = (0.1, 0.0, 0.0)  # (runtime noise, memory error, speed error): MARP's memory and speed exact
 NOISY = (0.1, 0.05, 0.05)

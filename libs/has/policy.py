@@ -152,6 +152,11 @@ class QueuePolicy:
       ``preempt_restart_s``). A burst of short jobs behind a job that holds a pool for hours
       gets the pool, as a round-based scheduler's next round would give it them. At most one
       per pass (``has.preemption.stop_long``).
+    preempt_long_every_s: 0 (default): the long-job stop stops a job at most once (a job with
+      ``RunningJob.stops`` > 0 is never a victim). > 0: a job stopped before may be stopped
+      again once it has run this long since it resumed (``RunningJob.started_at``, this
+      attempt's start): at most one stop per that many seconds of its run, so the restarts it
+      pays stay under ``preempt_restart_s`` / this of its running time (120 s an hour: 3.3 %).
 
     ``order``, ``starving_order`` and ``plan_choice`` are string enums: ``"shortest"`` (a CLI
     flag, a JSON file) works as well as ``QueueOrder.SHORTEST`` and becomes that member; any
@@ -175,6 +180,7 @@ class QueuePolicy:
     preempt_gain: float = 2.0
     preempt_long_gain: float = 0.0
     preempt_long_ratio: float = 4.0
+    preempt_long_every_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.starvation_s < 0:
@@ -187,8 +193,8 @@ class QueuePolicy:
             raise ValueError("width_slack and wait_slack must be >= 0")
         if self.preempt_within_s < 0 or self.preempt_restart_s < 0 or self.preempt_gain < 0:
             raise ValueError("preempt_within_s, preempt_restart_s and preempt_gain must be >= 0")
-        if self.preempt_long_gain < 0 or self.preempt_long_ratio < 1:
-            raise ValueError("preempt_long_gain must be >= 0 and preempt_long_ratio >= 1")
+        if self.preempt_long_gain < 0 or self.preempt_long_ratio < 1 or self.preempt_long_every_s < 0:
+            raise ValueError("preempt_long_gain and preempt_long_every_s must be >= 0 and preempt_long_ratio >= 1")
 
     @classmethod
     def frenzy(cls, **overrides: object) -> QueuePolicy:
@@ -237,6 +243,10 @@ _NAMED: dict[str, dict[str, object]] = {
     "frenzy-completion": {"plan_choice": PlanChoice.COMPLETION, "preempt_within_s": 60.0, "preempt_long_gain": 0.0},
     "frenzy-nopreempt": {"plan_choice": PlanChoice.COMPLETION, "preempt_long_gain": 0.0},
     "frenzy-fifo": {"order": QueueOrder.FIFO},
+    # frenzy whose long-job stop may stop a job again after an hour of its run since it resumed
+    # (instead of once per job): tried on the tuning half after the held-out Pollux 5 row, where
+    # both 70B jobs were spent after one stop each (docs/simulator.md, "The long-job stop")
+    "frenzy-restop": {"preempt_long_every_s": 3600.0},
     # frenzy that never stops a long running job for much shorter waiting ones (the default
     # before the long-job stop won the tuning split; docs/simulator.md)
     "frenzy-nostop": {"preempt_long_gain": 0.0},
@@ -278,10 +288,16 @@ class RunningJob:
     """A running job as preemption sees it (``schedule``'s ``running``); its GPUs and estimated
     end are the cluster's (``GpuSlot.owner``, ``GpuSlot.free_at``).
 
-    preemptible: False once the job was preempted (each job at most once, so no job is
-    stopped again and again), or whenever the operator says so.
+    preemptible: False whenever the operator says so, or once the job was preempted (each job
+    at most once, so no job is stopped again and again) where the caller does not count
+    ``stops``.
     priority: its class (``QueuedJob.priority``); it is stopped only for a job of at least
     that priority.
+    stops: how many times HAS stopped it so far. A job with ``stops`` > 0 is never stopped
+    again by the rule for just-started jobs, nor by the long-job stop unless
+    ``QueuePolicy.preempt_long_every_s`` > 0 and it has run that long since ``started_at``
+    (its resume). 0 (default) keeps a caller that marks a preempted job not preemptible as it
+    was.
     """
 
     job_id: str
@@ -289,6 +305,7 @@ class RunningJob:
     submitted_at: float
     preemptible: bool = True
     priority: int = 0
+    stops: int = 0
 
 
 @dataclass(frozen=True)

@@ -132,7 +132,7 @@ def _victims(policy: QueuePolicy, now: float, running: Sequence[RunningJob]) -> 
     victims = sorted(
         (
             r for r in running
-            if r.preemptible and 0.0 <= now - r.submitted_at <= within
+            if r.preemptible and r.stops == 0 and 0.0 <= now - r.submitted_at <= within
             and r.started_at - r.submitted_at < policy.starvation_s
         ),
         key=lambda r: (-r.started_at, r.job_id),
@@ -241,7 +241,8 @@ def stop_long(
     it has left (``QueuePolicy.preempt_long_gain``; 0 never).
 
     Victims, most time left first (the ``MAX_VICTIMS`` longest only): running jobs marked
-    preemptible (each job is stopped at most once) with an estimated end at least
+    preemptible (each job is stopped at most once, or with ``preempt_long_every_s`` > 0 again
+    once it has run that long since it resumed) with an estimated end at least
     ``preempt_long_ratio`` x ``preempt_restart_s`` away. For a victim V with ``left`` seconds to go:
 
     * *its takers* are the waiting jobs, in the pass's order (not starving: their hold is
@@ -261,12 +262,14 @@ def stop_long(
     """
     if not pending:
         return None
-    ratio, restart_s = policy.preempt_long_ratio, policy.preempt_restart_s
+    ratio, restart_s, every_s = policy.preempt_long_ratio, policy.preempt_restart_s, policy.preempt_long_every_s
     by_owner = cluster.gpus_by_owner()
     victims: list[tuple[float, str, RunningJob, list[GpuSlot]]] = []
     for r in running:
         if not r.preemptible:
             continue
+        if r.stops > 0 and (every_s <= 0.0 or now - r.started_at < every_s):
+            continue  # stopped before: once per job, or once per ``every_s`` of its run
         slots = by_owner.get(r.job_id)
         if not slots:
             continue

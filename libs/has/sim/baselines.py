@@ -60,7 +60,7 @@ class FrenzyPolicy:
     # job -> (MARP plan index or None for a re-planned plan, plan) of each plan in its QueuedJob
     _plans: dict[str, list[tuple[int | None, marp.Plan]]] = field(default_factory=dict, repr=False)
     _view: SimView | None = field(default=None, repr=False)
-    _preempted: set[str] = field(default_factory=set, repr=False)
+    _preempted: dict[str, int] = field(default_factory=dict, repr=False)  # job -> times HAS stopped it
     _running: dict[str, RunningJob] = field(default_factory=dict, repr=False)
 
     def queued_job(self, job: JobInfo) -> QueuedJob:
@@ -127,7 +127,7 @@ class FrenzyPolicy:
             within = math.inf  # the long-job stop weighs every running job, whenever submitted
         if within > 0:
             # What the live scheduler knows of a running job: when it was submitted, when it
-            # started (this attempt), and whether HAS already preempted it once. Only jobs
+            # started (this attempt), and how many times HAS stopped it. Only jobs
             # submitted within the window can be stopped: the others are left out.
             # (one RunningJob per job kept while it runs the same attempt: at 10,000 GPUs, hundreds
             # of jobs can be within the window, and building them was a third of a decision)
@@ -136,9 +136,9 @@ class FrenzyPolicy:
                 if j.started_at is None or view.now - j.submitted_at > within:
                     continue
                 r = cache.get(j.job_id)
-                preemptible = j.job_id not in self._preempted
-                if r is None or r.started_at != j.started_at or r.preemptible != preemptible:
-                    r = cache[j.job_id] = RunningJob(j.job_id, j.started_at, j.submitted_at, preemptible, j.priority)
+                stops = self._preempted.get(j.job_id, 0)
+                if r is None or r.started_at != j.started_at or r.stops != stops:
+                    r = cache[j.job_id] = RunningJob(j.job_id, j.started_at, j.submitted_at, True, j.priority, stops)
                 running.append(r)
             if len(cache) > 2 * len(running) + 64:  # forget jobs that ended, now and then
                 keep = {r.job_id for r in running}
@@ -146,7 +146,7 @@ class FrenzyPolicy:
         result = schedule(view.cluster, queue, view.now, self.queue_policy, running)
         stops: list[Start | Stop] = []
         for pre in result.preemptions:
-            self._preempted.add(pre.job_id)
+            self._preempted[pre.job_id] = self._preempted.get(pre.job_id, 0) + 1
             # a job stopped seconds after its start has no checkpoint yet (lost_s > 0); a long
             # job stopped for shorter ones keeps its progress (lost_s 0)
             stops.append(Stop(pre.job_id, lose_progress=pre.lost_s > 0.0))
@@ -798,6 +798,7 @@ def make_policy(
     plan refused when waiting for a better-ranked one finishes more than 20 % sooner, and a
     long running job stopped, keeping its progress, for much shorter waiting ones: the
     default the tuning split chose; ablations: frenzy-nostop = frenzy without that stop,
+    frenzy-restop = frenzy whose stop may stop a job again after an hour of its run since it resumed,
     frenzy-ranked = frenzy without the refusal,
     frenzy-fifo = frenzy without shortest-first,
     frenzy-completion = completion-time-aware plan choice and preemption (the live default

@@ -158,3 +158,52 @@ def test_simulator_stops_the_long_job_which_resumes_from_its_progress() -> None:
     short_run = got["short"].finish_s - got["short"].first_start_s
     assert got["long"].finish_s == pytest.approx(by["long"].finish_s + short_run + 120.0, abs=1e-6)
     assert sum(r.jct_s for r in stop.jobs) < sum(r.jct_s for r in base.jobs)
+
+
+# ----- a job stopped again after a while of its run (preempt_long_every_s) -------------------
+
+
+def test_a_stopped_job_is_spent_unless_it_may_be_stopped_again_after_every_s_of_its_run() -> None:
+    nodes, q, running = long_and_burst()
+    c = cluster(*nodes)
+    # stopped once before and resumed 2 h ago (started_at is this attempt's start)
+    once = [dataclasses.replace(running[0], stops=1)]
+    assert schedule(c, q, NOW, policy(), once).preemptions == ()  # default: once per job
+    assert schedule(c, q, NOW, policy(preempt_long_every_s=3 * HOUR), once).preemptions == ()  # ran 2 h < 3 h
+    again = schedule(c, q, NOW, policy(preempt_long_every_s=HOUR), once)  # ran 2 h >= 1 h
+    assert again.preemptions == (Preemption("long", "s0", 0.0),)
+    # the operator's word still holds, and the named variant is the same knob
+    pinned = [dataclasses.replace(once[0], preemptible=False)]
+    assert schedule(c, q, NOW, policy(preempt_long_every_s=HOUR), pinned).preemptions == ()
+    assert QueuePolicy.named("frenzy-restop").preempt_long_every_s == HOUR
+    assert QueuePolicy.frenzy().preempt_long_every_s == 0.0
+    with pytest.raises(ValueError, match="preempt_long_every_s"):
+        QueuePolicy(preempt_long_every_s=-1.0)
+
+
+def test_the_just_started_rule_never_stops_a_job_stopped_before() -> None:
+    # (the live store may mark a job stopped once preemptible and count its stops instead)
+    nodes = [owned_node("a", "new", NOW + 3 * HOUR)]
+    q = [job("s", 2, timed(0.1 * HOUR, dp=8), at=NOW - 10.0)]
+    fresh = RunningJob("new", started_at=NOW - 20.0, submitted_at=NOW - 20.0)
+    pol = QueuePolicy.named("frenzy-completion", explain=False)
+    assert schedule(cluster(*nodes), q, NOW, pol, [fresh]).preemptions != ()
+    stopped = dataclasses.replace(fresh, stops=1)
+    assert schedule(cluster(*nodes), q, NOW, pol, [stopped]).preemptions == ()
+
+
+def _trace_two_bursts() -> list[TraceJob]:
+    # a long job, then a short one at 1 h and another at 2.5 h (1.5 h into its resumed run)
+    return [*_trace(), TraceJob("short2", 2.5 * HOUR, "qwen2.5-32b", 2048, 64, 2_000_000, 8)]
+
+
+def test_simulator_stops_a_long_job_again_only_with_every_s() -> None:
+    once = Simulator(_spec(), _trace_two_bursts(), make_policy("frenzy"), runtime_noise=0.0).run()
+    again = Simulator(_spec(), _trace_two_bursts(), make_policy("frenzy-restop"), runtime_noise=0.0).run()
+    one = {r.job_id: r for r in once.jobs}
+    two = {r.job_id: r for r in again.jobs}
+    assert one["long"].restarts == 1 and two["long"].restarts == 2
+    assert two["short2"].first_start_s == 2.5 * HOUR  # at once, the long job stopped again
+    assert one["short2"].first_start_s > 2.5 * HOUR  # waits: the long job was spent
+    assert two["short2"].jct_s < one["short2"].jct_s
+
