@@ -47,7 +47,7 @@ HELD_OUT: list[Case] = (
     + [(f"Pollux {i} / hetero-512", POLLUX.format(i), 0, HETERO512) for i in (5, 6, 7)]
 )
 VARIANTS = (
-    "frenzy", "frenzy-nostop", "frenzy-restop", "frenzy-ranked", "frenzy-completion", "frenzy-paper", "frenzy-fifo",
+    "frenzy", "frenzy-single", "frenzy-nostop", "frenzy-restop", "frenzy-ranked", "frenzy-completion", "frenzy-paper", "frenzy-fifo",
     "frenzy-nopreempt",
 )  # fmt: skip
 BASELINES = ("sia", "sia-memaware", "gavel", "gavel-memaware", "gavel-minjct", "hadar", "opportunistic")

@@ -215,13 +215,14 @@ def _free_with(free: PassFree, slots: Sequence[GpuSlot]) -> PassFree:
 
 @final
 class LongStop:
-    """Stop ``preemption.job_id`` (it keeps its checkpoint: ``lost_s`` 0) and start
-    ``placements`` on its GPUs; ``free`` is the pass's free GPUs after the switch."""
+    """Stop the ``preemptions``' jobs (one, or two with ``preempt_long_pairs``; each keeps its
+    checkpoint: ``lost_s`` 0) and start ``placements`` on their GPUs; ``free`` is the pass's free
+    GPUs after the switch."""
 
-    __slots__ = ("preemption", "placements", "free")
+    __slots__ = ("preemptions", "placements", "free")
 
-    def __init__(self, preemption: Preemption, placements: list[Placement], free: PassFree) -> None:
-        self.preemption = preemption
+    def __init__(self, preemptions: tuple[Preemption, ...], placements: list[Placement], free: PassFree) -> None:
+        self.preemptions = preemptions
         self.placements = placements
         self.free = free
 
@@ -258,7 +259,8 @@ def stop_long(
       resumes from its checkpoint paying ``preempt_restart_s``;
     * V is stopped when the takers' summed gain exceeds ``preempt_long_gain`` x V's delay.
 
-    At most one stop per pass.
+    At most one stop per pass; with ``preempt_long_pairs``, when no single victim passes, two
+    victims of one GPU type may be stopped together (``_stop_pair``).
     """
     if not pending:
         return None
@@ -298,7 +300,48 @@ def stop_long(
         placements, gain, free2 = found
         delay = restart_s + max(p.plan.runtime_s or 0.0 for p in placements)
         if gain > policy.preempt_long_gain * delay:
-            return LongStop(Preemption(victim.job_id, placements[0].job_id, 0.0), placements, free2)
+            return LongStop((Preemption(victim.job_id, placements[0].job_id, 0.0),), placements, free2)
+    if policy.preempt_long_pairs:
+        return _stop_pair(policy, now, free, waiting, wait_done, victims[:MAX_VICTIMS])
+    return None
+
+
+def _stop_pair(
+    policy: QueuePolicy,
+    now: float,
+    free: PassFree,
+    waiting: list[tuple[JobPlans, QueuedJob]],
+    wait_done: dict[str, float],
+    victims: list[tuple[float, str, RunningJob, list[GpuSlot]]],
+) -> LongStop | None:
+    """Two running jobs of one GPU type stopped together for waiting jobs that need GPUs of both
+    (a pool two jobs split: 16 GPUs held by two 8-GPU jobs, a 16-GPU job waiting), by the single
+    stop's rule: each taker at most ``preempt_long_ratio`` x shorter than the victim with less
+    time left, and the takers' summed gain above ``preempt_long_gain`` x the *two* victims'
+    delays (each the longest taker + the restart). Only when no single stop was made; pairs in
+    the victims' order (most time left first)."""
+    for a in range(len(victims)):
+        left_a, _, va, slots_a = victims[a]
+        for b in range(a + 1, len(victims)):
+            left_b, _, vb, slots_b = victims[b]
+            if slots_b[0].gpu_type != slots_a[0].gpu_type:
+                continue
+            left = min(-left_a, -left_b)
+            found = _long_takers(
+                policy, now, free, waiting, wait_done, slots_a + slots_b, max(va.priority, vb.priority), left
+            )
+            if found is None:
+                continue
+            placements, gain, free2 = found
+            used = {g for p in placements for g in p.gpus()}
+            if not any((g.node, g.index) in used for g in slots_a) or not any((g.node, g.index) in used for g in slots_b):
+                continue  # one victim alone would do (the single stop weighed that) or is not needed
+            delay = policy.preempt_restart_s + max(p.plan.runtime_s or 0.0 for p in placements)
+            if gain > policy.preempt_long_gain * 2.0 * delay:
+                for_job = placements[0].job_id
+                return LongStop(
+                    (Preemption(va.job_id, for_job, 0.0), Preemption(vb.job_id, for_job, 0.0)), placements, free2
+                )
     return None
 
 

@@ -345,7 +345,7 @@ class _Pass:
             self.placements.append(placement)
             del self.pending[placement.job_id]
         self.free = choice.free
-        return (choice.preemption,)
+        return choice.preemptions
 
     def _explain(self, plans: tuple[PlanOption, ...], info: JobPlans) -> PendingReason:
         """``explain_job`` on the pass's free GPUs, memoised: a reason depends only on the

@@ -796,9 +796,10 @@ def make_policy(
 ) -> FrenzyPolicy | OpportunisticPolicy | SiaPolicy | GavelPolicy | HadarPolicy:
     """A fresh policy by name (frenzy = shortest-first with aging over MARP's ranked plans, a
     plan refused when waiting for a better-ranked one finishes more than 20 % sooner, and a
-    long running job stopped, keeping its progress, for much shorter waiting ones: the
-    default the tuning split chose; ablations: frenzy-nostop = frenzy without that stop,
-    frenzy-restop = frenzy whose stop may stop a job again after an hour of its run since it resumed,
+    long running job (or two of one GPU type together) stopped, keeping its progress, for much
+    shorter waiting ones: the default the tuning split chose; ablations: frenzy-single = frenzy
+    stopping one job at a time, frenzy-nostop = frenzy without the stop, frenzy-restop =
+    frenzy-single whose stop may stop a job again after an hour of its run since it resumed,
     frenzy-ranked = frenzy without the refusal,
     frenzy-fifo = frenzy without shortest-first,
     frenzy-completion = completion-time-aware plan choice and preemption (the live default
