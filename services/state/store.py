@@ -1094,13 +1094,15 @@ class StateStore:
         """The jobs holding GPUs in the last ``cluster()`` read that were submitted at most
         ``within_s`` ago (``QueuePolicy.preempt_within_s``), and with ``resumable`` those whose
         spec says they resume from a checkpoint (``JobSpec.resumable``; the long-job stop,
-        ``QueuePolicy.preempt_long_gain``), as preemption sees them: a job HAS already preempted
-        once is not preemptible again, nor one older than ``within_s`` that is not resumable."""
+        ``QueuePolicy.preempt_long_gain``), as preemption sees them: ``stops`` is how often HAS
+        stopped it already (the policy decides whether a job is stopped again:
+        ``QueuePolicy.preempt_long_every_s``; by default never), ``started_at`` this attempt's
+        reservation."""
         out = []
         for job_id, (submitted, reserved, preempted, priority, can_resume) in sorted(self._owners.items()):
             recent = 0.0 <= now - submitted <= within_s
             if recent or (resumable and can_resume):
-                out.append(RunningJob(job_id, reserved, submitted, preemptible=preempted == 0, priority=priority))
+                out.append(RunningJob(job_id, reserved, submitted, priority=priority, stops=preempted))
         return out
 
     # The GPU fields a ClusterView is built from (not utilization or processes: they change on

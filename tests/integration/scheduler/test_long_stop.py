@@ -89,8 +89,8 @@ def test_the_default_policy_stops_a_resumable_long_job_for_a_burst_of_short_ones
     assert rerun is not None and rerun.attempt == 2
     # stopped once, never again: a second burst waits for it
     store.cluster()
-    assert [(r.job_id, r.preemptible) for r in store.running_jobs(rerun.reserved_at + 1, 0.0, resumable=True)] == [
-        (long_id, False)]
+    assert [(r.job_id, r.stops) for r in store.running_jobs(rerun.reserved_at + 1, 0.0, resumable=True)] == [
+        (long_id, 1)]
     store.submit(_spec("late"), [_plan(2, 0.1 * HOUR)], "gpt2-124m", 1)
     assert loop.tick().preempted == []
 
@@ -156,3 +156,30 @@ def test_the_credit_is_capped_and_garbage_reads_as_none(redis_client: redis.Redi
     assert queued.plans[0].runtime_s == pytest.approx(0.1 * HOUR)  # never "nothing left"
     redis_client.hset(keys.job(long_id), "done_fraction", "lots")
     assert store.get(long_id).done_fraction == 0.0  # type: ignore[union-attr]
+
+
+def test_frenzy_restop_stops_a_resumed_job_again_after_an_hour_of_its_run(redis_client: redis.Redis,
+                                                                          keys: Keys) -> None:
+    """--policy frenzy-restop: the store reports how often a job was stopped (RunningJob.stops), so
+    a resumed job that has run an hour since may be stopped again; the default never does."""
+    add_node(redis_client, keys, "a-0", "A100-80GB", 8)
+    loop = SchedulerLoop(redis_client, keys, policy=QueuePolicy.named("frenzy-restop"))
+    store = loop.store
+    long_id, _ = store.submit(_spec("long", True), [_plan(8, 10 * HOUR)], "gpt2-124m", 1)
+    assert loop.tick().placed == [long_id]
+    assert loop.preempt(long_id, "earlier-burst", resumes=True)
+    fence = int(redis_client.hget(keys.gpu("a-0", 0), "fence"))
+    loop.handle_event(AgentEvent(kind=EventKind.EXITED, job_id=long_id, attempt=1, node="a-0", fence=fence,
+                                 exit_code=-15, cancelled=True))
+    assert loop.tick().placed == [long_id]  # resumed (attempt 2), stopped once
+    shorts = [store.submit(_spec(f"s{i}"), [_plan(2, 0.1 * HOUR)], "gpt2-124m", 1)[0] for i in range(4)]
+    default = SchedulerLoop(redis_client, keys)  # once per job: never again
+    assert default.tick().preempted == []
+    assert loop.tick().preempted == []  # restop: it has not run an hour since it resumed
+    resumed = float(redis_client.hget(keys.job(long_id), "reserved_at"))
+    redis_client.hset(keys.job(long_id), "reserved_at", repr(resumed - 2 * HOUR))
+    report = loop.tick()
+    assert len(report.preempted) == 1 and report.preempted[0].startswith(f"{long_id} for ")
+    job = store.get(long_id)
+    assert job is not None and (job.attempt, job.preemptions) == (3, 2)
+    assert all(store.get(j).state == JobState.PENDING for j in shorts)  # type: ignore[union-attr]

@@ -42,7 +42,7 @@ def test_a_just_started_long_job_is_stopped_for_a_much_shorter_one(redis_client:
     first = store.get(long_id)
     assert first is not None and first.state == JobState.LAUNCHING and first.reserved_at > 0
     store.cluster()  # running_jobs answers for the GPU owners of the last cluster read
-    assert [(r.job_id, r.preemptible) for r in store.running_jobs(first.reserved_at + 1, 60.0)] == [(long_id, True)]
+    assert [(r.job_id, r.stops) for r in store.running_jobs(first.reserved_at + 1, 60.0)] == [(long_id, 0)]
     assert store.running_jobs(first.submitted_at + 61, 60.0) == []  # out of the window
 
     short_id, _ = store.submit(make_spec("short"), [_plan(0.1 * HOUR)], "gpt2-124m", 1)
@@ -76,7 +76,7 @@ def test_a_just_started_long_job_is_stopped_for_a_much_shorter_one(redis_client:
     rerun = store.get(long_id)
     assert rerun is not None and rerun.attempt == 2
     store.cluster()
-    assert [(r.job_id, r.preemptible) for r in store.running_jobs(rerun.reserved_at + 1, 60.0)] == [(long_id, False)]
+    assert [(r.job_id, r.stops) for r in store.running_jobs(rerun.reserved_at + 1, 60.0)] == [(long_id, 1)]
     third, _ = store.submit(make_spec("short2"), [_plan(0.1 * HOUR)], "gpt2-124m", 1)
     report = loop.tick()
     assert report.preempted == [] and store.get(long_id).state == JobState.LAUNCHING  # type: ignore[union-attr]
