@@ -25,14 +25,16 @@ MAX_VICTIMS = 4  # running jobs a pass weighs for preemption (the most recently 
 
 @final
 class PreemptionChoice:
-    """Stop ``preemption.job_id`` and start ``placement`` on its GPUs; ``free`` is the pass's
-    free GPUs with the victim's given back and the placement's taken."""
+    """Stop the ``preemptions``' jobs and start ``placements`` on their GPUs; ``free`` is the
+    pass's free GPUs with the victims' given back and the placements' taken. ``preempt``: one
+    victim, one placement; ``stop_long``: one victim (two with ``preempt_long_pairs``), each
+    keeping its checkpoint (``lost_s`` 0), and every waiting job that takes their GPUs."""
 
-    __slots__ = ("preemption", "placement", "free")
+    __slots__ = ("preemptions", "placements", "free")
 
-    def __init__(self, preemption: Preemption, placement: Placement, free: PassFree) -> None:
-        self.preemption = preemption
-        self.placement = placement
+    def __init__(self, preemptions: tuple[Preemption, ...], placements: list[Placement], free: PassFree) -> None:
+        self.preemptions = preemptions
+        self.placements = placements
         self.free = free
 
 
@@ -119,7 +121,7 @@ def preempt(
         nodes = taker.free.choose(plan)
         assert nodes is not None
         placement = Placement(job_id=job.job_id, plan_index=i, plan=plan, nodes=nodes)
-        return PreemptionChoice(Preemption(victim.job_id, job.job_id, lost), placement, taker.free)
+        return PreemptionChoice((Preemption(victim.job_id, job.job_id, lost),), [placement], taker.free)
     return None
 
 
@@ -213,20 +215,6 @@ def _free_with(free: PassFree, slots: Sequence[GpuSlot]) -> PassFree:
     return out
 
 
-@final
-class LongStop:
-    """Stop the ``preemptions``' jobs (one, or two with ``preempt_long_pairs``; each keeps its
-    checkpoint: ``lost_s`` 0) and start ``placements`` on their GPUs; ``free`` is the pass's free
-    GPUs after the switch."""
-
-    __slots__ = ("preemptions", "placements", "free")
-
-    def __init__(self, preemptions: tuple[Preemption, ...], placements: list[Placement], free: PassFree) -> None:
-        self.preemptions = preemptions
-        self.placements = placements
-        self.free = free
-
-
 def stop_long(
     policy: QueuePolicy,
     now: float,
@@ -237,7 +225,7 @@ def stop_long(
     pending: dict[str, PendingReason],
     holder: QueuedJob | None,
     wait_done: dict[str, float],
-) -> LongStop | None:
+) -> PreemptionChoice | None:
     """A long running job stopped, keeping its progress, for waiting jobs much shorter than what
     it has left (``QueuePolicy.preempt_long_gain``; 0 never).
 
@@ -300,7 +288,7 @@ def stop_long(
         placements, gain, free2 = found
         delay = restart_s + max(p.plan.runtime_s or 0.0 for p in placements)
         if gain > policy.preempt_long_gain * delay:
-            return LongStop((Preemption(victim.job_id, placements[0].job_id, 0.0),), placements, free2)
+            return PreemptionChoice((Preemption(victim.job_id, placements[0].job_id, 0.0),), placements, free2)
     if policy.preempt_long_pairs:
         return _stop_pair(policy, now, free, waiting, wait_done, victims[:MAX_VICTIMS])
     return None
@@ -313,7 +301,7 @@ def _stop_pair(
     waiting: list[tuple[JobPlans, QueuedJob]],
     wait_done: dict[str, float],
     victims: list[tuple[float, str, RunningJob, list[GpuSlot]]],
-) -> LongStop | None:
+) -> PreemptionChoice | None:
     """Two running jobs of one GPU type stopped together for waiting jobs that need GPUs of both
     (a pool two jobs split: 16 GPUs held by two 8-GPU jobs, a 16-GPU job waiting), by the single
     stop's rule: each taker at most ``preempt_long_ratio`` x shorter than the victim with less
@@ -339,7 +327,7 @@ def _stop_pair(
             delay = policy.preempt_restart_s + max(p.plan.runtime_s or 0.0 for p in placements)
             if gain > policy.preempt_long_gain * 2.0 * delay:
                 for_job = placements[0].job_id
-                return LongStop(
+                return PreemptionChoice(
                     (Preemption(va.job_id, for_job, 0.0), Preemption(vb.job_id, for_job, 0.0)), placements, free2
                 )
     return None

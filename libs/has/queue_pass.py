@@ -19,7 +19,7 @@ from has.drain import PassInventory, drain_target
 from has.pass_state import PassFree
 from has.placement import PendingReason, Placement, PlanOption, WaitKind, explain_with
 from has.policy import PlanChoice, Preemption, QueuePolicy, Reservation, RunningJob, ScheduleResult
-from has.preemption import preempt, stop_long
+from has.preemption import PreemptionChoice, preempt, stop_long
 from has.queue_order import QueueRow, queue_order
 from has.queue_order import as_job as _job
 from has.queued import JobPlans, LeanCandidate, QueuedJob
@@ -316,29 +316,25 @@ class _Pass:
         )
 
     def _preempt(self, rows: list[QueueRow]) -> tuple[Preemption, ...]:
-        """At most one preemption (``has.preemption``), applied to the pass: its placement
-        added, the job no longer pending, the pass's free GPUs the ones after the switch."""
+        """At most one preemption (``has.preemption``), applied to the pass (``_switch``)."""
         assert self.est_done is not None
-        choice = preempt(
+        return self._switch(preempt(
             self.policy, self.now, self.cluster, self.running, self.free, rows, self.pending, self.holder,
             self.est_done, self.est_type,
-        )  # fmt: skip
-        if choice is None:
-            return ()
-        self.placements.append(choice.placement)
-        self.free = choice.free
-        del self.pending[choice.placement.job_id]
-        return (choice.preemption,)
+        ))  # fmt: skip
 
     def _stop_long(self, rows: list[QueueRow]) -> tuple[Preemption, ...]:
-        """At most one long job stopped for much shorter waiting ones (``has.preemption.stop_long``),
-        applied to the pass: their placements added, they no longer pending, the pass's free
-        GPUs the ones after the switch."""
+        """At most one long job (or pair) stopped for much shorter waiting ones
+        (``has.preemption.stop_long``), applied to the pass (``_switch``)."""
         assert self.wait_done is not None
-        choice = stop_long(
+        return self._switch(stop_long(
             self.policy, self.now, self.cluster, self.running, self.free, rows, self.pending, self.holder,
             self.wait_done,
-        )  # fmt: skip
+        ))  # fmt: skip
+
+    def _switch(self, choice: PreemptionChoice | None) -> tuple[Preemption, ...]:
+        """A preemption applied to the pass: its placements added, their jobs no longer pending,
+        the pass's free GPUs the ones after the switch."""
         if choice is None:
             return ()
         for placement in choice.placements:
