@@ -208,17 +208,25 @@ class SchedulerLoop:
         # (shortest-first puts them ahead of the requeued victim), not onto GPUs still in use.
         later: set[str] = set()
         if result.preemptions:
-            victims = {p.job_id for p in result.preemptions}
-            held = {(g.node, g.index) for n in cluster.nodes for g in n.gpus if g.owner in victims}
+            by_owner = cluster.gpus_by_owner()  # (the pass built it to find its victims)
+            held = {(g.node, g.index) for p in result.preemptions for g in by_owner.get(p.job_id, ())}
             later = {p.for_job for p in result.preemptions}
             later.update(p.job_id for p in result.placements if held.intersection(p.gpus()))
+        stopped: list[tuple[str, bool]] = []
         for p in result.preemptions:
             kept = p.lost_s == 0.0  # the long-job stop: the victim resumes from its checkpoint
-            if self.preempt(p.job_id, p.for_job, resumes=True) if kept else self.preempt(p.job_id, p.for_job):
+            if self.preempt(p.job_id, p.for_job, resumes=kept):
                 preempted.append(f"{p.job_id} for {p.for_job}")
-                why = "stopped for shorter jobs; it resumes later" if kept else "preempted for this shorter job"
-                self.store.set_pending_reasons({j: f"starting once {p.job_id} has stopped (it was {why})"
-                                                for j in sorted(later)})
+                stopped.append((p.job_id, kept))
+        if stopped:  # one write for every job that waits for the victims' exits
+            if len(stopped) == 1:
+                victim, kept = stopped[0]
+                waits = (f"{victim} has stopped (it was "
+                         + ("stopped for shorter jobs; it resumes later)" if kept else "preempted for this shorter job)"))
+            else:  # (a pair: the long-job stop)
+                waits = (f"{' and '.join(j for j, _ in stopped)} have stopped (they were stopped for shorter "
+                         "jobs; they resume later)")
+            self.store.set_pending_reasons({j: f"starting once {waits}" for j in sorted(later)})
         for placement, ok, why in self._place([p for p in result.placements if p.job_id not in later]):
             (placed if ok else conflicts).append(placement.job_id if ok else f"{placement.job_id}: {why}")
             if not ok:  # the view may be stale on those nodes: read them whole next tick
@@ -442,17 +450,17 @@ class SchedulerLoop:
                if resumes else f"preempted for {for_job}, a shorter job submitted right after it")
         fields = None
         plan = job.plan
+        ran = max(0.0, time.time() - job.reserved_at)
         if resumes and plan is not None and plan.completion_s > 0:
             # Its work done so far, as the plan's runtime estimate measures it: the time this
             # attempt ran covers that share of the whole job (capped: an estimate that ran over
             # still leaves the job some work, not none).
-            ran = max(0.0, time.time() - job.reserved_at)
             done_fraction = min(MAX_DONE_FRACTION, job.done_fraction + ran / plan.completion_s)
             fields = {"done_fraction": f"{done_fraction:.6f}"}
         done, state = self.store.requeue(job, [], why, limit, None, preempted=True, fields=fields)
         if done:
-            log.info("job %s preempted for %s (it ran %.0f s; requeued for attempt %d)", job_id, for_job,
-                     max(0.0, time.time() - job.reserved_at), job.attempt + 1)
+            log.info("job %s preempted for %s (it ran %.0f s; requeued for attempt %d)", job_id, for_job, ran,
+                     job.attempt + 1)
             self.wake.set()
         return done
 

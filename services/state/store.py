@@ -382,7 +382,7 @@ class StateStore:
         # node → (rev, GPU count, its GPU rows, the jobs owning them) as last read; the rows are
         # re-read only when rev moved
         self._gpu_rows: dict[str, tuple[str, str, list[list[str | None]], frozenset[str]]] = {}
-        # GPU owner -> (submitted, reserved, preempted, priority)
+        # GPU owner -> (submitted, reserved, preemptions, priority, resumable)
         self._owners: dict[str, tuple[float, float, int, int, bool]] = {}
         self._stopping: set[str] = set()
         self.full_read_s = full_read_s

@@ -183,3 +183,22 @@ def test_frenzy_restop_stops_a_resumed_job_again_after_an_hour_of_its_run(redis_
     job = store.get(long_id)
     assert job is not None and (job.attempt, job.preemptions) == (3, 2)
     assert all(store.get(j).state == JobState.PENDING for j in shorts)  # type: ignore[union-attr]
+
+
+def test_a_pair_of_long_jobs_is_stopped_for_a_job_that_needs_both_their_gpus(redis_client: redis.Redis,
+                                                                            keys: Keys) -> None:
+    """Two resumable 10-hour jobs split the node's 8 GPUs; a 6-minute job needs all 8: the default
+    stops both (preempt_long_pairs), and the short job says it waits for both exits."""
+    add_node(redis_client, keys, "a-0", "A100-80GB", 8)
+    loop = SchedulerLoop(redis_client, keys)
+    store = loop.store
+    longs = [store.submit(_spec(f"long{i}", True), [_plan(4, 10 * HOUR)], "gpt2-124m", 1)[0] for i in range(2)]
+    assert sorted(loop.tick().placed) == sorted(longs)
+    short, _ = store.submit(_spec("short"), [_plan(8, 0.1 * HOUR)], "gpt2-124m", 1)
+    report = loop.tick()
+    assert sorted(s.split(" for ")[0] for s in report.preempted) == sorted(longs) and report.placed == []
+    reason = store.get(short).pending_reason  # type: ignore[union-attr]
+    assert reason.startswith("starting once ") and all(j in reason for j in longs) and "have stopped" in reason
+    for job_id in longs:
+        job = store.get(job_id)
+        assert job is not None and (job.state, job.preemptions) == (JobState.PENDING, 1)

@@ -246,7 +246,8 @@ def test_live_scheduler_preempts_as_the_simulator_does() -> None:
     reserved: list[str] = []
 
     class Loop(SchedulerLoop):
-        def preempt(self, job_id: str, for_job: str) -> bool:
+        def preempt(self, job_id: str, for_job: str, resumes: bool = False) -> bool:
+            assert not resumes  # the just-started rule: the victim had no checkpoint yet
             stopped.append((job_id, for_job))
             return True
 
