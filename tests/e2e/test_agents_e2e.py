@@ -256,49 +256,33 @@ def test_agent_restart_neither_loses_nor_doubles_a_launch(make_stack: Callable[.
     assert s.held_gpus() == []
 
 
-def test_a_resumable_long_job_is_stopped_for_a_much_shorter_one_under_the_default_policy(
-    make_stack: Callable[..., Stack],
+@pytest.mark.parametrize(
+    ("policy", "resumable", "history"),
+    [(None, True, "resumes from its checkpoint"),  # the default's long-job stop
+     ("frenzy-completion", False, "preempted for {short}")],  # the just-started rule
+)  # fmt: skip
+def test_a_long_job_is_stopped_for_a_much_shorter_one_and_runs_again_after_it(
+    make_stack: Callable[..., Stack], policy: str | None, resumable: bool, history: str,
 ) -> None:
-    """One GPU, the default policy: a long job submitted with resumable (it says it resumes from its
-    checkpoint) runs for days by MARP's estimate; a much shorter job arrives minutes' worth of
-    waiting behind it: HAS stops the long one (SIGTERM to its process group), runs the short one,
-    then starts the long one again (attempt 2), which would resume from its checkpoint."""
-    s = make_stack({"nodes": [{"gpu": "L4", "count": 1, "gpus_per_node": 1, "name_prefix": "l4"}]})
-    sleeper = [sys.executable, "-c", "import time; time.sleep(600)"]
-    long_id = s.submit(sleeper, **ONE_GPU_MODEL, train_steps=10_000_000, resumable=True)
-    s.wait_state(long_id, (types_pb2.JOB_STATE_RUNNING,), timeout=30)
-    assert s.job(long_id).spec.resumable
-    first_pid = dict(s.job(long_id).pids)["l4-0"]
-    short_id = s.submit([sys.executable, "-c", "print('short job done')"], **ONE_GPU_MODEL, train_steps=100)
-    short = s.wait_state(short_id, DONE, timeout=60)
-    assert short.state == types_pb2.JOB_STATE_SUCCEEDED, short
-    again = s.wait_state(long_id, (types_pb2.JOB_STATE_RUNNING,), timeout=60)
-    assert again.attempt == 2
-    assert any("resumes from its checkpoint" in (h.reason or "") for h in again.history), again.history
-    assert not launcher.group_exists(first_pid)
-    s.stub.CancelJob(scheduler_pb2.CancelJobRequest(job_id=long_id, reason="e2e done"), timeout=5)
-    assert s.wait_state(long_id, DONE, timeout=20).state == types_pb2.JOB_STATE_CANCELLED
-    wait_for(lambda: s.held_gpus() == [], 10, "every GPU released")
-
-
-def test_a_long_job_is_preempted_for_a_much_shorter_one_and_runs_again_after_it(
-    make_stack: Callable[..., Stack],
-) -> None:
-    """One GPU; a long job starts, a much shorter one arrives seconds later: HAS stops the long one
-    (its agent kills the process), runs the short one, then runs the long one again (attempt 2).
-    Preemption is frenzy-completion's (the default policy does not stop running jobs)."""
+    """One GPU; a long job runs for days by MARP's estimate and a much shorter one arrives behind
+    it: HAS stops the long one (SIGTERM to its process group), runs the short one, then starts the
+    long one again (attempt 2). Under the default policy only because the long job says it
+    resumes from its checkpoint (resumable); under frenzy-completion because it started seconds
+    before the short one arrived."""
     s = make_stack({"nodes": [{"gpu": "L4", "count": 1, "gpus_per_node": 1, "name_prefix": "l4"}]},
-                   policy="frenzy-completion")
+                   **({"policy": policy} if policy else {}))
     sleeper = [sys.executable, "-c", "import time; time.sleep(600)"]
-    long_id = s.submit(sleeper, **ONE_GPU_MODEL, train_steps=10_000_000)  # days, by MARP's estimate
+    long_id = s.submit(sleeper, **ONE_GPU_MODEL, train_steps=10_000_000, resumable=resumable)
     s.wait_state(long_id, (types_pb2.JOB_STATE_RUNNING,), timeout=30)
+    assert s.job(long_id).spec.resumable == resumable
     first_pid = dict(s.job(long_id).pids)["l4-0"]
     short_id = s.submit([sys.executable, "-c", "print('short job done')"], **ONE_GPU_MODEL, train_steps=100)
     short = s.wait_state(short_id, DONE, timeout=60)
     assert short.state == types_pb2.JOB_STATE_SUCCEEDED, short
     again = s.wait_state(long_id, (types_pb2.JOB_STATE_RUNNING,), timeout=60)
     assert again.attempt == 2
-    assert any("preempted for " + short_id in (h.reason or "") for h in again.history), again.history
+    text = history.format(short=short_id)
+    assert any(text in (h.reason or "") for h in again.history), again.history
     assert not launcher.group_exists(first_pid)  # the first attempt's process was stopped
     s.stub.CancelJob(scheduler_pb2.CancelJobRequest(job_id=long_id, reason="e2e done"), timeout=5)
     assert s.wait_state(long_id, DONE, timeout=20).state == types_pb2.JOB_STATE_CANCELLED
