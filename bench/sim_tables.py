@@ -12,9 +12,9 @@ chosen; ``HELD_OUT`` (Pollux 5-7 and Gavel e13805 / ed69ec on paper-64; Pollux 5
 hetero-512, a cluster no knob saw) is what we report, and ``FRESH`` (synthetic traces on a
 cluster made after the default was chosen) and ``FRESH_PHILLY`` (Philly-derived traces no run
 had used, on paper-64; one seed) the checks no decision has seen. Results are cached per cell in
-``--cache`` (a JSON file, ~/.cache/frenzy/sim_tables.json; tagged with a digest of libs/has and
-libs/marp, so other code recomputes) so a re-run only computes what is missing; ``--fresh``
-ignores it.
+``--cache`` (bench/data/sim_cells.json, committed: each cell tagged with a digest of the code it
+ran -- libs/has and libs/marp, less the queue pass for a baseline -- so other code recomputes it)
+and a re-run only computes what is missing; ``--fresh`` ignores the cache.
 Cells run in ``--procs`` processes (the machine is shared: 2 by default).
 """
 
@@ -59,9 +59,10 @@ FRESH: list[Case] = [(f"synthetic {s} / fresh-96", f"data/traces/synthetic/fresh
 # The fresh Philly set (session 12, fixed in its own commit before its first run): every Gavel
 # Philly-derived trace of msr seed=0 with at least 300 jobs that no run had used (0e4a51, 103959,
 # 11cb48, 6c71a0, 7f04ca), its first 300 jobs on paper-64, as the held-out Gavel rows. Like
-# FRESH, it chooses nothing. One seed: these traces span 400-1,300 simulated hours, and a Sia
-# cell (an ILP every 60 s round) takes ~20 min here. The set as first committed also ran each
-# whole trace on a 512-GPU cluster; that was dropped for the same cost before any result was seen.
+# FRESH, it chooses nothing. One seed: these traces span 400-1,300 simulated hours and Sia runs
+# an ILP every 60 s round, so a Sia cell takes 4 to over 30 minutes on 2 cores (7f04ca). The set
+# as first committed also ran each whole trace on a new 512-GPU cluster; that was dropped for the
+# same cost before any result was seen.
 PHILLY_UNSEEN = ("0e4a51", "103959", "11cb48", "6c71a0", "7f04ca")
 FRESH_PHILLY: list[Case] = [(f"Gavel {vc} / paper-64", GAVEL.format(vc), 300, PAPER64) for vc in PHILLY_UNSEEN]
 FRESH_PHILLY_SEEDS = [0]
@@ -115,28 +116,44 @@ def run_cell(cell: Cell) -> dict[str, object]:
     return {"metrics": res.metrics(), "unfinished": res.unfinished, "wall_s": time.perf_counter() - t0}
 
 
-def code_version() -> str:
+# The modules only the frenzy variants run (the queue pass and its parts): a change to them
+# leaves the baselines' cells (Sia's, some of which take half an hour) valid.
+FRENZY_ONLY = frozenset({
+    "queue_pass.py", "queue_order.py", "preemption.py", "releases.py", "drain.py", "pass_state.py", "policy.py",
+    "queued.py", "_native.py",
+})  # fmt: skip
+
+
+def code_version(frenzy: bool = True) -> str:
     """A digest of the code a result depends on (simulator, HAS, MARP): a cache written by other
-    code is not reused."""
+    code is not reused. ``frenzy=False``: the code a baseline's result depends on, which is all
+    of it but ``FRENZY_ONLY`` (the baselines in ``has.sim.baselines`` never call the queue pass)."""
     digest = hashlib.sha256()
     for folder in ("libs/has", "libs/marp"):
         for path in sorted((REPO / folder).rglob("*.py")):
-            digest.update(path.read_bytes())
+            if frenzy or path.parent != REPO / "libs/has" or path.name not in FRENZY_ONLY:
+                digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 
 
 class Results:
-    """Cell results, cached in a JSON file, computed in parallel where missing."""
+    """Cell results, cached in a JSON file, computed in parallel where missing. Each cell keeps
+    the digest of the code it ran (``code_version``: the whole of it for a frenzy variant, all
+    but the queue pass for a baseline); a cell whose code changed is recomputed and dropped."""
 
     def __init__(self, cache: Path, procs: int, fresh: bool) -> None:
         self.cache = cache
         self.procs = procs
-        self.version = code_version()
+        self.versions = {True: code_version(True), False: code_version(False)}
         self.data: dict[str, dict[str, object]] = {}
         if cache.exists() and not fresh:
             stored = json.loads(cache.read_text())
-            if stored.get("code") == self.version:
-                self.data = stored["cells"]
+            for key, out in stored.get("cells", {}).items():
+                if out.get("code") == self.version_of(json.loads(key)["policy"]):
+                    self.data[key] = out
+
+    def version_of(self, policy: str) -> str:
+        return self.versions[policy not in BASELINES]  # (anything but a baseline: the whole code)
 
     def ensure(self, cells: Iterable[Cell]) -> None:
         todo = [c for c in dict.fromkeys(cells) if c.key() not in self.data]
@@ -146,12 +163,18 @@ class Results:
         done = 0
         with ProcessPoolExecutor(self.procs) as pool:
             for cell, out in zip(todo, pool.map(run_cell, todo), strict=True):
-                self.data[cell.key()] = out
+                self.data[cell.key()] = {**out, "code": self.version_of(cell.policy)}
                 done += 1
                 if done % 10 == 0 or done == len(todo):
                     print(f"  {done}/{len(todo)}", file=sys.stderr)
-                    self.cache.parent.mkdir(parents=True, exist_ok=True)
-                    self.cache.write_text(json.dumps({"code": self.version, "cells": self.data}))
+                    self.save()
+
+    def save(self) -> None:
+        self.cache.parent.mkdir(parents=True, exist_ok=True)
+        text = json.dumps({"cells": self.data}, sort_keys=True, separators=(",", ":"))
+        tmp = self.cache.with_suffix(".tmp")
+        tmp.write_text(text + "\n")
+        tmp.replace(self.cache)  # (atomic: an interrupted run leaves the old cache whole)
 
     def get(self, cell: Cell) -> dict[str, object]:
         return self.data[cell.key()]
@@ -285,7 +308,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("what", choices=("split", "docs", "readme"))
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--procs", type=int, default=2)
-    ap.add_argument("--cache", type=Path, default=Path.home() / ".cache/frenzy/sim_tables.json")
+    ap.add_argument("--cache", type=Path, default=REPO / "bench/data/sim_cells.json",
+                    help="per-cell results (committed, so a re-run after a frenzy-only change recomputes only frenzy's cells)")
     ap.add_argument("--fresh", action="store_true")
     ap.add_argument("--print", action="store_true", help="print the tables instead of writing the files")
     args = ap.parse_args(argv)
