@@ -39,10 +39,18 @@ def test_frenzy_jobs_json_is_get_api_jobs(servers: Servers, monkeypatch: pytest.
         placed = client.post("/api/jobs", json={**JOB, "name": "placed"}).json()["id"]
         wait_for(lambda: client.get(f"/api/jobs/{placed}").json()["state"] == "LAUNCHING", what="placement")
         waiting = client.post("/api/jobs", json={**JOB, "name": "waits", "priority": -5}).json()["id"]
-        api = client.get("/api/jobs").json()
-    monkeypatch.setenv("FRENZY_TOKEN", servers.token)
-    res = CliRunner().invoke(cli, ["jobs", "--json", "--scheduler", servers.scheduler_addr])
-    assert res.exit_code == 0, res.output
+        monkeypatch.setenv("FRENZY_TOKEN", servers.token)
+        # The scheduler's ticks keep writing the waiting job's reason, so the two reads are
+        # compared only when GET /api/jobs read the same before and after the CLI's read
+        # (a loaded machine can put a tick between them); a few tries, bounded.
+        for _ in range(20):
+            api = client.get("/api/jobs").json()
+            res = CliRunner().invoke(cli, ["jobs", "--json", "--scheduler", servers.scheduler_addr])
+            assert res.exit_code == 0, res.output
+            if client.get("/api/jobs").json() == api:
+                break
+        else:
+            pytest.fail("GET /api/jobs never read the same twice around `frenzy jobs --json`")
     assert json.loads(res.stdout) == api
     rows = {r["id"]: r for r in api["jobs"]}
     assert set(rows) == {placed, waiting}
