@@ -66,13 +66,21 @@ FRESH: list[Case] = [(f"synthetic {s} / fresh-96", f"data/traces/synthetic/fresh
 PHILLY_UNSEEN = ("0e4a51", "103959", "11cb48", "6c71a0", "7f04ca")
 FRESH_PHILLY: list[Case] = [(f"Gavel {vc} / paper-64", GAVEL.format(vc), 300, PAPER64) for vc in PHILLY_UNSEEN]
 FRESH_PHILLY_SEEDS = [0]
-# Cells not run, each with why: shown as "not run" and left out of every ratio. Sia on 7f04ca (a
-# trace whose queue never drains: frenzy's run ends at 1,843 h) had simulated 1,100-1,200 h after
-# about half an hour on 2 shared cores, slowing as its ILP grew, when session 12 stopped it for
-# time; a session with an hour or two to spare runs it by deleting these lines.
+# Cells not run, each with why: shown as "not run" and left out of every ratio. Sia on 7f04ca and
+# 6c71a0, the two most loaded traces (frenzy's avg JCT there: 374 h and 30 h), runs
+# an ILP every 60 s round that grows with the queue: on 2 shared cores a cell had simulated
+# 1,100-1,200 h (7f04ca) and ~500 h (6c71a0) after half an hour, slowing, when session 12 stopped
+# them for time (an earlier 6c71a0 run finished but was lost to a stopped batch). A session with
+# two hours to spare runs them by deleting these lines.
+# Gavel's 360 s rounds on 7f04ca (an LP each; its runs last past 2,000 h) were stopped the same
+# way after 25 minutes; Hadar's (also 360 s rounds with an optimisation each) was not tried.
 NOT_RUN: dict[tuple[str, str], str] = {
-    ("Gavel 7f04ca / paper-64", p): "not run (Sia's 60 s ILP rounds: > 1 h here)" for p in ("sia", "sia-memaware")
-}
+    **{(f"Gavel {vc} / paper-64", p): "not run (Sia's 60 s ILP rounds: > 30 min a cell here)"
+       for vc in ("6c71a0", "7f04ca") for p in ("sia", "sia-memaware")},
+    **{("Gavel 7f04ca / paper-64", p): "not run (360 s LP rounds: > 25 min a cell here)"
+       for p in ("gavel", "gavel-memaware", "gavel-minjct")},
+    ("Gavel 7f04ca / paper-64", "hadar"): "not run (not tried: 360 s rounds, as Gavel's)",
+}  # fmt: skip
 VARIANTS = (
     "frenzy", "frenzy-single", "frenzy-nostop", "frenzy-restop", "frenzy-ranked", "frenzy-completion", "frenzy-paper", "frenzy-fifo",
     "frenzy-nopreempt",
