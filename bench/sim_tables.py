@@ -355,9 +355,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sections.append("Fresh held-out set, exact memory and speed (synthetic traces on a cluster made after "
                         "the default was chosen; avg JCT h over finished jobs; " + settings_line(seeds, EXACT)
                         + "):\n\n" + table)
-        # the cheap policies first, Sia's ILP rounds last (a cell of theirs is ~20 min here)
-        philly = ("frenzy", *(p for p in BASELINES if not p.startswith("sia")), "sia", "sia-memaware")
-        res.ensure(cells(FRESH_PHILLY, philly, FRESH_PHILLY_SEEDS, EXACT))
+        res.ensure(cells(FRESH_PHILLY, ("frenzy", *BASELINES), FRESH_PHILLY_SEEDS, EXACT))
         table, _ = comparison_table(res, FRESH_PHILLY, compare, FRESH_PHILLY_SEEDS, EXACT, ratio_to)
         sections.append("Fresh Philly set, exact memory and speed (the first 300 jobs of Philly-derived traces no run "
                         "had used; avg JCT h over finished jobs; " + settings_line(FRESH_PHILLY_SEEDS, EXACT)
