@@ -161,6 +161,13 @@ class QueuePolicy:
       none, two running jobs of one GPU type may be stopped together for waiting jobs that need
       GPUs of both (a 16-GPU job while two 8-GPU jobs split the pool), by the same rule with
       both victims' delays counted (``ScheduleResult.preemptions`` then has two entries).
+    starvation_stretch: 0 (default): a job starves once it has waited ``starvation_s``. > 0: once
+      it has waited ``starvation_s`` *and* this many times the runtime of its cheapest plan
+      (``starves``): a job's wait is measured against its own length, so a 300 h job that waited
+      5 h is not starving while a 10 min job is, and under a queue that never drains the
+      starving set does not grow into the whole queue walked in submit order (long jobs first
+      among them, short ones stuck behind). Every job still starves in the end: after
+      max(``starvation_s``, stretch x its ideal runtime) it goes first and may hold GPUs.
 
     ``order``, ``starving_order`` and ``plan_choice`` are string enums: ``"shortest"`` (a CLI
     flag, a JSON file) works as well as ``QueueOrder.SHORTEST`` and becomes that member; any
@@ -186,6 +193,7 @@ class QueuePolicy:
     preempt_long_ratio: float = 4.0
     preempt_long_every_s: float = 0.0
     preempt_long_pairs: bool = False
+    starvation_stretch: float = 0.0
 
     def __post_init__(self) -> None:
         if self.starvation_s < 0:
@@ -200,6 +208,8 @@ class QueuePolicy:
             raise ValueError("preempt_within_s, preempt_restart_s and preempt_gain must be >= 0")
         if self.preempt_long_gain < 0 or self.preempt_long_ratio < 1 or self.preempt_long_every_s < 0:
             raise ValueError("preempt_long_gain and preempt_long_every_s must be >= 0 and preempt_long_ratio >= 1")
+        if not 0.0 <= self.starvation_stretch < float("inf"):
+            raise ValueError(f"starvation_stretch must be a finite number >= 0, got {self.starvation_stretch}")
 
     @classmethod
     def frenzy(cls, **overrides: object) -> QueuePolicy:
@@ -222,6 +232,7 @@ class QueuePolicy:
             "width_slack": 0.15, "wait_slack": 0.2, "starving_order": StarvingOrder.IDEAL,
             "preempt_within_s": 0.0, "preempt_restart_s": 120.0, "preempt_gain": 2.0,
             "preempt_long_gain": 2.0, "preempt_long_ratio": 4.0, "preempt_long_pairs": True,
+            "starvation_stretch": 10.0,
         }  # fmt: skip
         base.update(overrides)
         return cls(**base)  # type: ignore[arg-type]
@@ -263,6 +274,9 @@ _NAMED: dict[str, dict[str, object]] = {
     # frenzy that never stops a long running job for much shorter waiting ones (the default
     # before the long-job stop won the tuning split; docs/simulator.md)
     "frenzy-nostop": {"preempt_long_gain": 0.0},
+    # frenzy whose jobs starve after 4 h whatever their length (no ``starvation_stretch``: the
+    # default before a queue that never drains joined the tuning half; docs/simulator.md)
+    "frenzy-wait4h": {"starvation_stretch": 0.0},
     # the first HAS (the paper's): FIFO over the ranked plans with backfill
     "frenzy-paper": {},
 }

@@ -16,7 +16,7 @@ from has.cluster import ClusterView, GpuSlot
 from has.pass_state import PassFree
 from has.placement import PendingReason, Placement
 from has.policy import Preemption, QueuePolicy, RunningJob
-from has.queue_order import QueueRow, as_job
+from has.queue_order import QueueRow, as_job, starves
 from has.queued import JobPlans, QueuedJob
 
 _INF = float("inf")
@@ -135,6 +135,7 @@ def _victims(policy: QueuePolicy, now: float, running: Sequence[RunningJob]) -> 
         (
             r for r in running
             if r.preemptible and r.stops == 0 and 0.0 <= now - r.submitted_at <= within
+            # (the plain threshold, not ``starves``: a RunningJob carries no plan runtimes)
             and r.started_at - r.submitted_at < policy.starvation_s
         ),
         key=lambda r: (-r.started_at, r.job_id),
@@ -155,7 +156,7 @@ def _taker(
     """The first waiting, timed, not starving job in the pass's order whose fastest candidate
     plan that fits with the victim's GPUs (``slots``) freed fits only then, of at least the
     victim's priority; None if no job."""
-    starvation_s, width_slack = policy.starvation_s, policy.width_slack
+    width_slack = policy.width_slack
     total = free.total
     vtype, vcount = slots[0].gpu_type, len(slots)  # a job's GPUs are of one type
     free2: PassFree | None = None  # built only when a plan could use the victim's GPUs
@@ -169,7 +170,7 @@ def _taker(
             break  # (classes come highest first: every later job is of a lower class too)
         if info.job_id not in pending or row[3] is holder or not info.timed:
             continue
-        if starvation_s <= 0.0 or now - info.submitted_at >= starvation_s:
+        if starves(info, now, policy):
             continue
         job = as_job(row[3])
         sig = info.candidate_signature(job.plans, width_slack)
@@ -273,11 +274,9 @@ def stop_long(
     victims.sort()
     # the jobs that may take a victim's GPUs, in the pass's order: waiting, timed, not starving
     # (their hold is theirs), not the holder
-    starvation_s = policy.starvation_s
     waiting = [
         (row[4], as_job(row[3])) for row in rows
-        if row[4].job_id in pending and row[3] is not holder and row[4].timed
-        and starvation_s > 0.0 and now - row[4].submitted_at < starvation_s
+        if row[4].job_id in pending and row[3] is not holder and row[4].timed and not starves(row[4], now, policy)
     ]  # fmt: skip
     if not waiting:
         return None

@@ -1,6 +1,7 @@
 """The order a scheduling pass tries the queued jobs in (``QueuePolicy.order``).
 
-FIFO walks by (seq, job id). Shortest-first walks the jobs that waited ``starvation_s``
+FIFO walks by (seq, job id). Shortest-first walks the starving jobs (``starves``: waited
+``starvation_s``, and with ``starvation_stretch`` that many times their own ideal runtime)
 first (by seq, or with ``StarvingOrder.IDEAL`` by ideal completion), then the rest by the
 GPU-seconds of their cheapest plan. Each job becomes a ``QueueRow``: its sort key (cached on
 the job's ``JobPlans``), the job and that summary. Priority classes (``QueuedJob.priority``)
@@ -35,9 +36,24 @@ def as_job(queued: object) -> QueuedJob:
     return cast(QueuedJob, queued)
 
 
+def starves(info: JobPlans, now: float, policy: QueuePolicy) -> bool:
+    """Does the job starve (walked first, may hold GPUs, never a taker of a stopped job's GPUs)?
+    It has waited ``starvation_s`` (0: every job starves) and, with ``starvation_stretch``, that
+    many times the runtime of its cheapest plan (``JobPlans.ideal_run``). The one test of
+    starving for the whole pass."""
+    s = policy.starvation_s
+    if s <= 0.0:
+        return True
+    waited = now - info.submitted_at
+    if waited < s:
+        return False
+    stretch = policy.starvation_stretch
+    return stretch <= 0.0 or waited >= stretch * info.ideal_run
+
+
 def queue_order(queue: Sequence[QueuedJob], now: float, policy: QueuePolicy) -> list[QueueRow]:
     """The queue in the order the pass tries it: by (seq, job id); with
-    ``order="shortest"``, the jobs that waited ``starvation_s`` that way, then the rest by
+    ``order="shortest"``, the starving jobs (``starves``) that way, then the rest by
     (size, seq, job id); with ``starving_order="ideal"`` the starving jobs by (submit time +
     runtime of the cheapest plan, seq, job id). Before all of that, by priority, highest
     first (``by_priority``). (Sort keys are cached per job; job ids are unique, so two rows
@@ -49,14 +65,12 @@ def queue_order(queue: Sequence[QueuedJob], now: float, policy: QueuePolicy) -> 
             rows.append((info.seq, info.seq, info.fifo_key, j, info))
         return by_priority(sorted_rows(rows))
     # Aging: starving jobs keep FIFO priority, so shortest-first cannot starve a big job.
-    # (``wait_s(j, now) >= s`` written out: a pass tests it once per queued job.)
-    s = policy.starvation_s
     ideal = policy.starving_order is StarvingOrder.IDEAL
     starving: list[QueueRow] = []
     rest: list[QueueRow] = []
     for j in queue:
         info = j._has_plans or plans_of(j)  # (plans_of inline: once per job)
-        if s <= 0.0 or now - j.submitted_at >= s:
+        if starves(info, now, policy):
             if ideal:
                 starving.append((info.ideal_first, info.seq, info.ideal_key, j, info))
             else:

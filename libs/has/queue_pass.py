@@ -20,7 +20,7 @@ from has.pass_state import PassFree
 from has.placement import PendingReason, Placement, PlanOption, WaitKind, explain_with
 from has.policy import PlanChoice, Preemption, QueuePolicy, Reservation, RunningJob, ScheduleResult
 from has.preemption import PreemptionChoice, preempt, stop_long
-from has.queue_order import QueueRow, queue_order
+from has.queue_order import QueueRow, queue_order, starves
 from has.queue_order import as_job as _job
 from has.queued import JobPlans, LeanCandidate, QueuedJob
 from has.releases import ReleaseList, Releases
@@ -54,7 +54,7 @@ class _Pass:
         self.cluster = cluster
         self.now = now
         self.policy = policy
-        self.backfill, self.starvation_s = policy.backfill, policy.starvation_s  # (read per waiting job)
+        self.backfill = policy.backfill  # (read per waiting job)
         self.running = running
         # job id → estimated completion if it waits (completion plan choice), for preemption
         self.est_done: dict[str, float] | None = (
@@ -247,12 +247,11 @@ class _Pass:
                 f"waiting behind {info.job_id} (strict FIFO, backfill off)", (), WaitKind.BEHIND_HEAD
             )
             return result
-        starvation_s = self.starvation_s
-        # (``_wait_s(job, now) >= starvation_s``, written out.) A job of a higher class than some
-        # waiting job holds at once: otherwise lower-priority jobs would take each GPU as it frees
-        # and it would wait as long as if it had no priority (until it starves).
+        # A job of a higher class than some waiting job holds at once: otherwise lower-priority
+        # jobs would take each GPU as it frees and it would wait as long as if it had no
+        # priority (until it starves).
         if self.holder is None:
-            if starvation_s <= 0.0 or self.now - info.submitted_at >= starvation_s:
+            if starves(info, self.now, self.policy):
                 reserving = self._hold_for(job, result, preferred, False)
                 if reserving is not None:
                     return reserving

@@ -83,6 +83,7 @@ class JobPlans:
     rows: (index, gpu_type, GPUs, tp, bytes) per plan in ranked order; least: per GPU type the
     fewest GPUs any of its plans needs (a job none of whose types has that many free GPUs is
     rejected without looking at a plan); size: GPU-seconds of the cheapest timed plan;
+    ideal_run: that plan's runtime (0 unless every plan is timed);
     ideal_key: (submit time + that plan's runtime, seq, job id), the starving order "ideal";
     lean: the candidates as the pass walks them, with their release-list numbers, valid for
     ``lean_for`` (``has.queue_pass``, ``_Pass._lean``); waits: per plan (runtime, index,
@@ -93,7 +94,7 @@ class JobPlans:
     """
 
     __slots__ = (
-        "rows", "runtimes", "least", "fewest", "timed", "size", "fifo_key", "short_key", "ideal_key", "by_slack",
+        "rows", "runtimes", "least", "fewest", "timed", "size", "ideal_run", "fifo_key", "short_key", "ideal_key", "by_slack",
         "short_first", "ideal_first", "seq", "job_id", "submitted_at", "has_plans", "priority",
         "_shape", "ever", "sigs", "lean_for", "lean", "waits_for", "waits",
     )  # fmt: skip
@@ -127,7 +128,8 @@ class JobPlans:
         self.fifo_key: tuple[object, ...] = (job.seq, job.job_id)
         self.short_key: tuple[object, ...] = (self.size, job.seq, job.job_id)
         # unknown runtime: 0, so jobs without estimates keep submit (FIFO) order
-        ideal = job.submitted_at + (cheapest_run if self.timed else 0.0)
+        self.ideal_run = cheapest_run if self.timed else 0.0  # runtime of the cheapest plan
+        ideal = job.submitted_at + self.ideal_run
         self.ideal_key: tuple[object, ...] = (ideal, job.seq, job.job_id)
         # Their first elements (FIFO's is ``seq``), typed ``object`` for the same reason
         # (``_sorted`` sorts by them).

@@ -616,6 +616,9 @@ class QueuePolicy:
     wait_slack: float = 0.1
     explain: bool = True
     starving_order: str = "fifo"  # added after the freeze: "ideal" orders starving jobs by ideal completion
+    # added after the freeze: > 0 also asks a starving job to have waited this many times the
+    # runtime of its cheapest plan
+    starvation_stretch: float = 0.0
 
     def __post_init__(self) -> None:
         if self.starvation_s < 0:
@@ -801,14 +804,21 @@ def _cheapest_runtime(job: QueuedJob) -> float:
     return min(job.plans, key=lambda p: p.runtime_s * p.num_gpus).runtime_s  # type: ignore[operator,return-value]
 
 
+def _starves(job: QueuedJob, now: float, policy: QueuePolicy) -> bool:
+    if _wait_s(job, now) < policy.starvation_s:
+        return False
+    # added after the freeze: the wait measured against the job's own length too
+    return policy.starvation_s <= 0 or _wait_s(job, now) >= policy.starvation_stretch * _cheapest_runtime(job)
+
+
 def _order(jobs: list[QueuedJob], now: float, policy: QueuePolicy) -> list[QueuedJob]:
     if policy.order == "fifo":
         return jobs
     # Aging: starving jobs keep FIFO priority, so shortest-first cannot starve a big job.
-    starving = [j for j in jobs if _wait_s(j, now) >= policy.starvation_s]
+    starving = [j for j in jobs if _starves(j, now, policy)]
     if policy.starving_order == "ideal":  # added after the freeze: submit + cheapest plan's runtime
         starving.sort(key=lambda j: (j.submitted_at + _cheapest_runtime(j), j.seq, j.job_id))
-    rest = [j for j in jobs if _wait_s(j, now) < policy.starvation_s]
+    rest = [j for j in jobs if not _starves(j, now, policy)]
     rest.sort(key=lambda j: (_job_size(j), j.seq, j.job_id))
     return starving + rest
 
@@ -1005,7 +1015,7 @@ def schedule(
             pending[job.job_id] = result
             continue
 
-        if holder is None and _wait_s(job, now) >= policy.starvation_s:
+        if holder is None and _starves(job, now, policy):
             if preferred is None:
                 res = drain_target(view, job.job_id, job.plans)
             else:  # hold GPUs for the plan the job chose to wait for

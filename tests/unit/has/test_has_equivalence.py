@@ -58,6 +58,8 @@ POLICIES = [
     _completion(starvation_s=60.0, explain=False),
     _completion(starvation_s=60.0, starving_order="fifo"),
     QueuePolicy(order="shortest", starvation_s=50.0, starving_order="ideal", explain=False),
+    QueuePolicy(order="shortest", starvation_s=50.0, starving_order="ideal", starvation_stretch=3.0),
+    _completion(starvation_s=60.0, starvation_stretch=2.0, explain=False),
     _completion(order="fifo", starvation_s=120.0),
     _completion(plan_choice="ranked", explain=False),
     _completion(width_slack=0.0, wait_slack=0.0, explain=False),
@@ -238,7 +240,8 @@ def tight_state(rng: random.Random) -> tuple[ClusterView, list[QueuedJob], float
 
 
 def test_fast_pass_on_tight_clusters() -> None:
-    tight = [_completion(), _completion(explain=False, starvation_s=50.0), QueuePolicy()]
+    tight = [_completion(), _completion(explain=False, starvation_s=50.0, starvation_stretch=0.0),
+             _completion(starvation_s=50.0, starvation_stretch=0.5), QueuePolicy()]
     waits = 0
     for seed in range(400):
         view, queue, now = tight_state(random.Random(seed))

@@ -17,7 +17,9 @@ def timed(runtime_s: float, dp: int = 8) -> PlanOption:
 
 
 def policy(starving_order: str) -> QueuePolicy:
-    return QueuePolicy.frenzy(starvation_s=HOUR, starving_order=starving_order, explain=False)
+    # (no starvation_stretch: these jobs starve on the plain threshold; test_has_starvation_stretch
+    # has the stretch)
+    return QueuePolicy.frenzy(starvation_s=HOUR, starving_order=starving_order, starvation_stretch=0.0, explain=False)
 
 
 def test_frenzy_orders_starving_jobs_by_ideal_completion() -> None:
