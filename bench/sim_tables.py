@@ -3,6 +3,7 @@
     .venv/bin/python bench/sim_tables.py split    # the tuning half: which frenzy variant is the default
     .venv/bin/python bench/sim_tables.py docs     # docs/simulator.md, between its sim-tables markers
     .venv/bin/python bench/sim_tables.py readme   # README.md, between its sim-table markers
+    .venv/bin/python bench/sim_tables.py sweep    # one knob of frenzy over the tuning half (docs/simulator.md)
 
 Role: run ``has.sim`` (the same engine and policies as ``frenzy simulate``) over a fixed grid of
 traces x clusters x seeds x truth settings, and write markdown tables whose every row says its
@@ -121,12 +122,25 @@ class Cell:
 _BOOKS: dict[str, object] = {}
 
 
+def policy_of(cell: Cell) -> object:
+    """The cell's policy: a name of ``make_policy``, or ``NAME@KNOB=VALUE`` for a HAS variant with one
+    ``QueuePolicy`` knob changed (``sweep``)."""
+    from has.policy import QueuePolicy
+    from has.sim.baselines import FrenzyPolicy, make_policy
+
+    if "@" not in cell.policy:
+        return make_policy(cell.policy, restart_s=cell.restart_s, gavel_round_s=cell.gavel_round_s)
+    name, knob = cell.policy.split("@", 1)
+    key, value = knob.split("=", 1)
+    qp = QueuePolicy.named(name, preempt_restart_s=cell.restart_s, explain=False, **{key: float(value)})
+    return FrenzyPolicy(cell.policy, qp, restart_s=cell.restart_s)
+
+
 def run_cell(cell: Cell) -> dict[str, object]:
     """One policy over one trace on one cluster at one seed: its metrics and unfinished jobs."""
     import yaml
 
     from has.cluster_spec import parse_cluster
-    from has.sim.baselines import make_policy
     from has.sim.engine import ProfileBook, simulate
     from has.sim.traces import read_trace
 
@@ -136,7 +150,7 @@ def run_cell(cell: Cell) -> dict[str, object]:
         book = _BOOKS[cell.cluster] = ProfileBook(spec)
     jobs = read_trace(REPO / cell.trace, max_jobs=cell.max_jobs or None)
     t0 = time.perf_counter()
-    res = simulate(spec, jobs, make_policy(cell.policy, restart_s=cell.restart_s, gavel_round_s=cell.gavel_round_s),
+    res = simulate(spec, jobs, policy_of(cell),
                    seed=cell.seed, runtime_noise=cell.runtime_noise, memory_error=cell.memory_error,
                    speed_error=cell.speed_error, profiles=book, restart_s=cell.restart_s)  # fmt: skip
     return {"metrics": res.metrics(), "unfinished": res.unfinished, "wall_s": time.perf_counter() - t0}
@@ -322,6 +336,29 @@ def variant_table(res: Results, cases: Sequence[Case], seeds: Sequence[int], tru
     return "\n".join(lines) + "\n"
 
 
+def sweep_table(res: Results, knob: str, values: Sequence[float], seeds: Sequence[int]) -> str:
+    """``frenzy`` with one knob at each value over the tuning half, both truths: avg JCT (h, mean ±
+    sd) per row and the geometric mean of each value's avg JCT over the first value's."""
+    pols = [f"frenzy@{knob}={v:g}" for v in values]
+    res.ensure(cells(TUNE, pols, seeds, EXACT) + cells(TUNE, pols, seeds, NOISY))
+    head = ["case", "truth", *[f"{knob} {v:g}" for v in values]]
+    lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
+    for truth in (EXACT, NOISY):
+        for case in TUNE:
+            row = [case[0], f"mem {truth[1]:g} / speed {truth[2]:g}"]
+            row += [jct_cell(summary(res, case, p, seeds, truth)) for p in pols]
+            lines.append("| " + " | ".join(row) + " |")
+    for truth in (EXACT, NOISY):
+        row = [f"**geo. mean vs {knob} {values[0]:g}**", f"mem {truth[1]:g} / speed {truth[2]:g}"]
+        for p in pols:
+            xs = [summary(res, c, p, seeds, truth)["avg_jct_censored_s"]
+                  / summary(res, c, pols[0], seeds, truth)["avg_jct_censored_s"] for c in TUNE]  # fmt: skip
+            row.append(f"{math.exp(sum(map(math.log, xs)) / len(xs)):.3f}")
+        lines.append("| " + " | ".join(row) + " |")
+    return (f"Tuning half, `frenzy` with `{knob}` swept (" + settings_line(seeds, EXACT)
+            + " / memory and speed error 0.05):\n\n" + "\n".join(lines) + "\n")
+
+
 def replace_between(path: Path, marker: str, body: str) -> None:
     """Replace the text between ``<!-- {marker} begin -->`` and ``<!-- {marker} end -->``."""
     text = path.read_text()
@@ -334,7 +371,10 @@ def replace_between(path: Path, marker: str, body: str) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("what", choices=("split", "docs", "readme"))
+    ap.add_argument("what", choices=("split", "docs", "readme", "sweep"))
+    ap.add_argument("--knob", default="starvation_stretch",
+                    help="sweep: the QueuePolicy knob of frenzy to vary over the tuning half")
+    ap.add_argument("--values", default="0,5,10,20,50", help="sweep: its values, comma-separated (the first is the reference)")
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--procs", type=int, default=2)
     ap.add_argument("--cache", type=Path, default=REPO / "bench/data/sim_cells.json",
@@ -352,6 +392,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             + settings_line(seeds, EXACT) + " / memory and speed error 0.05):\n\n"
             + variant_table(res, TUNE, seeds, (EXACT, NOISY))
         )
+    if args.what == "sweep":
+        sections.append(sweep_table(res, args.knob, [float(v) for v in args.values.split(",")], seeds))
     if args.what in ("docs", "readme"):
         compare = ("frenzy", *BASELINES)
         res.ensure(cells(HELD_OUT, compare, seeds, EXACT))
@@ -384,6 +426,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             res.ensure(cells(FRESH, noisy_pols, seeds, NOISY))
             table, _ = comparison_table(res, FRESH, noisy_pols, seeds, NOISY, noisy_pols[1:])
             sections.append("Fresh held-out set with MARP's errors (" + settings_line(seeds, NOISY) + "):\n\n" + table)
+            philly_pols = ("frenzy", "sia-memaware", "opportunistic")  # (the issue's bar with errors)
+            for name, cases in (("Fresh Philly set", FRESH_PHILLY), ("Second fresh Philly set", FRESH_PHILLY1)):
+                res.ensure(cells(cases, philly_pols, FRESH_PHILLY_SEEDS, NOISY))
+                table, _ = comparison_table(res, cases, philly_pols, FRESH_PHILLY_SEEDS, NOISY, philly_pols[1:])
+                sections.append(f"{name} with MARP's errors (" + settings_line(FRESH_PHILLY_SEEDS, NOISY) + "):\n\n" + table)
             sections.append("Themis finish-time fairness, mean rho (JCT / time alone on 1/N of the cluster; "
                             + settings_line(seeds, EXACT) + "):\n\n" + rho_table(res, HELD_OUT, compare, seeds, EXACT))
             sens_case = [c for c in HELD_OUT if c[0] == "Pollux 6 / paper-64"]
@@ -399,10 +446,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             sections.append("Gavel sensitivity, Pollux 6 / paper-64 (" + settings_line(seeds, EXACT)
                             + "; round and restart as listed):\n\n" + "\n".join(lines) + "\n")
     body = "\n".join(sections)
-    command = f"`.venv/bin/python bench/sim_tables.py {args.what} --seeds {args.seeds}`"
+    swept = f" --knob {args.knob} --values {args.values}" if args.what == "sweep" else ""
+    command = f"`.venv/bin/python bench/sim_tables.py {args.what} --seeds {args.seeds}{swept}`"
     body = f"_Generated by {command}._\n\n" + body
     if args.print or args.what == "split":
         print(body)
+    elif args.what == "sweep":  # (docs/simulator.md keeps the last sweep, under its command line)
+        replace_between(REPO / "docs/simulator.md", "sweep", body)
     elif args.what == "docs":
         replace_between(REPO / "docs/simulator.md", "sim-tables", body)
     else:

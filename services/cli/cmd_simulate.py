@@ -101,7 +101,8 @@ PoliciesOpt = Annotated[
     str,
     typer.Option(
         help="Comma-separated: frenzy, frenzy-paper, opportunistic, sia, sia-memaware, gavel, "
-        "gavel-memaware, gavel-minjct, hadar, frenzy-completion, frenzy-ranked, frenzy-fifo, frenzy-nopreempt."
+        "gavel-memaware, gavel-minjct, hadar, frenzy-completion, frenzy-ranked, frenzy-fifo, frenzy-nopreempt, "
+        "frenzy-wait4h, frenzy-single, frenzy-nostop, frenzy-restop."
     ),
 ]
 MaxJobsOpt = Annotated[int, typer.Option(help="Only the first N jobs of the trace (0: all).")]

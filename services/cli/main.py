@@ -528,10 +528,12 @@ def scheduler_cmd(
     policy: Annotated[str, typer.Option(
         envvar="FRENZY_POLICY",
         help="Queue policy, by the name the simulator gives it (`frenzy simulate --policies`): 'frenzy' "
-             "(shortest-first with aging over MARP's ranked plans, waiting for a better-ranked plan when "
+             "(shortest-first with aging over MARP's ranked plans -- a job goes first once it has waited 4 h "
+             "and 10x its own runtime --, waiting for a better-ranked plan when "
              "that finishes over 20 % sooner, and stopping a long job that says it resumes from a checkpoint "
              "(submit --resumable), or two of one GPU type, once for a burst of much shorter ones; the "
-             "default, chosen on the simulator's tuning split, docs/simulator.md), 'frenzy-single' (one "
+             "default, chosen on the simulator's tuning split, docs/simulator.md), 'frenzy-wait4h' (a job "
+             "goes first after 4 h whatever its length), 'frenzy-single' (one "
              "job at a time), 'frenzy-restop' (that, a job stopped again after an hour's run), "
              "'frenzy-nostop' (no stop), "
              "'frenzy-ranked' (without the wait or the stop), 'frenzy-completion' "

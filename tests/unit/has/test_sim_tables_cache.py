@@ -70,3 +70,16 @@ def test_untagged_cells_are_not_trusted(fake_repo: Path, tmp_path: Path) -> None
     cache = tmp_path / "cells.json"  # the format before per-cell digests: one digest for the file
     cache.write_text(json.dumps({"code": sim_tables.code_version(), "cells": {_cell("sia").key(): {"metrics": {}}}}))
     assert _kept(cache) == set()
+
+
+def test_a_sweep_cell_runs_frenzy_with_one_knob_changed() -> None:
+    from has.policy import QueuePolicy
+
+    swept = sim_tables.policy_of(_cell("frenzy@starvation_stretch=5"))
+    assert swept.queue_policy == QueuePolicy.named(  # type: ignore[attr-defined]
+        "frenzy", preempt_restart_s=120.0, explain=False, starvation_stretch=5.0
+    )
+    assert swept.name == "frenzy@starvation_stretch=5"  # type: ignore[attr-defined]  # (its own cache key)
+    assert sim_tables.policy_of(_cell("frenzy")).queue_policy.starvation_stretch == 10.0  # type: ignore[attr-defined]
+    with pytest.raises(TypeError, match="no_such_knob"):
+        sim_tables.policy_of(_cell("frenzy@no_such_knob=1"))
