@@ -242,6 +242,7 @@ def summary(res: Results, case: Case, policy: str, seeds: Sequence[int], truth: 
     for key in ("avg_jct_s", "avg_jct_censored_s", "rho_mean", "oom_failures", "restarts", "jobs_finished"):
         out[key], out[key + "_sd"] = stat(key)
     out["jobs_total"] = float(ms[0]["jobs_total"])  # type: ignore[index]
+    out["runs"] = float(len(ms))
     out["min_finished"] = min(float(m["jobs_finished"]) for m in ms)  # type: ignore[index]
     unfinished: set[str] = set()
     for r in runs:
@@ -256,7 +257,8 @@ def h(s: float) -> str:
 
 
 def jct_cell(sm: dict[str, float]) -> str:
-    text = f"{h(sm['avg_jct_s'])} ± {h(sm['avg_jct_s_sd'])}"
+    # (one seed: no spread to show)
+    text = h(sm["avg_jct_s"]) + (f" ± {h(sm['avg_jct_s_sd'])}" if sm["runs"] > 1 else "")
     if sm["min_finished"] < sm["jobs_total"]:
         text += f" ({sm['min_finished']:.0f}/{sm['jobs_total']:.0f} fin.; all {h(sm['avg_jct_censored_s'])})"
     return text
