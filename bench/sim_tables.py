@@ -84,8 +84,8 @@ FRESH_PHILLY1: list[Case] = [(f"Gavel s1 {vc} / paper-64", GAVEL1.format(vc), 30
 # (seed=0 and seed=1 samples: 45 and 50 minutes a cell on 2 cores, in the background, saving each
 # cell as it ended); on 7f04ca (now in TUNE, which runs no baseline) a cell had simulated
 # 1,100-1,200 h after half an hour, and Gavel's 360 s LP rounds there were stopped after 25
-# minutes. A session with time to spare runs the rest by deleting these lines. The seed=1 samples of 6c71a0 and 7f04ca
-# skip the same cells, decided before they ran, from their seed=0 twins' cost (the same arrival
+# minutes. A session with time to spare runs the rest by deleting these lines. The seed=1 samples
+# of 6c71a0 and 7f04ca skip the same cells, decided before they ran, from their seed=0 twins' cost (the same arrival
 # rates and job lengths); Hadar, never tried on 7f04ca, is tried on its seed=1 sample.
 NOT_RUN: dict[tuple[str, str], str] = {
     **{(f"Gavel {vc} / paper-64", "sia-memaware"): "not run (Sia's 60 s ILP rounds: > 30 min a cell here)"
@@ -95,6 +95,18 @@ NOT_RUN: dict[tuple[str, str], str] = {
     **{("Gavel s1 7f04ca / paper-64", p): "not run (360 s LP rounds: > 25 min a cell on its seed=0 twin)"
        for p in ("gavel", "gavel-memaware", "gavel-minjct")},
 }  # fmt: skip
+# Cells not run with MARP's errors only (their exact-truth twins ran), each with why.
+NOT_RUN_WITH_ERRORS: dict[tuple[str, str], str] = {}
+
+
+def not_run(label: str, policy: str, truth: tuple[float, float, float]) -> str | None:
+    """Why the cell of ``policy`` on the case ``label`` under ``truth`` is not run, or None."""
+    why = NOT_RUN.get((label, policy))
+    if why is None and truth != EXACT:
+        why = NOT_RUN_WITH_ERRORS.get((label, policy))
+    return why
+
+
 VARIANTS = (
     "frenzy", "frenzy-wait4h", "frenzy-single", "frenzy-nostop", "frenzy-restop", "frenzy-ranked", "frenzy-completion", "frenzy-paper", "frenzy-fifo",
     "frenzy-nopreempt",
@@ -225,7 +237,7 @@ class Results:
 def cells(cases: Sequence[Case], policies: Sequence[str], seeds: Sequence[int], truth: tuple[float, float, float],
           **extra: float) -> list[Cell]:  # fmt: skip
     return [Cell(tr, mj, cl, p, s, *truth, **extra) for label, tr, mj, cl in cases for p in policies  # type: ignore[arg-type]
-            if (label, p) not in NOT_RUN for s in seeds]  # fmt: skip
+            if not_run(label, p, truth) is None for s in seeds]  # fmt: skip
 
 
 def summary(res: Results, case: Case, policy: str, seeds: Sequence[int], truth: tuple[float, float, float],
@@ -281,11 +293,11 @@ def comparison_table(res: Results, cases: Sequence[Case], policies: Sequence[str
     lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
     ratios: dict[str, list[float]] = {p: [] for p in ratio_to}
     for case in cases:
-        sms = {p: summary(res, case, p, seeds, truth) for p in policies if (case[0], p) not in NOT_RUN}
+        sms = {p: summary(res, case, p, seeds, truth) for p in policies if not_run(case[0], p, truth) is None}
         fin = sorted({f"{sm['min_finished']:.0f}/{sm['jobs_total']:.0f}" for sm in sms.values()})
         finished = "all " + fin[0] if len(fin) == 1 else "; ".join(
             f"{p} {sm['min_finished']:.0f}" for p, sm in sms.items() if sm["min_finished"] < sm["jobs_total"])
-        row = [case[0], *(jct_cell(sms[p]) if p in sms else NOT_RUN[case[0], p] for p in policies),
+        row = [case[0], *(jct_cell(sms[p]) if p in sms else not_run(case[0], p, truth) for p in policies),
                f"{sms['frenzy']['oom_failures']:.1f} ({100 * sms['frenzy']['oom_failures'] / sms['frenzy']['jobs_total']:.1f} %)",
                finished]  # fmt: skip
         mine = sms["frenzy"]

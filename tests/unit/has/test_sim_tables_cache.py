@@ -83,3 +83,14 @@ def test_a_sweep_cell_runs_frenzy_with_one_knob_changed() -> None:
     assert sim_tables.policy_of(_cell("frenzy")).queue_policy.starvation_stretch == 10.0  # type: ignore[attr-defined]
     with pytest.raises(TypeError, match="no_such_knob"):
         sim_tables.policy_of(_cell("frenzy@no_such_knob=1"))
+
+
+def test_a_cell_left_out_with_errors_only_still_runs_exact(monkeypatch: pytest.MonkeyPatch) -> None:
+    case = ("Gavel x / c", "t.trace", 300, "c.yaml")
+    monkeypatch.setattr(sim_tables, "NOT_RUN", {("Gavel x / c", "sia"): "not run (slow)"})
+    monkeypatch.setattr(sim_tables, "NOT_RUN_WITH_ERRORS", {("Gavel x / c", "hadar"): "not run with errors (slow)"})
+    exact = {c.policy for c in sim_tables.cells([case], ("frenzy", "sia", "hadar"), [0], sim_tables.EXACT)}
+    noisy = {c.policy for c in sim_tables.cells([case], ("frenzy", "sia", "hadar"), [0], sim_tables.NOISY)}
+    assert exact == {"frenzy", "hadar"} and noisy == {"frenzy"}
+    assert sim_tables.not_run("Gavel x / c", "hadar", sim_tables.NOISY) == "not run with errors (slow)"
+    assert sim_tables.not_run("Gavel x / c", "hadar", sim_tables.EXACT) is None
