@@ -94,10 +94,7 @@ NOT_RUN: dict[tuple[str, str], str] = {
        for p in ("gavel", "gavel-memaware", "gavel-minjct")},
 }  # fmt: skip
 # Cells not run with MARP's errors only (their exact-truth twins ran), each with why.
-NOT_RUN_WITH_ERRORS: dict[tuple[str, str], str] = {
-    (f"Gavel {vc} / paper-64", "sia-memaware"): "not run with errors (Sia's 60 s ILP rounds: ~20 min a cell here)"
-    for vc in ("6c71a0", "s1 6c71a0")
-}
+NOT_RUN_WITH_ERRORS: dict[tuple[str, str], str] = {}
 
 
 def not_run(label: str, policy: str, truth: tuple[float, float, float]) -> str | None:
