@@ -82,11 +82,12 @@ FRESH_PHILLY1: list[Case] = [(f"Gavel s1 {vc} / paper-64", GAVEL1.format(vc), 30
 # Cells not run, each with why: shown as "not run" and left out of every ratio. Sia on 6c71a0, a
 # loaded trace, runs an ILP every 60 s round that grows with the queue: session 13 ran `sia` and
 # `sia-memaware` there (seed=0 and seed=1 samples: 45 / 50 and 21 / 18 minutes a cell on 2 cores,
-# in the background, saving each cell as it ended); on 7f04ca (now in TUNE, which runs no baseline) a cell had simulated
-# 1,100-1,200 h after half an hour, and Gavel's 360 s LP rounds there were stopped after 25
-# minutes. A session with time to spare runs the rest by deleting these lines. The seed=1 samples
-# of 6c71a0 and 7f04ca skip the same cells, decided before they ran, from their seed=0 twins' cost (the same arrival
-# rates and job lengths); Hadar, never tried on 7f04ca, is tried on its seed=1 sample.
+# in the background, saving each cell as it ended); on 7f04ca (now in TUNE, which runs no
+# baseline) a cell had simulated 1,100-1,200 h after half an hour, and Gavel's 360 s LP rounds
+# there were stopped after 25 minutes. A session with time to spare runs the rest by deleting
+# these lines. The seed=1 samples of 6c71a0 and 7f04ca skip the same cells, decided before they
+# ran, from their seed=0 twins' cost (the same arrival rates and job lengths); Hadar, never tried
+# on 7f04ca, is tried on its seed=1 sample.
 NOT_RUN: dict[tuple[str, str], str] = {
     **{("Gavel s1 7f04ca / paper-64", p): "not run (Sia's 60 s ILP rounds: > 30 min a cell here)"
        for p in ("sia", "sia-memaware")},
