@@ -10,6 +10,7 @@ pass applies it. Pure: it decides, the caller changes its state.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import final
 
 from has.cluster import ClusterView, GpuSlot
@@ -51,18 +52,31 @@ class _Taker:
         self.free = free
 
 
-def preempt(
-    policy: QueuePolicy,
-    now: float,
-    cluster: ClusterView,
-    running: Sequence[RunningJob],
-    free: PassFree,
-    rows: list[QueueRow],
-    pending: dict[str, PendingReason],
-    holder: QueuedJob | None,
-    est_done: dict[str, float],
-    est_type: dict[str, str],
-) -> PreemptionChoice | None:
+@final
+@dataclass(frozen=True, slots=True)
+class PassView:
+    """What a preemption rule reads of the pass, read only: its policy and clock, the cluster and
+    the running jobs, ``free`` (its free GPUs after its placements and hold), ``rows`` (the queue
+    in its order), ``pending`` (the jobs it left waiting) and ``holder`` (the job holding GPUs, if
+    any). One object, so ``preempt`` and ``stop_long`` take the same pass the same way."""
+
+    policy: QueuePolicy
+    now: float
+    cluster: ClusterView
+    running: Sequence[RunningJob]
+    free: PassFree
+    rows: list[QueueRow]
+    pending: dict[str, PendingReason]
+    holder: QueuedJob | None
+
+
+def _estimated_end(slots: Sequence[GpuSlot]) -> float:
+    """When a running job's GPUs are expected free: the latest estimate of its GPUs (inf when any
+    is unknown or NaN)."""
+    return max(_INF if g.free_at is None or g.free_at != g.free_at else g.free_at for g in slots)
+
+
+def preempt(view: PassView, est_done: dict[str, float], est_type: dict[str, str]) -> PreemptionChoice | None:
     """The preemption of this pass, if any.
 
     Victims, latest start first (the ``MAX_VICTIMS`` most recent only, so a pass stays
@@ -80,25 +94,25 @@ def preempt(
       ``preempt_gain`` x the loss: J's runtime (V waits for it) + the switch cost, paid
       by V and again by every other waiting job whose chosen plan is of V's GPU type.
 
-    ``free``: the pass's free GPUs (after its placements and hold); ``rows``: the queue in
-    the pass's order; ``pending``: the jobs it left waiting; ``est_done`` / ``est_type``: per
-    job, its estimated completion if it waits and the GPU type of the plan it chose.
+    ``est_done`` / ``est_type``: per job, its estimated completion if it waits and the GPU type
+    of the plan it chose.
     At most one preemption per pass. Costs nothing when no job started that recently.
     """
-    victims = _victims(policy, now, running)
+    policy, now, pending = view.policy, view.now, view.pending
+    victims = _victims(policy, now, view.running)
     if not victims:
         return None
-    by_owner = cluster.gpus_by_owner()
+    by_owner = view.cluster.gpus_by_owner()
     waiting_by_type: dict[str, int] | None = None  # GPU type → waiting jobs that chose it
     for victim in victims:
         slots = by_owner.get(victim.job_id)
         if not slots:
             continue
         # the victim's estimated remaining runtime (an unknown end: not a victim)
-        left = max(_INF if g.free_at is None or g.free_at != g.free_at else g.free_at for g in slots) - now
+        left = _estimated_end(slots) - now
         if left == _INF:
             continue
-        taker = _taker(policy, now, free, rows, pending, holder, slots, victim.priority)
+        taker = _taker(view, slots, victim.priority)
         if taker is None:
             continue
         job, i = taker.job, taker.index
@@ -143,19 +157,11 @@ def _victims(policy: QueuePolicy, now: float, running: Sequence[RunningJob]) -> 
     return victims[:MAX_VICTIMS]
 
 
-def _taker(
-    policy: QueuePolicy,
-    now: float,
-    free: PassFree,
-    rows: list[QueueRow],
-    pending: dict[str, PendingReason],
-    holder: QueuedJob | None,
-    slots: list[GpuSlot],
-    victim_priority: int,
-) -> _Taker | None:
+def _taker(view: PassView, slots: list[GpuSlot], victim_priority: int) -> _Taker | None:
     """The first waiting, timed, not starving job in the pass's order whose fastest candidate
     plan that fits with the victim's GPUs (``slots``) freed fits only then, of at least the
     victim's priority; None if no job."""
+    policy, now, free, pending, holder = view.policy, view.now, view.free, view.pending, view.holder
     width_slack = policy.width_slack
     total = free.total
     vtype, vcount = slots[0].gpu_type, len(slots)  # a job's GPUs are of one type
@@ -164,7 +170,7 @@ def _taker(
     # model and recipe share the answer — the index of the plan that would take the victim's
     # GPUs, or -1.
     answers: dict[tuple[int, tuple[int, ...]], int] = {}
-    for row in rows:  # in the pass's priority order
+    for row in view.rows:  # in the pass's priority order
         info = row[4]
         if info.priority < victim_priority:
             break  # (classes come highest first: every later job is of a lower class too)
@@ -216,17 +222,7 @@ def _free_with(free: PassFree, slots: Sequence[GpuSlot]) -> PassFree:
     return out
 
 
-def stop_long(
-    policy: QueuePolicy,
-    now: float,
-    cluster: ClusterView,
-    running: Sequence[RunningJob],
-    free: PassFree,
-    rows: list[QueueRow],
-    pending: dict[str, PendingReason],
-    holder: QueuedJob | None,
-    wait_done: dict[str, float],
-) -> PreemptionChoice | None:
+def stop_long(view: PassView, wait_done: dict[str, float]) -> PreemptionChoice | None:
     """A long running job stopped, keeping its progress, for waiting jobs much shorter than what
     it has left (``QueuePolicy.preempt_long_gain``; 0 never).
 
@@ -251,12 +247,13 @@ def stop_long(
     At most one stop per pass; with ``preempt_long_pairs``, when no single victim passes, two
     victims of one GPU type may be stopped together (``_stop_pair``).
     """
+    policy, now, pending = view.policy, view.now, view.pending
     if not pending:
         return None
     ratio, restart_s, every_s = policy.preempt_long_ratio, policy.preempt_restart_s, policy.preempt_long_every_s
-    by_owner = cluster.gpus_by_owner()
+    by_owner = view.cluster.gpus_by_owner()
     victims: list[tuple[float, str, RunningJob, list[GpuSlot]]] = []
-    for r in running:
+    for r in view.running:
         if not r.preemptible:
             continue
         if r.stops > 0 and (every_s <= 0.0 or now - r.started_at < every_s):
@@ -264,8 +261,7 @@ def stop_long(
         slots = by_owner.get(r.job_id)
         if not slots:
             continue
-        end = max(_INF if g.free_at is None or g.free_at != g.free_at else g.free_at for g in slots)
-        left = end - now
+        left = _estimated_end(slots) - now
         if left == _INF or left < ratio * restart_s:  # unknown end, or not long even against a restart
             continue
         victims.append((-left, r.job_id, r, slots))
@@ -275,13 +271,13 @@ def stop_long(
     # the jobs that may take a victim's GPUs, in the pass's order: waiting, timed, not starving
     # (their hold is theirs), not the holder
     waiting = [
-        (row[4], as_job(row[3])) for row in rows
-        if row[4].job_id in pending and row[3] is not holder and row[4].timed and not starves(row[4], now, policy)
+        (row[4], as_job(row[3])) for row in view.rows
+        if row[4].job_id in pending and row[3] is not view.holder and row[4].timed and not starves(row[4], now, policy)
     ]  # fmt: skip
     if not waiting:
         return None
     for neg_left, _, victim, slots in victims[:MAX_VICTIMS]:
-        found = _long_takers(policy, now, free, waiting, wait_done, slots, victim.priority, -neg_left)
+        found = _long_takers(view, waiting, wait_done, slots, victim.priority, -neg_left)
         if found is None:
             continue
         placements, gain, free2 = found
@@ -289,14 +285,12 @@ def stop_long(
         if gain > policy.preempt_long_gain * delay:
             return PreemptionChoice((Preemption(victim.job_id, placements[0].job_id, 0.0),), placements, free2)
     if policy.preempt_long_pairs:
-        return _stop_pair(policy, now, free, waiting, wait_done, victims[:MAX_VICTIMS])
+        return _stop_pair(view, waiting, wait_done, victims[:MAX_VICTIMS])
     return None
 
 
 def _stop_pair(
-    policy: QueuePolicy,
-    now: float,
-    free: PassFree,
+    view: PassView,
     waiting: list[tuple[JobPlans, QueuedJob]],
     wait_done: dict[str, float],
     victims: list[tuple[float, str, RunningJob, list[GpuSlot]]],
@@ -314,17 +308,15 @@ def _stop_pair(
             if slots_b[0].gpu_type != slots_a[0].gpu_type:
                 continue
             left = min(-left_a, -left_b)
-            found = _long_takers(
-                policy, now, free, waiting, wait_done, slots_a + slots_b, max(va.priority, vb.priority), left
-            )
+            found = _long_takers(view, waiting, wait_done, slots_a + slots_b, max(va.priority, vb.priority), left)
             if found is None:
                 continue
             placements, gain, free2 = found
             used = {g for p in placements for g in p.gpus()}
             if not any((g.node, g.index) in used for g in slots_a) or not any((g.node, g.index) in used for g in slots_b):
                 continue  # one victim alone would do (the single stop weighed that) or is not needed
-            delay = policy.preempt_restart_s + max(p.plan.runtime_s or 0.0 for p in placements)
-            if gain > policy.preempt_long_gain * 2.0 * delay:
+            delay = view.policy.preempt_restart_s + max(p.plan.runtime_s or 0.0 for p in placements)
+            if gain > view.policy.preempt_long_gain * 2.0 * delay:
                 for_job = placements[0].job_id
                 return PreemptionChoice(
                     (Preemption(va.job_id, for_job, 0.0), Preemption(vb.job_id, for_job, 0.0)), placements, free2
@@ -333,9 +325,7 @@ def _stop_pair(
 
 
 def _long_takers(
-    policy: QueuePolicy,
-    now: float,
-    free: PassFree,
+    view: PassView,
     waiting: list[tuple[JobPlans, QueuedJob]],
     wait_done: dict[str, float],
     slots: list[GpuSlot],
@@ -344,7 +334,8 @@ def _long_takers(
 ) -> tuple[list[Placement], float, PassFree] | None:
     """The waiting jobs that would take the victim's GPUs (``stop_long``): their placements,
     summed gain (s) and the pass's free GPUs after the switch; None if none."""
-    longest = left / policy.preempt_long_ratio
+    now, free = view.now, view.free
+    longest = left / view.policy.preempt_long_ratio
     vtype, vcount = slots[0].gpu_type, len(slots)  # a job's GPUs are of one type
     free2: PassFree | None = None  # built only when a job could use the victim's GPUs
     placements: list[Placement] = []

@@ -19,7 +19,7 @@ from has.drain import PassInventory, drain_target
 from has.pass_state import PassFree
 from has.placement import PendingReason, Placement, PlanOption, WaitKind, explain_with
 from has.policy import PlanChoice, Preemption, QueuePolicy, Reservation, RunningJob, ScheduleResult
-from has.preemption import PreemptionChoice, preempt, stop_long
+from has.preemption import PassView, PreemptionChoice, preempt, stop_long
 from has.queue_order import QueueRow, queue_order, starves
 from has.queue_order import as_job as _job
 from has.queued import JobPlans, LeanCandidate, QueuedJob
@@ -317,19 +317,17 @@ class _Pass:
     def _preempt(self, rows: list[QueueRow]) -> tuple[Preemption, ...]:
         """At most one preemption (``has.preemption``), applied to the pass (``_switch``)."""
         assert self.est_done is not None
-        return self._switch(preempt(
-            self.policy, self.now, self.cluster, self.running, self.free, rows, self.pending, self.holder,
-            self.est_done, self.est_type,
-        ))  # fmt: skip
+        return self._switch(preempt(self._view(rows), self.est_done, self.est_type))
 
     def _stop_long(self, rows: list[QueueRow]) -> tuple[Preemption, ...]:
         """At most one long job (or pair) stopped for much shorter waiting ones
         (``has.preemption.stop_long``), applied to the pass (``_switch``)."""
         assert self.wait_done is not None
-        return self._switch(stop_long(
-            self.policy, self.now, self.cluster, self.running, self.free, rows, self.pending, self.holder,
-            self.wait_done,
-        ))  # fmt: skip
+        return self._switch(stop_long(self._view(rows), self.wait_done))
+
+    def _view(self, rows: list[QueueRow]) -> PassView:
+        """This pass as the preemption rules read it (``has.preemption.PassView``)."""
+        return PassView(self.policy, self.now, self.cluster, self.running, self.free, rows, self.pending, self.holder)
 
     def _switch(self, choice: PreemptionChoice | None) -> tuple[Preemption, ...]:
         """A preemption applied to the pass: its placements added, their jobs no longer pending,
