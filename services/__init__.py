@@ -12,8 +12,14 @@ importing a service module does not pull it in.
 """
 
 import os
+from importlib import metadata
 
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
+try:  # one version, pyproject's: the installed distribution's metadata (wheel or editable)
+    __version__ = metadata.version("frenzy")
+except metadata.PackageNotFoundError:  # a source tree on sys.path without an install
+    __version__ = "0+unknown"
 
 _SDK_NAMES = ("Client", "AsyncClient", "Job", "Plan", "Layout", "Attempt", "Transition", "Prediction", "FrenzyError",
               "InvalidSpec", "CannotSchedule", "JobNotFound", "NotAuthenticated", "PermissionDenied", "QuotaExceeded",

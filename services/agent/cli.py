@@ -255,3 +255,10 @@ def agent_command(
     finally:
         if endpoint is not None:
             endpoint.stop()
+
+
+PANEL = "Operate a cluster"
+
+
+def register(app: typer.Typer) -> None:
+    app.command("agent", rich_help_panel=PANEL)(agent_command)

@@ -79,3 +79,10 @@ def api_command(
     finally:
         if endpoint is not None:
             endpoint.stop()
+
+
+PANEL = "Operate a cluster"
+
+
+def register(app: typer.Typer) -> None:
+    app.command("api", rich_help_panel=PANEL)(api_command)

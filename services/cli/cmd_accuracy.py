@@ -119,5 +119,8 @@ def accuracy(
                   "ended before the agent sampled it)")
 
 
+PANEL = "Plan a job"
+
+
 def register(app: typer.Typer) -> None:
-    app.command("accuracy")(accuracy)
+    app.command("accuracy", rich_help_panel=PANEL)(accuracy)

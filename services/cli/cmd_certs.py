@@ -123,5 +123,8 @@ def create(
         con.print(f"  {role:<11} {render.user_text(path)}")
 
 
+PANEL = "Operate a cluster"
+
+
 def register(app: typer.Typer) -> None:
-    app.add_typer(certs_app, name="certs")
+    app.add_typer(certs_app, name="certs", rich_help_panel=PANEL)

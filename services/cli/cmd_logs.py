@@ -91,5 +91,8 @@ def logs(
         rpc_fail(exc)
 
 
+PANEL = "Run jobs"
+
+
 def register(app: typer.Typer) -> None:
-    app.command("logs")(logs)
+    app.command("logs", rich_help_panel=PANEL)(logs)

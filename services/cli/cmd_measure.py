@@ -43,8 +43,11 @@ from marp.recipe import FSDP_RESHARDS, LORA_ADAPTER_DTYPES, QLORA_BACKENDS
 PRECISIONS = tuple(compare.PRECISIONS)
 
 
+PANEL = "Plan a job"
+
+
 def register(app: typer.Typer) -> None:
-    app.command()(measure)
+    app.command(rich_help_panel=PANEL)(measure)
 
 
 def _fail(message: str) -> NoReturn:

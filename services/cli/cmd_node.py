@@ -167,5 +167,8 @@ def join(node: NodeArg, redis_url: RedisOpt = "redis://127.0.0.1:6379/0", prefix
         typer.echo(text, nl=False)
 
 
+PANEL = "Operate a cluster"
+
+
 def register(app: typer.Typer) -> None:
-    app.add_typer(node_app, name="node")
+    app.add_typer(node_app, name="node", rich_help_panel=PANEL)

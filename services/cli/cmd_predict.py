@@ -42,8 +42,11 @@ SINGLE_PRECISIONS: dict[str, str] = {
 RECOMPUTE_CHOICES = ("none", "selective", "full", "op-sac")
 
 
+PANEL = "Plan a job"
+
+
 def register(app: typer.Typer) -> None:
-    app.command()(predict)
+    app.command(rich_help_panel=PANEL)(predict)
 
 
 def _flag_error(exc: marp.MarpError) -> str:

@@ -68,5 +68,8 @@ def status(redis_url: RedisOpt = "redis://127.0.0.1:6379/0", prefix: PrefixOpt =
                            + f"; {waiting} job(s) waiting")
 
 
+PANEL = "Operate a cluster"
+
+
 def register(app: typer.Typer) -> None:
-    app.add_typer(queue_app, name="queue")
+    app.add_typer(queue_app, name="queue", rich_help_panel=PANEL)

@@ -236,5 +236,8 @@ def tokens(
         client.close()
 
 
+PANEL = "Operate a cluster"
+
+
 def register(app: typer.Typer) -> None:
-    app.add_typer(secrets_app, name="secrets")
+    app.add_typer(secrets_app, name="secrets", rich_help_panel=PANEL)

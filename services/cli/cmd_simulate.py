@@ -36,8 +36,11 @@ NodeFailure = tuple[float, str, float]
 RunProgress = Callable[[str, int, int, int, float], None]
 
 
+PANEL = "Plan a job"
+
+
 def register(app: typer.Typer) -> None:
-    app.command()(simulate)
+    app.command(rich_help_panel=PANEL)(simulate)
 
 
 @dataclass(frozen=True)

@@ -111,5 +111,8 @@ def revoke(token_id: Annotated[str, typer.Argument(help="The token's id (from li
     render.console().print(f"revoked {render.user_text(token_id)}")
 
 
+PANEL = "Operate a cluster"
+
+
 def register(app: typer.Typer) -> None:
-    app.add_typer(token_app, name="token")
+    app.add_typer(token_app, name="token", rich_help_panel=PANEL)

@@ -329,3 +329,11 @@ def worker_command(
     finally:
         if endpoint is not None:
             endpoint.stop()
+
+
+PANEL = "Operate a cluster"
+
+
+def register(app: typer.Typer) -> None:
+    app.command("worker", rich_help_panel=PANEL)(worker_command)
+    app.add_typer(batch_app, name="batch", rich_help_panel="Run jobs")

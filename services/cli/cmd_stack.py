@@ -1,0 +1,165 @@
+"""``frenzy up`` and ``frenzy demo``: the whole stack as local processes on this machine."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Annotated
+
+import grpc
+import typer
+
+from frenzy.auth.credentials import credentials_path
+from frenzy.cli import render
+from frenzy.cli.cmd_jobs import show_job
+from frenzy.cli.output import fail
+from frenzy.rpc.client import scheduler_stub
+from frenzy.rpc.jobspec import parse_entry
+from frenzy.signals import stop_on_signals
+from frenzy.v1 import scheduler_pb2
+
+PANEL = "Local stack"
+
+
+def up(
+    cluster: Annotated[Path | None, typer.Option(help="Cluster file (default: examples/cluster.yaml if present).")] = None,
+    api: Annotated[bool, typer.Option(help="Also serve the HTTP gateway and dashboard.")] = True,
+    worker: Annotated[bool, typer.Option(help="Also run the Celery batch worker.")] = True,
+    run_dir: Annotated[Path | None, typer.Option(help="Where logs go (default: ./var/run-<time>).")] = None,
+) -> None:
+    """Start the whole stack locally (Redis, predictor, scheduler, worker, API, fake-GPU agents) until Ctrl-C."""
+    stack = _make_stack(cluster, run_dir, with_worker=worker, with_api=api)
+    con = render.console()
+    # Handlers first: a Ctrl-C at any moment must stop every child cleanly.
+    stop = threading.Event()
+    stop_on_signals(stop)
+    try:
+        stack.start(progress=lambda m: con.print(f"  [green]up[/] {m}"))
+    except Exception as exc:  # noqa: BLE001 - report any start failure plainly
+        fail(f"stack did not start: {exc}")
+    where = credentials_path()
+    try:
+        stack.write_credentials(where)
+        found = f"the CLI finds the scheduler and an admin token in {where} (mode 0600)"
+    except OSError as exc:
+        found = (f"could not write {where} ({exc.strerror}); use "
+                 f"FRENZY_CREDENTIALS={stack.credentials_file}")
+    con.print(f"\n{found}: `frenzy jobs`, `frenzy submit ...` work as they are.\n"
+              f"operator commands (`frenzy token create ...`) need the stack's Redis, password included:\n"
+              f"  export REDIS_URL={stack.redis_url}\n"
+              f"logs in {stack.run_dir}. Ctrl-C stops everything.")
+    try:
+        while not stop.wait(1.0):
+            stack.check_alive()
+    except RuntimeError as exc:
+        con.print(f"[red]{exc}[/]")
+    finally:
+        con.print("stopping ...")
+        stack.stop()
+
+
+def _make_stack(cluster: Path | None, run_dir: Path | None, **kwargs: object):  # noqa: ANN202
+    from frenzy.devstack.stack import LocalStack, load_cluster_file
+    from has.cluster_spec import ClusterSpecError
+
+    if cluster is None and Path("examples/cluster.yaml").exists():
+        cluster = Path("examples/cluster.yaml")
+    try:
+        spec = load_cluster_file(str(cluster) if cluster else None)
+    except ClusterSpecError as exc:
+        fail(str(exc), 2)
+    run = run_dir or Path("var") / f"run-{time.strftime('%Y%m%d-%H%M%S')}"
+    return LocalStack.create(spec, run_dir=str(run), redis_url=os.environ.get("REDIS_URL") or None, **kwargs)
+
+
+DEMO_SCRIPT = (
+    "import os, sys, time\n"
+    "print('argv', sys.argv[1:])\n"
+    "print('frenzy demo job on', os.environ.get('FRENZY_GPU_TYPE'), 'GPUs', os.environ.get('CUDA_VISIBLE_DEVICES'))\n"
+    "print('layout tp=%s pp=%s dp=%s zero=%s micro_batch=%s grad_accum=%s' % tuple(os.environ.get('FRENZY_' + k) "
+    "for k in ('TP', 'PP', 'DP', 'ZERO_STAGE', 'MICRO_BATCH', 'GRAD_ACCUM')))\n"
+    "print('rendezvous %s:%s node %s of %s' % (os.environ.get('MASTER_ADDR'), os.environ.get('MASTER_PORT'), "
+    "os.environ.get('FRENZY_NODE_RANK'), os.environ.get('FRENZY_NNODES')))\n"
+    "loss = 10.0\n"
+    "for step in range(5):\n"
+    "    loss *= 0.8\n"
+    "    print(f'step {step} loss {loss:.3f}', flush=True)\n"
+    "    time.sleep(0.1)\n"
+)
+
+
+def demo(
+    cluster: Annotated[Path | None, typer.Option(help="Cluster file (default: examples/cluster.yaml).")] = None,
+    model: Annotated[str, typer.Option(help="Model of the sample job.")] = "gpt2-355m",
+    timeout_s: Annotated[float, typer.Option(help="Give up after this many seconds.")] = 120.0,
+    run_dir: Annotated[Path | None, typer.Option()] = None,
+) -> None:
+    """Bring the stack up on a private Redis with fake-GPU agents, run one job end to end, tear down.
+
+    Exits 0 only if the job went PENDING -> ... -> SUCCEEDED and its GPUs were released afterwards.
+    """
+    stack = _make_stack(cluster, run_dir, with_worker=False, with_api=False)
+    stack.redis_url = ""  # the demo always runs on its own private Redis
+    con = render.console()
+    con.rule("[bold]Frenzy demo")
+    ok = False
+    try:
+        stack.start(progress=lambda m: con.print(f"  [green]up[/] {m}"))
+        ok = _demo_job(stack, model, timeout_s)
+    except (RuntimeError, grpc.RpcError) as exc:
+        con.print(f"[red]demo failed:[/] {exc}")
+    finally:
+        stack.stop()
+        con.print(f"stack stopped; logs in {stack.run_dir}")
+    if not ok:
+        raise typer.Exit(1)
+    con.print("[bold green]demo passed[/]")
+
+
+def _demo_job(stack, model: str, timeout_s: float) -> bool:  # noqa: ANN001
+    con = render.console()
+    script = stack.run_dir / "demo_train.py"
+    script.write_text(DEMO_SCRIPT)
+    spec = parse_entry({"name": "demo", "model": model, "seq_len": 1024, "global_batch": 32, "micro_batch": 4,
+                        "train_steps": 100, "command": [sys.executable, str(script), "--tp", "{tp}",
+                                                        "--micro-batch", "{micro_batch}"]}).to_proto()
+    with scheduler_stub(stack.scheduler_addr, token=stack.token) as stub:
+        con.print(render.nodes_table(stub.ListNodes(scheduler_pb2.ListNodesRequest(), timeout=10).nodes))
+        resp = stub.SubmitJob(scheduler_pb2.SubmitJobRequest(spec=spec), timeout=60)
+        con.print(f"\nsubmitted [bold]{resp.job.id}[/] ({resp.job.model_name}, seq 1024, global batch 32) "
+                  "over gRPC; following it:")
+        deadline = time.monotonic() + timeout_s
+        final = None
+        for update in stub.WatchJob(scheduler_pb2.WatchJobRequest(job_id=resp.job.id), timeout=timeout_s):
+            t = update.transition
+            con.print(f"  {render.when(t.at)}  {render.styled_state(t.state):<12} {render.user_text(t.reason)}")
+            final = update.job
+            if time.monotonic() > deadline:
+                break
+        job = stub.GetJob(scheduler_pb2.GetJobRequest(job_id=resp.job.id), timeout=10)
+        con.print()
+        show_job(job)
+        for path in job.log_paths.values():
+            if os.path.exists(path):
+                con.rule(f"log {path}")
+                con.print(Path(path).read_text(errors="replace").rstrip(), markup=False)
+        del final
+        nodes = stub.ListNodes(scheduler_pb2.ListNodesRequest(), timeout=10).nodes
+        held = [f"{n.name}:{g.index}" for n in nodes for g in n.gpus if g.owner]
+        con.print(render.nodes_table(nodes))
+        if render.state_name(job.state) != "SUCCEEDED":
+            con.print(f"[red]job ended {render.state_name(job.state)}[/]")
+            return False
+        if held:
+            con.print(f"[red]GPUs still held after the job: {held}[/]")
+            return False
+        con.print("all GPUs released")
+        return True
+
+
+def register(app: typer.Typer) -> None:
+    app.command(rich_help_panel=PANEL)(up)
+    app.command(rich_help_panel=PANEL)(demo)
