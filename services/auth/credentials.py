@@ -34,6 +34,12 @@ class Credentials:
     scheduler: str | None = None
     api: str | None = None
     ca: str | None = None  # path of the CA certificate to trust (TLS); none: plaintext
+    # `frenzy batch`'s Redis (the batch worker's least-privilege user, password included): batches
+    # go through Celery on Redis, not the scheduler API. `frenzy up` writes it; none elsewhere.
+    batch_redis: str | None = None
+
+
+_FIELDS = ("token", "scheduler", "api", "ca", "batch_redis")
 
 
 def credentials_path() -> Path:
@@ -67,7 +73,7 @@ def read_credentials(path: Path | None = None) -> Credentials:
         raise CredentialsError(f"credentials file {path}: not readable JSON ({type(exc).__name__})") from exc
     if not isinstance(data, dict):
         raise CredentialsError(f"credentials file {path}: expected a JSON object")
-    fields = {k: data.get(k) for k in ("token", "scheduler", "api", "ca")}
+    fields = {k: data.get(k) for k in _FIELDS}
     for key, value in fields.items():
         if value is not None and not isinstance(value, str):
             raise CredentialsError(f"credentials file {path}: {key} must be a string")
@@ -90,8 +96,7 @@ def write_private(path: Path, content: str | bytes, mode: int = 0o600) -> None:
 def write_credentials(path: Path, creds: Credentials) -> None:
     """Write ``creds`` readable by the owner only, atomically (never a moment world-readable)."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    data = {k: v for k, v in (("token", creds.token), ("scheduler", creds.scheduler), ("api", creds.api),
-                              ("ca", creds.ca)) if v is not None}
+    data = {k: getattr(creds, k) for k in _FIELDS if getattr(creds, k) is not None}
     write_private(path, json.dumps(data, indent=1) + "\n")
 
 

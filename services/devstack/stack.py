@@ -305,7 +305,9 @@ class LocalStack:
     def write_credentials(self, path: Path) -> None:
         """The token and addresses in a 0600 file the CLI reads (FRENZY_CREDENTIALS or the default path)."""
         api = f"http://127.0.0.1:{self.api_port}" if self.api_port else None
-        write_credentials(path, Credentials(token=self.token, scheduler=self.scheduler_addr, api=api))
+        batch = self.role_urls.worker if (self.with_worker and self.role_urls is not None) else None
+        write_credentials(path, Credentials(token=self.token, scheduler=self.scheduler_addr, api=api,
+                                            batch_redis=batch))
 
     def _spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> Service:
         log_path = self.run_dir / f"{name}.log"

@@ -83,20 +83,58 @@ STATUS_STYLE = {
 
 RedisUrlOpt = Annotated[str, typer.Option(
     "--redis-url", envvar="REDIS_URL", help="Redis used as the Celery broker and for batch outcomes.")]
+BatchRedisOpt = Annotated[str, typer.Option(
+    "--redis-url", envvar="REDIS_URL", show_default=False,
+    help="The stack's Redis (the Celery broker and batch outcomes) [default: the credentials file's, which "
+         "`frenzy up` writes; there is no guess at 127.0.0.1:6379].")]
 PrefixOpt = Annotated[str | None, typer.Option(
     "--prefix", envvar="FRENZY_PREFIX", help="Key prefix of the Frenzy stack (default: frenzy).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
 
+def batch_redis_url(explicit: str) -> str:
+    """The Redis `frenzy batch` talks to: --redis-url / REDIS_URL, else the credentials file's
+    ``batch_redis`` (`frenzy up` writes it). Never a default address: a batch sent to another
+    Redis that happens to answer on 127.0.0.1:6379 would wait for a worker that never comes."""
+    if explicit:
+        return explicit
+    from frenzy.auth.credentials import CredentialsError, credentials_path, read_credentials
+
+    try:
+        found = read_credentials().batch_redis
+    except CredentialsError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    if not found:
+        typer.echo(f"error: no Redis for batches: --redis-url and REDIS_URL are unset and the credentials file "
+                   f"({credentials_path()}) names none. To fix: run `frenzy up` (it writes one there), or pass "
+                   "--redis-url / set REDIS_URL to the stack's Redis (the worker's redis:// URL)", err=True)
+        raise typer.Exit(1)
+    return found
+
+
+def _without_password(url: str) -> str:
+    """``url`` fit for an error message: its password replaced by ***."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    userinfo, host = parts.netloc.rsplit("@", 1)
+    return urlunsplit(parts._replace(netloc=f"{userinfo.split(':', 1)[0]}:***@{host}"))
+
+
 def _connect(redis_url: str, prefix: str | None) -> redis.Redis:
     from frenzy.worker.app import configure
+
+    redis_url = batch_redis_url(redis_url)
 
     configure(redis_url=redis_url, prefix=prefix)
     client = redis.Redis.from_url(redis_url, decode_responses=True, socket_connect_timeout=5)
     try:
         client.ping()
     except redis.RedisError as exc:
-        typer.echo(f"error: cannot reach Redis at {redis_url} ({exc}). To fix: start Redis "
+        typer.echo(f"error: cannot reach Redis at {_without_password(redis_url)} ({exc}). To fix: start Redis "
                    "(`frenzy up` or docker compose up redis) or pass --redis-url / set REDIS_URL", err=True)
         raise typer.Exit(1) from None
     return client
@@ -169,7 +207,7 @@ def submit(
                                        "print them; exit 1 when any failed.")] = True,
     timeout: Annotated[float, typer.Option(min=0.0, help="Seconds --wait waits; exit 3 when it runs out.")] = 300.0,
     as_json: JsonOpt = False,
-    redis_url: RedisUrlOpt = DEFAULT_REDIS_URL,
+    redis_url: BatchRedisOpt = "",
     prefix: PrefixOpt = None,
 ) -> None:
     """Enqueue every job of JOBS_YAML under a fresh batch id (see `frenzy batch --help` for the format).
@@ -225,7 +263,7 @@ def status(
     batch_id: Annotated[str, typer.Argument(metavar="BATCH_ID", help="As printed by `frenzy batch submit`.",
                                             show_default=False)],
     as_json: JsonOpt = False,
-    redis_url: RedisUrlOpt = DEFAULT_REDIS_URL,
+    redis_url: BatchRedisOpt = "",
     prefix: PrefixOpt = None,
 ) -> None:
     """Show each entry of a batch: status, job id, error. Exit 1 when an entry failed or the batch is unknown."""
@@ -245,7 +283,7 @@ def status(
 def list_(
     limit: Annotated[int, typer.Option(min=1, help="How many recent batches.")] = 20,
     as_json: JsonOpt = False,
-    redis_url: RedisUrlOpt = DEFAULT_REDIS_URL,
+    redis_url: BatchRedisOpt = "",
     prefix: PrefixOpt = None,
 ) -> None:
     """Recent batches, newest first, with how their entries ended."""
