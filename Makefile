@@ -15,7 +15,7 @@ COMPILED := libs/has/cluster.py libs/has/placement.py libs/has/pass_state.py lib
 $(STAMP): pyproject.toml setup.py $(COMPILED)
 	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "Frenzy needs Python 3.11 (set PYTHON=python3.11)"'
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev,train,sim]'
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[server,dev,train,sim]'
 	@touch $(STAMP)
 
 ## demo: the main job — the stack on a private Redis with fake-GPU agents, one job end to end

@@ -77,6 +77,26 @@ class _BuildExt(build_ext):
             print(f"frenzy: could not build {ext.name}: {str(err)[:200]}", file=sys.stderr)
 
 
+# The import name of each source root (pyproject's package-dir says the same).
+PACKAGE_ROOTS = {"marp": "libs/marp", "has": "libs/has", "frenzy": "services"}
+
+
+def find_packages_under_roots() -> list[str]:
+    """Every package of the three roots: each directory holding an ``__init__.py``, by import name.
+
+    Listed by hand in pyproject.toml before, a new subpackage (frenzy.auth) was left out of the
+    wheel while the editable install, which reads the source tree, hid it."""
+    found = []
+    for name, root in PACKAGE_ROOTS.items():
+        base = ROOT / root
+        for init in sorted(base.rglob("__init__.py")):
+            rel = init.parent.relative_to(base)
+            if any(part.startswith((".", "__pycache__")) or part == "build" for part in rel.parts):
+                continue
+            found.append(".".join((name, *rel.parts)))
+    return found
+
+
 def _extensions() -> list:
     if os.environ.get("FRENZY_PURE_PYTHON") == "1":
         return []
@@ -89,4 +109,4 @@ def _extensions() -> list:
         return []
 
 
-setup(ext_modules=_extensions(), cmdclass={"build_ext": _BuildExt})
+setup(packages=find_packages_under_roots(), ext_modules=_extensions(), cmdclass={"build_ext": _BuildExt})

@@ -398,7 +398,7 @@ def _ranked_via_predictor(
     max_gpus: int, top: int, as_json: bool, tuning: dict[str, Any],
 ) -> None:  # fmt: skip
     """The job-spec path (same validation and JSON as the predictor service)."""
-    from frenzy.predictor.server import predict as run_predict
+    from frenzy.predictor.planning import predict as run_predict
     from frenzy.v1 import predictor_pb2
 
     try:

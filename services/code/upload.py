@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from frenzy.code.limits import CHUNK_BYTES, MiB
 from frenzy.code.pack import CodeTooLarge, PackedCode
-from frenzy.state.code_store import CHUNK_BYTES, MiB
 from frenzy.v1 import scheduler_pb2, scheduler_pb2_grpc
 
 

@@ -10,7 +10,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from frenzy.auth.credentials import DEFAULT_SCHEDULER as DEFAULT_SCHEDULER  # re-exported for the CLI options
 from frenzy.auth.credentials import read_credentials, resolve_scheduler, resolve_token
-from frenzy.rpc.auth import with_token
+from frenzy.rpc.bearer import with_token
 from frenzy.rpc.tls import ClientTls, open_channel
 from frenzy.v1 import scheduler_pb2_grpc
 

@@ -28,7 +28,7 @@ from frenzy.rpc.jobspec import (
     MIN_PRIORITY,
     check_inline_config,
 )
-from frenzy.state.code_store import SHA256_RE
+from frenzy.code.limits import SHA256_RE
 from frenzy.v1 import types_pb2
 
 MAX_ZERO_STAGES = 8  # the planner knows stages 0-3; a few repeats are harmless

@@ -25,7 +25,7 @@ import grpc
 
 from frenzy.auth.credentials import CredentialsError, resolve_scheduler, resolve_token
 from frenzy.code.pack import PackedCode, PackError, pack
-from frenzy.rpc.auth import with_token
+from frenzy.rpc.bearer import with_token
 from frenzy.rpc.jobspec import JobSpecError, parse_entry
 from frenzy.rpc.tls import open_channel
 from frenzy.sdk.errors import CodeError, FrenzyError, InvalidSpec, NotAuthenticated, WaitTimeout, from_rpc
@@ -245,7 +245,7 @@ def predict_plans(model: str, seq_len: int, global_batch: int, pools: list[types
                   **recipe: Any) -> Prediction:
     """The predictor's answer for these arguments, computed in this process (no server needed)."""
     import marp
-    from frenzy.predictor.server import predict as run_predict
+    from frenzy.predictor.planning import predict as run_predict
     from frenzy.sdk.models import Plan
     from frenzy.v1 import predictor_pb2
 

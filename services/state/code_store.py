@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -27,15 +26,12 @@ from typing import BinaryIO
 
 import redis
 
+from frenzy.code.limits import CHUNK_BYTES, DEFAULT_MAX_CODE_BYTES, MAX_CHUNK_BYTES, SHA256_RE, MiB
 from frenzy.state.keys import Keys
 
-SHA256_RE = re.compile(r"[0-9a-f]{64}")
-MiB = 1024 * 1024
-DEFAULT_MAX_CODE_BYTES = 100 * MiB  # the CLI's --max-code-mib default; the scheduler's FRENZY_MAX_CODE_MIB
+__all__ = ["CHUNK_BYTES", "DEFAULT_MAX_CODE_BYTES", "MAX_CHUNK_BYTES", "SHA256_RE", "MiB"]  # re-exported
 DEFAULT_CODE_TTL_S = 7 * 24 * 3600  # FRENZY_CODE_TTL_S: a blob's life after its last use
 UPLOAD_TTL_S = 600  # an abandoned upload's chunks are gone after 10 minutes
-CHUNK_BYTES = MiB  # what a client sends per message (well under gRPC's 4 MiB message limit)
-MAX_CHUNK_BYTES = 2 * MiB  # what the scheduler accepts per message
 READ_BYTES = 8 * MiB  # what an agent reads per GETRANGE
 
 
