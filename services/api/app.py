@@ -53,6 +53,7 @@ from frenzy.auth.tokens import AuthError, bearer, parse_token
 from frenzy.rpc.auth import with_token
 from frenzy.rpc.job_json import job_detail, job_list
 from frenzy.rpc.jobspec import MAX_JSON_DEPTH, JobEntry, JobSpecError, json_depth, parse_entry
+from frenzy.rpc.listing import SINCE_HELP, since_time
 from frenzy.rpc.protojson import to_json
 from frenzy.rpc.tls import ClientTls, open_channel
 from frenzy.state.messages import SAFE_NAME_RE
@@ -233,8 +234,19 @@ def create_app(scheduler_address: str, *, bind_host: str = "127.0.0.1", allowed_
     @api.get("/jobs", tags=["jobs"])
     def list_jobs(token: Caller,
                   state: list[str] = Query(default=[], description="PENDING, RUNNING, ... (repeatable)"),  # noqa: B006
-                  limit: int = Query(default=100, ge=1, le=10_000)) -> dict[str, Any]:
-        """Jobs, newest first, as summaries (GET /api/jobs/{id} has the whole record)."""
+                  limit: int = Query(default=100, ge=1, le=10_000),
+                  user: str = Query(default="", max_length=256,
+                                    description="one user's jobs (admins; others may name only themselves)"),
+                  name: str = Query(default="", max_length=256,
+                                    description="jobs whose name contains this, ignoring case"),
+                  since: str = Query(default="", max_length=64, description=f"jobs submitted since: {SINCE_HELP}"),
+                  ) -> dict[str, Any]:
+        """Jobs, newest first, as summaries (GET /api/jobs/{id} has the whole record). The filters
+        are the scheduler's: `limit` counts matching jobs (what `frenzy jobs` takes as flags)."""
+        try:
+            since_at = since_time(since)
+        except ValueError as exc:
+            raise HTTPException(400, detail=f"since: {exc}") from None
         states = []
         for s in state:
             name = f"JOB_STATE_{s.strip().upper()}"
@@ -242,8 +254,8 @@ def create_app(scheduler_address: str, *, bind_host: str = "127.0.0.1", allowed_
                 allowed = ", ".join(n.removeprefix("JOB_STATE_") for n in types_pb2.JobState.keys()[1:])
                 raise HTTPException(400, detail=f"state: unknown state {s!r} (one of {allowed})")
             states.append(types_pb2.JobState.Value(name))
-        resp = call(token, lambda st: st.ListJobs(scheduler_pb2.ListJobsRequest(states=states, limit=limit),
-                                           timeout=READ_TIMEOUT_S))
+        req = scheduler_pb2.ListJobsRequest(states=states, limit=limit, user=user, name=name, since=since_at)
+        resp = call(token, lambda st: st.ListJobs(req, timeout=READ_TIMEOUT_S))
         return job_list(resp.jobs)
 
     @api.get("/jobs/{job_id}", tags=["jobs"])

@@ -22,23 +22,47 @@ PANEL = "Run jobs"
 
 def jobs(
     state: Annotated[list[str] | None, typer.Option(help="Only jobs in this state (repeat).")] = None,
-    limit: Annotated[int, typer.Option(min=1)] = 50,
+    user: Annotated[str, typer.Option(help="Only this user's jobs (admins: anyone's; others: only their own).",
+                                      show_default=False)] = "",
+    name: Annotated[str, typer.Option(help="Only jobs whose name contains this (ignoring case).",
+                                      show_default=False)] = "",
+    since: Annotated[str, typer.Option(help="Only jobs submitted since then: 30m, 2h, 7d, or a date "
+                                            "(2026-11-28, 2026-11-28T14:03, local time).", show_default=False)] = "",
+    limit: Annotated[int, typer.Option(min=1, help="At most this many jobs (counted after the filters).")] = 50,
     scheduler: SchedulerOpt = "",
     as_json: JsonOpt = False,
 ) -> None:
-    """List jobs, newest first, with the pending reason of waiting jobs."""
+    """List jobs, newest first, with the pending reason of waiting jobs.
+
+    Yours, or every user's with an admin token (then with a USER column). The scheduler applies
+    the filters, so --limit counts matching jobs.
+
+    \b
+    Examples:
+      frenzy jobs --state running --state pending
+      frenzy jobs --since 2h --name llama      # names containing "llama", submitted in the last 2 hours
+      frenzy jobs --user alice                 # an admin looking at alice's jobs
+    """
+    from frenzy.rpc.listing import since_time
+
     states = []
     for s in state or []:
         try:
             states.append(types_pb2.JobState.Value(f"JOB_STATE_{s.upper()}"))
         except ValueError:
-            fail(f"state: unknown state {s!r}; one of PENDING RESERVED LAUNCHING RUNNING SUCCEEDED FAILED CANCELLED", 2)
+            fail(f"--state: unknown state {s!r}; one of PENDING RESERVED LAUNCHING RUNNING SUCCEEDED FAILED "
+                 "CANCELLED", 2)
+    try:
+        since_at = since_time(since)
+    except ValueError as exc:
+        fail(f"--since: {exc}", 2)
+    req = scheduler_pb2.ListJobsRequest(states=states, limit=limit, user=user, name=name, since=since_at)
     with scheduler_call(scheduler) as stub:
-        resp = stub.ListJobs(scheduler_pb2.ListJobsRequest(states=states, limit=limit), timeout=30)
+        resp = stub.ListJobs(req, timeout=30)
     if as_json:  # the same rows as GET /api/jobs (frenzy.rpc.job_json)
         echo_json(job_list(resp.jobs))
     else:
-        render.console().print(render.jobs_table(resp.jobs))
+        render.console().print(render.jobs_table(resp.jobs, all_users=resp.all_users))
 
 
 def job(
@@ -82,6 +106,8 @@ def show_job(j: types_pb2.Job, plans_limit: int = 8) -> None:
     attempts = f"attempt {j.attempt}" + (f" of {j.max_attempts}" if j.max_attempts else "")
     con.print(f"[bold]{j.id}[/] {render.user_text(j.spec.name)}  model {render.user_text(j.model_name)} ({j.parameter_count / 1e9:.3f} B)  "
               f"state {render.styled_state(j.state)}  {attempts}  priority {j.spec.priority}")
+    for line in render.job_facts(j):
+        con.print(line, soft_wrap=True)
     if render.state_name(j.state) == "PENDING" and j.pending_reason:
         con.print(f"[yellow]pending:[/] {render.user_text(j.pending_reason)}")
     last = j.attempts[-1] if j.attempts else None

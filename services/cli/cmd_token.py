@@ -72,7 +72,7 @@ def create(
         return
     con = render.console()
     con.print(f"token for {render.user_text(info.user)} ({info.role.value}), id {info.token_id}"
-              + (f", expires {render.when(info.expires_at)}" if info.expires_at else ", never expires"))
+              + (f", expires {render.when(info.expires_at, date=True)}" if info.expires_at else ", never expires"))
     con.print(token, soft_wrap=True, markup=False, highlight=False)
     con.print("[dim]shown once; Redis keeps only its hash. Use it as FRENZY_TOKEN or "
               "'Authorization: Bearer <token>'.[/]")
@@ -92,8 +92,11 @@ def list_tokens(redis_url: RedisOpt = "redis://127.0.0.1:6379/0", prefix: Prefix
     table = Table("ID", "USER", "ROLE", "CREATED", "EXPIRES", "NOTE")
     now = time.time()
     for t in infos:
-        expires = "never" if not t.expires_at else ("expired" if t.expired(now) else render.when(t.expires_at))
-        table.add_row(t.token_id, render.user_text(t.user), t.role.value, render.when(t.created_at), expires,
+        # An expiry always carries its date: a 30-day token's would otherwise read as a time today.
+        expires = ("never" if not t.expires_at else
+                   f"expired {render.when(t.expires_at, date=True)}" if t.expired(now) else
+                   render.when(t.expires_at, date=True))
+        table.add_row(t.token_id, render.user_text(t.user), t.role.value, render.when(t.created_at, now=now), expires,
                       render.user_text(t.note))
     render.console().print(table)
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -71,8 +72,20 @@ def styled_state(value: int) -> str:
     return f"[{STATE_STYLE.get(name, 'white')}]{name}[/]"
 
 
-def when(ts: float) -> str:
-    return dt.datetime.fromtimestamp(ts).strftime("%H:%M:%S.%f")[:-3] if ts else "-"
+def when(ts: float, date: bool = False, now: float | None = None) -> str:
+    """A local time for a table cell: ``14:03:07`` when it is today, ``2026-11-28 14:03`` on any
+    other day (a 30-day expiry must not read like a time today), and always with the date when
+    ``date``; "-" for 0 (never)."""
+    if not ts:
+        return "-"
+    at = dt.datetime.fromtimestamp(ts)
+    today = dt.datetime.fromtimestamp(time.time() if now is None else now).date()
+    return at.strftime("%H:%M:%S") if not date and at.date() == today else at.strftime("%Y-%m-%d %H:%M")
+
+
+def when_full(ts: float) -> str:
+    """A local date and time to the second (``2026-11-28 14:03:07``), for one job's details; "-" for 0."""
+    return dt.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S") if ts else "-"
 
 
 def duration(seconds: float) -> str:
@@ -124,17 +137,76 @@ def memory_table(plan: types_pb2.Plan) -> Table:
     return table
 
 
-def jobs_table(jobs: Iterable[types_pb2.Job]) -> Table:
+def jobs_table(jobs: Iterable[types_pb2.Job], all_users: bool = False, now: float | None = None) -> Table:
+    """The jobs listing. A USER column when the listing may hold several users' jobs (``all_users``:
+    an admin's listing) or does hold them, so a shared table never hides whose job is whose."""
+    rows = list(jobs)
+    show_user = all_users or len({j.user for j in rows}) > 1
     table = Table(title="Jobs", title_justify="left")
-    for col in ("ID", "NAME", "MODEL", "STATE", "PRIO", "PLAN", "NODES", "SUBMITTED", "REASON"):
+    cols = ("ID", "NAME", *(("USER",) if show_user else ()), "MODEL", "STATE", "PRIO", "PLAN", "NODES", "SUBMITTED",
+            "REASON")
+    for col in cols:
         table.add_column(col, justify="right" if col == "PRIO" else "left")
-    for j in jobs:
+    for j in rows:
         plan = f"{j.plan.num_gpus} x {j.plan.gpu_type}" if j.HasField("plan") else "-"
         nodes = ",".join(a.node for a in j.placement) or "-"
         reason = j.pending_reason if state_name(j.state) == "PENDING" else ""
-        table.add_row(user_text(j.id), user_text(j.spec.name), user_text(j.model_name), styled_state(j.state),
-                      str(j.spec.priority), user_text(plan), user_text(nodes), when(j.submitted_at), user_text(reason))
+        user = (user_text(j.user or "-"),) if show_user else ()
+        table.add_row(user_text(j.id), user_text(j.spec.name), *user, user_text(j.model_name), styled_state(j.state),
+                      str(j.spec.priority), user_text(plan), user_text(nodes), when(j.submitted_at, now=now),
+                      user_text(reason))
     return table
+
+
+TERMINAL_STATE_NAMES = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
+
+
+def job_times(job: types_pb2.Job, now: float | None = None) -> tuple[float, float, float]:
+    """``(started, ended, ran)`` from the job's history: when it first ran (0: never), when it ended
+    (0: not yet), and the seconds it spent RUNNING over all its attempts (up to ``now`` while it
+    runs), so a requeued job's time back in the queue is not counted as run time."""
+    now = time.time() if now is None else now
+    started = ended = ran = 0.0
+    running_since = None
+    for h in job.history:
+        name = state_name(h.state)
+        if running_since is not None:
+            ran += max(0.0, h.at - running_since)
+            running_since = None
+        if name == "RUNNING":
+            started = started or h.at
+            running_since = h.at
+        elif name in TERMINAL_STATE_NAMES:
+            ended = h.at
+    if running_since is not None:
+        ran += max(0.0, now - running_since)
+    return started, ended, ran
+
+
+def job_facts(job: types_pb2.Job, now: float | None = None) -> list[str]:
+    """Who ran what, where from and when, as rich markup lines for `frenzy job ID`: the user, the
+    command, the code (its sha256, or the working directory on the nodes), and submitted, started,
+    ended and run time."""
+    import shlex
+
+    started, ended, ran = job_times(job, now)
+    times = [f"submitted {when_full(job.submitted_at)}"]
+    if started:
+        times.append(f"started {when_full(started)} (queued {duration(max(0.0, started - job.submitted_at))})")
+    else:
+        times.append("started -")
+    if ended:
+        times.append(f"ended {when_full(ended)}")
+    times.append(f"ran {duration(ran)}" if started else "ran -")
+    spec = job.spec
+    if spec.code_sha256:
+        code = f"code: sha256 {user_text(spec.code_sha256[:12])} (uploaded at submit; each node runs it in its own copy)"
+    elif spec.workdir:
+        code = f"workdir: {user_text(spec.workdir)} (on the nodes)"
+    else:
+        code = "workdir: the agent's own directory (no code uploaded, no --workdir)"
+    command = user_text(shlex.join(spec.command)) if spec.command else "-"
+    return [f"user {user_text(job.user or '-')}  " + "  ".join(times), f"command: {command}", code]
 
 
 def history_table(job: types_pb2.Job) -> Table:
@@ -214,7 +286,7 @@ def nodes_table(nodes: Iterable[types_pb2.Node], now: float | None = None) -> Ta
         if n.alive:
             state = "[green]alive[/]"
         elif n.declared_dead_at:
-            state = f"[red]dead[/] (since {when(n.declared_dead_at)[:8]})"
+            state = f"[red]dead[/] (since {when(n.declared_dead_at)})"
         else:
             state = f"[red]no heartbeat[/] {max(0.0, now - n.heartbeat_at):.0f} s" if n.heartbeat_at else "[red]dead[/]"
         if n.draining:

@@ -1,10 +1,11 @@
 """Jobs as JSON for people and scripts, one serializer for the CLI and the HTTP API.
 
 * ``job_list``: ``{"jobs": [row, ...]}``, what ``GET /api/jobs`` returns and ``frenzy jobs --json``
-  prints. A row (``job_row``) is what a jobs table shows: id, name, state (short name), pending
-  reason, priority, model name and size, seq_len, global_batch, attempt, submitted_at, the chosen
-  plan flattened (GPU type and count, tp/pp/dp, ZeRO stage, micro-batch, recompute, peak bytes per
-  GPU, step time; null before placement), the placement and the exit codes.
+  prints. A row (``job_row``) is what a jobs table shows: id, name, user (who submitted it), state
+  (short name), pending reason, priority, model name and size, seq_len, global_batch, attempt,
+  submitted_at, the chosen plan flattened (GPU type and count, tp/pp/dp, ZeRO stage, micro-batch,
+  recompute, peak bytes per GPU, step time; null before placement), the placement and the exit codes.
+  ``GET /api/jobs?user=&name=&since=`` and `frenzy jobs --user/--name/--since` narrow the same list.
 * ``job_detail``: ``GET /api/jobs/{id}``: the row, ``memory`` (below) and ``job``, the whole record
   (``frenzy.rpc.protojson``: proto field names, enums by short name, 64-bit integers as numbers),
   which is what ``frenzy job ID --json`` prints.
@@ -35,6 +36,7 @@ def job_row(job: types_pb2.Job) -> dict[str, Any]:
     return {
         "id": job.id,
         "name": job.spec.name,
+        "user": job.user,
         "state": types_pb2.JobState.Name(job.state).removeprefix("JOB_STATE_"),
         "pending_reason": job.pending_reason,
         "priority": job.spec.priority,

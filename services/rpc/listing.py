@@ -7,10 +7,18 @@ inline model config, the command and env, the candidate plans, a long history).
 message limit, so one huge record — even one written before the field limits
 existed — can never break a listing for everyone. `frenzy job ID` (GetJob) still
 returns the whole record.
+
+A jobs listing can be narrowed by user, name and submission time (``ListJobsRequest``); the
+scheduler applies them before ``limit`` counts. ``since_time`` reads the one ``since`` dialect the
+CLI (``--since``), the REST gateway (``?since=``) and the SDK (``since=``) share.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import math
+import re
+import time
 from collections.abc import Iterable
 from typing import TypeVar
 
@@ -75,6 +83,43 @@ def job_summary(job: types_pb2.Job) -> types_pb2.Job:
         del a.tail[:]  # up to 4 KiB each: GetJob has them
         a.outcome = clip(a.outcome, 1024)
     return out
+
+
+_SINCE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_DURATION = re.compile(r"(?:\d+(?:\.\d+)?[smhdw])+")
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
+SINCE_HELP = ("a duration back from now (30m, 2h, 7d, 1h30m; units s m h d w) or an ISO date or time "
+              "(2026-11-28, 2026-11-28T14:03; local time unless it names a zone)")
+
+
+def since_time(value: str | float | dt.datetime | dt.timedelta | None, now: float | None = None) -> float:
+    """``value`` as the unix time a ``since`` filter starts at (0.0: no bound).
+
+    A string is a duration back from ``now`` (``2h``) or an ISO date or date and time (naive: local
+    time, as the tables print it); a number is already a unix time; a ``timedelta`` counts back
+    from ``now``. ValueError (without the field's name: each caller names its own flag) when it is
+    neither."""
+    now = time.time() if now is None else now
+    if value is None or value == "":
+        return 0.0
+    if isinstance(value, dt.timedelta):
+        return max(0.0, now - value.total_seconds())
+    if isinstance(value, dt.datetime):
+        return max(0.0, value.timestamp())  # naive: local time
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if not math.isfinite(value) or value < 0:
+            raise ValueError(f"{value!r} is not a time; expected unix seconds >= 0")
+        return float(value)
+    if not isinstance(value, str):
+        raise ValueError(f"{value!r} is not a time; expected {SINCE_HELP}")
+    text = value.strip()
+    if _DURATION.fullmatch(text.lower()):
+        return max(0.0, now - sum(float(n) * _SINCE_UNITS[u] for n, u in _DURATION_PART.findall(text.lower())))
+    try:
+        # 3.11's fromisoformat takes a date, a date and time ("T" or a space) and a zone ("Z", "+02:00").
+        return max(0.0, dt.datetime.fromisoformat(text).timestamp())
+    except (ValueError, OverflowError, OSError):
+        raise ValueError(f"{value!r} is neither a duration nor a date; expected {SINCE_HELP}") from None
 
 
 def fit(rows: Iterable[M], budget: int = MAX_LISTING_BYTES) -> list[M]:

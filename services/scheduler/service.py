@@ -51,6 +51,7 @@ from frenzy.rpc.listing import (
     MAX_GPU_LINKS,
     MAX_GPU_PROCESSES,
     MAX_LIST_JOBS,
+    MAX_SUMMARY_TEXT,
     clip,
     fit,
     job_summary,
@@ -365,8 +366,24 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         except ValueError as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"states: {exc}")
         limit = min(request.limit or 100, MAX_LIST_JOBS)
-        jobs = self.store.list(states, limit, user=self._visible_user())
-        return scheduler_pb2.ListJobsResponse(jobs=fit(job_summary(j.to_proto()) for j in jobs))
+        for name in ("user", "name"):
+            if len(getattr(request, name)) > MAX_SUMMARY_TEXT:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{name}: at most {MAX_SUMMARY_TEXT} characters")
+        if not request.since >= 0 or request.since == float("inf"):  # (also NaN)
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"since: must be a unix time >= 0 (got {request.since})")
+        owner = self._visible_user()
+        if request.user:
+            # Roles (frenzy.auth.roles): a user sees only their own jobs. Naming another user is
+            # refused rather than answered with the caller's own jobs, which would read as "that
+            # user has none".
+            if owner is not None and request.user != owner:
+                context.abort(grpc.StatusCode.PERMISSION_DENIED,
+                              f"user: only admins may list another user's jobs; this token is for {owner!r}. "
+                              "To fix: leave the user out (your own jobs) or use an admin token")
+            owner = request.user
+        jobs = self.store.list(states, limit, user=owner, name=request.name, since=request.since)
+        return scheduler_pb2.ListJobsResponse(jobs=fit(job_summary(j.to_proto()) for j in jobs),
+                                              all_users=owner is None)
 
     def CancelJob(self, request: scheduler_pb2.CancelJobRequest, context: grpc.ServicerContext):
         job = self._job(request.job_id, context)

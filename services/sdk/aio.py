@@ -25,12 +25,13 @@ from frenzy.code.upload import chunks, upload_timeout_s
 from frenzy.sdk.client import (
     DEFAULT_MAX_CODE_MIB,
     LineSplitter,
+    Since,
     build_spec,
     find_scheduler,
+    list_request,
     pack_code,
     pools_of,
     predict_plans,
-    state_values,
 )
 from frenzy.sdk.errors import CodeError, FrenzyError, NotAuthenticated, WaitTimeout, from_rpc
 from frenzy.sdk.models import Job, Prediction
@@ -97,8 +98,10 @@ class AsyncClient:
     async def get(self, job_id: str) -> Job:
         return Job.from_proto(await self._call(self._stub.GetJob, scheduler_pb2.GetJobRequest(job_id=job_id)))
 
-    async def jobs(self, states: Iterable[str] | None = None, limit: int = 100) -> list[Job]:
-        req = scheduler_pb2.ListJobsRequest(states=state_values(states), limit=limit)
+    async def jobs(self, states: Iterable[str] | None = None, limit: int = 100, *, user: str = "", name: str = "",
+                   since: Since = None) -> list[Job]:
+        """As ``Client.jobs``: the matching jobs, newest first."""
+        req = list_request(states, limit, user, name, since)
         return [Job.from_proto(j) for j in (await self._call(self._stub.ListJobs, req)).jobs]
 
     async def cancel(self, job_id: str, reason: str = "requested by user") -> Job:

@@ -17,6 +17,7 @@ CLI's text (``frenzy.sdk.errors``).
 
 from __future__ import annotations
 
+import datetime
 import os
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
@@ -72,6 +73,22 @@ def state_values(states: Iterable[str] | None) -> list[int]:
             raise InvalidSpec(f"INVALID_ARGUMENT: states: unknown state {s!r}; one of {' '.join(STATES)}")
         out.append(types_pb2.JobState.Value(f"JOB_STATE_{name}"))
     return out
+
+
+Since = str | float | datetime.datetime | datetime.timedelta | None
+
+
+def list_request(states: Iterable[str] | None, limit: int, user: str, name: str,
+                 since: Since) -> scheduler_pb2.ListJobsRequest:
+    """A ListJobs request with the filters ``Client.jobs`` takes; InvalidSpec naming a bad one."""
+    from frenzy.rpc.listing import since_time
+
+    try:
+        since_at = since_time(since)
+    except ValueError as exc:
+        raise InvalidSpec(f"INVALID_ARGUMENT: since: {exc}") from None
+    return scheduler_pb2.ListJobsRequest(states=state_values(states), limit=limit, user=user, name=name,
+                                         since=since_at)
 
 
 def find_scheduler(scheduler: str | None, token: str | None) -> tuple[str, str | None]:
@@ -167,9 +184,14 @@ class Client:
         return Job.from_proto(self._call(self._stub.GetJob, scheduler_pb2.GetJobRequest(job_id=job_id), timeout=30),
                               self)
 
-    def jobs(self, states: Iterable[str] | None = None, limit: int = 100) -> list[Job]:
-        """Jobs newest first (yours; every user's for an admin token), optionally only in ``states``."""
-        req = scheduler_pb2.ListJobsRequest(states=state_values(states), limit=limit)
+    def jobs(self, states: Iterable[str] | None = None, limit: int = 100, *, user: str = "", name: str = "",
+             since: Since = None) -> list[Job]:
+        """Jobs newest first (yours; every user's for an admin token), at most ``limit`` of those that
+        match: only in ``states``, only ``user``'s (an admin may name anyone; others only
+        themselves: PermissionDenied), only those whose name contains ``name`` ignoring case, only
+        those submitted since ``since`` ("2h", "7d", an ISO date, a ``datetime``, a ``timedelta``
+        back from now or a unix time)."""
+        req = list_request(states, limit, user, name, since)
         return [Job.from_proto(j, self) for j in self._call(self._stub.ListJobs, req, timeout=30).jobs]
 
     def cancel(self, job_id: str, reason: str = "requested by user") -> Job:

@@ -514,13 +514,25 @@ class StateStore:
         existing = self.r.get(self.idempotency_key(key, user))
         return self.get(existing) if existing else None
 
-    def list(self, states: set[JobState] | None = None, limit: int = 100, user: str | None = None) -> list[JobRecord]:
-        """Newest first; only ``user``'s jobs when given."""
-        ids = self.r.zrevrange(self.k.jobs(), 0, -1 if states or user is not None else max(limit, 1) - 1)
+    def list(self, states: set[JobState] | None = None, limit: int = 100, user: str | None = None,
+             name: str = "", since: float = 0.0) -> list[JobRecord]:
+        """Newest first, at most ``limit`` matching jobs: only ``user``'s when given, only those whose
+        name contains ``name`` ignoring case, only those submitted at or after ``since`` (unix seconds;
+        0: any time)."""
+        filtered = bool(states) or user is not None or bool(name)
+        if since > 0:
+            # The jobs zset is scored by submission time: the range leaves older jobs unread.
+            window = {} if filtered else {"start": 0, "num": max(limit, 1)}
+            ids = self.r.zrevrangebyscore(self.k.jobs(), "+inf", repr(float(since)), **window)
+        else:
+            ids = self.r.zrevrange(self.k.jobs(), 0, -1 if filtered else max(limit, 1) - 1)
+        needle = name.casefold()
         out: list[JobRecord] = []
         for job_id in ids:
             rec = self.get(job_id)
             if rec is None or (states and rec.state not in states) or (user is not None and rec.user != user):
+                continue
+            if needle and needle not in rec.spec.name.casefold():
                 continue
             out.append(rec)
             if len(out) >= limit:

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from frenzy.v1 import types_pb2 as frenzy_dot_v1_dot_types__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x66renzy/v1/scheduler.proto\x12\tfrenzy.v1\x1a\x15\x66renzy/v1/types.proto\"4\n\x10SubmitJobRequest\x12 \n\x04spec\x18\x01 \x01(\x0b\x32\x12.frenzy.v1.JobSpec\"C\n\x11SubmitJobResponse\x12\x1b\n\x03job\x18\x01 \x01(\x0b\x32\x0e.frenzy.v1.Job\x12\x11\n\tduplicate\x18\x02 \x01(\x08\"\x1f\n\rGetJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"E\n\x0fListJobsRequest\x12#\n\x06states\x18\x01 \x03(\x0e\x32\x13.frenzy.v1.JobState\x12\r\n\x05limit\x18\x02 \x01(\x05\"0\n\x10ListJobsResponse\x12\x1c\n\x04jobs\x18\x01 \x03(\x0b\x32\x0e.frenzy.v1.Job\"2\n\x10\x43\x61ncelJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"0\n\x11\x43\x61ncelJobResponse\x12\x1b\n\x03job\x18\x01 \x01(\x0b\x32\x0e.frenzy.v1.Job\"!\n\x0fWatchJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"X\n\tJobUpdate\x12\x1b\n\x03job\x18\x01 \x01(\x0b\x32\x0e.frenzy.v1.Job\x12.\n\ntransition\x18\x02 \x01(\x0b\x32\x1a.frenzy.v1.StateTransition\"(\n\x10ListNodesRequest\x12\x14\n\x0cinclude_dead\x18\x01 \x01(\x08\"3\n\x11ListNodesResponse\x12\x1e\n\x05nodes\x18\x01 \x03(\x0b\x32\x0f.frenzy.v1.Node\"f\n\x11StreamLogsRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06\x66ollow\x18\x02 \x01(\x08\x12\x0c\n\x04node\x18\x03 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x04 \x01(\x05\x12\x12\n\ntail_lines\x18\x05 \x01(\x05\"S\n\x08LogChunk\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\x05\x12\x0e\n\x06offset\x18\x03 \x01(\x03\x12\x0c\n\x04text\x18\x04 \x01(\t\x12\n\n\x02\x61t\x18\x05 \x01(\x01\" \n\x0eHasCodeRequest\x12\x0e\n\x06sha256\x18\x01 \x01(\t\"C\n\x0fHasCodeResponse\x12\x0f\n\x07present\x18\x01 \x01(\x08\x12\x0c\n\x04size\x18\x02 \x01(\x03\x12\x11\n\tmax_bytes\x18\x03 \x01(\x03\"7\n\tCodeChunk\x12\x0e\n\x06sha256\x18\x01 \x01(\t\x12\x0c\n\x04size\x18\x02 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\"8\n\x07\x43odeRef\x12\x0e\n\x06sha256\x18\x01 \x01(\t\x12\x0c\n\x04size\x18\x02 \x01(\x03\x12\x0f\n\x07\x65xisted\x18\x03 \x01(\x08\x32\xdb\x04\n\tScheduler\x12\x46\n\tSubmitJob\x12\x1b.frenzy.v1.SubmitJobRequest\x1a\x1c.frenzy.v1.SubmitJobResponse\x12\x32\n\x06GetJob\x12\x18.frenzy.v1.GetJobRequest\x1a\x0e.frenzy.v1.Job\x12\x43\n\x08ListJobs\x12\x1a.frenzy.v1.ListJobsRequest\x1a\x1b.frenzy.v1.ListJobsResponse\x12\x46\n\tCancelJob\x12\x1b.frenzy.v1.CancelJobRequest\x1a\x1c.frenzy.v1.CancelJobResponse\x12>\n\x08WatchJob\x12\x1a.frenzy.v1.WatchJobRequest\x1a\x14.frenzy.v1.JobUpdate0\x01\x12\x46\n\tListNodes\x12\x1b.frenzy.v1.ListNodesRequest\x1a\x1c.frenzy.v1.ListNodesResponse\x12\x41\n\nStreamLogs\x12\x1c.frenzy.v1.StreamLogsRequest\x1a\x13.frenzy.v1.LogChunk0\x01\x12@\n\x07HasCode\x12\x19.frenzy.v1.HasCodeRequest\x1a\x1a.frenzy.v1.HasCodeResponse\x12\x38\n\nUploadCode\x12\x14.frenzy.v1.CodeChunk\x1a\x12.frenzy.v1.CodeRef(\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x66renzy/v1/scheduler.proto\x12\tfrenzy.v1\x1a\x15\x66renzy/v1/types.proto\"4\n\x10SubmitJobRequest\x12 \n\x04spec\x18\x01 \x01(\x0b\x32\x12.frenzy.v1.JobSpec\"C\n\x11SubmitJobResponse\x12\x1b\n\x03job\x18\x01 \x01(\x0b\x32\x0e.frenzy.v1.Job\x12\x11\n\tduplicate\x18\x02 \x01(\x08\"\x1f\n\rGetJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"p\n\x0fListJobsRequest\x12#\n\x06states\x18\x01 \x03(\x0e\x32\x13.frenzy.v1.JobState\x12\r\n\x05limit\x18\x02 \x01(\x05\x12\x0c\n\x04user\x18\x03 \x01(\t\x12\x0c\n\x04name\x18\x04 \x01(\t\x12\r\n\x05since\x18\x05 \x01(\x01\"C\n\x10ListJobsResponse\x12\x1c\n\x04jobs\x18\x01 \x03(\x0b\x32\x0e.frenzy.v1.Job\x12\x11\n\tall_users\x18\x02 \x01(\x08\"2\n\x10\x43\x61ncelJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"0\n\x11\x43\x61ncelJobResponse\x12\x1b\n\x03job\x18\x01 \x01(\x0b\x32\x0e.frenzy.v1.Job\"!\n\x0fWatchJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"X\n\tJobUpdate\x12\x1b\n\x03job\x18\x01 \x01(\x0b\x32\x0e.frenzy.v1.Job\x12.\n\ntransition\x18\x02 \x01(\x0b\x32\x1a.frenzy.v1.StateTransition\"(\n\x10ListNodesRequest\x12\x14\n\x0cinclude_dead\x18\x01 \x01(\x08\"3\n\x11ListNodesResponse\x12\x1e\n\x05nodes\x18\x01 \x03(\x0b\x32\x0f.frenzy.v1.Node\"f\n\x11StreamLogsRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06\x66ollow\x18\x02 \x01(\x08\x12\x0c\n\x04node\x18\x03 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x04 \x01(\x05\x12\x12\n\ntail_lines\x18\x05 \x01(\x05\"S\n\x08LogChunk\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\x05\x12\x0e\n\x06offset\x18\x03 \x01(\x03\x12\x0c\n\x04text\x18\x04 \x01(\t\x12\n\n\x02\x61t\x18\x05 \x01(\x01\" \n\x0eHasCodeRequest\x12\x0e\n\x06sha256\x18\x01 \x01(\t\"C\n\x0fHasCodeResponse\x12\x0f\n\x07present\x18\x01 \x01(\x08\x12\x0c\n\x04size\x18\x02 \x01(\x03\x12\x11\n\tmax_bytes\x18\x03 \x01(\x03\"7\n\tCodeChunk\x12\x0e\n\x06sha256\x18\x01 \x01(\t\x12\x0c\n\x04size\x18\x02 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\"8\n\x07\x43odeRef\x12\x0e\n\x06sha256\x18\x01 \x01(\t\x12\x0c\n\x04size\x18\x02 \x01(\x03\x12\x0f\n\x07\x65xisted\x18\x03 \x01(\x08\x32\xdb\x04\n\tScheduler\x12\x46\n\tSubmitJob\x12\x1b.frenzy.v1.SubmitJobRequest\x1a\x1c.frenzy.v1.SubmitJobResponse\x12\x32\n\x06GetJob\x12\x18.frenzy.v1.GetJobRequest\x1a\x0e.frenzy.v1.Job\x12\x43\n\x08ListJobs\x12\x1a.frenzy.v1.ListJobsRequest\x1a\x1b.frenzy.v1.ListJobsResponse\x12\x46\n\tCancelJob\x12\x1b.frenzy.v1.CancelJobRequest\x1a\x1c.frenzy.v1.CancelJobResponse\x12>\n\x08WatchJob\x12\x1a.frenzy.v1.WatchJobRequest\x1a\x14.frenzy.v1.JobUpdate0\x01\x12\x46\n\tListNodes\x12\x1b.frenzy.v1.ListNodesRequest\x1a\x1c.frenzy.v1.ListNodesResponse\x12\x41\n\nStreamLogs\x12\x1c.frenzy.v1.StreamLogsRequest\x1a\x13.frenzy.v1.LogChunk0\x01\x12@\n\x07HasCode\x12\x19.frenzy.v1.HasCodeRequest\x1a\x1a.frenzy.v1.HasCodeResponse\x12\x38\n\nUploadCode\x12\x14.frenzy.v1.CodeChunk\x1a\x12.frenzy.v1.CodeRef(\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -39,33 +39,33 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GETJOBREQUEST']._serialized_start=186
   _globals['_GETJOBREQUEST']._serialized_end=217
   _globals['_LISTJOBSREQUEST']._serialized_start=219
-  _globals['_LISTJOBSREQUEST']._serialized_end=288
-  _globals['_LISTJOBSRESPONSE']._serialized_start=290
-  _globals['_LISTJOBSRESPONSE']._serialized_end=338
-  _globals['_CANCELJOBREQUEST']._serialized_start=340
-  _globals['_CANCELJOBREQUEST']._serialized_end=390
-  _globals['_CANCELJOBRESPONSE']._serialized_start=392
-  _globals['_CANCELJOBRESPONSE']._serialized_end=440
-  _globals['_WATCHJOBREQUEST']._serialized_start=442
-  _globals['_WATCHJOBREQUEST']._serialized_end=475
-  _globals['_JOBUPDATE']._serialized_start=477
-  _globals['_JOBUPDATE']._serialized_end=565
-  _globals['_LISTNODESREQUEST']._serialized_start=567
-  _globals['_LISTNODESREQUEST']._serialized_end=607
-  _globals['_LISTNODESRESPONSE']._serialized_start=609
-  _globals['_LISTNODESRESPONSE']._serialized_end=660
-  _globals['_STREAMLOGSREQUEST']._serialized_start=662
-  _globals['_STREAMLOGSREQUEST']._serialized_end=764
-  _globals['_LOGCHUNK']._serialized_start=766
-  _globals['_LOGCHUNK']._serialized_end=849
-  _globals['_HASCODEREQUEST']._serialized_start=851
-  _globals['_HASCODEREQUEST']._serialized_end=883
-  _globals['_HASCODERESPONSE']._serialized_start=885
-  _globals['_HASCODERESPONSE']._serialized_end=952
-  _globals['_CODECHUNK']._serialized_start=954
-  _globals['_CODECHUNK']._serialized_end=1009
-  _globals['_CODEREF']._serialized_start=1011
-  _globals['_CODEREF']._serialized_end=1067
-  _globals['_SCHEDULER']._serialized_start=1070
-  _globals['_SCHEDULER']._serialized_end=1673
+  _globals['_LISTJOBSREQUEST']._serialized_end=331
+  _globals['_LISTJOBSRESPONSE']._serialized_start=333
+  _globals['_LISTJOBSRESPONSE']._serialized_end=400
+  _globals['_CANCELJOBREQUEST']._serialized_start=402
+  _globals['_CANCELJOBREQUEST']._serialized_end=452
+  _globals['_CANCELJOBRESPONSE']._serialized_start=454
+  _globals['_CANCELJOBRESPONSE']._serialized_end=502
+  _globals['_WATCHJOBREQUEST']._serialized_start=504
+  _globals['_WATCHJOBREQUEST']._serialized_end=537
+  _globals['_JOBUPDATE']._serialized_start=539
+  _globals['_JOBUPDATE']._serialized_end=627
+  _globals['_LISTNODESREQUEST']._serialized_start=629
+  _globals['_LISTNODESREQUEST']._serialized_end=669
+  _globals['_LISTNODESRESPONSE']._serialized_start=671
+  _globals['_LISTNODESRESPONSE']._serialized_end=722
+  _globals['_STREAMLOGSREQUEST']._serialized_start=724
+  _globals['_STREAMLOGSREQUEST']._serialized_end=826
+  _globals['_LOGCHUNK']._serialized_start=828
+  _globals['_LOGCHUNK']._serialized_end=911
+  _globals['_HASCODEREQUEST']._serialized_start=913
+  _globals['_HASCODEREQUEST']._serialized_end=945
+  _globals['_HASCODERESPONSE']._serialized_start=947
+  _globals['_HASCODERESPONSE']._serialized_end=1014
+  _globals['_CODECHUNK']._serialized_start=1016
+  _globals['_CODECHUNK']._serialized_end=1071
+  _globals['_CODEREF']._serialized_start=1073
+  _globals['_CODEREF']._serialized_end=1129
+  _globals['_SCHEDULER']._serialized_start=1132
+  _globals['_SCHEDULER']._serialized_end=1735
 # @@protoc_insertion_point(module_scope)

@@ -28,18 +28,26 @@ class GetJobRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ...) -> None: ...
 
 class ListJobsRequest(_message.Message):
-    __slots__ = ("states", "limit")
+    __slots__ = ("states", "limit", "user", "name", "since")
     STATES_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SINCE_FIELD_NUMBER: _ClassVar[int]
     states: _containers.RepeatedScalarFieldContainer[_types_pb2.JobState]
     limit: int
-    def __init__(self, states: _Optional[_Iterable[_Union[_types_pb2.JobState, str]]] = ..., limit: _Optional[int] = ...) -> None: ...
+    user: str
+    name: str
+    since: float
+    def __init__(self, states: _Optional[_Iterable[_Union[_types_pb2.JobState, str]]] = ..., limit: _Optional[int] = ..., user: _Optional[str] = ..., name: _Optional[str] = ..., since: _Optional[float] = ...) -> None: ...
 
 class ListJobsResponse(_message.Message):
-    __slots__ = ("jobs",)
+    __slots__ = ("jobs", "all_users")
     JOBS_FIELD_NUMBER: _ClassVar[int]
+    ALL_USERS_FIELD_NUMBER: _ClassVar[int]
     jobs: _containers.RepeatedCompositeFieldContainer[_types_pb2.Job]
-    def __init__(self, jobs: _Optional[_Iterable[_Union[_types_pb2.Job, _Mapping]]] = ...) -> None: ...
+    all_users: bool
+    def __init__(self, jobs: _Optional[_Iterable[_Union[_types_pb2.Job, _Mapping]]] = ..., all_users: _Optional[bool] = ...) -> None: ...
 
 class CancelJobRequest(_message.Message):
     __slots__ = ("job_id", "reason")
