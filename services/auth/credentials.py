@@ -37,9 +37,23 @@ class Credentials:
     # `frenzy batch`'s Redis (the batch worker's least-privilege user, password included): batches
     # go through Celery on Redis, not the scheduler API. `frenzy up` writes it; none elsewhere.
     batch_redis: str | None = None
+    # The operator's Redis URL, for `frenzy token`, `node`, `queue` on a stack `frenzy up` started
+    # on this machine (its Redis password is in its run directory anyway); none elsewhere.
+    redis: str | None = None
 
 
-_FIELDS = ("token", "scheduler", "api", "ca", "batch_redis")
+_FIELDS = ("token", "scheduler", "api", "ca", "batch_redis", "redis")
+
+
+def redact_url(url: str) -> str:
+    """``url`` fit for a message or a log line: a password in it replaced by ***."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    userinfo, host = parts.netloc.rsplit("@", 1)
+    return urlunsplit(parts._replace(netloc=f"{userinfo.split(':', 1)[0]}:***@{host}"))
 
 
 def credentials_path() -> Path:

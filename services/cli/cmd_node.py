@@ -24,7 +24,16 @@ import typer
 
 from frenzy.auth.credentials import write_private
 from frenzy.cli import render
-from frenzy.cli.output import JsonOpt, PrefixOpt, RedisOpt, echo_json, fail, operator_redis, redis_errors
+from frenzy.cli.output import (
+    JsonOpt,
+    PrefixOpt,
+    RedisOpt,
+    echo_json,
+    fail,
+    operator_redis,
+    operator_redis_url,
+    redis_errors,
+)
 from frenzy.devstack.redis_server import reset_agent_user
 from frenzy.state import node_keys
 from frenzy.state.keys import Keys
@@ -54,7 +63,7 @@ def _checked(node: str) -> str:
 def create(nodes: Annotated[list[str], typer.Argument(help="The nodes' names (their agents' --node).")],
            force: Annotated[bool, typer.Option(
                "--force", help="Replace an existing key (what is in flight signed with it is refused).")] = False,
-           redis_url: RedisOpt = "redis://127.0.0.1:6379/0", prefix: PrefixOpt = "frenzy") -> None:
+           redis_url: RedisOpt = "", prefix: PrefixOpt = "frenzy") -> None:
     """Give each NODE a signing key (before its agent starts). Keeps an existing one unless --force.
 
     \b
@@ -71,7 +80,7 @@ def create(nodes: Annotated[list[str], typer.Argument(help="The nodes' names (th
 
 
 @key_app.command("rotate")
-def rotate(node: NodeArg, redis_url: RedisOpt = "redis://127.0.0.1:6379/0", prefix: PrefixOpt = "frenzy") -> None:
+def rotate(node: NodeArg, redis_url: RedisOpt = "", prefix: PrefixOpt = "frenzy") -> None:
     """Give NODE a new key; the old one stays accepted as the previous key, so nothing in flight is lost.
 
     The agent and the scheduler pick it up within seconds, without a restart. Rotate again no
@@ -87,7 +96,7 @@ def rotate(node: NodeArg, redis_url: RedisOpt = "redis://127.0.0.1:6379/0", pref
 @key_app.command("show")
 def show(node: NodeArg, reveal: Annotated[bool, typer.Option(
              "--reveal", help="Also print the keys (hex). Anyone with a node's key can run jobs on it.")] = False,
-         redis_url: RedisOpt = "redis://127.0.0.1:6379/0", prefix: PrefixOpt = "frenzy",
+         redis_url: RedisOpt = "", prefix: PrefixOpt = "frenzy",
          as_json: JsonOpt = False) -> None:
     """Whether NODE has a key and when it was made or last rotated (the key itself only with --reveal)."""
     client = _client(redis_url)
@@ -124,7 +133,7 @@ def _with_host(url: str, host: str) -> str:
 
 
 @node_app.command("join")
-def join(node: NodeArg, redis_url: RedisOpt = "redis://127.0.0.1:6379/0", prefix: PrefixOpt = "frenzy",
+def join(node: NodeArg, redis_url: RedisOpt = "", prefix: PrefixOpt = "frenzy",
          out: Annotated[Path | None, typer.Option(
              "--out", help="Where to write the join file (0600). Default: ./frenzy-join-NODE.json.")] = None,
          redis_host: Annotated[str | None, typer.Option(
@@ -150,7 +159,7 @@ def join(node: NodeArg, redis_url: RedisOpt = "redis://127.0.0.1:6379/0", prefix
     if path.is_dir() or not os.access(path.parent or Path("."), os.W_OK):
         fail(f"--out {path}: cannot write a file there. To fix: give a writable file path", 2)
     try:
-        url = redis_errors(reset_agent_user)(redis_url, prefix, node)
+        url = redis_errors(reset_agent_user)(operator_redis_url(redis_url), prefix, node)
         redis_errors(node_keys.create)(_client(redis_url), Keys(prefix), node)
     except redis.ResponseError as exc:
         fail(f"Redis refused to make the node's user ({exc}). To fix: --redis-url must be an admin's "

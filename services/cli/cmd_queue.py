@@ -29,7 +29,7 @@ def _hold_key(redis_url: str, prefix: str) -> tuple[object, str]:
 
 @queue_app.command("hold")
 def hold(reason: Annotated[str, typer.Option(help="Shown as every waiting job's pending reason.")] = "held by an operator",
-         redis_url: RedisOpt = "redis://127.0.0.1:6379/0", prefix: PrefixOpt = "frenzy") -> None:
+         redis_url: RedisOpt = "", prefix: PrefixOpt = "frenzy") -> None:
     """Stop placing jobs: submissions are still accepted and wait PENDING; running jobs go on.
 
     \b
@@ -45,7 +45,7 @@ def hold(reason: Annotated[str, typer.Option(help="Shown as every waiting job's 
 
 
 @queue_app.command("release")
-def release(redis_url: RedisOpt = "redis://127.0.0.1:6379/0", prefix: PrefixOpt = "frenzy") -> None:
+def release(redis_url: RedisOpt = "", prefix: PrefixOpt = "frenzy") -> None:
     """Place jobs again (the leader scheduler is woken: at once)."""
     client, key = _hold_key(redis_url, prefix)
     was = redis_errors(client.delete)(key)  # type: ignore[attr-defined]
@@ -55,7 +55,7 @@ def release(redis_url: RedisOpt = "redis://127.0.0.1:6379/0", prefix: PrefixOpt 
 
 
 @queue_app.command("status")
-def status(redis_url: RedisOpt = "redis://127.0.0.1:6379/0", prefix: PrefixOpt = "frenzy",
+def status(redis_url: RedisOpt = "", prefix: PrefixOpt = "frenzy",
            as_json: JsonOpt = False) -> None:
     """Whether the queue is held, why, and how many jobs wait."""
     client, key = _hold_key(redis_url, prefix)

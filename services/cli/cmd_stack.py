@@ -24,14 +24,35 @@ from frenzy.v1 import scheduler_pb2
 PANEL = "Local stack"
 
 
+DEFAULT_API_PORT = 8080  # as Ray's dashboard is always 8265: a URL people can bookmark and a README can name
+
+
 def up(
     cluster: Annotated[Path | None, typer.Option(help="Cluster file (default: examples/cluster.yaml if present).")] = None,
     api: Annotated[bool, typer.Option(help="Also serve the HTTP gateway and dashboard.")] = True,
+    api_port: Annotated[int | None, typer.Option(
+        envvar="FRENZY_API_PORT", min=0, max=65535, show_default=False,
+        help=f"The dashboard's and REST API's port on 127.0.0.1 [default: {DEFAULT_API_PORT}, or a free port, "
+             "said so, when another program holds it]; 0: any free port.")] = None,
     worker: Annotated[bool, typer.Option(help="Also run the Celery batch worker.")] = True,
     run_dir: Annotated[Path | None, typer.Option(help="Where logs go (default: ./var/run-<time>).")] = None,
 ) -> None:
-    """Start the whole stack locally (Redis, predictor, scheduler, worker, API, fake-GPU agents) until Ctrl-C."""
-    stack = _make_stack(cluster, run_dir, with_worker=worker, with_api=api)
+    """Start the whole stack locally (Redis, predictor, scheduler, worker, API, fake-GPU agents) until Ctrl-C.
+
+    It writes the credentials file (~/.config/frenzy/credentials.json, or FRENZY_CREDENTIALS):
+    the scheduler's and the dashboard's addresses, an admin token and its Redis URLs, so
+    `frenzy submit`, `jobs`, `batch`, `dashboard` and `token` in another shell need nothing else;
+    it is removed when the stack stops. One
+    stack per credentials file: while one answers, a second `frenzy up` is refused unless
+    FRENZY_CREDENTIALS names another file.
+    """
+    where = credentials_path()
+    _refuse_a_second_stack(where)
+    redis_url = os.environ.get("REDIS_URL") or None
+    if redis_url:
+        _check_redis(redis_url)
+    port = _api_port(api_port) if api else 0
+    stack = _make_stack(cluster, run_dir, with_worker=worker, with_api=api, api_port=port)
     con = render.console()
     # Handlers first: a Ctrl-C at any moment must stop every child cleanly.
     stop = threading.Event()
@@ -40,16 +61,19 @@ def up(
         stack.start(progress=lambda m: con.print(f"  [green]up[/] {m}"))
     except Exception as exc:  # noqa: BLE001 - report any start failure plainly
         fail(f"stack did not start: {exc}")
-    where = credentials_path()
+    wrote = False
     try:
         stack.write_credentials(where)
+        wrote = True
         found = f"the CLI finds the scheduler and an admin token in {where} (mode 0600)"
     except OSError as exc:
         found = (f"could not write {where} ({exc.strerror}); use "
                  f"FRENZY_CREDENTIALS={stack.credentials_file}")
-    con.print(f"\n{found}: `frenzy jobs`, `frenzy submit ...` work as they are.\n"
-              f"operator commands (`frenzy token create ...`) need the stack's Redis, password included:\n"
-              f"  export REDIS_URL={stack.redis_url}\n"
+    dashboard = (f"dashboard and REST API: http://127.0.0.1:{stack.api_port}/ (log in: `frenzy dashboard`)\n"
+                 if api else "")
+    con.print(f"\n{found}: `frenzy jobs`, `frenzy submit ...`, `frenzy batch submit ...` and the operator "
+              f"commands (`frenzy token create ...`, which find this stack's Redis there too) work as they are.\n"
+              f"{dashboard}"
               f"logs in {stack.run_dir}. Ctrl-C stops everything.")
     try:
         while not stop.wait(1.0):
@@ -59,6 +83,86 @@ def up(
     finally:
         con.print("stopping ...")
         stack.stop()
+        if wrote:
+            _forget_credentials(where, stack.token)
+
+
+def _refuse_a_second_stack(where: Path) -> None:
+    """Two stacks writing one credentials file would leave the CLI talking to whichever wrote last,
+    with the other's token refused: a second `frenzy up` is refused while the first answers."""
+    from frenzy.auth.credentials import CredentialsError, read_credentials
+    from frenzy.rpc.client import wait_healthy
+
+    try:
+        creds = read_credentials(where)
+    except CredentialsError:
+        return  # unreadable: it will be replaced, and the user told where it went
+    if creds.scheduler and wait_healthy(creds.scheduler, timeout_s=1.0):
+        fail(f"another stack is running: its scheduler answers on {creds.scheduler} and its credentials are in "
+             f"{where}. To fix: stop it (Ctrl-C in its shell), or give this one its own credentials file: "
+             f"FRENZY_CREDENTIALS=$HOME/.config/frenzy/second.json frenzy up (and the same variable for the "
+             "commands that should use it)", 1)
+
+
+def _check_redis(url: str) -> None:
+    """REDIS_URL set but answering nothing is most often the export an earlier `frenzy up` printed,
+    for a Redis that stopped with it: say so, rather than Redis' own 'Error 111'."""
+    import redis
+
+    from frenzy.auth.credentials import redact_url
+
+    try:
+        redis.Redis.from_url(url, socket_connect_timeout=3, socket_timeout=3).ping()
+    except redis.AuthenticationError:
+        fail(f"REDIS_URL={redact_url(url)} refused its credentials. To fix: correct the URL, or unset "
+             "REDIS_URL and `frenzy up` starts a private Redis of its own", 1)
+    except (redis.RedisError, ValueError) as exc:
+        fail(f"REDIS_URL={redact_url(url)} is set but nothing answers there ({exc}); an earlier "
+             "`frenzy up` prints such a URL for its own Redis, which stops with it. To fix: `unset REDIS_URL` "
+             "and `frenzy up` starts a private Redis of its own, or start the Redis that URL names", 1)
+
+
+def _api_port(asked: int | None) -> int:
+    """The port the API will take: the one asked for (refused if taken), else 8080 when free, else
+    any free port -- said, so the printed URL is the one to open."""
+    import socket
+
+    from frenzy.devstack.redis_server import free_port
+
+    def free(port: int) -> bool:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                return False
+        return True
+
+    if asked == 0:
+        return free_port()
+    if asked is not None:
+        if not free(asked):
+            fail(f"--api-port {asked}: another program holds 127.0.0.1:{asked}. To fix: pick another port, or "
+                 "--api-port 0 for any free one", 2)
+        return asked
+    if free(DEFAULT_API_PORT):
+        return DEFAULT_API_PORT
+    port = free_port()
+    render.console(stderr=True).print(f"[yellow]note:[/] 127.0.0.1:{DEFAULT_API_PORT} is taken by another "
+                                      f"program; the dashboard and REST API are on {port} instead")
+    return port
+
+
+def _forget_credentials(where: Path, token: str) -> None:
+    """Remove the credentials file at exit if it is still this stack's: a file naming a stopped
+    scheduler only makes the next command wait for a connection that never comes."""
+    from frenzy.auth.credentials import CredentialsError, read_credentials
+
+    try:
+        if token and read_credentials(where).token == token:
+            where.unlink(missing_ok=True)
+    except (CredentialsError, OSError):
+        pass
 
 
 def _make_stack(cluster: Path | None, run_dir: Path | None, **kwargs: object):  # noqa: ANN202

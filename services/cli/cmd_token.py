@@ -49,7 +49,7 @@ def create(
     role: Annotated[str, typer.Option(help="read, submit or admin (node: agents).")] = "submit",
     ttl: Annotated[str, typer.Option(help="Lifetime: 12h, 30d, ... or 0 for never.")] = "0",
     note: Annotated[str, typer.Option(help="What it is for (shown by list).")] = "",
-    redis_url: RedisOpt = "redis://127.0.0.1:6379/0",
+    redis_url: RedisOpt = "",
     prefix: PrefixOpt = "frenzy",
     as_json: JsonOpt = False,
 ) -> None:
@@ -79,7 +79,7 @@ def create(
 
 
 @token_app.command("list")
-def list_tokens(redis_url: RedisOpt = "redis://127.0.0.1:6379/0", prefix: PrefixOpt = "frenzy",
+def list_tokens(redis_url: RedisOpt = "", prefix: PrefixOpt = "frenzy",
                 as_json: JsonOpt = False) -> None:
     """Every token: id, user, role, created, expires (never the secret)."""
     infos = redis_errors(_store(redis_url, prefix).list)()
@@ -103,7 +103,7 @@ def list_tokens(redis_url: RedisOpt = "redis://127.0.0.1:6379/0", prefix: Prefix
 
 @token_app.command("revoke")
 def revoke(token_id: Annotated[str, typer.Argument(help="The token's id (from list), or the token itself.")],
-           redis_url: RedisOpt = "redis://127.0.0.1:6379/0", prefix: PrefixOpt = "frenzy") -> None:
+           redis_url: RedisOpt = "", prefix: PrefixOpt = "frenzy") -> None:
     """Revoke a token; servers stop accepting it within a few seconds."""
     try:
         found = redis_errors(_store(redis_url, prefix).revoke)(token_id)

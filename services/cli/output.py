@@ -71,15 +71,37 @@ def scheduler_call(address: str) -> Iterator[scheduler_pb2_grpc.SchedulerStub]:
 
 # ---- operator commands on the cluster's Redis (frenzy token, frenzy node) -----------------------
 
-RedisOpt = Annotated[str, typer.Option("--redis-url", envvar="REDIS_URL", help="The cluster's Redis (with credentials).")]
+RedisOpt = Annotated[str, typer.Option(
+    "--redis-url", envvar="REDIS_URL", show_default=False,
+    help="The cluster's Redis, with the operator's credentials [default: the credentials file's, which `frenzy up` "
+         "writes for its own Redis].")]
 PrefixOpt = Annotated[str, typer.Option(envvar="FRENZY_PREFIX", help="Redis key prefix.")]
+
+
+def operator_redis_url(redis_url: str) -> str:
+    """The Redis an operator command manages: ``redis_url`` (--redis-url, REDIS_URL), else the
+    credentials file's ``redis`` (`frenzy up` writes its own). No guess at 127.0.0.1:6379, which
+    may be another program's Redis."""
+    from frenzy.auth.credentials import CredentialsError, credentials_path, read_credentials
+
+    if redis_url:
+        return redis_url
+    try:
+        found = read_credentials().redis
+    except CredentialsError as exc:
+        fail(str(exc), 1)
+    if not found:
+        fail(f"no Redis to manage: --redis-url and REDIS_URL are unset and {credentials_path()} names none. To fix: "
+             "set REDIS_URL to the cluster's Redis with the operator's credentials (redis://USER:PASSWORD@HOST:PORT/0), "
+             "or run `frenzy up`, which writes its own there", 1)
+    return found
 
 
 def operator_redis(redis_url: str) -> redis.Redis:
     """A client on the cluster's Redis for an operator command (decoded replies, a bounded wait)."""
     import redis
 
-    return redis.Redis.from_url(redis_url, decode_responses=True, socket_timeout=10)
+    return redis.Redis.from_url(operator_redis_url(redis_url), decode_responses=True, socket_timeout=10)
 
 
 def redis_errors(fn):  # noqa: ANN001, ANN202

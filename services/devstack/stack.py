@@ -30,7 +30,7 @@ import redis
 import yaml
 
 import marp
-from frenzy.auth.credentials import Credentials, write_credentials
+from frenzy.auth.credentials import Credentials, redact_url, write_credentials
 from frenzy.auth.roles import Role
 from frenzy.auth.tokens import TokenStore
 from frenzy.devstack.procs import die_with_parent
@@ -171,9 +171,9 @@ class LocalStack:
             if not self.redis_url:
                 self.redis = start_redis(workdir=str(self.run_dir / "redis"))
                 self.redis_url = self.redis.url
-                say(f"redis        {self.redis_url} (private server)")
+                say(f"redis        {redact_url(self.redis_url)} (private server)")
             else:
-                say(f"redis        {self.redis_url}")
+                say(f"redis        {redact_url(self.redis_url)}")
             self._make_tokens()
             self._make_node_keys()
             urls = self._make_redis_users(say)
@@ -307,7 +307,7 @@ class LocalStack:
         api = f"http://127.0.0.1:{self.api_port}" if self.api_port else None
         batch = self.role_urls.worker if (self.with_worker and self.role_urls is not None) else None
         write_credentials(path, Credentials(token=self.token, scheduler=self.scheduler_addr, api=api,
-                                            batch_redis=batch))
+                                            batch_redis=batch, redis=self.redis_url or None))
 
     def _spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> Service:
         log_path = self.run_dir / f"{name}.log"

@@ -46,7 +46,7 @@ def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
             out += proc.stdout.readline()
         assert "Ctrl-C" in out, out
         creds = json.loads((tmp / "config" / "frenzy" / "credentials.json").read_text())
-        redis_url = re.search(r"REDIS_URL=(\S+)", out).group(1)  # type: ignore[union-attr]
+        redis_url = creds["redis"]  # the operator's URL: `frenzy up` keeps it in the 0600 credentials file
         yield {"env": env, "creds": creds, "redis_url": redis_url, "out": out}
     finally:
         os.killpg(proc.pid, signal.SIGINT)
@@ -67,7 +67,7 @@ def test_redis_refuses_a_client_without_credentials(up: dict) -> None:
     client = redis.Redis(host=url.hostname, port=url.port, socket_timeout=5)
     with pytest.raises((redis.AuthenticationError, redis.ResponseError)):
         client.keys("*")
-    assert redis.Redis.from_url(up["redis_url"]).ping()  # the operator's URL (printed by up) works
+    assert redis.Redis.from_url(up["redis_url"]).ping()  # the operator's URL (in the credentials file) works
 
 
 def test_every_scheduler_rpc_without_a_token_is_unauthenticated(up: dict) -> None:
