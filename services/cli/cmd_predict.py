@@ -1,19 +1,22 @@
 """`frenzy predict`: one layout's memory (single-layout mode) or the ranked plans, from MARP, no server.
 
 Single-layout mode starts as soon as any layout flag is given (--dp --tp --pp --vpp --cp --zero
---sequence-parallel --stage --gpu): it always prints the prediction, also when the layout does not
-fit (``"fits": false``, then exit 3). Without layout flags the ranked plans are printed, as before.
+--sequence-parallel --stage --gpu): it always prints the prediction (a table; ``--json`` the JSON
+object), also when the layout does not fit (``"fits": false``, then exit 3 with by how much and a
+"To fix:" of changes checked with MARP, frenzy.cli.predict_fixes). Without layout flags the ranked
+plans are printed; when no GPU type can hold the job, exit 3 names the limits to lift (checked too).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 import marp
-from frenzy.cli import render
+from frenzy.cli import predict_fixes, render
 from frenzy.cli.output import JsonOpt, echo_json, fail
 from frenzy.rpc.jobspec import JobSpecError, parse_entry
 from frenzy.v1 import types_pb2
@@ -245,7 +248,49 @@ def predict(
         _print_ranked(spec.name, spec.param_count(), protos, plan_set.rejected, seq_len, global_batch, precision,
                       optimizer, top, rank_by)  # fmt: skip
     if not plan_set.plans:
-        fail("no GPU type can hold this job. " + " | ".join(plan_set.rejected), 3)
+        def attempt(ov: dict[str, Any]) -> str | None:
+            again = marp.enumerate_plans(
+                spec, replace(recipe, **_recipe_overrides(ov)), None if ov.get("all_gpu_types") else pools,
+                rank_by=rank_by, inter_node_gbps=inter_node_gbps, **ranking)  # fmt: skip
+            return _marp_plan_text(again.plans[0]) if again.plans else None
+
+        found = predict_fixes.ranked_fixes(
+            attempt, restricted_types=_restricting_flag(cluster, gpu_types), max_gpus=max_gpus,
+            micro_batch=micro_batch, recompute_forbidden=not allow_recompute, seq_len=seq_len)  # fmt: skip
+        fail(_no_plan_text(plan_set.rejected, as_json) + predict_fixes.ranked_fix_text(found), 3)
+
+
+def _no_plan_text(rejected: list[str], as_json: bool) -> str:
+    """The error's first line: why each GPU type was rejected (the table printed them already)."""
+    if as_json and rejected:
+        return "no GPU type can hold this job: " + " | ".join(rejected) + "\n"
+    return "no GPU type can hold this job" + (" (the 'no fit' lines above say why).\n" if rejected else ".\n")
+
+
+def _recipe_overrides(ov: dict[str, Any]) -> dict[str, Any]:
+    """ranked_fixes' overrides as TrainingRecipe fields (0: the planner's choice / no limit)."""
+    out: dict[str, Any] = {}
+    if "max_gpus" in ov:
+        out["max_gpus"] = ov["max_gpus"] or None
+    if "micro_batch" in ov:
+        out["micro_batch"] = ov["micro_batch"] or None
+    if "allow_recompute" in ov:
+        out["allow_recompute"] = ov["allow_recompute"]
+    if "seq_len" in ov:
+        out["seq_len"] = ov["seq_len"]
+    return out
+
+
+def _restricting_flag(cluster: Path | None, gpu_types: list[str] | None) -> str | None:
+    if cluster is not None:
+        return "--cluster"
+    return "--gpu-type" if gpu_types else None
+
+
+def _marp_plan_text(p: marp.Plan) -> str:
+    lay = p.layout
+    return predict_fixes.plan_text(p.gpu_type, lay.num_gpus, lay.tp, lay.pp, lay.dp, lay.zero_stage,
+                                   lay.micro_batch, lay.recompute)  # fmt: skip
 
 
 def _targets(text: str) -> tuple[str, ...]:
@@ -342,14 +387,18 @@ def _single(
     except marp.MarpError as exc:
         fail(_flag_error(exc), 2)
     prediction = prediction_dict(spec, recipe, layout, gpu_type, mem, step, stage)
-    echo_json(prediction)
+    fixes: list[predict_fixes.Fix] = []
     if not prediction["fits"]:
-        # Printed first so the breakdown shows what to shrink; the exit code is the README's 3.
-        # With --json the object says it (``"fits": false``): nothing else, so merged output still parses.
-        if as_json:
-            raise typer.Exit(3)
-        fail(f"this layout needs {mem.device / 1024**3:.1f} GiB per GPU; {gpu_type.name} has "
-             f"{gpu_type.memory_bytes / 1024**3:.1f} GiB.", 3)
+        fixes = predict_fixes.single_fixes(spec, recipe, layout, gpu_type, stage, bool(global_batch),
+                                           inter_node_gbps)  # fmt: skip
+    # The prediction comes first, also when it does not fit, so the breakdown shows what to shrink.
+    if as_json:
+        echo_json({**prediction, "fixes": [f.to_dict() for f in fixes]})
+    else:
+        render.console().print(predict_fixes.single_table(prediction))
+    if not prediction["fits"]:
+        # The exit code is the README's 3; the error and its "To fix:" go to stderr (stdout stays JSON).
+        fail(predict_fixes.single_fix_text(mem.device, gpu_type, fixes), 3)
 
 
 def prediction_dict(
@@ -401,19 +450,25 @@ def _ranked_via_predictor(
     from frenzy.predictor.planning import predict as run_predict
     from frenzy.v1 import predictor_pb2
 
-    try:
-        entry = parse_entry({"model": model, "seq_len": seq_len, "global_batch": global_batch,
-                             "micro_batch": micro_batch, "precision": precision, "optimizer": optimizer,
-                             "train_steps": train_steps, "allow_recompute": recompute, "flash_attention": flash,
-                             "command": ["-"], "max_gpus": max_gpus, "gpu_types": gpu_types or [],
+    def request(ov: dict[str, Any]) -> predictor_pb2.PredictResponse:
+        """The predictor's answer, with ranked_fixes' overrides (none: the user's job)."""
+        entry = parse_entry({"model": model, "seq_len": ov.get("seq_len", seq_len), "global_batch": global_batch,
+                             "micro_batch": ov.get("micro_batch", micro_batch), "precision": precision,
+                             "optimizer": optimizer, "train_steps": train_steps,
+                             "allow_recompute": ov.get("allow_recompute", recompute), "flash_attention": flash,
+                             "command": ["-"], "max_gpus": ov.get("max_gpus", max_gpus),
+                             "gpu_types": [] if ov.get("all_gpu_types") else gpu_types or [],
                              **{k: list(v) if isinstance(v, tuple) else v for k, v in tuning.items() if v is not None}})
         spec = entry.to_proto()
         pools = []
-        if cluster is not None:
+        if cluster is not None and not ov.get("all_gpu_types"):
             pools = [types_pb2.GpuPool(gpu_type=p.gpu_type, total_gpus=p.total_gpus, gpus_per_node=p.gpus_per_node)
                      for p in (_pools(cluster, None) or [])]  # fmt: skip
-        resp = run_predict(predictor_pb2.PredictRequest(model=spec.model, recipe=spec.recipe, limits=spec.limits,
+        return run_predict(predictor_pb2.PredictRequest(model=spec.model, recipe=spec.recipe, limits=spec.limits,
                                                         pools=pools))
+
+    try:
+        resp = request({})
     except (JobSpecError, marp.MarpError, ValueError) as exc:
         fail(_flag_error(exc) if isinstance(exc, marp.MarpError) else str(exc), 2)
     if as_json:
@@ -422,8 +477,20 @@ def _ranked_via_predictor(
         _print_ranked(resp.model_name, resp.parameter_count, list(resp.plans), list(resp.rejected), seq_len,
                       global_batch, precision, optimizer, top, "time")  # fmt: skip
     if not resp.plans:
-        fail("no GPU type can hold this job. To fix: lower --micro-batch or --seq-len, allow recomputation, "
-             "or plan for larger GPUs" + ("" if not resp.rejected else " (" + resp.rejected[-1] + ")"), 3)
+        def attempt(ov: dict[str, Any]) -> str | None:
+            try:
+                plans = request(ov).plans
+            except JobSpecError:
+                return None
+            if not plans:
+                return None
+            p, lay = plans[0], plans[0].layout
+            return predict_fixes.plan_text(p.gpu_type, p.num_gpus, lay.tp, lay.pp, lay.dp, lay.zero_stage,
+                                           lay.micro_batch, lay.recompute)  # fmt: skip
 
+        found = predict_fixes.ranked_fixes(
+            attempt, restricted_types=_restricting_flag(cluster, gpu_types), max_gpus=max_gpus,
+            micro_batch=micro_batch, recompute_forbidden=not recompute, seq_len=seq_len)  # fmt: skip
+        fail(_no_plan_text(list(resp.rejected), as_json) + predict_fixes.ranked_fix_text(found), 3)
 
 __all__ = ["prediction_dict", "predict", "register"]
