@@ -13,7 +13,9 @@ bench/data/speed/throughput.csv, MARP's predicted tokens per second per GPU
 
 Run from the repository root: ``.venv/bin/python bench/marp_accuracy.py`` (prints JSON; ``--table``
 prints the two summaries and the speed table as text; ``--docs`` writes the speed table into
-docs/marp.md between its ``speed-table`` markers). The mapping from CSV columns to MARP's
+docs/marp.md between its ``speed-table`` markers; ``--write-guard`` writes every row's current
+prediction beside its measurement into tests/unit/marp/data/accuracy_expected.json, the committed
+values the regression guard, tests/unit/marp/test_accuracy_guard.py, holds MARP to). The mapping from CSV columns to MARP's
 inputs is below; it reads configuration only, never the measured value, and no row is
 special-cased.
 """
@@ -419,6 +421,48 @@ def speed_table(speed: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+# ---- the regression guard ----------------------------------------------------------------------
+
+GUARD_PATH = ROOT / "tests" / "unit" / "marp" / "data" / "accuracy_expected.json"
+# How far a row's signed error may move from its committed value before the guard fails, in points
+# of the measurement (percent): "a few percent" (issue 36). Memory rows are exact enough for 2;
+# the speed rows' measurements are throughputs converted from MFU or TFLOP/s, and step time is the
+# coarser model: 3.
+GUARD_TOLERANCE_PP: dict[str, float] = {"memory": 2.0, "multi_gpu_oracle": 2.0, "multi_gpu_public": 2.0, "speed": 3.0}
+
+
+def guard_rows() -> list[dict[str, Any]]:
+    """Every validated row of the four tables: (table, id, measured, predicted, signed error %).
+
+    Memory rows carry bytes (allocated, reserved or device, as the row measured), speed rows
+    tokens/s/GPU. The guard compares a fresh run of this list with the committed one."""
+    out: list[dict[str, Any]] = []
+    for table, result in (("memory", run()), ("multi_gpu_oracle", run_multi_gpu()),
+                          ("multi_gpu_public", run_public_multi_gpu())):  # fmt: skip
+        for r in result["rows"]:
+            out.append({"table": table, "id": r["id"], "measured": r["measured_bytes"],
+                        "predicted": int(r["predicted_bytes"]), "error_pct": r["error_pct"]})  # fmt: skip
+    for r in run_speed()["rows"]:
+        out.append({"table": "speed", "id": r["id"], "measured": r["measured_tokens_per_s_per_gpu"],
+                    "predicted": r["predicted_tokens_per_s_per_gpu"], "error_pct": r["error_pct"]})  # fmt: skip
+    for r in out:
+        r["tolerance_pp"] = GUARD_TOLERANCE_PP[r["table"]]
+    return out
+
+
+def write_guard(path: Path = GUARD_PATH) -> None:
+    """Write ``guard_rows()`` as the committed expected values (review the diff: every row that
+    moved is a row whose prediction the change moved)."""
+    body = {"_comment": "Written by `.venv/bin/python bench/marp_accuracy.py --write-guard`: every validated "
+                        "row's measurement and MARP's prediction at the commit that wrote it; "
+                        "tests/unit/marp/test_accuracy_guard.py fails when a row's signed error moves by more "
+                        "than its tolerance_pp (points of the measurement).",
+            "rows": guard_rows()}  # fmt: skip
+    # One row a line, so a change's diff lists exactly the rows it moved.
+    rows = ",\n  ".join(json.dumps(r) for r in body["rows"])
+    path.write_text(f'{{"_comment": {json.dumps(body["_comment"])},\n "rows": [\n  {rows}\n ]\n}}\n', encoding="utf-8")
+
+
 def write_docs(table: str, path: Path = ROOT / "docs" / "marp.md") -> None:
     """Put ``table`` between docs/marp.md's ``<!-- speed-table begin/end -->`` markers (the doc's
     table is this script's output, never typed by hand)."""
@@ -434,7 +478,10 @@ def write_docs(table: str, path: Path = ROOT / "docs" / "marp.md") -> None:
 if __name__ == "__main__":
     memory = run()
     speed = run_speed()
-    if "--docs" in sys.argv[1:]:
+    if "--write-guard" in sys.argv[1:]:
+        write_guard()
+        print(f"wrote {GUARD_PATH.relative_to(ROOT)}")
+    elif "--docs" in sys.argv[1:]:
         write_docs(speed_table(speed))
     elif "--table" in sys.argv[1:]:
         print("memory (MARP):", json.dumps(memory["marp"]))
