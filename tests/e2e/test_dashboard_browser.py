@@ -4,13 +4,16 @@ local stack (scheduler, predictor, fake-GPU agents and `frenzy api` as separate 
 As a person would: the page asks for a token, takes the stack's, shows every GPU; a job that
 prints a line every 0.3 s shows up RUNNING on its GPUs; its live log opens and keeps growing;
 the cancel button (after the confirm dialog) ends it CANCELLED and frees the GPUs. The picture
-in the README (docs/img/dashboard.png) is taken here, with the job running and its log open.
+in the README (docs/img/dashboard.png) is taken here, with the job running and its log open: into
+the test's temporary directory, and into docs/img only when FRENZY_UPDATE_SCREENSHOTS=1 asks for it
+(a test run leaves the tracked tree as it found it; `make test` checks that).
 /docs (Swagger UI) renders from the gateway's own files. The browser may fetch nothing but the
 gateway: any other request is refused and fails the test, and so does any script error.
 
 The browser is Debian's `chromium` (Playwright cannot download its own build on these machines):
-`make test` installs it when it is missing and it can (root with apt-get); without it this test
-FAILS saying how to install it, it never skips.
+`make test` installs it when it is missing and it can (root with apt-get), saying so first; without
+it this test FAILS saying how to install it. It skips only when the user declined the install
+(FRENZY_NO_SYSTEM_PACKAGES=1, which CI never sets: tests/unit/test_make_test_hygiene.py).
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from support.waiting import wait_for
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
-SCREENSHOT = ROOT / "docs" / "img" / "dashboard.png"
+TRACKED_SCREENSHOT = ROOT / "docs" / "img" / "dashboard.png"  # the README's picture
 CLUSTER = {"nodes": [{"gpu": "A100-80GB", "count": 1, "gpus_per_node": 4, "name_prefix": "a100"},
                      {"gpu": "L4", "count": 1, "gpus_per_node": 2, "name_prefix": "l4"},
                      {"gpu": "T4", "count": 1, "gpus_per_node": 4, "name_prefix": "t4"}]}
@@ -45,12 +48,21 @@ TOTAL_GPUS = 10
 TICKER = ('import os, time; open(os.environ["FRENZY_RUN_DIR"] + "/peak_bytes", "w").write(str(3 * 2**30)); '
           '[print("step %d loss %.3f" % (i, 4 / (1 + i)), flush=True) or time.sleep(0.3) for i in range(400)]')
 INSTALL_HELP = ("Install Debian's chromium: `apt-get install -y chromium` (as root; `make test` does it when it "
-                "can), or point FRENZY_CHROMIUM at a Chromium binary")
+                "can, unless FRENZY_NO_SYSTEM_PACKAGES=1), or point FRENZY_CHROMIUM at a Chromium binary")
 WAIT_MS = 20_000
 
 
+def screenshot_path(tmp_path: Path) -> Path:
+    """Where the dashboard's picture goes: the tracked docs/img/dashboard.png only when
+    FRENZY_UPDATE_SCREENSHOTS=1 asks to refresh it, else the test's temporary directory."""
+    if os.environ.get("FRENZY_UPDATE_SCREENSHOTS") == "1":
+        return TRACKED_SCREENSHOT
+    return tmp_path / "dashboard.png"
+
+
 def chromium_binary() -> str:
-    """FRENZY_CHROMIUM, else chromium (or chromium-browser) on PATH; the test fails without one."""
+    """FRENZY_CHROMIUM, else chromium (or chromium-browser) on PATH; the test fails without one,
+    unless the user declined installing it (FRENZY_NO_SYSTEM_PACKAGES=1): then it skips."""
     given = os.environ.get("FRENZY_CHROMIUM")
     if given:
         if not (os.path.isfile(given) and os.access(given, os.X_OK)):
@@ -58,8 +70,10 @@ def chromium_binary() -> str:
         return given
     found = shutil.which("chromium") or shutil.which("chromium-browser")
     if not found:
-        pytest.fail(f"no Chromium for the dashboard's browser test (looked for chromium and chromium-browser on "
-                    f"PATH). {INSTALL_HELP}")
+        missing = "no Chromium for the dashboard's browser test (looked for chromium and chromium-browser on PATH)"
+        if os.environ.get("FRENZY_NO_SYSTEM_PACKAGES") == "1":
+            pytest.skip(f"{missing}, and FRENZY_NO_SYSTEM_PACKAGES=1 declined installing it. {INSTALL_HELP}")
+        pytest.fail(f"{missing}. {INSTALL_HELP}")
     return found
 
 
@@ -137,7 +151,7 @@ def tab(browser: object, stack: LocalStack) -> Iterator[Page]:
     t.close()
 
 
-def test_dashboard_sign_in_gpus_running_job_live_log_and_cancel(tab: Page, stack: LocalStack) -> None:
+def test_dashboard_sign_in_gpus_running_job_live_log_and_cancel(tab: Page, stack: LocalStack, tmp_path: Path) -> None:
     from playwright.sync_api import expect
 
     page = tab.page
@@ -193,7 +207,8 @@ def test_dashboard_sign_in_gpus_running_job_live_log_and_cancel(tab: Page, stack
     expect(first.locator("td").nth(2)).to_contain_text(re.compile(r"\d+\.\d GiB of \d+\.\d GiB"))
     expect(first.locator("td").nth(3)).to_have_text("not measured")
 
-    page.screenshot(path=str(SCREENSHOT), full_page=True)
+    screenshot = screenshot_path(tmp_path)
+    page.screenshot(path=str(screenshot), full_page=True)
 
     # Cancel from its row, through the confirm dialog.
     asked: list[str] = []
@@ -220,7 +235,7 @@ def test_dashboard_sign_in_gpus_running_job_live_log_and_cancel(tab: Page, stack
     assert job["state"] == "CANCELLED"
     assert any("dashboard" in (t.get("reason") or "") for t in job["job"]["history"]), job["job"]["history"]
     tab.check_clean()
-    assert SCREENSHOT.stat().st_size > 20_000
+    assert screenshot.stat().st_size > 20_000
 
 
 def test_api_docs_render_from_local_assets(tab: Page) -> None:
@@ -233,3 +248,25 @@ def test_api_docs_render_from_local_assets(tab: Page) -> None:
     expect(page.locator(".opblock")).not_to_have_count(0)
     expect(page.locator(".swagger-ui .info .title")).to_contain_text("Frenzy")
     tab.check_clean()
+
+
+def test_the_screenshot_goes_into_the_tree_only_when_asked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("FRENZY_UPDATE_SCREENSHOTS", raising=False)
+    assert screenshot_path(tmp_path) == tmp_path / "dashboard.png"
+    monkeypatch.setenv("FRENZY_UPDATE_SCREENSHOTS", "0")
+    assert screenshot_path(tmp_path) == tmp_path / "dashboard.png"
+    monkeypatch.setenv("FRENZY_UPDATE_SCREENSHOTS", "1")
+    assert screenshot_path(tmp_path) == ROOT / "docs" / "img" / "dashboard.png"
+
+
+def test_without_chromium_the_browser_test_fails_unless_the_install_was_declined(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # no chromium here
+    monkeypatch.delenv("FRENZY_CHROMIUM", raising=False)
+    monkeypatch.delenv("FRENZY_NO_SYSTEM_PACKAGES", raising=False)
+    with pytest.raises(pytest.fail.Exception, match="apt-get install -y chromium"):
+        chromium_binary()
+    monkeypatch.setenv("FRENZY_NO_SYSTEM_PACKAGES", "1")
+    with pytest.raises(pytest.skip.Exception, match="FRENZY_NO_SYSTEM_PACKAGES=1 declined .*apt-get install -y chromium"):
+        chromium_binary()
