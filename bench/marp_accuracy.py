@@ -170,6 +170,8 @@ def row_inputs(row: dict[str, str]) -> tuple[ModelSpec, TrainingRecipe, Layout, 
         lora_adapter_dtype=row.get("lora_adapter_dtype") or "fp32",
         fsdp_reshard=row.get("fsdp_reshard") or "keep-last", qlora_backend=row.get("qlora_backend") or "bitsandbytes",
         main_grad_dtype=_main_grad_dtype(row["precision"]),
+        # ZeRO-3 of a master-* row: DeepSpeed's where the sharding column names it, else Megatron-FSDP.
+        zero3_backend="deepspeed" if "deepspeed" in row["sharding"].lower() else "megatron-fsdp",
     )  # fmt: skip
     shard = dp // 2 if "instances" in row["sharding"] or "instances" in row["source_url"] else None
     layout = Layout(

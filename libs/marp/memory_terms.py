@@ -516,7 +516,8 @@ def _buffers(job: _Job, st: _Stage, states: _States) -> _Buffers:
     # FSDP2 keeps that input alive until the next unit's post-backward (reduce_scatter_states, one
     # buffer by default: the reduce-scatter stream may still read it), so every layer but the
     # first back-propagated one runs beside the previous unit's.
-    reduce_b = 4.0 if policy == "fsdp-bf16" else gather_b
+    # (Megatron-FSDP reduce-scatters a unit's main grads in the main-grad dtype: fp32 under --bf16.)
+    reduce_b = 4.0 if policy == "fsdp-bf16" else (job.gb if recipe.megatron_style else gather_b)
     rs_peak = grad_unit * (reduce_b + np.maximum(gather_b, reduce_b / np.maximum(states.sd, 1.0)))
     unsharded_grads = np.where(fsdp, rs_peak, 0.0)
     held_rs = np.where(fsdp, grad_unit * reduce_b, 0.0)
@@ -528,15 +529,19 @@ def _buffers(job: _Job, st: _Stage, states: _States) -> _Buffers:
     te_ws = 0.0
     if recipe.megatron_style:
         te_ws = TE_STREAMS * (32 * MiB if job.gpu is not None and job.gpu.name in HOPPER else 4 * MiB)
-    if recipe.megatron_style and bool(np.any(fsdp)):
-        # ZeRO-3 under master-* is DeepSpeed's, with its defaults (sizes.DS_*): each submodule's
+    if recipe.megatron_style and recipe.zero3_backend == "deepspeed" and bool(np.any(fsdp)):
+        # ZeRO-3 under master-* with zero3_backend "deepspeed" is DeepSpeed's, with its defaults
+        # (sizes.DS_*): each submodule's
         # parameters are fetched before use and released after unless reused soon
         # (stage3_max_reuse_distance 1e9 elements keeps a checkpointed layer's weights from its
         # recomputation to its backward), with stage3_prefetch_bucket_size elements fetched ahead;
         # no root stays gathered (the head is, at the loss). So a layer's backward holds that layer
         # and the prefetch, the loss the last layer (reused at once) and the head. Gradients are
         # copied into the contiguous reduce bucket (one reduce_bucket_size buffer in the model's
-        # dtype, always allocated), not held per unit.
+        # dtype, always allocated), not held per unit. Megatron-FSDP (the default zero3_backend)
+        # has no such bucket: it gathers and reduce-scatters per unit as FSDP2 does (recipe.
+        # ZERO3_BACKENDS) and takes the path above -- charging it the bucket too counted its
+        # gradients twice, per unit and in a 1 GB bucket (issue 36: +70 % at TP 2 on 8 H100).
         ds = fsdp
         prefetch = np.minimum(DS_PREFETCH_ELEMENTS * gather_b, unit)
         head = np.maximum(root - job.model.embedding_params() * (not job.model.tied_embeddings) * st.is_first, 0.0)

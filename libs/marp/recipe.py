@@ -65,6 +65,15 @@ QLORA_BACKENDS: tuple[str, ...] = ("bitsandbytes", "torchao")
 # buffer's dtype is `torch.float if accumulate_allreduce_grads_in_fp32 else param.dtype`,
 # NVIDIA/Megatron-LM megatron/model/distributed.py at a8ca4d5, mcore DDP's grad_reduce_in_fp32 alike).
 MAIN_GRAD_DTYPES: tuple[str, ...] = ("fp32", "half")
+# Who shards a master-* policy's states at ZeRO stage 3: "megatron-fsdp", Megatron-Core's FSDP
+# (--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params: bf16 parameters, fp32
+# main grads and master weights sharded per unit, a unit unsharded only in its forward and backward,
+# its full gradients reduce-scattered at its post-backward -- FSDP2's flow; Megatron-LM
+# megatron/core/distributed/fsdp/src/docs/mfsdp_design.md, "Flow"), or "deepspeed", DeepSpeed's
+# ZeRO-3 with its contiguous reduce bucket and per-submodule fetching (deepspeed/runtime/zero/
+# stage3.py). Issue 36: charging every master-* ZeRO-3 job DeepSpeed's 5e8-element bucket made a
+# Megatron-FSDP run at TP 2 on 8 H100 about 70 % over.
+ZERO3_BACKENDS: tuple[str, ...] = ("megatron-fsdp", "deepspeed")
 ZERO_STAGES: tuple[int, ...] = (0, 1, 2, 3)
 MAX_PIPELINE_STAGES = 1024  # virtual stages of a split; far past any real pp x vpp
 # The optimizers' own defaults (torch.optim.AdamW 1e-2; Adam and SGD 0; bitsandbytes Adam8bit 0):
@@ -160,6 +169,8 @@ class TrainingRecipe:
     parameter), or "half", in the parameters' dtype (2 B: Megatron --fp16 without
     --accumulate-allreduce-grads-in-fp32), whose optimizer step then makes an fp32 copy of the
     gradients (Float16OptimizerWithFloat16Params: ``main_param.grad = main_grad.float()``).
+    ``zero3_backend`` (``master-*`` at ZeRO stage 3 only): "megatron-fsdp" (Megatron-Core's FSDP,
+    default) or "deepspeed" (DeepSpeed ZeRO-3 at its defaults: the 5e8-element reduce bucket).
     """
 
     seq_len: int
@@ -196,6 +207,7 @@ class TrainingRecipe:
     fsdp_reshard: str = "keep-last"
     qlora_backend: str = "bitsandbytes"
     main_grad_dtype: str = "fp32"
+    zero3_backend: str = "megatron-fsdp"
 
     def __post_init__(self) -> None:
         err = InvalidRecipeError
@@ -272,6 +284,7 @@ class TrainingRecipe:
         check_choice(self.fsdp_reshard, "recipe.fsdp_reshard", err, FSDP_RESHARDS)
         check_choice(self.qlora_backend, "recipe.qlora_backend", err, QLORA_BACKENDS)
         check_choice(self.main_grad_dtype, "recipe.main_grad_dtype", err, MAIN_GRAD_DTYPES)
+        check_choice(self.zero3_backend, "recipe.zero3_backend", err, ZERO3_BACKENDS)
         if self.main_grad_dtype == "half" and not self.megatron_style:
             raise err("recipe.main_grad_dtype",
                       f"a half-precision main-grad buffer is Megatron's (master-*); {self.policy} keeps "
@@ -362,6 +375,7 @@ class TrainingRecipe:
             "compile": self.compile, "float8": self.float8, "lora_dropout": self.lora_dropout,
             "lora_adapter_dtype": self.lora_adapter_dtype, "fsdp_reshard": self.fsdp_reshard,
             "qlora_backend": self.qlora_backend, "main_grad_dtype": self.main_grad_dtype,
+            "zero3_backend": self.zero3_backend,
         }  # fmt: skip
 
 
@@ -572,6 +586,6 @@ class LayoutGrid:
 
 __all__ = [
     "DEFAULT_WEIGHT_DECAY", "FINETUNES", "GRAD_BUFFERS", "KERNELS", "LORA_TARGETS", "LOSSES", "MAIN_GRAD_DTYPES", "OPTIMIZERS", "OPTIMIZER_IMPLS", "PRECISIONS",
-    "PRECISION_ALIASES", "RECOMPUTE", "ZERO_STAGES", "Layout", "LayoutGrid", "TrainingRecipe", "canonical_precision",
+    "PRECISION_ALIASES", "RECOMPUTE", "ZERO3_BACKENDS", "ZERO_STAGES", "Layout", "LayoutGrid", "TrainingRecipe", "canonical_precision",
     "check_pp_layers", "compute_dtype", "split_maxima",
 ]  # fmt: skip

@@ -1,6 +1,7 @@
 """DeepSpeed ZeRO-3's defaults and bitsandbytes' NF4 constants (issue 16, the PEFT rows).
 
-Under ``master-*`` ZeRO-3 is DeepSpeed's. A config that leaves its knobs out gets DeepSpeed's
+Under ``master-*`` with ``zero3_backend="deepspeed"`` ZeRO-3 is DeepSpeed's (the default,
+"megatron-fsdp", is Megatron-Core's FSDP: test_marp_megatron_fsdp.py). A config that leaves its knobs out gets DeepSpeed's
 defaults (deepspeed/runtime/zero/config.py), as accelerate's DeepSpeedPlugin does for the PEFT
 scripts' YAML configs: a reduce bucket of 5e8 elements in the model's dtype, always allocated with
 contiguous_gradients (stage3.py, _setup_for_real_optimizer); parameters fetched per submodule and
@@ -34,7 +35,8 @@ DP = 8
 def _mem(precision: str, finetune: str = "lora", backend: str = "bitsandbytes"):  # type: ignore[no-untyped-def]
     recipe = TrainingRecipe(seq_len=2048, global_batch=2 * DP, micro_batch=2, precision=precision,  # type: ignore[arg-type]
                             finetune=finetune, lora_rank=8, lora_targets=ALL, loss="chunked",  # type: ignore[arg-type]
-                            lora_adapter_dtype="compute", qlora_backend=backend)  # fmt: skip
+                            lora_adapter_dtype="compute", qlora_backend=backend,
+                            zero3_backend="deepspeed")  # fmt: skip
     layout = Layout(tp=1, pp=1, dp=DP, zero_stage=3, micro_batch=2, grad_accum=1, recompute="full")
     return predict_memory(LLAMA, recipe, layout, "A100-80GB")
 
