@@ -12,14 +12,8 @@ importing a service module does not pull it in.
 """
 
 import os
-from importlib import metadata
 
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
-
-try:  # one version, pyproject's: the installed distribution's metadata (wheel or editable)
-    __version__ = metadata.version("frenzy")
-except metadata.PackageNotFoundError:  # a source tree on sys.path without an install
-    __version__ = "0+unknown"
 
 _SDK_NAMES = ("Client", "AsyncClient", "Job", "Plan", "Layout", "Attempt", "Transition", "Prediction", "FrenzyError",
               "InvalidSpec", "CannotSchedule", "JobNotFound", "NotAuthenticated", "PermissionDenied", "QuotaExceeded",
@@ -27,6 +21,13 @@ _SDK_NAMES = ("Client", "AsyncClient", "Job", "Plan", "Layout", "Attempt", "Tran
 
 
 def __getattr__(name: str) -> object:
+    if name == "__version__":  # pyproject's, from the installed metadata; read when asked (100 ms)
+        from importlib import metadata
+
+        try:
+            return metadata.version("frenzy")
+        except metadata.PackageNotFoundError:  # a source tree on sys.path without an install
+            return "0+unknown"
     if name in _SDK_NAMES:
         from frenzy import sdk
 

@@ -15,8 +15,9 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry
-from prometheus_client.exposition import start_http_server
+if TYPE_CHECKING:  # annotations only; imported where it runs
+    from prometheus_client import CollectorRegistry
+
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
@@ -73,6 +74,8 @@ def is_loopback(host: str) -> bool:
 def serve_metrics(registry: CollectorRegistry, address: str, service: str = "frenzy") -> MetricsServer:
     """Serve ``registry`` at http://``address``/metrics from a daemon thread (port 0: a free one).
     ``service`` names it in the warning logged when the address is not loopback."""
+    from prometheus_client.exposition import start_http_server
+
     host, port = parse_metrics_address(address)
     httpd, _thread = start_http_server(port, addr=host, registry=registry)
     bound = httpd.server_port

@@ -24,9 +24,6 @@ import typer
 
 from frenzy import logs
 from frenzy.agent.codecache import CachePolicy
-from frenzy.agent.daemon import Agent
-from frenzy.agent.drain import drain as drain_node
-from frenzy.agent.gpus import FakeBackend, GpuBackend, GpuDiscoveryError, NvmlBackend
 from frenzy.cli.service_opts import (
     LogFormatOpt,
     MetricsAddressOpt,
@@ -34,10 +31,6 @@ from frenzy.cli.service_opts import (
     setup_logging,
     start_metrics,
 )
-from frenzy.signals import stop_on_signals
-from frenzy.state.keys import Keys
-from frenzy.state.messages import is_safe_name
-from frenzy.state.node_keys import NodeKeyMissing
 
 
 @dataclass(frozen=True)
@@ -56,6 +49,8 @@ class JoinFileError(ValueError):
 def read_join_file(path: Path) -> JoinFile:
     """The join file at ``path``. Refused when group or others may read it, as ssh refuses a private
     key: it holds the node's Redis password."""
+    from frenzy.state.messages import is_safe_name
+
     try:
         mode = stat.S_IMODE(path.stat().st_mode)
         raw = path.read_text(encoding="utf-8")
@@ -190,6 +185,13 @@ def agent_command(
     a restarted agent adopts them. If the agent stays away longer than the
     scheduler's node timeout, the node is declared dead and its jobs are requeued.
     """
+    from frenzy.agent.daemon import Agent
+    from frenzy.agent.drain import drain as drain_node
+    from frenzy.agent.gpus import FakeBackend, GpuBackend, GpuDiscoveryError, NvmlBackend
+    from frenzy.signals import stop_on_signals
+    from frenzy.state.keys import Keys
+    from frenzy.state.node_keys import NodeKeyMissing
+
     setup_logging(log_level, log_format)
     check_metrics_address(metrics_address)
     if join_file is not None:

@@ -35,10 +35,14 @@ from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from frenzy.agent.run_as import JobUser
+from frenzy.code.limits import DEFAULT_MAX_CODE_BYTES
 from frenzy.code.unpack import DEFAULT_MAX_UNPACKED_BYTES, safe_extract
-from frenzy.state.code_store import DEFAULT_MAX_CODE_BYTES, CodeReader, check_sha256
+
+if TYPE_CHECKING:  # the agent's CLI imports CachePolicy from here: Redis' client waits until a cache is made
+    from frenzy.state.code_store import CodeReader
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +122,8 @@ class CodeCache:
         """The unpacked tree of blob ``sha``, fetched and unpacked first when it is not cached.
 
         Raises CodeUnavailable (missing, corrupt, unsafe); Redis errors propagate (retry later)."""
+        from frenzy.state.code_store import check_sha256
+
         check_sha256(sha, "code_sha256")
         done = self.code_dir / sha / "tree"
         with self._lock:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import typer
 
-import marp
 from frenzy.cli import render
 from frenzy.cli.output import JsonOpt, echo_json
 
@@ -13,6 +12,8 @@ PANEL = "Plan a job"
 
 def models(as_json: JsonOpt = False) -> None:
     """List the model catalog (names usable with --model)."""
+    import marp
+
     rows = []
     for m in marp.list_models():
         rows.append({"name": m.name, "family": m.family, "parameters": m.param_count(), "layers": m.n_layers,
@@ -34,6 +35,8 @@ def models(as_json: JsonOpt = False) -> None:
 
 def gpus(as_json: JsonOpt = False) -> None:
     """List the GPU catalog (types usable in cluster files and --gpu-types)."""
+    import marp
+
     rows = [{"name": g.name, "memory_gib": round(g.memory_bytes / render.GiB, 1), "bf16_tflops": g.bf16_tflops,
              "fp16_tflops": g.fp16_tflops, "mem_bw_gbps": g.mem_bw_gbps, "intra_node_link": g.intra_node_link,
              "intra_node_gbps": g.intra_node_gbps} for g in marp.list_gpus()]

@@ -13,35 +13,42 @@ from __future__ import annotations
 import datetime as dt
 import ipaddress
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from frenzy.auth.credentials import write_private
 from frenzy.cli import render
 from frenzy.cli.output import fail
+
+if TYPE_CHECKING:  # annotations only; imported where the command runs
+    from cryptography import x509
+    from cryptography.hazmat.primitives.asymmetric import ec
 
 certs_app = typer.Typer(help="TLS certificates for the scheduler, predictor and API.", no_args_is_help=True)
 
 
 def _key() -> ec.EllipticCurvePrivateKey:
+    from cryptography.hazmat.primitives.asymmetric import ec
+
     return ec.generate_private_key(ec.SECP256R1())
 
 
 def _write(path: Path, data: bytes, private: bool) -> None:
+    from frenzy.auth.credentials import write_private
+
     write_private(path, data, 0o600 if private else 0o644)
 
 
 def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
+    from cryptography.hazmat.primitives import serialization
+
     return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                              serialization.NoEncryption())
 
 
 def _san(hosts: list[str]) -> x509.SubjectAlternativeName:
+    from cryptography import x509
+
     names: list[x509.GeneralName] = []
     for host in hosts:
         try:
@@ -54,6 +61,10 @@ def _san(hosts: list[str]) -> x509.SubjectAlternativeName:
 def _issue(subject: str, key: ec.EllipticCurvePrivateKey, ca_key: ec.EllipticCurvePrivateKey,
            ca_name: x509.Name, days: int, *, ca: bool = False, hosts: list[str] | None = None,
            client: bool = False) -> x509.Certificate:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
     now = dt.datetime.now(dt.UTC)
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)])
     builder = (x509.CertificateBuilder().subject_name(name).issuer_name(name if ca else ca_name)
@@ -75,6 +86,9 @@ def _issue(subject: str, key: ec.EllipticCurvePrivateKey, ca_key: ec.EllipticCur
 
 def make_certs(directory: Path, hosts: list[str], days: int = 397) -> dict[str, Path]:
     """CA, server and client certificates and keys in ``directory`` -> their paths by role."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
     directory.mkdir(parents=True, exist_ok=True)
     ca_key = _key()
     ca_cert = _issue("Frenzy CA", ca_key, ca_key, x509.Name([]), days, ca=True)

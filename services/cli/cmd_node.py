@@ -16,13 +16,11 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 from urllib.parse import urlsplit, urlunsplit
 
-import redis
 import typer
 
-from frenzy.auth.credentials import write_private
 from frenzy.cli import render
 from frenzy.cli.output import (
     JsonOpt,
@@ -34,12 +32,9 @@ from frenzy.cli.output import (
     operator_redis_url,
     redis_errors,
 )
-from frenzy.devstack.redis_server import reset_agent_user
-from frenzy.state import node_keys
-from frenzy.state.keys import Keys
-from frenzy.state.messages import is_safe_name
-from frenzy.state.node_keys import NodeKeyMissing
-from frenzy.state.signing import SWITCH_AFTER_S
+
+if TYPE_CHECKING:  # annotations only; imported where the command runs
+    import redis
 
 node_app = typer.Typer(help="Cluster nodes as an operator sets them up.", no_args_is_help=True)
 key_app = typer.Typer(help="A node's signing key: what its launches and events are signed with.",
@@ -54,6 +49,8 @@ def _client(redis_url: str) -> redis.Redis:
 
 
 def _checked(node: str) -> str:
+    from frenzy.state.messages import is_safe_name
+
     if not is_safe_name(node):
         fail(f"node name {render.user_text(node)!r}: use letters, digits, '.', '_' and '-' (at most 128)", 2)
     return node
@@ -72,6 +69,9 @@ def create(nodes: Annotated[list[str], typer.Argument(help="The nodes' names (th
       frenzy node key create gpu-017 gpu-018  # several at once
       frenzy node key create gpu-017 --force  # a key leaked: cut it off now
     """
+    from frenzy.state import node_keys
+    from frenzy.state.keys import Keys
+
     client = _client(redis_url)
     for node in nodes:
         made = redis_errors(node_keys.create)(client, Keys(prefix), _checked(node), force=force)
@@ -85,6 +85,11 @@ def rotate(node: NodeArg, redis_url: RedisOpt = "", prefix: PrefixOpt = "frenzy"
 
     The agent and the scheduler pick it up within seconds, without a restart. Rotate again no
     sooner than a minute later (the previous key is then replaced)."""
+    from frenzy.state import node_keys
+    from frenzy.state.keys import Keys
+    from frenzy.state.node_keys import NodeKeyMissing
+    from frenzy.state.signing import SWITCH_AFTER_S
+
     try:
         redis_errors(node_keys.rotate)(_client(redis_url), Keys(prefix), _checked(node))
     except NodeKeyMissing as exc:
@@ -99,6 +104,9 @@ def show(node: NodeArg, reveal: Annotated[bool, typer.Option(
          redis_url: RedisOpt = "", prefix: PrefixOpt = "frenzy",
          as_json: JsonOpt = False) -> None:
     """Whether NODE has a key and when it was made or last rotated (the key itself only with --reveal)."""
+    from frenzy.state import node_keys
+    from frenzy.state.keys import Keys
+
     client = _client(redis_url)
     info = redis_errors(node_keys.info)(client, Keys(prefix), _checked(node))
     if info is None:
@@ -153,6 +161,13 @@ def join(node: NodeArg, redis_url: RedisOpt = "", prefix: PrefixOpt = "frenzy",
       scp frenzy-join-gpu-017.json gpu-017:/etc/frenzy/join.json    # keep it 0600
       frenzy agent --join-file /etc/frenzy/join.json                # on gpu-017
     """
+    import redis
+
+    from frenzy.auth.credentials import write_private
+    from frenzy.devstack.redis_server import reset_agent_user
+    from frenzy.state import node_keys
+    from frenzy.state.keys import Keys
+
     _checked(node)
     path = out or Path(f"frenzy-join-{node}.json")
     # Checked before the password changes, so a bad --out never leaves the node with no usable file.

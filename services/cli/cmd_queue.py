@@ -15,8 +15,6 @@ import typer
 
 from frenzy.cli import render
 from frenzy.cli.output import JsonOpt, PrefixOpt, RedisOpt, echo_json, fail, operator_redis, redis_errors
-from frenzy.state.keys import Keys
-from frenzy.state.store import StateStore
 
 queue_app = typer.Typer(help="Hold or release the job queue (operators).", no_args_is_help=True)
 
@@ -24,6 +22,8 @@ MAX_REASON_CHARS = 500
 
 
 def _hold_key(redis_url: str, prefix: str) -> tuple[object, str]:
+    from frenzy.state.keys import Keys
+
     return operator_redis(redis_url), Keys(prefix).queue_hold()
 
 
@@ -47,6 +47,9 @@ def hold(reason: Annotated[str, typer.Option(help="Shown as every waiting job's 
 @queue_app.command("release")
 def release(redis_url: RedisOpt = "", prefix: PrefixOpt = "frenzy") -> None:
     """Place jobs again (the leader scheduler is woken: at once)."""
+    from frenzy.state.keys import Keys
+    from frenzy.state.store import StateStore
+
     client, key = _hold_key(redis_url, prefix)
     was = redis_errors(client.delete)(key)  # type: ignore[attr-defined]
     if was:  # the leader's loop places the waiting jobs now, not at its next periodic pass
@@ -58,6 +61,8 @@ def release(redis_url: RedisOpt = "", prefix: PrefixOpt = "frenzy") -> None:
 def status(redis_url: RedisOpt = "", prefix: PrefixOpt = "frenzy",
            as_json: JsonOpt = False) -> None:
     """Whether the queue is held, why, and how many jobs wait."""
+    from frenzy.state.keys import Keys
+
     client, key = _hold_key(redis_url, prefix)
     reason = redis_errors(client.get)(key)  # type: ignore[attr-defined]
     waiting = redis_errors(client.zcard)(Keys(prefix).queue())  # type: ignore[attr-defined]

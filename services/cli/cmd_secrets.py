@@ -28,19 +28,16 @@ import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-import redis
 import typer
 
-from frenzy.auth.credentials import write_private
-from frenzy.auth.roles import Role
-from frenzy.auth.tokens import AuthError, TokenStore
 from frenzy.cli.output import fail
-from frenzy.devstack.redis_server import unusable_default_user
 from frenzy.state import acl
-from frenzy.state.keys import Keys
-from frenzy.state.messages import is_safe_name
+
+if TYPE_CHECKING:  # annotations only; imported where the command runs
+    from frenzy.auth.roles import Role
+    from frenzy.auth.tokens import TokenStore
 
 secrets_app = typer.Typer(help="Credentials a container stack makes for itself (compose.yaml's one-shot "
                                "services).", no_args_is_help=True)
@@ -81,6 +78,8 @@ class RoleUser:
 def role_users(prefix: str, nodes: Sequence[str], db: int = 0, selectors: bool = True) -> list[RoleUser]:
     """The operator, the scheduler, the worker and one agent per node of ``nodes``, each with
     ``frenzy.state.acl``'s rules for its role. ``selectors``: the server is Redis 7.0+."""
+    from frenzy.state.messages import is_safe_name
+
     bad = [n for n in nodes if not is_safe_name(n)]
     if bad:
         raise ValueError(f"node name(s) {', '.join(map(repr, bad))}: use letters, digits, '.', '_' and '-' "
@@ -95,6 +94,8 @@ def role_users(prefix: str, nodes: Sequence[str], db: int = 0, selectors: bool =
 def acl_text(passwords: Sequence[tuple[RoleUser, str]]) -> str:
     """Redis' ACL file giving each user its rules behind its password (as a hash): nobody without
     a password has any right but PING."""
+    from frenzy.devstack.redis_server import unusable_default_user
+
     # No comment line: Redis refuses an ACL file with anything but `user` lines.
     # `default` locked by a password nobody has, not turned off: see unusable_default_user.
     return "\n".join([unusable_default_user(), *_user_lines(passwords)]) + "\n"
@@ -131,6 +132,8 @@ def init_redis_secrets(directory: Path, host: str = "redis", port: int = 6379, d
     password. The ACL file is rewritten from the URL files whenever its users differ from what they
     and ``acl.role_rules`` say (a lost file, a node added, a rule changed), so the ACL and the URLs
     always agree. An agent URL file for a node no longer listed is removed with its user."""
+    from frenzy.auth.credentials import write_private
+
     users = role_users(prefix, nodes, db, selectors)
     found = {u: _password_in(directory / u.url_file, u, host, port, db) for u in users}
     acl_path = directory / ACL_FILE
@@ -158,6 +161,9 @@ def ensure_token(store: TokenStore, path: Path, user: str, role: Role, note: str
     """A token for ``user`` in ``path`` (0600) that Redis still knows. -> True when it made a new one.
 
     A token file whose token Redis has lost (its data volume dropped) is replaced."""
+    from frenzy.auth.credentials import write_private
+    from frenzy.auth.tokens import AuthError
+
     if path.is_file():
         try:
             store.verify(path.read_text(encoding="utf-8").strip())
@@ -217,6 +223,12 @@ def tokens(
     Example (compose.yaml's `bootstrap` service):
       frenzy secrets tokens --dir /tokens
     """
+    import redis
+
+    from frenzy.auth.roles import Role
+    from frenzy.auth.tokens import TokenStore
+    from frenzy.state.keys import Keys
+
     client = redis.Redis.from_url(redis_url, decode_responses=True, socket_timeout=10)
     store = TokenStore(client, Keys(prefix), cache_s=0)
     wanted = [(ADMIN_TOKEN_FILE, "admin", Role.ADMIN, "the stack's admin (secrets tokens)"),

@@ -8,15 +8,15 @@ shown once, when it is made; Redis keeps only a hash of it.
 from __future__ import annotations
 
 import time
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from frenzy.auth.roles import Role
-from frenzy.auth.tokens import AuthError, TokenStore
 from frenzy.cli import render
 from frenzy.cli.output import JsonOpt, PrefixOpt, RedisOpt, echo_json, fail, operator_redis, redis_errors
-from frenzy.state.keys import Keys
+
+if TYPE_CHECKING:  # annotations only; imported where the command runs
+    from frenzy.auth.tokens import TokenStore
 
 token_app = typer.Typer(help="API tokens: who may call the scheduler, and as which role.", no_args_is_help=True)
 
@@ -40,6 +40,9 @@ def parse_ttl(text: str) -> float:
 
 
 def _store(redis_url: str, prefix: str) -> TokenStore:
+    from frenzy.auth.tokens import TokenStore
+    from frenzy.state.keys import Keys
+
     return TokenStore(operator_redis(redis_url), Keys(prefix))
 
 
@@ -61,6 +64,8 @@ def create(
       frenzy token create --user ci --role read --ttl 30d --note "dashboards"
       FRENZY_TOKEN=frz_... frenzy jobs                  # use it
     """
+    from frenzy.auth.roles import Role
+
     try:
         parsed_role, seconds = Role.parse(role), parse_ttl(ttl)
         token, info = redis_errors(_store(redis_url, prefix).create)(user, parsed_role, note=note, ttl_s=seconds)
@@ -105,6 +110,8 @@ def list_tokens(redis_url: RedisOpt = "", prefix: PrefixOpt = "frenzy",
 def revoke(token_id: Annotated[str, typer.Argument(help="The token's id (from list), or the token itself.")],
            redis_url: RedisOpt = "", prefix: PrefixOpt = "frenzy") -> None:
     """Revoke a token; servers stop accepting it within a few seconds."""
+    from frenzy.auth.tokens import AuthError
+
     try:
         found = redis_errors(_store(redis_url, prefix).revoke)(token_id)
     except AuthError as exc:

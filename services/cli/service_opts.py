@@ -6,13 +6,15 @@ Not a ``cmd_*`` module: it registers no command (``frenzy.cli.main`` imports tho
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from prometheus_client import CollectorRegistry
 
 from frenzy import logs
 from frenzy.metrics_http import METRICS_ADDRESS_HELP, MetricsServer, parse_metrics_address, serve_metrics
+
+if TYPE_CHECKING:  # annotations only; imported where it runs
+    from prometheus_client import CollectorRegistry
 
 LogFormatOpt = Annotated[str, typer.Option("--log-format", envvar="FRENZY_LOG_FORMAT", help=logs.LOG_FORMAT_HELP)]
 MetricsAddressOpt = Annotated[str, typer.Option("--metrics-address", envvar="FRENZY_METRICS_ADDRESS",

@@ -6,7 +6,7 @@ import typer
 from typer.testing import CliRunner
 from unit.agent.agent_fake_nvml import FakeNvml
 
-from frenzy.agent import cli
+from frenzy.agent import cli, gpus
 from frenzy.agent.gpus import NvmlBackend
 
 app = typer.Typer()
@@ -35,7 +35,8 @@ def test_both_fake_options_is_an_error(tmp_path) -> None:
 
 
 def test_nvml_failure_prints_the_reason_and_exits_2(monkeypatch) -> None:
-    monkeypatch.setattr(cli, "NvmlBackend", lambda: NvmlBackend(FakeNvml(init_error=9)))
+    # The command imports its backends when it runs (a fast `frenzy --help`): patched where they live.
+    monkeypatch.setattr(gpus, "NvmlBackend", lambda: NvmlBackend(FakeNvml(init_error=9)))
     result = runner.invoke(app, ["--node", "n1", "--redis-url", "redis://127.0.0.1:1/0"])
     assert result.exit_code == 2
     assert "driver not loaded (NVML_ERROR_DRIVER_NOT_LOADED)" in result.output
