@@ -186,7 +186,9 @@ def layer_coefficients(
     par = e * (q_w + k_w + v_w) + e * o_w
     if model.mla:
         # The latents, replicated (Megatron's MLA down projections are not split): the K/V latent and
-        # the decoupled RoPE key, the query latent, each latent's RMSNorm output and fp32 rstd.
+        # the decoupled RoPE key, the query latent, each latent's RMSNorm output and fp32 rstd
+        # (DeepSeek-V2, arXiv 2405.04434, eqs. 9-10 and 12-13: c^KV (d_c) and k^R (d_h^R) per token,
+        # c^Q (d_c'); Q and K per head are d_h + d_h^R wide, V v_head_dim: q_width, k_width, v_width).
         rep += e * (2 * model.kv_lora_rank + model.qk_rope_head_dim + 2 * model.q_lora_rank)
         rep += 4 * (2 if model.q_lora_rank else 1)
     score = 0.0

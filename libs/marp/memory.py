@@ -36,7 +36,7 @@ cannot disagree. This module is the public face: ``predict_memory``, ``memory_gr
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -47,7 +47,7 @@ from marp.errors import InvalidLayoutError, InvalidRecipeError, MarpError
 from marp.gpus import GiB, GpuType, get_gpu
 from marp.memory_terms import FIELDS, PHASES, STAGES, memory_for_grid
 from marp.models import ModelSpec
-from marp.recipe import Layout, LayoutGrid, TrainingRecipe, canonical_precision
+from marp.recipe import Layout, LayoutGrid, TrainingRecipe, balanced_split, canonical_precision
 from marp.sizes import (
     CONTEXT_BYTES,
     CONTEXT_BYTES_DEFAULT,
@@ -232,10 +232,11 @@ def validate_layout(model: ModelSpec, recipe: TrainingRecipe, layout: Layout) ->
         )
     check_pp_split(model, recipe, layout)
     if layout.vpp > 1 and layout.pp_layers is None and model.n_layers % (layout.pp * layout.vpp):
-        raise InvalidLayoutError(
-            "layout.vpp", f"pp {layout.pp} x vpp {layout.vpp} must divide the model's {model.n_layers} layers "
-            "for an even split.", "give the layers of each virtual stage (--pp-layers), or a pp x vpp that divides them.",
-        )
+        try:  # uneven virtual stages: torchtitan's / Megatron's balanced split (with_default_split)
+            balanced_split(model.n_layers, layout.pp * layout.vpp)
+        except ValueError as exc:
+            raise InvalidLayoutError("layout.vpp", f"pp {layout.pp} x vpp {layout.vpp}: {exc}",
+                                     "use fewer (virtual) pipeline stages.") from None  # fmt: skip
     if layout.vpp > 1 and layout.grad_accum % layout.pp:
         raise InvalidLayoutError(
             "layout.vpp", f"interleaved 1F1B needs the micro-batch count ({layout.grad_accum}) to be a "
@@ -271,6 +272,16 @@ def validate_layout(model: ModelSpec, recipe: TrainingRecipe, layout: Layout) ->
                                  f"it needs zero stage 3, got {layout.zero_stage}.", "use --zero 3.")  # fmt: skip
 
 
+def with_default_split(model: ModelSpec, layout: Layout) -> Layout:
+    """The layout with the split it runs with: interleaved virtual stages that do not divide the
+    model's layers get torchtitan's and Megatron's balanced split (``marp.recipe.balanced_split``:
+    the embedding and the head count one layer each) where no split is given; else unchanged.
+    Before issue 36 such a layout was refused ("pp x vpp that divides them")."""
+    if layout.vpp > 1 and layout.pp_layers is None and model.n_layers % (layout.pp * layout.vpp):
+        return replace(layout, pp_layers=balanced_split(model.n_layers, layout.pp * layout.vpp))
+    return layout
+
+
 def predict_memory(
     model: ModelSpec, recipe: TrainingRecipe, layout: Layout, gpu: GpuType | str | None = None,
     stage: str = "max",
@@ -290,6 +301,7 @@ def predict_memory(
         if recipe.float8:
             gpu.check_fp8()
     validate_layout(model, recipe, layout)
+    layout = with_default_split(model, layout)
     return breakdown_at(memory_for_grid(model, recipe, LayoutGrid.of(layout), gpu, stage), 0)
 
 
@@ -308,5 +320,5 @@ __all__ = [
     "NCCL_BYTES", "PHASES", "RECOMPUTE_CODE", "STAGES", "TE_STREAMS", "MemoryBreakdown", "breakdown_at",
     "check_pp_split", "check_seq_len", "check_split_covers", "layer_activation_bytes", "layer_activation_parts", "memory_for_grid", "memory_grid",
     "model_state_bytes", "predict_memory", "runtime_reserve_bytes", "stage_param_counts",
-    "state_bytes_per_param", "validate_layout",
+    "state_bytes_per_param", "validate_layout", "with_default_split",
 ]  # fmt: skip

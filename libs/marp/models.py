@@ -55,7 +55,7 @@ class ModelSpec:
     model, an upper bound).
 
     ``kv_lora_rank`` > 0 makes the attention multi-head latent attention (MLA, DeepSeek-V2,
-    DeepSeek-AI 2024, sec. 2.1): K and V come from a shared latent of that rank (plus a decoupled
+    DeepSeek-AI 2024, arXiv 2405.04434, sec. 2.1): K and V come from a shared latent of that rank (plus a decoupled
     RoPE key of ``qk_rope_head_dim``), queries from a latent of ``q_lora_rank`` (0: a plain
     projection); each head has ``qk_nope_head_dim + qk_rope_head_dim`` query/key and
     ``v_head_dim`` value dimensions. MLA needs kv_heads == heads.
@@ -230,7 +230,15 @@ class ModelSpec:
     def _mla_params_split(self) -> tuple[int, int]:
         """(TP-sharded, replicated) attention parameters of multi-head latent attention (HF
         DeepseekV2Attention / DeepseekV3Attention; Megatron-LM's MLA keeps the down projections
-        replicated and splits the up projections and the output projection by heads)."""
+        replicated and splits the up projections and the output projection by heads).
+
+        The shapes are DeepSeek-V2's (arXiv 2405.04434, sec. 2.1.2-2.1.3, eqs. 9-19), with d_c =
+        kv_lora_rank, d_c' = q_lora_rank, d_h = qk_nope_head_dim (v_head_dim for values), d_h^R =
+        qk_rope_head_dim, n_h = heads: W^DKV (d_c x d) and the decoupled key W^KR (d_h^R x d) --
+        HF's kv_a_proj_with_mqa, one d x (d_c + d_h^R) matrix -- W^UK (d_h n_h x d_c) and W^UV
+        (v_head_dim n_h x d_c) -- kv_b_proj -- W^DQ (d_c' x d), W^UQ (d_h n_h x d_c') and W^QR
+        (d_h^R n_h x d_c') -- q_a_proj, q_b_proj -- and W^O (d x v_head_dim n_h); plus the RMSNorms
+        HF applies to each latent (kv_a_layernorm, q_a_layernorm)."""
         h, heads, rope = self.hidden, self.heads, self.qk_rope_head_dim
         qk = heads * (self.qk_nope_head_dim + rope)
         replicated = h * (self.kv_lora_rank + rope) + self.kv_lora_rank  # kv_a_proj_with_mqa, kv_a_layernorm

@@ -105,6 +105,29 @@ def split_maxima(split: tuple[int, ...], pp: int) -> tuple[int, int]:
     return max(sum(split[r::pp]) for r in range(pp)), max(split)
 
 
+def balanced_split(n_layers: int, stages: int, input_weight: int = 1, output_weight: int = 1) -> tuple[int, ...]:
+    """The layers of each of ``stages`` (virtual) pipeline stages when they do not divide the model:
+    torchtitan's default split (pytorch/torchtitan torchtitan/distributed/pipeline_parallel.py,
+    ``generate_llm_fqn_per_model_part``, input_weight = output_weight = 1), which counts the token
+    embedding and the final norm + head as one layer each, gives every stage (n_layers + 2) // stages
+    of those units, the first (n_layers + 2) % stages stages one more, and takes the embedding's unit
+    from the first stage and the head's from the last. Megatron-LM's
+    --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split gives the same
+    split where stages divides n_layers + 2 (its only case): 126 layers over 8 x 2 virtual stages are
+    7, 8 x 14, 7 (Llama 3.1 405B's, 16 layers on ranks 1-6, 15 on ranks 0 and 7).
+
+    Raises ValueError where a stage would get no unit or the embedding / head more than a stage's
+    share (torchtitan refuses those too)."""
+    effective = n_layers + input_weight + output_weight
+    per, extra = divmod(effective, stages)
+    if stages < 2 or per < max(1, input_weight, output_weight):
+        raise ValueError(f"{n_layers} layers and the embedding and head do not fill {stages} pipeline stages.")
+    split = [per + (1 if i < extra else 0) for i in range(stages)]
+    split[0] -= input_weight
+    split[-1] -= output_weight
+    return tuple(split)
+
+
 def canonical_precision(precision: str) -> str:
     """The policy a precision name stands for (``bf16`` -> ``master-bf16``)."""
     return PRECISION_ALIASES.get(precision, precision)
@@ -586,6 +609,7 @@ class LayoutGrid:
 
 __all__ = [
     "DEFAULT_WEIGHT_DECAY", "FINETUNES", "GRAD_BUFFERS", "KERNELS", "LORA_TARGETS", "LOSSES", "MAIN_GRAD_DTYPES", "OPTIMIZERS", "OPTIMIZER_IMPLS", "PRECISIONS",
-    "PRECISION_ALIASES", "RECOMPUTE", "ZERO3_BACKENDS", "ZERO_STAGES", "Layout", "LayoutGrid", "TrainingRecipe", "canonical_precision",
+    "PRECISION_ALIASES", "RECOMPUTE", "ZERO3_BACKENDS", "ZERO_STAGES", "Layout", "LayoutGrid", "TrainingRecipe",
+    "balanced_split", "canonical_precision",
     "check_pp_layers", "compute_dtype", "split_maxima",
 ]  # fmt: skip

@@ -348,7 +348,7 @@ def test_interleaved_schedule_follows_megatron_warmup() -> None:
         (Layout(3, 1, 1, 0, 1, 8), {}, "layout.tp"),
         (Layout(1, 1, 2, 0, 1, 8), {}, "layout.grad_accum"),
         (Layout(1, 64, 1, 0, 1, 8), {}, "layout.pp"),
-        (Layout(1, 4, 1, 0, 1, 8, vpp=3), {}, "layout.vpp"),
+        (Layout(1, 4, 1, 0, 1, 8, vpp=16), {}, "layout.vpp"),  # 64 virtual stages, 32 layers (vpp=3: balanced split)
         (Layout(1, 1, 1, 0, 1, 8, cp=2), {"flash_attention": False}, "layout.cp"),
         (Layout(1, 1, 1, 0, 1, 8, sp=True), {}, "layout.sp"),
         (Layout(1, 1, 2, 0, 1, 4, ep=2), {}, "layout.ep"),

@@ -10,6 +10,7 @@ The configs below carry the keys of the public config.json files that decide the
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -115,3 +116,20 @@ def test_moe_only_keys_need_experts() -> None:
     with pytest.raises(ModelConfigError) as info:
         model_from_hf_config({**DSV2_LITE, "first_k_dense_replace": 27})
     assert info.value.field == "model.config.first_k_dense_replace"
+
+
+def test_deepseek_v3_over_uneven_virtual_stages() -> None:
+    """Issue 36: DeepSeek-V3's 61 layers at pp 8 x vpp 2 (16 virtual stages, which do not divide 61)
+    run with torchtitan's balanced split -- 3, 4 x 14, 2 -- instead of being refused, and cost what
+    the same split given explicitly does."""
+    from marp.recipe import balanced_split
+
+    v3 = model_from_hf_config(DSV3)
+    recipe = TrainingRecipe(seq_len=4096, global_batch=128, micro_batch=1, precision="bf16")
+    layout = Layout(tp=8, pp=8, dp=16, zero_stage=1, micro_batch=1, grad_accum=8, vpp=2, ep=16,
+                    recompute="full", sp=True)  # fmt: skip
+    split = balanced_split(61, 16)
+    assert split == (3,) + (4,) * 14 + (2,)
+    got = predict_memory(v3, recipe, layout, "H100-80GB")
+    assert got == predict_memory(v3, replace(recipe, pp_layers=split), replace(layout, pp_layers=split), "H100-80GB")
+    assert got.activations > 0 and got.parameters > 0

@@ -2,8 +2,9 @@
 
 A split is charged at its fullest pipeline rank (and one chunk's pass at its fullest virtual
 stage), so a 32-layer model split 6,10,10,6 over 4 ranks costs exactly what an evenly split
-40-layer model does (10 layers a rank); 126 layers over 8 x 2 virtual stages, rejected as an even
-split, is accepted with a split and costs what 128 even layers do (16 a rank, 8 a chunk).
+40-layer model does (10 layers a rank); 126 layers over 8 x 2 virtual stages, not an even split,
+runs with torchtitan's balanced split (issue 36; before, it was refused without --pp-layers) and
+costs what 128 even layers do (16 a rank, 8 a chunk).
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from marp import (
     memory_grid,
     predict_memory,
 )
-from marp.recipe import split_maxima
+from marp.memory import with_default_split
+from marp.recipe import balanced_split, split_maxima
 
 LLAMA = get_model("llama-2-7b")  # 32 layers
 
@@ -56,14 +58,37 @@ def test_the_fullest_rank_is_charged(stage: str) -> None:
 
 
 def test_126_layers_over_16_virtual_stages() -> None:
+    """Issue 36: without a split, 126 layers over pp 8 x vpp 2 run with torchtitan's and Megatron's
+    balanced split (the embedding and the head one layer each: 7, 8 x 14, 7), not refused."""
     big = replace(LLAMA, name="llama-126", n_layers=126)
-    with pytest.raises(InvalidLayoutError, match="--pp-layers"):
-        predict_memory(big, _recipe(), _layout(8, vpp=2), "H100-80GB")
     split = (7,) + (8,) * 14 + (7,)
+    assert balanced_split(126, 16) == split
     assert split_maxima(split, 8) == (16, 8)  # ranks 1-6 hold two 8-layer stages
     got = predict_memory(big, _recipe(split), _layout(8, vpp=2, split=split), "H100-80GB")
     even = predict_memory(replace(big, n_layers=128), _recipe(), _layout(8, vpp=2), "H100-80GB")
     assert got == even
+    assert predict_memory(big, _recipe(), _layout(8, vpp=2), "H100-80GB") == got
+    assert with_default_split(big, _layout(8, vpp=2)).pp_layers == split
+    # a pp x vpp that divides the layers keeps Megatron's even split (no pp_layers)
+    assert with_default_split(replace(big, n_layers=128), _layout(8, vpp=2)).pp_layers is None
+
+
+@pytest.mark.parametrize(("n_layers", "stages", "split"), [
+    (126, 16, (7,) + (8,) * 14 + (7,)),  # Llama 3.1 405B at pp 8 x vpp 2
+    (32, 8, (4, 5, 4, 4, 4, 4, 4, 3)),  # 34 units: the first two stages get one more (torchtitan)
+    (61, 16, (3,) + (4,) * 14 + (2,)),  # DeepSeek-V3 at pp 8 x vpp 2
+    (30, 8, (3, 4, 4, 4, 4, 4, 4, 3)),
+])  # fmt: skip
+def test_the_balanced_split_is_torchtitans(n_layers: int, stages: int, split: tuple[int, ...]) -> None:
+    got = balanced_split(n_layers, stages)
+    assert sum(got) == n_layers and len(got) == stages
+    assert got == split
+
+
+def test_too_many_virtual_stages_are_refused_naming_vpp() -> None:
+    tiny = replace(LLAMA, name="llama-5", n_layers=5)
+    with pytest.raises(InvalidLayoutError, match="vpp"):
+        predict_memory(tiny, _recipe(), _layout(4, vpp=2), "H100-80GB")
 
 
 def test_the_grid_path_agrees_with_the_single_layout() -> None:
