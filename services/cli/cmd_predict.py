@@ -11,17 +11,21 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-import marp
-from frenzy.cli import predict_fixes, render
+from frenzy.cli import render
 from frenzy.cli.output import JsonOpt, echo_json, fail
-from frenzy.rpc.jobspec import JobSpecError, parse_entry
-from frenzy.v1 import types_pb2
+
+if TYPE_CHECKING:  # annotations only; imported where it runs
+    import marp
 
 # MARP error fields -> the flag a user typed, so every message names the flag.
+# marp.plans.DEFAULT_MIN_SCALING_EFF, named in --help without importing MARP (numpy) for every
+# `frenzy` command; tests/unit/cli/test_cli_registry.py checks the two agree.
+DEFAULT_MIN_SCALING_EFF = 0.7
+
 FLAG_OF_FIELD: dict[str, str] = {
     "model": "--model", "recipe.seq_len": "--seq-len", "recipe.global_batch": "--global-batch",
     "recipe.micro_batch": "--micro-batch", "recipe.precision": "--precision", "recipe.optimizer": "--optimizer",
@@ -140,7 +144,7 @@ def predict(
         "else the GPU generation's: 50 for H100/H200/B200, 25 for A100).")] = None,
     min_scaling_eff: Annotated[float | None, typer.Option(
         "--min-scaling-eff", help="Ranked mode: plans whose GPU-hours exceed the cheapest plan of their GPU type's "
-        f"by more than 1 / this rank last (default {marp.plans.DEFAULT_MIN_SCALING_EFF}; 0: off).")] = None,
+        f"by more than 1 / this rank last (default {DEFAULT_MIN_SCALING_EFF}; 0: off).")] = None,
     top: Annotated[int, typer.Option(help="Rows to show in the table.")] = 20,
     as_json: JsonOpt = False,
 ) -> None:
@@ -153,6 +157,9 @@ def predict(
         frenzy predict --model llama-3-8b --seq-len 8192 --micro-batch 2 --precision fsdp-bf16 \\
             --dp 8 --tp 1 --pp 1 --zero 3 --recompute op-sac --gpu H100-80GB --json
     """
+    import marp
+    from frenzy.cli import predict_fixes
+
     single = any(v is not None for v in (dp, tp, pp, vpp, cp, zero, stage, gpu)) or sequence_parallel
     if recompute is not None:
         _choice(recompute, "--recompute", RECOMPUTE_CHOICES)
@@ -288,6 +295,8 @@ def _restricting_flag(cluster: Path | None, gpu_types: list[str] | None) -> str 
 
 
 def _marp_plan_text(p: marp.Plan) -> str:
+    from frenzy.cli import predict_fixes
+
     lay = p.layout
     return predict_fixes.plan_text(p.gpu_type, lay.num_gpus, lay.tp, lay.pp, lay.dp, lay.zero_stage,
                                    lay.micro_batch, lay.recompute)  # fmt: skip
@@ -295,6 +304,8 @@ def _marp_plan_text(p: marp.Plan) -> str:
 
 def _targets(text: str) -> tuple[str, ...]:
     """--lora-targets q,v -> ("q", "v"), each a linear MARP knows, each once."""
+    import marp
+
     targets = tuple(t.strip() for t in text.split(","))
     unknown = [t for t in targets if t not in marp.recipe.LORA_TARGETS]
     if unknown or not targets or len(set(targets)) != len(targets):
@@ -316,6 +327,8 @@ def _split(text: str | None) -> tuple[int, ...] | None:
 
 
 def _pools(cluster: Path | None, gpu_types: list[str] | None) -> list[marp.GpuPool] | None:
+    import marp
+
     if cluster is not None:
         from frenzy.devstack.stack import load_cluster_file
 
@@ -346,6 +359,9 @@ def _single(
     gpu: str | None, cluster: Path | None, gpu_types: list[str] | None, max_gpus: int, no_recompute: bool,
     tuning: dict[str, Any], as_json: bool = False, inter_node_gbps: float | None = None,
 ) -> None:  # fmt: skip
+    import marp
+    from frenzy.cli import predict_fixes
+
     for value, flag in ((cluster, "--cluster"), (gpu_types, "--gpu-type"), (max_gpus, "--max-gpus")):
         if value:
             fail(f"{flag}: plans for many layouts; it contradicts the single-layout flags (--dp/--tp/--pp/--gpu...).",
@@ -447,8 +463,11 @@ def _ranked_via_predictor(
     max_gpus: int, top: int, as_json: bool, tuning: dict[str, Any],
 ) -> None:  # fmt: skip
     """The job-spec path (same validation and JSON as the predictor service)."""
+    import marp
+    from frenzy.cli import predict_fixes
     from frenzy.predictor.planning import predict as run_predict
-    from frenzy.v1 import predictor_pb2
+    from frenzy.rpc.jobspec import JobSpecError, parse_entry
+    from frenzy.v1 import predictor_pb2, types_pb2
 
     def request(ov: dict[str, Any]) -> predictor_pb2.PredictResponse:
         """The predictor's answer, with ranked_fixes' overrides (none: the user's job)."""

@@ -9,17 +9,10 @@ import time
 from pathlib import Path
 from typing import Annotated
 
-import grpc
 import typer
 
-from frenzy.auth.credentials import credentials_path
 from frenzy.cli import render
-from frenzy.cli.cmd_jobs import show_job
 from frenzy.cli.output import fail
-from frenzy.rpc.client import scheduler_stub
-from frenzy.rpc.jobspec import parse_entry
-from frenzy.signals import stop_on_signals
-from frenzy.v1 import scheduler_pb2
 
 PANEL = "Local stack"
 
@@ -46,6 +39,9 @@ def up(
     stack per credentials file: while one answers, a second `frenzy up` is refused unless
     FRENZY_CREDENTIALS names another file.
     """
+    from frenzy.auth.credentials import credentials_path
+    from frenzy.signals import stop_on_signals
+
     where = credentials_path()
     _refuse_a_second_stack(where)
     redis_url = os.environ.get("REDIS_URL") or None
@@ -205,6 +201,8 @@ def demo(
 
     Exits 0 only if the job went PENDING -> ... -> SUCCEEDED and its GPUs were released afterwards.
     """
+    import grpc
+
     stack = _make_stack(cluster, run_dir, with_worker=False, with_api=False)
     stack.redis_url = ""  # the demo always runs on its own private Redis
     con = render.console()
@@ -224,6 +222,11 @@ def demo(
 
 
 def _demo_job(stack, model: str, timeout_s: float) -> bool:  # noqa: ANN001
+    from frenzy.cli.cmd_jobs import show_job
+    from frenzy.rpc.client import scheduler_stub
+    from frenzy.rpc.jobspec import parse_entry
+    from frenzy.v1 import scheduler_pb2
+
     con = render.console()
     script = stack.run_dir / "demo_train.py"
     script.write_text(DEMO_SCRIPT)

@@ -44,3 +44,11 @@ def test_every_command_module_has_a_known_panel_and_registers_something() -> Non
 def test_the_full_install_lacks_no_server_package() -> None:
     # The test environment is the full one (`make` installs the server extra): nothing is a placeholder.
     assert main.missing_server_package() is None
+
+
+def test_predict_help_names_marps_own_default() -> None:
+    # cmd_predict keeps MARP (numpy) out of `frenzy --help` by naming the default itself.
+    import marp.plans
+    from frenzy.cli import cmd_predict
+
+    assert cmd_predict.DEFAULT_MIN_SCALING_EFF == marp.plans.DEFAULT_MIN_SCALING_EFF
