@@ -12,7 +12,9 @@ refused when the agent starts.
 
 A job's own env may not set the variables Frenzy sets for it (``RESERVED``):
 they say which GPUs and rendezvous the job has, so a job that set them would
-run on GPUs another job holds. The launch check refuses such a launch.
+run on GPUs another job holds. Every front door refuses them at submission
+(``frenzy.rpc.jobspec``, ``frenzy.rpc.spec_limits`` import this list), and the
+launch check refuses such a launch again on the node.
 
 ``FRENZY_CHECKPOINT_DIR`` (``checkpoint_dir``): with the agent's ``--checkpoint-root ROOT``, every
 attempt of a job, on every node, gets ``ROOT/<job id>``. The same path across attempts is the
@@ -20,7 +22,8 @@ point: a job re-planned after an out-of-memory exit or a lost node finds what it
 saved there and resumes instead of starting over (``examples/train_resume.py``). ROOT should be a
 filesystem every node shares; without it, no variable is set.
 
-Pure functions: no I/O, no ``os.environ``.
+Pure functions: no I/O, no ``os.environ``. Cheap to import (the job-entry validation of every front
+door imports it for ``RESERVED``), so heavier imports stay inside the functions that need them.
 """
 
 from __future__ import annotations
@@ -28,8 +31,6 @@ from __future__ import annotations
 import posixpath
 import re
 from collections.abc import Iterable, Mapping
-
-from frenzy.state.messages import is_safe_name
 
 # From the agent's environment, always (when set there).
 ALLOWED = frozenset({"PATH", "HOME", "LANG", "LANGUAGE", "TZ", "USER", "LOGNAME", "SHELL", "TMPDIR", "TERM",
@@ -53,6 +54,11 @@ def is_credential(name: str) -> bool:
     """A name the agent never hands to a job from its own environment."""
     upper = name.upper()
     return upper in CREDENTIALS or any(word in upper for word in _SECRET_WORDS)
+
+
+def reserved_names_text() -> str:
+    """The reserved names as a user reads them in an error: ``CUDA_VISIBLE_DEVICES, ..., FRENZY_*, PET_*``."""
+    return ", ".join([*sorted(RESERVED), *(f"{p}*" for p in RESERVED_PREFIXES)])
 
 
 def is_reserved(name: str) -> bool:
@@ -140,6 +146,8 @@ def checkpoint_dir(root: str, job_id: str) -> str:
     Raises ValueError for a job id that could name anything but one directory right under ROOT
     (launch messages only carry safe ids, ``messages.SafeName``; this is the second lock).
     """
+    from frenzy.state.messages import is_safe_name
+
     root = check_checkpoint_root(root)
     if not is_safe_name(job_id) or job_id in (".", ".."):
         raise ValueError(f"job id {job_id!r}: not a safe name; no checkpoint directory for it")

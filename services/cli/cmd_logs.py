@@ -5,6 +5,7 @@ scheduler serves it (``StreamLogs``), so this works from any machine that
 reaches the scheduler. Lines are prefixed with their node when the job ran
 on more than one node or attempt. The stream is capped: when its start was
 trimmed, the full file is still on the node (path shown by ``frenzy job``).
+``OutputWriter`` prints the chunks here and in ``frenzy submit --wait``.
 """
 
 from __future__ import annotations
@@ -48,38 +49,14 @@ def logs(
             job = stub.GetJob(scheduler_pb2.GetJobRequest(job_id=job_id), timeout=30)
             if prefix is None:
                 prefix = len(job.placement) > 1 or job.attempt > 1
-            seen: set[tuple[str, int]] = set()
-            open_line: tuple[str, int] | None = None  # whose last line is still unfinished
+            out = OutputWriter(prefix=prefix, attempt_tags=job.attempt > 1, log_paths=dict(job.log_paths),
+                               trimmed_notes=not tail)
             for chunk in stub.StreamLogs(request):
                 if as_json:
                     echo_json(render.to_dict(chunk))
                     continue
-                where = (chunk.node, chunk.attempt)
-                if where not in seen:
-                    seen.add(where)
-                    if chunk.offset > 0 and not tail:
-                        path = job.log_paths.get(chunk.node, "its log file")
-                        render.console(stderr=True).print(
-                            f"[yellow]({chunk.node} attempt {chunk.attempt}: the first {chunk.offset} bytes were "
-                            f"trimmed from the stream; the full log is {path} on {chunk.node})[/]")
-                text = chunk.text
-                if not text:
-                    continue
-                continues = open_line == where  # this piece finishes a line the last one began
-                if open_line is not None and not continues:
-                    sys.stdout.write("\n")  # another node's output: do not glue it onto that line
-                if prefix:
-                    tag = f"[{chunk.node}{'' if job.attempt <= 1 else f' #{chunk.attempt}'}] "
-                    lines = text.split("\n")
-                    body = lines[:-1] if text.endswith("\n") else lines
-                    text = "".join(("" if i == 0 and continues else tag) + line + "\n" for i, line in enumerate(body))
-                    if not chunk.text.endswith("\n"):
-                        text = text[:-1]
-                open_line = None if text.endswith("\n") else where
-                sys.stdout.write(text)
-                sys.stdout.flush()
-            if open_line is not None:
-                sys.stdout.write("\n")  # end the output on a whole line
+                out.write(chunk)
+            out.end_line()
             if follow:
                 final = stub.GetJob(scheduler_pb2.GetJobRequest(job_id=job_id), timeout=30)
                 state = render.state_name(final.state)
@@ -90,6 +67,60 @@ def logs(
     except grpc.RpcError as exc:
         rpc_fail(exc)
 
+
+class OutputWriter:
+    """A job's log chunks on stdout, as the job printed them (``frenzy logs`` and ``frenzy submit --wait``).
+
+    Pieces of one node's line are joined; another node's piece never glues onto an unfinished
+    line; with ``prefix`` each line starts with ``[node]`` (``[node #attempt]`` with
+    ``attempt_tags``). Control characters other than newline and tab are shown as escapes
+    (``\\x1b``, render.plain_text): the output is the job's, and an escape sequence in it must not
+    retitle, clear or rewrite the reader's terminal (issue 14 item 12). A node whose stream
+    start was trimmed gets a note on stderr naming the full log file (``log_paths``)."""
+
+    def __init__(self, prefix: bool = False, attempt_tags: bool = False, log_paths: dict[str, str] | None = None,
+                 trimmed_notes: bool = True) -> None:
+        self.prefix, self.attempt_tags, self.trimmed_notes = prefix, attempt_tags, trimmed_notes
+        self.log_paths = log_paths or {}
+        self.seen: set[tuple[str, int]] = set()
+        self.open_line: tuple[str, int] | None = None  # whose last line is still unfinished
+        self.trimmed = False  # some node's output began before what the stream held
+
+    def write(self, chunk: scheduler_pb2.LogChunk) -> None:
+        where = (chunk.node, chunk.attempt)
+        if where not in self.seen:
+            self.seen.add(where)
+            if chunk.offset > 0:
+                self.trimmed = True
+                if self.trimmed_notes:
+                    self.end_line()
+                    path = self.log_paths.get(chunk.node, "its log file")
+                    render.console(stderr=True).print(
+                        f"[yellow]({render.user_text(chunk.node)} attempt {chunk.attempt}: the first {chunk.offset} "
+                        f"bytes were trimmed from the stream; the full log is {render.user_text(path)} on "
+                        f"{render.user_text(chunk.node)})[/]")
+        text = render.plain_text(chunk.text, keep_lines=True)
+        if not text:
+            return
+        continues = self.open_line == where  # this piece finishes a line the last one began
+        if self.open_line is not None and not continues:
+            sys.stdout.write("\n")  # another node's output: do not glue it onto that line
+        if self.prefix:
+            tag = f"[{render.plain_text(chunk.node)}{f' #{chunk.attempt}' if self.attempt_tags else ''}] "
+            lines = text.split("\n")
+            body = lines[:-1] if text.endswith("\n") else lines
+            tagged = "".join(("" if i == 0 and continues else tag) + line + "\n" for i, line in enumerate(body))
+            text = tagged if text.endswith("\n") else tagged[:-1]
+        self.open_line = None if text.endswith("\n") else where
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+    def end_line(self) -> None:
+        """Finish an unfinished output line, so what is printed next starts on a line of its own."""
+        if self.open_line is not None:
+            sys.stdout.write("\n")
+            sys.stdout.flush()
+            self.open_line = None
 
 PANEL = "Run jobs"
 

@@ -4,8 +4,11 @@ One pydantic model validates every path, so `frenzy submit`, `frenzy batch`,
 the REST gateway and the Celery worker reject the same bad input with the same
 message ("global_batch: Input should be greater than 0"). Every field has an
 upper bound, so no entry can overflow a proto integer, fill a gRPC message or
-Redis (issue 14 items 8 and 10). Deeper checks (is the model known, does the
-batch divide) are the predictor's, behind the gRPC API.
+Redis (issue 14 items 8 and 10). An env that sets a variable Frenzy sets for every
+job (``CUDA_VISIBLE_DEVICES``, ``FRENZY_*``, the rendezvous: ``frenzy.agent.jobenv.RESERVED``)
+is refused here too, before anything is written, not on a node after GPUs were reserved.
+Deeper checks (does the batch divide) are the predictor's, behind the gRPC API;
+``unknown_model`` lets a client refuse a model name before packing and uploading its code.
 
 A `model` that names a file is a client convenience: ``to_proto`` reads it
 only where the caller allows (the CLI); the API server never opens a path.
@@ -16,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Iterable
 from typing import Annotated, Literal
 
 from pydantic import (
@@ -28,6 +32,7 @@ from pydantic import (
     field_validator,
 )
 
+from frenzy.agent import jobenv
 from frenzy.rpc.convert import (
     CHOICE_DEFAULTS,
     DEFAULT_LORA_RANK,
@@ -292,6 +297,7 @@ class JobEntry(BaseModel):
             if ENV_KEY.fullmatch(key) is None:
                 raise ValueError(f"variable name {key[:64]!r} is not a shell name (letters, digits and _, "
                                  "not starting with a digit, at most 256)")
+        check_reserved_env(v)
         _check_command_env_size(info.data.get("command") or [], v)
         return v
 
@@ -340,6 +346,44 @@ class JobEntry(BaseModel):
             priority=self.priority,
             resumable=self.resumable,
         )
+
+
+def check_reserved_env(env: Iterable[str]) -> None:
+    """Refuse a job env naming a variable Frenzy sets for every job (ValueError naming it and why).
+
+    The agent sets them to the GPUs and rendezvous the scheduler gave the job; a job that set
+    ``CUDA_VISIBLE_DEVICES`` itself would run on GPUs another job holds. One list, the agent's."""
+    reserved = jobenv.reserved_in(dict.fromkeys(env, ""))
+    if reserved:
+        names = ", ".join(reserved[:5]) + (f" (+{len(reserved) - 5} more)" if len(reserved) > 5 else "")
+        raise ValueError(
+            f"{names}: set by Frenzy for every job (the GPUs and rendezvous the scheduler gave it); a job may not "
+            f"set {'it' if len(reserved) == 1 else 'them'}. Reserved: {jobenv.reserved_names_text()}. To fix: drop "
+            f"{'it' if len(reserved) == 1 else 'them'} from the env (the job reads the values Frenzy sets)")
+
+
+def unknown_model(model: types_pb2.ModelSpec) -> str | None:
+    """Why ``model`` names no model this client's MARP knows (``"unknown model 'x'. Did you mean ...? To
+    fix: ..."``), or None. A client's check before it packs and uploads code: the catalog is MARP's,
+    compiled in, and the config is parsed the way the predictor parses it. (A client older than the
+    scheduler may not know a model added since; the same release on both sides agrees.)"""
+    import marp
+    from marp.model_catalog import find_model, suggest_models
+
+    which = model.WhichOneof("source")
+    if which == "catalog_name":
+        if find_model(model.catalog_name) is not None:
+            return None
+        close = suggest_models(model.catalog_name, n=3)
+        hint = f" Did you mean {', '.join(close)}?" if close else ""
+        return (f"unknown model {model.catalog_name!r}.{hint} To fix: give a catalog name (`frenzy models` lists "
+                "them), the path of a config.json, or the config as inline JSON")
+    if which == "config_json":
+        try:
+            marp.model_from_json(model.config_json, name=model.display_name or "custom")
+        except marp.MarpError as exc:
+            return str(exc)
+    return None
 
 
 def _check_command_env_size(command: list[str], env: dict[str, str]) -> None:

@@ -4,11 +4,13 @@ JobEntry bounds every field for the CLI, REST and the batch worker, but a gRPC
 client sends a JobSpec (or a PredictRequest) straight, so the scheduler and the
 predictor check the same bounds here (issue 14 items 8 and 10): a 3.9 MB name or
 a seq_len of 2^62 is INVALID_ARGUMENT naming the field, never an overflow deep in
-MARP or a listing too big for one message. Errors are ValueError('field: why').
+MARP or a listing too big for one message; an env setting a variable Frenzy sets
+(``CUDA_VISIBLE_DEVICES``) is refused before the job is stored. Errors are ValueError('field: why').
 """
 
 from __future__ import annotations
 
+from frenzy.code.limits import SHA256_RE
 from frenzy.rpc.jobspec import (
     ENV_KEY,
     MAX_BATCH,
@@ -27,8 +29,8 @@ from frenzy.rpc.jobspec import (
     MAX_WORKDIR_CHARS,
     MIN_PRIORITY,
     check_inline_config,
+    check_reserved_env,
 )
-from frenzy.code.limits import SHA256_RE
 from frenzy.v1 import types_pb2
 
 MAX_ZERO_STAGES = 8  # the planner knows stages 0-3; a few repeats are harmless
@@ -116,6 +118,10 @@ def check_spec(spec: types_pb2.JobSpec) -> None:
         if ENV_KEY.fullmatch(key) is None:
             raise ValueError(f"spec.env: variable name {key[:64]!r} is not a shell name (letters, digits and _, "
                              "not starting with a digit, at most 256)")
+    try:  # a gRPC client's env: refused here, not on a node after GPUs were reserved for it
+        check_reserved_env(spec.env)
+    except ValueError as exc:
+        raise ValueError(f"spec.env: {exc}") from None
     if len(spec.workdir) > MAX_WORKDIR_CHARS:
         raise ValueError(f"spec.workdir: {len(spec.workdir)} characters; the limit is {MAX_WORKDIR_CHARS}")
     if len(spec.idempotency_key) > MAX_IDEMPOTENCY_KEY_CHARS:

@@ -18,6 +18,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from frenzy.cli.output import SchedulerOpt
 from frenzy.cli.service_opts import LogFormatOpt, MetricsAddressOpt
 from frenzy.rpc.client import DEFAULT_SCHEDULER
 from frenzy.worker import batch as B
@@ -68,9 +69,16 @@ invalid (the message names the field), rejected (no GPU type can hold it),
 error (scheduler unreachable after retries); queued / retrying while in flight.
 
 \b
+`frenzy batch submit` waits for those outcomes and prints each entry's job
+id; --wait also follows the jobs until all have ended (exit 1 unless every
+one SUCCEEDED), as `frenzy submit --wait` does for one job; --detach only
+enqueues and returns.
+
+\b
 Examples:
-  frenzy batch submit examples/jobs.yaml
-  frenzy batch submit jobs.yaml --no-wait
+  frenzy batch submit examples/jobs.yaml          # the outcomes and job ids
+  frenzy batch submit examples/jobs.yaml --wait   # ... and the jobs to their end
+  frenzy batch submit jobs.yaml --detach          # enqueue, return at once
   frenzy batch status 20250101-120000-3fa9c1 --json
   frenzy batch list
 """,
@@ -203,18 +211,36 @@ def _wait(client: redis.Redis, keys, batch_id: str, total: int, timeout: float, 
 def submit(
     jobs_yaml: Annotated[Path, typer.Argument(metavar="JOBS_YAML", help="YAML file: `jobs:` list of entries.",
                                               show_default=False)],
-    wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Wait until every entry has an outcome, then "
-                                       "print them; exit 1 when any failed.")] = True,
-    timeout: Annotated[float, typer.Option(min=0.0, help="Seconds --wait waits; exit 3 when it runs out.")] = 300.0,
+    wait: Annotated[bool, typer.Option("--wait", help="Also follow the submitted jobs until every one has ended "
+                                       "(like `frenzy submit --wait`); exit 1 unless all SUCCEEDED.")] = False,
+    detach: Annotated[bool, typer.Option("--detach", help="Enqueue the entries and return at once (the batch id "
+                                         "is printed; see `frenzy batch status`).")] = False,
+    no_wait: Annotated[bool, typer.Option("--no-wait", hidden=True, help="Deprecated: --detach.")] = False,
+    timeout: Annotated[float, typer.Option(min=0.0, help="Seconds to wait for the submission outcomes; exit 3 when "
+                                           "it runs out.")] = 300.0,
     as_json: JsonOpt = False,
     redis_url: BatchRedisOpt = "",
     prefix: PrefixOpt = None,
+    scheduler: SchedulerOpt = "",
 ) -> None:
-    """Enqueue every job of JOBS_YAML under a fresh batch id (see `frenzy batch --help` for the format).
+    """Submit the jobs of JOBS_YAML: each entry's outcome and job id (--wait: and the jobs' end).
 
-    Exit status: 0 all submitted; 1 some entry failed (or Redis unreachable);
-    2 the file is unusable (nothing enqueued); 3 --wait timed out.
+    The entries are queued under a fresh batch id (see `frenzy batch --help` for the format); this
+    waits until a worker has submitted each one and prints its outcome. --wait then follows the
+    submitted jobs to their end (like `frenzy submit --wait`: their states, not their output, which
+    `frenzy logs JOB` shows); --detach returns as soon as the entries are queued.
+
+    Exit status: 0 all submitted (with --wait: and all SUCCEEDED); 1 some entry failed, or with
+    --wait some job did not succeed (or Redis unreachable); 2 the file is unusable (nothing
+    enqueued); 3 the submission outcomes timed out; 130 Ctrl-C (the jobs go on).
     """
+    if no_wait:
+        typer.echo("warning: --no-wait is deprecated; it is --detach now", err=True)
+        detach = True
+    if wait and detach:
+        typer.echo("error: --wait follows the jobs to their end and --detach returns at once: give one of them",
+                   err=True)
+        raise typer.Exit(2)
     try:
         entries = B.load_batch_file(jobs_yaml)
     except B.BatchFileError as exc:
@@ -240,7 +266,7 @@ def submit(
         typer.echo(f"error: enqueuing batch {batch_id} failed after {sent} of {len(entries)} entries: {exc}",
                    err=True)
         raise typer.Exit(1) from None
-    if not wait:
+    if detach:
         if as_json:
             typer.echo(json.dumps({"batch_id": batch_id, "entries": len(entries), "queue": settings.queue}))
         else:
@@ -248,14 +274,111 @@ def submit(
                        f"frenzy batch status {batch_id}")
         return
     outcomes = _wait(client, keys, batch_id, len(entries), timeout, quiet=as_json)
-    _print_outcomes(batch_id, outcomes, as_json)
+    if not (wait and as_json):  # with --wait --json, one document at the end holds both
+        _print_outcomes(batch_id, outcomes, as_json)
     if not all(o.final for o in outcomes):
+        if wait and as_json:
+            _print_outcomes(batch_id, outcomes, as_json)
         left = sum(1 for o in outcomes if not o.final)
         typer.echo(f"timed out after {timeout:g}s with {left} entries in flight; they stay queued. "
                    f"Is a worker running (`frenzy worker`)? Check later: frenzy batch status {batch_id}", err=True)
         raise typer.Exit(3)
-    if any(o.status in B.FAILED for o in outcomes):
+    failed = any(o.status in B.FAILED for o in outcomes)
+    if wait:
+        states = _follow_jobs(batch_id, outcomes, scheduler, quiet=as_json)
+        if as_json:
+            report = _as_json(batch_id, outcomes)
+            for entry in report["entries"]:
+                entry["job_state"] = states.get(entry["job_id"], {}).get("state", "")
+                entry["job_reason"] = states.get(entry["job_id"], {}).get("reason", "")
+            typer.echo(json.dumps(report, indent=2))
+        else:
+            _print_job_ends(outcomes, states)
+        failed = failed or any(s["state"] != "SUCCEEDED" for s in states.values())
+    if failed:
         raise typer.Exit(1)
+
+
+# Between two rounds of GetJob over a batch's unfinished jobs: at least this, more for big batches
+# (about 200 calls a second at most), so following a thousand jobs never floods the scheduler.
+FOLLOW_POLL_S = 1.0
+
+
+def _follow_jobs(batch_id: str, outcomes: list[B.Outcome], scheduler: str, quiet: bool,
+                 ) -> dict[str, dict[str, str]]:
+    """Poll the scheduler (GetJob, the caller's token) until every job the batch made has ended,
+    printing each state change (to stderr with ``quiet``). -> {job id: {"state", "reason"}}."""
+    import grpc
+
+    from frenzy.cli import render
+    from frenzy.cli.output import fail, scheduler_call
+    from frenzy.v1 import scheduler_pb2
+
+    names = {o.job_id: o.name or f"#{o.index}" for o in outcomes if o.job_id}
+    states: dict[str, dict[str, str]] = {}
+    seen: dict[str, int] = {}  # job id -> transitions printed
+    con = render.console(stderr=quiet)
+    if not names:
+        return states
+    con.print(f"following {len(names)} job(s) of batch {batch_id} until they end (Ctrl-C stops following, not "
+              "the jobs)")
+    width = max(len(n) for n in names.values())
+    try:
+        with scheduler_call(scheduler) as stub:
+            left = list(names)
+            while left:
+                started = time.monotonic()
+                news: list[tuple[float, str, str]] = []  # this round's transitions, printed in time order
+                for job_id in list(left):
+                    try:
+                        job = stub.GetJob(scheduler_pb2.GetJobRequest(job_id=job_id), timeout=30)
+                    except grpc.RpcError as exc:
+                        if exc.code() != grpc.StatusCode.PERMISSION_DENIED:
+                            raise
+                        fail(f"cannot follow {job_id}: {exc.details()}. The jobs of a batch belong to the worker's "
+                             "user (`batch`). To fix: follow them with an admin token, or leave out --wait and "
+                             f"check later: frenzy batch status {batch_id}", 1)
+                    name = render.user_text(names[job_id])
+                    news += [(t.at, job_id, f"[dim]{render.when(t.at)}[/]  {name:<{width}}  {job_id}  "
+                              f"{render.styled_state(t.state)}  [dim]{render.user_text(t.reason)}[/]")
+                             for t in job.history[seen.get(job_id, 0):]]
+                    seen[job_id] = len(job.history)
+                    state = render.state_name(job.state)
+                    if state in ("SUCCEEDED", "FAILED", "CANCELLED"):
+                        states[job_id] = {"state": state, "reason": job.history[-1].reason if job.history else ""}
+                        left.remove(job_id)
+                for _at, _job, line in sorted(news, key=lambda n: n[:2]):  # stable: history order kept
+                    con.print(line)
+                if left:
+                    interval = max(FOLLOW_POLL_S, len(left) / 200)
+                    time.sleep(max(0.0, interval - (time.monotonic() - started)))
+    except KeyboardInterrupt:
+        err = render.console(stderr=True)
+        err.print(f"\nstopped following batch {batch_id}; its jobs keep running on the cluster.")
+        err.print(f"  its jobs:   frenzy batch status {batch_id}   (one job: frenzy logs JOB --follow)")
+        err.print("  cancel one: frenzy cancel JOB")
+        raise typer.Exit(130) from None
+    return states
+
+
+def _print_job_ends(outcomes: list[B.Outcome], states: dict[str, dict[str, str]]) -> None:
+    """How each submitted job ended, one row each, and a count."""
+    from frenzy.cli import render
+
+    table = Table(title="jobs", title_justify="left")
+    for col in ("#", "name", "job id", "state", "reason"):
+        table.add_column(col, justify="right" if col == "#" else "left", no_wrap=col == "job id",
+                         overflow="fold")
+    for o in outcomes:
+        if o.job_id in states:
+            s = states[o.job_id]
+            table.add_row(str(o.index), render.user_text(o.name or "-"), o.job_id,
+                          f"[{render.STATE_STYLE.get(s['state'], '')}]{s['state']}[/]",
+                          render.user_text(s["reason"]))
+    console = render.console()
+    console.print(table)
+    counts = Counter(s["state"] for s in states.values())
+    console.print(f"{len(states)} jobs: " + ", ".join(f"{n} {state}" for state, n in sorted(counts.items())))
 
 
 @batch_app.command("status")

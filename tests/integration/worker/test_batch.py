@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -18,10 +19,13 @@ import grpc
 import pytest
 import redis
 from celery.contrib.testing.worker import start_worker
+from integration.agent.agent_cluster import Cluster
 from typer.testing import CliRunner
 
+from frenzy.agent import launcher
 from frenzy.state.keys import Keys
-from frenzy.v1 import scheduler_pb2
+from frenzy.state.messages import EventKind
+from frenzy.v1 import scheduler_pb2, types_pb2
 from frenzy.worker import app as worker_app
 from frenzy.worker import batch as B
 from frenzy.worker.cli import batch_app
@@ -33,6 +37,7 @@ pytestmark = [pytest.mark.slow,
 
 GiB = 1024**3
 ROOT = Path(__file__).resolve().parents[3]
+DONE = (types_pb2.JOB_STATE_SUCCEEDED, types_pb2.JOB_STATE_FAILED, types_pb2.JOB_STATE_CANCELLED)
 
 
 def _good(name: str, model: str = "gpt2-124m", **over: object) -> dict:
@@ -168,24 +173,26 @@ def test_a_recorded_success_is_never_overwritten_by_a_failure(redis_client: redi
     assert [o.status for o in B.read_batch(redis_client, keys, "b1")] == [B.SUBMITTED, B.SUBMITTED]
 
 
-def test_cli_submits_the_example_batch_and_waits(
+def test_cli_submits_the_example_batch_and_waits_for_the_submissions_only(
     worker: None, servers: Servers, redis_url: str, prefix: str, redis_client: redis.Redis, keys: Keys,
 ) -> None:
+    """Without --wait the command returns once every entry has its outcome and job id: the jobs
+    here never start (no agent runs them) and the command does not wait for them."""
     runner = CliRunner()
     res = runner.invoke(batch_app, ["submit", str(ROOT / "examples" / "jobs.yaml"), "--json", "--timeout", "60",
                                     "--redis-url", redis_url, "--prefix", prefix])
-    assert res.exit_code == 1, res.output  # one entry is bad on purpose
+    assert res.exit_code == 0, res.output
     report = json.loads(res.stdout)
-    assert report["done"] and report["failed"] == 1
+    assert report["done"] and report["failed"] == 0
     statuses = {e["name"]: e["status"] for e in report["entries"]}
-    assert statuses == {"gpt2-small": B.SUBMITTED, "qwen-tiny": B.SUBMITTED, "gpt2-medium-l4": B.SUBMITTED,
-                        "broken-batch": B.INVALID}
-    bad = next(e for e in report["entries"] if e["name"] == "broken-batch")
-    assert "global_batch" in bad["error"]
-    assert len(_jobs(servers)) == 3
+    assert statuses == {"gpt2-small": B.SUBMITTED, "qwen-tiny": B.SUBMITTED, "gpt2-medium-l4": B.SUBMITTED}
+    jobs = _jobs(servers)
+    assert len(jobs) == 3 and {j.id for j in jobs} == {e["job_id"] for e in report["entries"]}
+    assert all(j.state not in DONE for j in jobs)
+    assert all("job_state" not in e for e in report["entries"])
 
     res = runner.invoke(batch_app, ["status", report["batch_id"], "--redis-url", redis_url, "--prefix", prefix])
-    assert res.exit_code == 1 and "broken-batch" in res.stdout and "submitted" in res.stdout, res.output
+    assert res.exit_code == 0 and "gpt2-medium-l4" in res.stdout and "submitted" in res.stdout, res.output
     res = runner.invoke(batch_app, ["list", "--json", "--redis-url", redis_url, "--prefix", prefix])
     assert res.exit_code == 0 and json.loads(res.stdout)[0]["batch_id"] == report["batch_id"]
 
@@ -212,16 +219,25 @@ def test_cli_rejects_a_broken_file_and_enqueues_nothing(
     assert redis_client.llen(keys.batch_queue()) == 0
 
 
-def test_cli_no_wait_prints_the_batch_id_and_status_of_unknown_batch(
+def test_cli_detach_prints_the_batch_id_and_status_of_unknown_batch(
     redis_url: str, prefix: str, redis_client: redis.Redis, keys: Keys, settings_restored: None,
 ) -> None:
     runner = CliRunner()
-    res = runner.invoke(batch_app, ["submit", str(ROOT / "examples" / "jobs.yaml"), "--no-wait", "--json",
+    res = runner.invoke(batch_app, ["submit", str(ROOT / "examples" / "jobs.yaml"), "--detach", "--json",
                                     "--redis-url", redis_url, "--prefix", prefix])
     assert res.exit_code == 0, res.output
     batch_id = json.loads(res.stdout)["batch_id"]
-    assert redis_client.llen(keys.batch_queue()) == 4  # no worker here: the tasks wait in the queue
-    assert [o.status for o in B.read_batch(redis_client, keys, batch_id)] == [B.QUEUED] * 4
+    assert redis_client.llen(keys.batch_queue()) == 3  # no worker here: the tasks wait in the queue
+    assert [o.status for o in B.read_batch(redis_client, keys, batch_id)] == [B.QUEUED] * 3
+    # --no-wait, the old name, still detaches (with a word on stderr); --wait with --detach is refused.
+    res = runner.invoke(batch_app, ["submit", str(ROOT / "examples" / "jobs.yaml"), "--no-wait",
+                                    "--redis-url", redis_url, "--prefix", prefix])
+    assert res.exit_code == 0 and "entries queued" in res.stdout and "--detach" in res.stderr, res.output
+    assert redis_client.llen(keys.batch_queue()) == 6
+    res = runner.invoke(batch_app, ["submit", str(ROOT / "examples" / "jobs.yaml"), "--wait", "--detach",
+                                    "--redis-url", redis_url, "--prefix", prefix])
+    assert res.exit_code == 2 and "--detach" in res.stderr, res.output
+    assert redis_client.llen(keys.batch_queue()) == 6  # refused before anything was enqueued
     redis_client.delete(keys.batch_queue())
     res = runner.invoke(batch_app, ["status", "nope", "--redis-url", redis_url, "--prefix", prefix])
     assert res.exit_code == 1 and "no batch" in res.output
@@ -260,6 +276,15 @@ def test_scheduler_errors_map_to_outcomes(redis_client: redis.Redis, keys: Keys,
         worker_app.process_entry("b", 1, _good("y"), scheduler="nowhere", client=redis_client, keys=keys,
                                  final_attempt=False)
     assert B.get_outcome(redis_client, keys, "b", 1).status == B.RETRYING  # type: ignore[union-attr]
+
+
+def test_an_entry_setting_a_reserved_env_name_is_invalid_before_the_scheduler_is_asked(
+    redis_client: redis.Redis, keys: Keys,
+) -> None:
+    out = worker_app.process_entry("b", 0, _good("gpu-thief", env={"CUDA_VISIBLE_DEVICES": "0,1"}),
+                                   scheduler="127.0.0.1:1", client=redis_client, keys=keys)
+    assert out.status == B.INVALID and out.error.startswith("env: CUDA_VISIBLE_DEVICES: set by Frenzy"), out
+    assert out.attempts == 1
 
 
 def _spawn_worker(scheduler: str, redis_url: str, prefix: str, log: Path) -> subprocess.Popen:
@@ -332,3 +357,61 @@ def test_an_entry_s_priority_reaches_its_job_and_a_bad_one_fails_alone(
     jobs = {j.spec.name: j for j in _jobs(servers)}
     assert jobs["sweep"].spec.priority == -10 and jobs["urgent"].spec.priority == 5
     assert by_name["sweep"].job_id == jobs["sweep"].id
+
+
+@pytest.fixture
+def agents_and_worker(redis_url: str, prefix: str, redis_client: redis.Redis, keys: Keys, tmp_path: Path,
+                      settings_restored: None) -> Iterator[Servers]:
+    """The servers, a Celery worker and real agents (fake GPUs) that run what is placed: the
+    nodes of examples/cluster.yaml that the example batch uses (4 A100s, 2 L4s)."""
+    cluster = Cluster(redis_url, redis_client, keys, tmp_path)
+    try:
+        cluster.start("a100-0", "A100-80GB:4")
+        cluster.start("l4-0", "L4:2")
+        with running_servers(redis_url, prefix) as s:
+            settings = worker_app.configure(redis_url=redis_url, scheduler=s.scheduler_addr, prefix=prefix)
+            with start_worker(worker_app.app, pool="threads", concurrency=2, perform_ping_check=False,
+                              queues=[settings.queue], loglevel="WARNING", shutdown_timeout=10):
+                yield s
+    finally:
+        for running in cluster.agents:
+            running.stop.set()
+        for running in cluster.agents:
+            running.thread.join(10)
+        for e in cluster.events():  # no job may outlive its test
+            if e.kind == EventKind.RUNNING and e.pid:
+                launcher.signal_group(e.pid, signal.SIGKILL)
+
+
+def test_cli_wait_follows_the_jobs_to_their_end(
+    agents_and_worker: Servers, redis_url: str, prefix: str, tmp_path: Path,
+) -> None:
+    """`frenzy batch submit FILE --wait`: the submissions, then every job to its end; exit 0 only when
+    all SUCCEEDED. The README's `frenzy batch submit examples/jobs.yaml --wait` is the first case."""
+    if shutil.which("python") is None:  # the example's commands say `python`, as a user's PATH has it
+        pytest.skip("no `python` on PATH for the example batch's commands")
+    servers = agents_and_worker
+    runner = CliRunner()
+    common = ["--redis-url", redis_url, "--prefix", prefix, "--scheduler", servers.scheduler_addr, "--timeout", "60"]
+    res = runner.invoke(batch_app, ["submit", str(ROOT / "examples" / "jobs.yaml"), "--wait", "--json", *common])
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.stdout)  # one document: the outcomes and how each job ended
+    assert {e["name"]: (e["status"], e["job_state"]) for e in report["entries"]} == {
+        "gpt2-small": (B.SUBMITTED, "SUCCEEDED"), "qwen-tiny": (B.SUBMITTED, "SUCCEEDED"),
+        "gpt2-medium-l4": (B.SUBMITTED, "SUCCEEDED")}
+    for job in _jobs(servers):  # they really ran, and ended before the command did
+        assert job.state == types_pb2.JOB_STATE_SUCCEEDED, job
+
+    # A job that fails makes the whole --wait fail; a bad entry still fails alone.
+    batch = tmp_path / "mixed.yaml"
+    batch.write_text(json.dumps({"jobs": [
+        _good("fine", command=[sys.executable, "-c", "print('fine')"], max_gpus=1),
+        _good("crashes", command=[sys.executable, "-c", "import sys; sys.exit(3)"], max_gpus=1),
+        _good("invalid", global_batch=-4)]}))
+    res = runner.invoke(batch_app, ["submit", str(batch), "--wait", *common])
+    assert res.exit_code == 1, res.output
+    rows = {line.split("│")[2].strip(): line for line in res.stdout.splitlines() if line.count("│") == 6}
+    assert "SUCCEEDED" in rows["fine"] and "FAILED" in rows["crashes"] and "exit code 3" in rows["crashes"], \
+        res.stdout
+    assert "invalid" in res.stdout and "1 FAILED, 1 SUCCEEDED" in res.stdout, res.stdout
+    assert res.stdout.index("RUNNING") < res.stdout.index("2 jobs:"), res.stdout  # the states as they came

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[3]
 
 def test_example_batch_loads() -> None:
     entries = load_batch_file(ROOT / "examples" / "jobs.yaml")
-    assert [e["name"] for e in entries] == ["gpt2-small", "qwen-tiny", "gpt2-medium-l4", "broken-batch"]
+    assert [e["name"] for e in entries] == ["gpt2-small", "qwen-tiny", "gpt2-medium-l4"]
     assert all(e["train_steps"] == 100 for e in entries)  # from defaults:
 
 
