@@ -20,7 +20,6 @@ import typer
 
 from frenzy.cli import render
 from frenzy.cli.output import JsonOpt, SchedulerOpt, echo_json, fail, rpc_fail, scheduler_call
-from frenzy.rpc.jobspec import JobSpecError, parse_entry, unknown_model
 from frenzy.v1 import scheduler_pb2, types_pb2
 
 if TYPE_CHECKING:
@@ -110,6 +109,8 @@ def submit(
 
         frenzy submit --model gpt2-124m --seq-len 1024 --global-batch 32 --wait python train.py --tp {tp}
     """
+    from frenzy.rpc.jobspec import JobSpecError, parse_entry, unknown_model
+
     command = list(ctx.args)
     env_map: dict[str, str] = {}
     for item in env or []:

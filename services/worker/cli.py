@@ -11,17 +11,18 @@ import json
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-import redis
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from frenzy.cli.output import SchedulerOpt
 from frenzy.cli.service_opts import LogFormatOpt, MetricsAddressOpt
 from frenzy.rpc.client import DEFAULT_SCHEDULER
-from frenzy.worker import batch as B
+
+if TYPE_CHECKING:  # annotations only; imported where a command runs (a fast `frenzy --help`)
+    import redis
+
+    from frenzy.worker import batch as B
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 
@@ -84,10 +85,11 @@ Examples:
 """,
 )
 
-STATUS_STYLE = {
-    B.QUEUED: "dim", B.RETRYING: "yellow", B.SUBMITTED: "green", B.DUPLICATE: "cyan",
-    B.INVALID: "red", B.REJECTED: "red", B.ERROR: "bold red",
-}
+def _status_style(status: str) -> str:
+    from frenzy.worker import batch as B
+
+    return {B.QUEUED: "dim", B.RETRYING: "yellow", B.SUBMITTED: "green", B.DUPLICATE: "cyan",
+            B.INVALID: "red", B.REJECTED: "red", B.ERROR: "bold red"}.get(status, "")
 
 RedisUrlOpt = Annotated[str, typer.Option(
     "--redis-url", envvar="REDIS_URL", help="Redis used as the Celery broker and for batch outcomes.")]
@@ -121,18 +123,10 @@ def batch_redis_url(explicit: str) -> str:
     return found
 
 
-def _without_password(url: str) -> str:
-    """``url`` fit for an error message: its password replaced by ***."""
-    from urllib.parse import urlsplit, urlunsplit
-
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    userinfo, host = parts.netloc.rsplit("@", 1)
-    return urlunsplit(parts._replace(netloc=f"{userinfo.split(':', 1)[0]}:***@{host}"))
-
-
 def _connect(redis_url: str, prefix: str | None) -> redis.Redis:
+    import redis
+
+    from frenzy.auth.credentials import redact_url
     from frenzy.worker.app import configure
 
     redis_url = batch_redis_url(redis_url)
@@ -142,13 +136,15 @@ def _connect(redis_url: str, prefix: str | None) -> redis.Redis:
     try:
         client.ping()
     except redis.RedisError as exc:
-        typer.echo(f"error: cannot reach Redis at {_without_password(redis_url)} ({exc}). To fix: start Redis "
+        typer.echo(f"error: cannot reach Redis at {redact_url(redis_url)} ({exc}). To fix: start Redis "
                    "(`frenzy up` or docker compose up redis) or pass --redis-url / set REDIS_URL", err=True)
         raise typer.Exit(1) from None
     return client
 
 
 def _summary(outcomes: list[B.Outcome]) -> str:
+    from frenzy.worker import batch as B
+
     counts = Counter(o.status for o in outcomes)
     parts = [f"{counts[s]} {s}" for s in (B.SUBMITTED, B.DUPLICATE, B.INVALID, B.REJECTED, B.ERROR,
                                           B.RETRYING, B.QUEUED) if counts[s]]
@@ -156,6 +152,8 @@ def _summary(outcomes: list[B.Outcome]) -> str:
 
 
 def _as_json(batch_id: str, outcomes: list[B.Outcome]) -> dict:
+    from frenzy.worker import batch as B
+
     return {
         "batch_id": batch_id,
         "done": all(o.final for o in outcomes),
@@ -167,6 +165,9 @@ def _as_json(batch_id: str, outcomes: list[B.Outcome]) -> dict:
 
 
 def _print_outcomes(batch_id: str, outcomes: list[B.Outcome], as_json: bool) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
     if as_json:
         typer.echo(json.dumps(_as_json(batch_id, outcomes), indent=2))
         return
@@ -177,7 +178,7 @@ def _print_outcomes(batch_id: str, outcomes: list[B.Outcome], as_json: bool) -> 
     table.add_column("job id", no_wrap=True)
     table.add_column("error", overflow="fold")
     for o in outcomes:
-        table.add_row(str(o.index), o.name or "-", f"[{STATUS_STYLE.get(o.status, '')}]{o.status}[/]",
+        table.add_row(str(o.index), o.name or "-", f"[{_status_style(o.status)}]{o.status}[/]",
                       o.job_id or "-", o.error or "")
     console = Console()
     console.print(table)
@@ -185,7 +186,10 @@ def _print_outcomes(batch_id: str, outcomes: list[B.Outcome], as_json: bool) -> 
 
 
 def _wait(client: redis.Redis, keys, batch_id: str, total: int, timeout: float, quiet: bool) -> list[B.Outcome]:
+    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from frenzy.worker import batch as B
 
     deadline = time.monotonic() + timeout
     started = time.monotonic()
@@ -234,6 +238,8 @@ def submit(
     --wait some job did not succeed (or Redis unreachable); 2 the file is unusable (nothing
     enqueued); 3 the submission outcomes timed out; 130 Ctrl-C (the jobs go on).
     """
+    from frenzy.worker import batch as B
+
     if no_wait:
         typer.echo("warning: --no-wait is deprecated; it is --detach now", err=True)
         detach = True
@@ -363,6 +369,8 @@ def _follow_jobs(batch_id: str, outcomes: list[B.Outcome], scheduler: str, quiet
 
 def _print_job_ends(outcomes: list[B.Outcome], states: dict[str, dict[str, str]]) -> None:
     """How each submitted job ended, one row each, and a count."""
+    from rich.table import Table
+
     from frenzy.cli import render
 
     table = Table(title="jobs", title_justify="left")
@@ -390,6 +398,8 @@ def status(
     prefix: PrefixOpt = None,
 ) -> None:
     """Show each entry of a batch: status, job id, error. Exit 1 when an entry failed or the batch is unknown."""
+    from frenzy.worker import batch as B
+
     client = _connect(redis_url, prefix)
     from frenzy.worker.app import settings
 
@@ -410,6 +420,11 @@ def list_(
     prefix: PrefixOpt = None,
 ) -> None:
     """Recent batches, newest first, with how their entries ended."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from frenzy.worker import batch as B
+
     client = _connect(redis_url, prefix)
     from frenzy.worker.app import settings
 
