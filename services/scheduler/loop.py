@@ -749,7 +749,10 @@ class SchedulerLoop:
     def cancel(self, job: JobRecord, reason: str) -> tuple[bool, str]:
         """Cancel a job in any non-terminal state. -> (accepted, state or why not)"""
         if job.state == JobState.PENDING or job.state == JobState.RESERVED:
-            moved, state = self.store.transition(job, JobState.CANCELLED, f"cancelled: {reason}", release=True)
+            # Only from the state it was read in: a job placed meanwhile has launches out and is
+            # stopped through its agents (below), never marked CANCELLED while its processes start.
+            moved, state = self.store.transition(job, JobState.CANCELLED, f"cancelled: {reason}", release=True,
+                                                 from_states=(job.state,))
             if moved:
                 return True, JobState.CANCELLED.value
             job = self.store.get(job.id) or job  # it moved on meanwhile; try the running path

@@ -1,8 +1,12 @@
 """The job state machine.
 
     PENDING -> RESERVED -> LAUNCHING -> RUNNING -> SUCCEEDED | FAILED | CANCELLED
-       |          |            |
-       +----------+------------+----> CANCELLED / FAILED
+       |                       ^  |           |
+       +-----------------------+  |           |     (place_jobs.lua: reserved and launched at once)
+       ^                          |           |
+       +--------------------------+-----------+     requeue: the job's next attempt
+    every state but a terminal one -> CANCELLED | FAILED | SUCCEEDED (the last only by a late
+                                      success of the attempt a requeue ended)
 
 PENDING jobs wait in the FIFO queue; RESERVED means the GPUs are held (one
 atomic script); LAUNCHING means the launch commands are on the nodes'
@@ -10,8 +14,12 @@ streams; RUNNING once an agent reports its process started. The transitions
 themselves happen inside Lua scripts (services/state/lua) so the check and
 the write are one atomic step; this module is the single place that names
 the states and which moves are legal. The scripts do not spell the names:
-frenzy.state.scripts renders JobState, TERMINAL and ACTIVE into them at load
-(``JOB_STATE.running``, ``TERMINAL[state]``, ``ACTIVE[state]``).
+frenzy.state.scripts renders JobState, TERMINAL, ACTIVE and ALLOWED into them
+at load (``JOB_STATE.running``, ``TERMINAL[state]``, ``ACTIVE[state]``,
+``may_move(from, to)``), and every script writes a job's state through
+``set_state``, which refuses a move ``ALLOWED`` does not list.
+tests/integration/scheduler/test_state_machine.py drives every script that
+writes a state from every state and fails on a move outside ``ALLOWED``.
 """
 
 from __future__ import annotations
@@ -50,10 +58,21 @@ TERMINAL = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
 ACTIVE = frozenset({JobState.RESERVED, JobState.LAUNCHING, JobState.RUNNING})
 
 ALLOWED: dict[JobState, frozenset[JobState]] = {
-    JobState.PENDING: frozenset({JobState.RESERVED, JobState.CANCELLED, JobState.FAILED}),
-    JobState.RESERVED: frozenset({JobState.LAUNCHING, JobState.CANCELLED, JobState.FAILED, JobState.PENDING}),
-    JobState.LAUNCHING: frozenset({JobState.RUNNING, *TERMINAL}),
-    JobState.RUNNING: frozenset(TERMINAL),
+    JobState.PENDING: frozenset({
+        JobState.LAUNCHING,  # place_jobs.lua: reserved and launched in one step
+        JobState.RESERVED,  # reserve_gpus.lua (the two-step path of earlier versions)
+        JobState.CANCELLED, JobState.FAILED,
+        # finish_from_earlier_attempt.lua: the attempt a requeue ended was not lost after all (its
+        # node was cut off, declared dead, and its copy ran to the end) and every node of it exited
+        # 0, clean, under its fence, while the next attempt waits in the queue. The job has its
+        # result: running it again would spend GPUs on work that is done and may overwrite outputs.
+        JobState.SUCCEEDED,
+    }),
+    JobState.RESERVED: frozenset({JobState.LAUNCHING, JobState.PENDING, *TERMINAL}),
+    # -> PENDING: requeue_job.lua, the next attempt (its nodes were lost, an agent refused the
+    # launch, it ran out of memory, or HAS stopped it for shorter jobs)
+    JobState.LAUNCHING: frozenset({JobState.RUNNING, JobState.PENDING, *TERMINAL}),
+    JobState.RUNNING: frozenset({JobState.PENDING, *TERMINAL}),
     JobState.SUCCEEDED: frozenset(),
     JobState.FAILED: frozenset(),
     JobState.CANCELLED: frozenset(),

@@ -9,8 +9,11 @@ scripts share is inlined here, at load, wherever a script has an include line
 (``--#include NAME``):
 
 * ``job_states`` is generated from :mod:`frenzy.state.job_states`, the one
-  place the state names are written: ``JOB_STATE.running`` is ``"RUNNING"``,
-  ``TERMINAL`` and ``ACTIVE`` are sets (state -> true) of those names;
+  place the state names and moves are written: ``JOB_STATE.running`` is ``"RUNNING"``,
+  ``TERMINAL`` and ``ACTIVE`` are sets (state -> true) of those names, ``MAY_MOVE`` is
+  ``ALLOWED`` (from -> set of to), read through ``may_move(from, to)``, and ``set_state(job_key,
+  to, field, value, ...)`` is the one way a script writes a job's state: it raises, writing
+  nothing, on a move ``ALLOWED`` does not list;
 * any other NAME is the fragment ``lua/lib/NAME.lua`` (e.g. ``release_gpus``).
 """
 
@@ -25,7 +28,7 @@ from importlib.resources.abc import Traversable
 
 import redis
 
-from frenzy.state.job_states import ACTIVE, TERMINAL, JobState
+from frenzy.state.job_states import ACTIVE, ALLOWED, TERMINAL, JobState
 
 INCLUDE = re.compile(r"^--#include (\S+)[ \t]*$", re.MULTILINE)
 GENERATED = "job_states"
@@ -40,8 +43,9 @@ def _lua_set(states: Iterable[JobState]) -> str:
 
 @cache
 def job_states_lua() -> str:
-    """The Lua prelude naming the job states, written from :class:`JobState`."""
+    """The Lua prelude naming the job states and their moves, written from :mod:`job_states`."""
     names = ", ".join(f"{s.name.lower()} = {json.dumps(s.value)}" for s in JobState)
+    moves = ", ".join(f"[{json.dumps(s.value)}] = {_lua_set(ALLOWED[s])}" for s in JobState)
     return "\n".join(
         [
             "-- job states, from frenzy.state.job_states (generated at load)",
@@ -50,8 +54,34 @@ def job_states_lua() -> str:
             f"local TERMINAL = {_lua_set(TERMINAL)}",
             "-- the states in which a job holds GPUs for a live attempt",
             f"local ACTIVE = {_lua_set(ACTIVE)}",
+            "-- the moves a job may make (ALLOWED): MAY_MOVE[from][to]",
+            f"local MAY_MOVE = {{ {moves} }}",
+            _STATE_FUNCTIONS,
         ]
     )
+
+
+# (Lua, after the tables above)
+_STATE_FUNCTIONS = """\
+-- Whether the job state machine lets a job in state `from` move to `to`.
+local function may_move(from, to)
+  local dests = MAY_MOVE[from]
+  return dests ~= nil and dests[to] == true
+end
+
+-- Write `to` as the job's state, with the field, value pairs after it, in one HSET. A move the
+-- state machine does not allow raises instead: the script's guard let through what it must not
+-- (tests/integration/scheduler/test_state_machine.py drives every script from every state). The
+-- state and those fields are not written; what the script wrote before stays (Redis does not roll
+-- a script back), which is why each script checks its moves in its guard, before any write.
+local function set_state(job_key, to, ...)
+  local from = redis.call("HGET", job_key, "state")
+  if not may_move(from, to) then
+    error({err = "ERR job state machine: " .. tostring(from) .. " -> " .. tostring(to)
+      .. " is not allowed (frenzy.state.job_states.ALLOWED)"})
+  end
+  redis.call("HSET", job_key, "state", to, ...)
+end"""
 
 
 def _lua_dir() -> Traversable:

@@ -811,17 +811,22 @@ class StateStore:
         return int(res[0]) == 1, str(res[1])
 
     def transition(
-        self, job: JobRecord, to: JobState, reason: str = "", release: bool = False, **fields: str,
+        self, job: JobRecord, to: JobState, reason: str = "", release: bool = False,
+        from_states: Iterable[JobState] | None = None, **fields: str,
     ) -> tuple[bool, str]:
-        """Move ``job`` to ``to`` if its current state allows it. -> (moved, previous or current state)"""
-        return self.run_call(self.transition_call(job, to, reason, release, **fields))  # type: ignore[no-any-return]
+        """Move ``job`` to ``to`` if it is in one of ``from_states`` (default: every state the state
+        machine lets move to ``to``) and the move is allowed. -> (moved, previous or current state)"""
+        return self.run_call(  # type: ignore[no-any-return]
+            self.transition_call(job, to, reason, release, from_states, **fields))
 
     def transition_call(
-        self, job: JobRecord, to: JobState, reason: str = "", release: bool = False, **fields: str,
+        self, job: JobRecord, to: JobState, reason: str = "", release: bool = False,
+        from_states: Iterable[JobState] | None = None, **fields: str,
     ) -> ScriptCall:
         """``transition`` as a call ``run_calls`` can send with others."""
         now = time.time()
-        argv: list[Any] = [job.id, ",".join(sources_of(to)), to.value, repr(now), history_entry(to, reason, now)]
+        sources = sources_of(to) if from_states is None else list(from_states)
+        argv: list[Any] = [job.id, ",".join(sources), to.value, repr(now), history_entry(to, reason, now)]
         for kv in fields.items():
             argv.extend(kv)
         gpu_keys = job.gpu_keys(self.k) if release else []

@@ -23,6 +23,6 @@ end
 for i = 3, #KEYS do
   redis.call("XADD", KEYS[i], "MAXLEN", "~", ARGV[4], "*", "data", ARGV[i + 2])
 end
-redis.call("HSET", KEYS[1], "state", JOB_STATE.launching, "updated_at", ARGV[2])
+set_state(KEYS[1], JOB_STATE.launching, "updated_at", ARGV[2])
 redis.call("RPUSH", KEYS[2], ARGV[3])
 return {1, ""}

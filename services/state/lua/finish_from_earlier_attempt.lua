@@ -3,7 +3,8 @@
 -- attempt has ended with 0 the job has its result — it ends succeeded and the attempt that
 -- replaced it is stopped, so a job that ran is never run again.
 --
--- Guarantees (atomic, one script), only while the job is not terminal, is at the attempt right
+-- Guarantees (atomic, one script), only while the job may still end succeeded (every state but a
+-- terminal one: job_states.ALLOWED), is at the attempt right
 -- after the event's (`prev_attempt` + 1, as requeue_job recorded) and the event carries that
 -- attempt's fence and comes from one of its nodes (anything else changes nothing: an attempt
 -- two steps back, a wrong fence, a redelivered event):
@@ -38,7 +39,7 @@ local state = h[1]
 if not state then
   return {"ignored", "missing"}
 end
-if TERMINAL[state] or h[3] ~= ARGV[2] or h[4] ~= ARGV[3] or tonumber(h[2]) ~= tonumber(ARGV[2]) + 1 then
+if not may_move(state, JOB_STATE.succeeded) or h[3] ~= ARGV[2] or h[4] ~= ARGV[3] or tonumber(h[2]) ~= tonumber(ARGV[2]) + 1 then
   return {"ignored", state}
 end
 local nodes = {}
@@ -87,7 +88,7 @@ end
 queue_remove(KEYS[3], KEYS[1], ARGV[1])
 local reason = "attempt " .. ARGV[2] .. " succeeded late: every node of it (" .. h[5] .. ") exited with 0 after"
   .. " it had been requeued; attempt " .. h[2] .. " stopped"
-redis.call("HSET", KEYS[1], "state", JOB_STATE.succeeded, "updated_at", ARGV[5], "finished_at", ARGV[5],
+set_state(KEYS[1], JOB_STATE.succeeded, "updated_at", ARGV[5], "finished_at", ARGV[5],
   "succeeded_attempt", ARGV[2])
 redis.call("RPUSH", KEYS[2], cjson.encode({state = JOB_STATE.succeeded, at = tonumber(ARGV[5]), reason = reason}))
 return {"finished", JOB_STATE.succeeded}

@@ -121,7 +121,7 @@ for _ = 1, jobs do
       redis.call("HINCRBY", node, "rev", 1)
     end
     redis.call("HSET", ports_key, port, job_id)
-    redis.call("HSET", job_key, "state", JOB_STATE.launching, "plan", ARGV[a + 10], "placement", ARGV[a + 11],
+    set_state(job_key, JOB_STATE.launching, "plan", ARGV[a + 10], "placement", ARGV[a + 11],
       "fence", fence, "pending_reason", "", "updated_at", now, "reserved_at", now,
       "master_node", master, "master_addr", addr, "master_port", port)
     if est_end ~= "" then

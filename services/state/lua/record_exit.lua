@@ -89,7 +89,7 @@ elseif failed > 0 then
     reason = failure_reason(f[1], f[2], f[3], load_attempt(KEYS[1], ARGV[2], note).cause)
   end
 end
-redis.call("HSET", KEYS[1], "state", final, "updated_at", ARGV[6], "finished_at", ARGV[6])
+set_state(KEYS[1], final, "updated_at", ARGV[6], "finished_at", ARGV[6])
 end_attempt(KEYS[1], ARGV[2], note, string.lower(final), ARGV[6])
 redis.call("RPUSH", KEYS[2], cjson.encode({state = final, at = tonumber(ARGV[6]), reason = reason}))
 release_gpus(4, ARGV[1])

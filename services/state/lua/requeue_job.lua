@@ -90,7 +90,7 @@ local attempt = tonumber(ARGV[2])
 local now = tonumber(ARGV[5])
 if attempt >= tonumber(ARGV[4]) then
   local first = string.match(ARGV[7], "[^,]+") or ""
-  redis.call("HSET", KEYS[1], "state", JOB_STATE.failed, "updated_at", ARGV[5], "finished_at", ARGV[5],
+  set_state(KEYS[1], JOB_STATE.failed, "updated_at", ARGV[5], "finished_at", ARGV[5],
     "failed_node", first, "failed_reason", ARGV[8])
   redis.call("RPUSH", KEYS[2], cjson.encode({state = JOB_STATE.failed, at = now,
     reason = ARGV[8] .. "; attempt " .. attempt .. " of " .. ARGV[4] .. ", no retries left"}))
@@ -130,7 +130,7 @@ if ARGV[12 + n] == "1" then
   redis.call("HINCRBY", KEYS[1], "preemptions", 1)
 end
 redis.call("HSET", KEYS[1], unpack(prev))
-redis.call("HSET", KEYS[1], "state", JOB_STATE.pending, "attempt", attempt + 1, "updated_at", ARGV[5],
+set_state(KEYS[1], JOB_STATE.pending, "attempt", attempt + 1, "updated_at", ARGV[5],
   "pending_reason", "requeued: " .. ARGV[8])
 if ARGV[11] ~= "" then
   redis.call("HSET", KEYS[1], "plans", ARGV[11])

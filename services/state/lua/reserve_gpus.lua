@@ -82,7 +82,7 @@ for i = 6 + n + m, 5 + n + 2 * m do
   redis.call("HINCRBY", KEYS[i], "rev", 1)
 end
 redis.call("HSET", KEYS[5], port, ARGV[1])
-redis.call("HSET", KEYS[1], "state", JOB_STATE.reserved, "plan", ARGV[5], "placement", ARGV[6],
+set_state(KEYS[1], JOB_STATE.reserved, "plan", ARGV[5], "placement", ARGV[6],
   "fence", fence, "pending_reason", "", "updated_at", ARGV[4], "reserved_at", ARGV[4],
   "master_node", ARGV[11], "master_addr", ARGV[12], "master_port", port)
 queue_remove(KEYS[3], KEYS[1], ARGV[1])

@@ -1,5 +1,6 @@
--- transition_job: move a job from one of the allowed states to a new state,
--- optionally releasing the GPUs and the rendezvous port it owns.
+-- transition_job: move a job from one of the states its caller names to a new state, if the job
+-- state machine allows that move (job_states.ALLOWED), optionally releasing the GPUs and the
+-- rendezvous port it owns.
 --
 -- Guarantees (atomic, one script): the state is checked and changed together
 -- with the history entry, the extra fields, the queue membership and the
@@ -12,7 +13,7 @@
 -- KEYS[4] ports hash of the job's master node (any key when it has none)
 -- KEYS[5 ..] GPU hashes to release, each followed by its node's hash (whose `rev`
 --           goes up when one of its GPUs is released)
--- ARGV[1] job id  ARGV[2] allowed current states, comma separated
+-- ARGV[1] job id  ARGV[2] the current states the caller moves the job from, comma separated
 -- ARGV[3] new state  ARGV[4] now  ARGV[5] history entry JSON  ARGV[6] "1": release (GPUs and port)
 -- ARGV[7 ..] extra field, value pairs for the job hash
 -- Returns {1, old_state} or {0, current_state}
@@ -29,14 +30,14 @@ local allowed = false
 for s in string.gmatch(ARGV[2], "[^,]+") do
   if s == state then allowed = true end
 end
-if not allowed then
+if not allowed or not may_move(state, ARGV[3]) then
   return {0, state}
 end
-local fields = {"state", ARGV[3], "updated_at", ARGV[4]}
+local fields = {"updated_at", ARGV[4]}
 for i = 7, #ARGV do
   fields[#fields + 1] = ARGV[i]
 end
-redis.call("HSET", KEYS[1], unpack(fields))
+set_state(KEYS[1], ARGV[3], unpack(fields))
 redis.call("RPUSH", KEYS[2], ARGV[5])
 if ARGV[3] == JOB_STATE.pending then
   queue_add(KEYS[3], KEYS[1], redis.call("HGET", KEYS[1], "seq"), ARGV[1])

@@ -35,7 +35,7 @@ for i = 5, #KEYS, 2 do
 end
 release_port(KEYS[4], h[3], ARGV[1])
 redis.call("HDEL", KEYS[1], "plan", "placement", "fence", "master_node", "master_addr", "master_port", "est_end")
-redis.call("HSET", KEYS[1], "state", JOB_STATE.pending, "updated_at", ARGV[3], "pending_reason", ARGV[4])
+set_state(KEYS[1], JOB_STATE.pending, "updated_at", ARGV[3], "pending_reason", ARGV[4])
 queue_add(KEYS[3], KEYS[1], h[4], ARGV[1])
 redis.call("RPUSH", KEYS[2], cjson.encode({state = JOB_STATE.pending, at = tonumber(ARGV[3]), reason = ARGV[4]}))
 return {1, JOB_STATE.pending}

@@ -11,12 +11,13 @@ import re
 import pytest
 
 from frenzy.state import scripts
-from frenzy.state.job_states import ACTIVE, TERMINAL, JobState
+from frenzy.state.job_states import ACTIVE, ALLOWED, TERMINAL, JobState
 
 # Scripts that give GPUs or a port back; each must take the shared snippet, not its own loop.
 RELEASERS = {"record_exit", "transition_job", "requeue_job", "release_stale"}
 RELEASE_NAMES = ("release_gpu", "release_gpus", "release_port")
-STATE_NAMES = ("JOB_STATE", "TERMINAL", "ACTIVE")
+STATE_NAMES = ("JOB_STATE", "TERMINAL", "ACTIVE", "MAY_MOVE")
+STATE_FUNCTIONS = ("may_move", "set_state")
 
 
 def _uses(text: str, name: str) -> bool:
@@ -66,7 +67,7 @@ def test_what_a_script_uses_is_included(name: str) -> None:
     for table in STATE_NAMES:
         if _uses(template, table):
             assert f"local {table} = " in rendered
-    for fn in RELEASE_NAMES:
+    for fn in RELEASE_NAMES + STATE_FUNCTIONS:
         if _uses(template, fn):
             assert f"local function {fn}(" in rendered
 
@@ -111,3 +112,11 @@ def test_package_data_ships_every_lua_file() -> None:
     for path in state_dir.rglob("*.lua"):
         rel = path.relative_to(state_dir).as_posix()
         assert any(fnmatch(rel, g) and rel.count("/") == g.count("/") for g in globs), rel
+
+
+def test_the_moves_come_from_allowed() -> None:
+    body = re.search(r"^local MAY_MOVE = \{(.*)\}$", scripts.job_states_lua(), re.MULTILINE)
+    assert body is not None
+    moves = {src: set(re.findall(r'\["([A-Z]+)"\] = true', dests))
+             for src, dests in re.findall(r'\["([A-Z]+)"\] = \{([^{}]*)\}', body.group(1))}
+    assert moves == {s.value: {t.value for t in ALLOWED[s]} for s in JobState}
