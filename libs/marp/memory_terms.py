@@ -742,10 +742,21 @@ def _backward(job: _Job, layer: _Layer, st: _Stage, t: _StageTerms, lg: _LayerGr
         in_post = b_post > b_layers
         b_layers = np.maximum(b_layers, b_post)
     # ... or the end of the backward: every gradient, and a tied embedding's second gradient
-    # (the look-up's) before it is accumulated into the head's (first stage, pp = 1).
+    # (the look-up's) before it is accumulated into the head's (first stage, pp = 1). Autograd holds
+    # the head's gradient of the shared weight in the AccumulateGrad node's input buffer until the
+    # look-up's arrives, and sums the two out of place (torch/csrc/autograd/input_buffer.cpp,
+    # ``accumulate``: ``old_var + var`` unless the buffered gradient can be stolen), so the look-up's
+    # gradient and the sum exist beside the head's: two vocab-sized gradients more than ``grads``
+    # (which counts the head's), three where the parameter's .grad already exists (persistent, or a
+    # later micro-batch), AccumulateGrad then adding the sum into it in place. Measured (issue 36):
+    # `frenzy measure` of tied GPT-2 / BERT-MLM under SGD with or without momentum, whose peak is
+    # there, was 8-13.5 % above MARP's one-gradient charge, exactly one vocab x hidden gradient; a
+    # plain CUDA run on an H100 (bench/marp_gpu_accumulation_check.py) gave the oracle's peak to the
+    # byte. Megatron (master-*) accumulates the head's weight gradient into main_grad itself.
     model = job.model
+    tied_copies = 1.0 if job.recipe.megatron_style else np.where(grads_in_a, 3.0, 2.0)
     tied_tmp = np.where(st.is_first & st.is_last & model.tied_embeddings & (not job.lora) & model.vocab_logits,
-                        job.vocab_local * job.gb / t.states.g_div, 0.0)  # fmt: skip
+                        tied_copies * job.vocab_local * job.gb / t.states.g_div, 0.0)  # fmt: skip
     b_end = t.const + grads + tied_tmp
     at_end = b_end > b_layers
     # The terms by kind, in whichever branch set the maximum.

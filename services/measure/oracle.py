@@ -91,6 +91,9 @@ CASES: tuple[OracleCase, ...] = (
     _case(bert(4, 128, 2, head="classifier"), 512, 2, "amp-bf16", optimizer="sgd", recompute="full"),
     _case(bert(2, 256, 4, head="classifier"), 128, 4, "fp32", attention="eager", dropout=0.1,
           grad_buffer="persistent"),
+    # Issue 36: SGD with momentum in fp32 on a tied embedding, whose peak is the end of the
+    # backward, where autograd sums the head's and the look-up's gradients out of place.
+    _case(gpt2(4, 384, 6, vocab=8000), 128, 2, "fp32", optimizer="sgd-momentum", attention="eager", recompute="full"),
 )
 
 
