@@ -67,6 +67,7 @@ from frenzy.scheduler.oom_policy import OomRetry, decide_oom, max_oom_retries, p
 from frenzy.scheduler.outage import RedisContact
 from frenzy.scheduler.placing import Rendezvous, plan_from_stored, render_launches
 from frenzy.scheduler.reaping import NodeLease, OrphanKey, ReapSettings, ReapSnapshot, decide_reap
+from frenzy.state.attempts import requeue_limit
 from frenzy.state.code_store import CodeStore
 from frenzy.state.job_states import ACTIVE, JobState
 from frenzy.state.keys import Keys
@@ -445,7 +446,7 @@ class SchedulerLoop:
         job = self.store.get(job_id)
         if job is None or job.state not in ACTIVE:
             return False
-        limit = (job.max_attempts or self.max_attempts) + job.preemptions + 1
+        limit = self.attempt_limit(job, counted=False)
         why = (f"stopped for {for_job} and other much shorter jobs; it resumes from its checkpoint later"
                if resumes else f"preempted for {for_job}, a shorter job submitted right after it")
         fields = None
@@ -464,14 +465,19 @@ class SchedulerLoop:
             self.wake.set()
         return done
 
+    def attempt_limit(self, job: JobRecord, counted: bool) -> int:
+        """The limit to requeue ``job``'s attempt under (``attempts.requeue_limit``): ``counted`` for
+        an end that uses up an attempt (a lost node, a refused launch); a stop by HAS or an
+        out-of-memory re-plan does not."""
+        return requeue_limit(job.attempt, job.max_attempts or self.max_attempts, job.preemptions, job.oom_exits,
+                             counted=counted)
+
     def requeue(self, job: JobRecord, lost: list[str], why: str, cause: str | None = None) -> str:
         """Take ``job`` off its nodes and queue its next attempt (re-planned), or fail it at the limit.
 
         ``cause``: what ended the attempt, for its record (default: "node lost" when nodes were lost).
         -> the job's new state ("PENDING", "FAILED") or "" when it had moved on."""
-        # Preemptions are HAS's doing, not the job's or the host's, and out-of-memory re-plans have
-        # their own limit (oom_policy): neither uses up attempts.
-        limit = (job.max_attempts or self.max_attempts) + job.preemptions + job.oom_exits
+        limit = self.attempt_limit(job, counted=True)
         plans = None
         if job.attempt < limit and self.replan is not None:
             try:
@@ -516,13 +522,12 @@ class SchedulerLoop:
                   "peak": ended.peak, "measured": ended.peak_measured}
         fields = {"oom_threshold": repr(decision.threshold)}
         if isinstance(decision, OomRetry):
-            # (the limit the history names: this job's attempts, this re-plan not counted against them)
-            limit = max(job.attempt + 1, (job.max_attempts or self.max_attempts) + job.preemptions + job.oom_exits + 1)
-            done, state = self.store.requeue(job, [event.node], decision.why, limit, decision.plans,
-                                             exit_report=report, fields=fields)
-        else:
-            done, state = self.store.requeue(job, [event.node], decision.why, job.attempt, None,
-                                             exit_report=report, fields=fields)
+            # (a re-plan is not counted against the job's attempts: oom_policy has its own limit)
+            limit, plans = self.attempt_limit(job, counted=False), decision.plans
+        else:  # at the limit now: requeue_job ends it FAILED
+            limit, plans = job.attempt, None
+        done, state = self.store.requeue(job, [event.node], decision.why, limit, plans, exit_report=report,
+                                         fields=fields)
         if not done:
             log.info("job %s moved on before its out-of-memory exit was handled (%s now)", job.id, state)
             return False

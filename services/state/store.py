@@ -22,6 +22,7 @@ from google.protobuf import json_format
 from redis.commands.core import Script
 
 from frenzy.state import node_keys, scripts, signing
+from frenzy.state.attempts import attempt_limit
 from frenzy.state.job_states import ACTIVE, JobState, sources_of
 from frenzy.state.keys import SCHEDULER_GROUP, Keys
 from frenzy.state.messages import CancelMessage, LaunchMessage, Sealable, sealed
@@ -170,9 +171,9 @@ class JobRecord:
         job.failed_node = self.failed_node
         if self.failed_node and self.failed_rank >= 0:
             job.failed_node_rank, job.failed_exit_code = self.failed_rank, self.failed_exit_code
-        # The limit as requeue_job applies it: preemptions and out-of-memory re-plans do not use up
-        # attempts, so each raises it (what `frenzy job` and the history's "attempt N of M" both say).
-        job.max_attempts = self.max_attempts + self.preemptions + self.oom_exits if self.max_attempts else 0
+        # The limit as requeue_job applies it (what `frenzy job` and the history's "attempt N of M"
+        # both say); 0 for a job under the scheduler's default, which the record does not know.
+        job.max_attempts = attempt_limit(self.max_attempts, self.preemptions, self.oom_exits) if self.max_attempts else 0
         job.user = self.user
         recorded = set()
         for rec in self.attempts:
