@@ -279,6 +279,16 @@ _NAMED: dict[str, dict[str, object]] = {
     "frenzy-wait4h": {"starvation_stretch": 0.0},
     # the first HAS (the paper's): FIFO over the ranked plans with backfill
     "frenzy-paper": {},
+    # frenzy without any knowledge of a job's length (issue 32), beside the size-aware default:
+    # submit order (no shortest-first, no ideal-completion order among starving jobs), a job
+    # starves after 4 h whatever its length (no stretch), MARP's first plan that fits now (the
+    # wait rule weighs runtimes and running jobs' estimated ends), no long-job stop (it weighs
+    # what a job has left). No decision reads ``PlanOption.runtime_s`` or ``GpuSlot.free_at``
+    # (tests/unit/has/test_has_frenzy_blind.py). Plans and their order are still MARP's.
+    "frenzy-blind": {
+        "order": QueueOrder.FIFO, "starving_order": StarvingOrder.FIFO, "plan_choice": PlanChoice.RANKED,
+        "preempt_long_gain": 0.0, "starvation_stretch": 0.0,
+    },  # fmt: skip
 }
 POLICY_NAMES: tuple[str, ...] = tuple(_NAMED)
 
