@@ -2,7 +2,7 @@
 
 An operator's client command, not a second agent: it sets the node's
 ``draining`` flag (``set_draining.lua``), after which HAS places nothing new
-there and ``reserve_gpus.lua`` refuses it, while the running agent goes on
+there and ``place_jobs.lua`` refuses it, while the running agent goes on
 running and reporting the jobs it has. With ``wait`` it returns once no GPU
 of the node is held by a job, so ``frenzy agent --drain && systemctl stop
 frenzy-agent`` empties a host for maintenance. ``--undrain`` reverses it.

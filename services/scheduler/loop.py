@@ -1,11 +1,11 @@
 """The scheduler's control loop: a state machine stepped by I/O at the edges.
 
 Each ``tick``: read the cluster and the queue from Redis, ask HAS (pure) for
-placements, then for each one run the atomic reservation (GPUs + a rendezvous
-port) and the atomic dispatch. A reservation that loses a race (the view was
-stale) simply fails and the job is retried on the next tick with fresh state
-— never a double booking, because ownership is only taken inside the
-reservation script. When HAS preempts (a job submitted seconds before a much
+placements, then reserve and launch them all in one ``place_jobs.lua`` call (each
+job all or nothing: its GPUs, a rendezvous port and its launch messages in one
+atomic step). A placement that loses a race (the view was stale) simply fails and
+the job is retried on the next tick with fresh state — never a double booking,
+because ownership is only taken inside that script. When HAS preempts (a job submitted seconds before a much
 shorter one), the victim is requeued with a cancel to its agents and the
 shorter job is placed on a later tick, once the victim's GPUs are back.
 
@@ -16,9 +16,7 @@ jobs: the job is stopped on its other nodes, re-planned by the predictor for
 the cluster that is left (``replan``), and queued for attempt + 1 — or FAILED
 once ``max_attempts`` is reached. It also frees what no live reservation
 holds any more (GPUs of a requeued job whose node never reported, leaked
-ports) after ``orphan_release_s``, and rolls back into the queue a job left RESERVED
-without a dispatch (a scheduler stopped between the two scripts): on start, and after
-``reservation_timeout_s``. Every ``code_renew_interval`` the reaper also renews the packed code
+ports) after ``orphan_release_s``. Every ``code_renew_interval`` the reaper also renews the packed code
 (``code:{sha256}``, ``frenzy.state.code_store``) of every job waiting or running, so a job queued
 longer than the code's TTL (7 days) still finds its code when it is placed. A node's silence is counted from when Redis was reachable again
 when that is later than its last heartbeat: an outage of Redis kills no node. What to do is
@@ -71,7 +69,7 @@ from frenzy.state.attempts import requeue_limit
 from frenzy.state.code_store import CodeStore
 from frenzy.state.job_states import ACTIVE, JobState
 from frenzy.state.keys import Keys
-from frenzy.state.messages import AgentEvent, BadMessage, LaunchMessage, event_from, payload
+from frenzy.state.messages import AgentEvent, BadMessage, event_from, payload
 from frenzy.state.signing import Refusal, Verifier
 from frenzy.state.store import (
     DEFAULT_MASTER_PORTS,
@@ -119,19 +117,16 @@ class ReapReport:
     requeued: list[str]  # job ids moved back to PENDING
     failed: list[str]  # job ids that ran out of attempts
     released: int  # GPUs and ports freed from ended reservations
-    unreserved: list[str] = field(default_factory=list)  # jobs reserved, never dispatched, queued again
 
 
 class SchedulerLoop:
     def __init__(self, client: redis.Redis, keys: Keys, policy: QueuePolicy | None = None,
                  consumer: str = "scheduler-1", *, dead_after_s: float = 30.0, max_attempts: int = 3,
                  orphan_release_s: float = 120.0, master_ports: tuple[int, int] = DEFAULT_MASTER_PORTS,
-                 replan: Replanner | None = None, reservation_timeout_s: float = 10.0,
-                 code_ttl_s: float | None = None) -> None:
-        if dead_after_s <= 0 or max_attempts < 1 or orphan_release_s < 0 or reservation_timeout_s < 0:
-            raise ValueError(f"need dead_after_s > 0, max_attempts >= 1, orphan_release_s >= 0, "
-                             f"reservation_timeout_s >= 0 (got {dead_after_s}, {max_attempts}, {orphan_release_s}, "
-                             f"{reservation_timeout_s})")
+                 replan: Replanner | None = None, code_ttl_s: float | None = None) -> None:
+        if dead_after_s <= 0 or max_attempts < 1 or orphan_release_s < 0:
+            raise ValueError(f"need dead_after_s > 0, max_attempts >= 1, orphan_release_s >= 0 "
+                             f"(got {dead_after_s}, {max_attempts}, {orphan_release_s})")
         first, last = master_ports
         if not (1024 <= first <= last <= 65535):
             raise ValueError(f"master port range {first}-{last}: need 1024 <= first <= last <= 65535")
@@ -145,17 +140,12 @@ class SchedulerLoop:
         self.dead_after_s = dead_after_s
         self.max_attempts = max_attempts
         self.orphan_release_s = orphan_release_s
-        # A reservation not dispatched within this is rolled back (reaping.ReapSettings).
-        self.reservation_timeout_s = reservation_timeout_s
         self.master_ports = master_ports
         self.replan = replan
         self.wake = threading.Event()
         self.lease: LeaderLease | None = None  # set by ``run``; None: this loop acts without one
         self.leading = threading.Event()  # set while this loop holds the lease (always, without one)
         self.leading.set()
-        # Set once this tenure's start-up recovery ran (the first reap: reservations an earlier
-        # scheduler left undispatched are rolled back); cleared while standing by.
-        self.recovered = threading.Event()
         self._group_ready = False
         self._pending_checked = False
         self._orphans: dict[OrphanKey, float] = {}  # each orphan GPU or port -> when first seen
@@ -310,26 +300,11 @@ class SchedulerLoop:
                               gpu_type=plan.gpu_type, plan_json=json.dumps(stored[placement.plan_index]),
                               messages=sealed, est_end=None if runtime is None else now + runtime)
 
-    def launch_messages(self, job: JobRecord, fence: int) -> list[LaunchMessage]:
-        """One launch per node of the job's placement, each signed with its node's key (the
-        two-step path, ``reserve`` then ``dispatch``, that a scheduler of before the batched one
-        took, and tests use to set up a reserved job)."""
-        assert job.plan is not None
-        # The reservation allocated the port on the first node and recorded its address.
-        meet = Rendezvous(job.master_addr or self.store.node_addr(job.placement[0][0]),
-                          job.master_port or self.master_ports[0])
-        uuids = {node: self.store.gpu_uuids(node, idxs) for node, idxs in job.placement}
-        return [self.store.seal_for(m.node, m) for m in
-                render_launches(job.id, job.attempt, fence, job.spec, job.plan, job.placement, meet, uuids)]
-
     # ---- node loss and leaks -------------------------------------------------------------------
 
-    def reap(self, reservation_timeout_s: float | None = None) -> ReapReport:
-        """Declare nodes dead, requeue (or fail) their jobs, free what ended reservations still hold,
-        queue again the jobs reserved and never dispatched.
+    def reap(self) -> ReapReport:
+        """Declare nodes dead, requeue (or fail) their jobs, free what ended reservations still hold.
 
-        ``reservation_timeout_s``: instead of ``self.reservation_timeout_s`` (0 on start: no
-        reservation is in flight before this scheduler made one).
         Read (``_reap_snapshot``), decide (``reaping.decide_reap``, pure), write (the store)."""
         report = ReapReport([], [], [], 0)
         snapshot = self._reap_snapshot()
@@ -337,8 +312,7 @@ class SchedulerLoop:
         if self.store.queued_view is not None and time.monotonic() - self._code_renewed >= self.code_renew_interval():
             self._code_renewed = time.monotonic()
             self.renew_code(snapshot.jobs.values())
-        timeout = self.reservation_timeout_s if reservation_timeout_s is None else reservation_timeout_s
-        settings = ReapSettings(self.dead_after_s, self.orphan_release_s, timeout)
+        settings = ReapSettings(self.dead_after_s, self.orphan_release_s)
         mono = time.monotonic()
         plan = decide_reap(snapshot, mono, self._orphans, settings)
         came_back: set[str] = set()
@@ -372,23 +346,9 @@ class SchedulerLoop:
                 log.info("freed rendezvous port %s on %s left by job %s", port.port, port.node, port.job_id,
                          extra={"node": port.node})
                 report.released += 1
-        for stuck in plan.unreserve:
-            job = snapshot.jobs[stuck.job_id]
-            assert job is not None
-            why = (f"requeued: reserved (fence {stuck.fence}) but never dispatched"
-                   + (f" for {stuck.waited_s:.0f} s" if stuck.waited_s else " when the scheduler started")
-                   + "; the scheduler that reserved it stopped before sending the launch")
-            done, state = self.store.unreserve(job, why)
-            if done:
-                log.warning("job %s: %s", job.id, why)
-                report.unreserved.append(job.id)
-                self.wake.set()
-            else:
-                log.info("job %s moved on before its stuck reservation was rolled back: %s now", job.id, state)
         self._orphans = plan.orphans
         for action, count in (("declared_dead", len(report.declared_dead)), ("requeued", len(report.requeued)),
-                              ("failed", len(report.failed)), ("released", report.released),
-                              ("unreserved", len(report.unreserved))):
+                              ("failed", len(report.failed)), ("released", report.released)):
             if count:
                 self.metrics.reaper.labels(action).inc(count)
         return report
@@ -769,16 +729,14 @@ class SchedulerLoop:
     # ---- threads -------------------------------------------------------------------------------
 
     def reap_interval(self) -> float:
-        """How often ``run`` reaps: often enough to declare a node dead within ~1/4 of its timeout,
-        and to roll back a stuck reservation within ~1.5 times its own."""
-        return max(0.2, min(self.dead_after_s / 4, 5.0, self.reservation_timeout_s / 2))
+        """How often ``run`` reaps: often enough to declare a node dead within ~1/4 of its timeout."""
+        return max(0.2, min(self.dead_after_s / 4, 5.0))
 
     def run(self, stop: threading.Event, tick_s: float = 0.25, lease: LeaderLease | None = None) -> None:
         """Run placement ticks, reaping and event handling until ``stop`` is set, while this
         scheduler holds the leader lease (``leader.LeaderLease``; a standby waits for it).
 
-        The first reap of each tenure rolls back every reservation left undispatched by an earlier
-        scheduler. Besides its own wake (submissions in this process, events that freed GPUs), the
+        Each tenure starts with a reap. Besides its own wake (submissions in this process, events that freed GPUs), the
         loop wakes on a token another process pushes (``StateStore.wake_leader``: a standby's API,
         ``frenzy queue release``)."""
         self.lease = lease
@@ -790,8 +748,7 @@ class SchedulerLoop:
         while not stop.is_set():
             try:
                 if not self._lead():
-                    started = False  # a new tenure starts with the start-up recovery again
-                    self.recovered.clear()
+                    started = False  # a new tenure starts with a reap again
                     stop.wait(min(0.5, lease.ttl_s / 3) if lease is not None else 0.5)
                     continue
                 if not started:
@@ -800,9 +757,8 @@ class SchedulerLoop:
                     self.store.recount_queue_users()
                 if not started or time.monotonic() - self._last_reap >= self.reap_interval():
                     self._last_reap = time.monotonic()
-                    self.reap(reservation_timeout_s=None if started else 0.0)
+                    self.reap()
                     started = True
-                    self.recovered.set()
                 started_tick = time.perf_counter()
                 self.tick()
                 self.metrics.tick_seconds.observe(time.perf_counter() - started_tick)

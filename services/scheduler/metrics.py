@@ -41,7 +41,7 @@ WAIT_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 6
 LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 TICK_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 EVENT_OUTCOMES = ("handled", "refused", "malformed", "failed")
-REAP_ACTIONS = ("declared_dead", "requeued", "failed", "released", "unreserved")
+REAP_ACTIONS = ("declared_dead", "requeued", "failed", "released")
 
 
 class SchedulerMetrics:

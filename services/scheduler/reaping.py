@@ -1,4 +1,4 @@
-"""What the reaper does about lost nodes and leaked reservations, decided without I/O.
+"""What the reaper does about lost nodes and leaked GPUs and ports, decided without I/O.
 
 ``SchedulerLoop.reap`` reads a ``ReapSnapshot`` (nodes with their lease, the GPUs'
 owners, the rendezvous port tables and the jobs named there), asks ``decide_reap``
@@ -18,13 +18,10 @@ what to do, and writes that through the store. The decision:
   to another fence, or is being requeued now) is an orphan: freed at once on a dead
   node, else once it has been seen for ``orphan_release_s`` (its agent had that long
   to report the exit). When each orphan was first seen is the ``OrphanClock``, kept
-  by the loop from one reap to the next on the monotonic clock;
-* a job RESERVED (GPUs and port taken) but never dispatched for ``reservation_timeout_s``
-  is stuck: the scheduler that reserved it stopped between ``reserve_gpus.lua`` and
-  ``dispatch_job.lua``, which normally run milliseconds apart. It is rolled back to the
-  queue under its fence (``unreserve_job.lua``), at once on scheduler start
-  (``reservation_timeout_s`` 0) and after the timeout in the reaper, timed by the same
-  clock (issue 14, D1).
+  by the loop from one reap to the next on the monotonic clock.
+
+A job is never left reserved without its launches: ``place_jobs.lua`` takes the GPUs and
+publishes the launches in one step.
 """
 
 from __future__ import annotations
@@ -32,12 +29,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from frenzy.state.job_states import ACTIVE, JobState
+from frenzy.state.job_states import ACTIVE
 from frenzy.state.store import JobRecord
 
-# ("gpu", node, job id, fence), ("port", node, job id, port) or ("reserved", master node, job id, fence)
+# ("gpu", node, job id, fence) or ("port", node, job id, port)
 OrphanKey = tuple[str, str, str, str]
-# orphan (or stuck reservation) -> when it was first seen (monotonic seconds)
+# orphan -> when it was first seen (monotonic seconds)
 OrphanClock = Mapping[OrphanKey, float]
 
 
@@ -45,9 +42,6 @@ OrphanClock = Mapping[OrphanKey, float]
 class ReapSettings:
     dead_after_s: float  # how long a node's lease may be gone before the node is dead
     orphan_release_s: float  # how long an ended reservation may hold a GPU or port on a live node
-    # How long a job may stay RESERVED without a dispatch before it is rolled back. The loop
-    # dispatches milliseconds after reserving; 10 s rides out a slow Redis or a GC pause.
-    reservation_timeout_s: float = 10.0
 
 
 @dataclass(frozen=True)
@@ -117,15 +111,6 @@ class PortRelease:
 
 
 @dataclass(frozen=True)
-class StuckReservation:
-    """A job reserved under ``fence`` and never dispatched: roll it back to the queue."""
-
-    job_id: str
-    fence: int
-    waited_s: float  # how long it was seen stuck (0 on scheduler start)
-
-
-@dataclass(frozen=True)
 class ReapPlan:
     declare: tuple[NodeDeath, ...]  # dead nodes not declared dead before
     dead: Mapping[str, float]  # every dead node -> seconds since its last heartbeat
@@ -133,7 +118,6 @@ class ReapPlan:
     gpus: tuple[GpuRelease, ...]
     ports: tuple[PortRelease, ...]
     orphans: dict[OrphanKey, float] = field(default_factory=dict)  # the clock for the next reap
-    unreserve: tuple[StuckReservation, ...] = ()
 
 
 def decide_reap(snapshot: ReapSnapshot, clock_now: float, orphans: OrphanClock, settings: ReapSettings,
@@ -160,24 +144,7 @@ def decide_reap(snapshot: ReapSnapshot, clock_now: float, orphans: OrphanClock, 
     requeue = _lost_jobs(snapshot, dead)
     ending = {lost.job_id for lost in requeue}
     gpus, ports, clock = _orphans(snapshot, dead, ending, clock_now, orphans, settings.orphan_release_s)
-    stuck = _stuck_reservations(snapshot, ending, clock_now, orphans, settings.reservation_timeout_s, clock)
-    return ReapPlan(tuple(declare), dead, requeue, gpus, ports, clock, stuck)
-
-
-def _stuck_reservations(snapshot: ReapSnapshot, ending: set[str], clock_now: float, orphans: OrphanClock,
-                        timeout_s: float, clock: dict[OrphanKey, float]) -> tuple[StuckReservation, ...]:
-    """RESERVED jobs seen stuck for ``timeout_s`` or longer (the first sighting of the others is kept in ``clock``)."""
-    out: list[StuckReservation] = []
-    for job in snapshot.jobs.values():
-        if job is None or job.state != JobState.RESERVED or job.id in ending or job.fence <= 0:
-            continue
-        key = ("reserved", job.master_node, job.id, str(job.fence))
-        first = orphans.get(key, clock_now)
-        if clock_now - first >= timeout_s:
-            out.append(StuckReservation(job.id, job.fence, clock_now - first))
-        else:
-            clock[key] = first
-    return tuple(sorted(out, key=lambda s: s.job_id))
+    return ReapPlan(tuple(declare), dead, requeue, gpus, ports, clock)
 
 
 def _live(job: JobRecord | None, ending: set[str]) -> JobRecord | None:

@@ -1,19 +1,23 @@
 """The job state machine.
 
-    PENDING -> RESERVED -> LAUNCHING -> RUNNING -> SUCCEEDED | FAILED | CANCELLED
-       |                       ^  |           |
-       +-----------------------+  |           |     (place_jobs.lua: reserved and launched at once)
-       ^                          |           |
+    PENDING ----------------> LAUNCHING -> RUNNING -> SUCCEEDED | FAILED | CANCELLED
+       ^    (place_jobs.lua)      |           |
        +--------------------------+-----------+     requeue: the job's next attempt
     every state but a terminal one -> CANCELLED | FAILED | SUCCEEDED (the last only by a late
                                       success of the attempt a requeue ended)
 
-PENDING jobs wait in the FIFO queue; RESERVED means the GPUs are held (one
-atomic script); LAUNCHING means the launch commands are on the nodes'
-streams; RUNNING once an agent reports its process started. The transitions
-themselves happen inside Lua scripts (services/state/lua) so the check and
-the write are one atomic step; this module is the single place that names
-the states and which moves are legal. The scripts do not spell the names:
+PENDING jobs wait in the FIFO queue; LAUNCHING means the GPUs are held and the
+launch commands are on the nodes' streams (one atomic script: the job's history
+still records the reservation as a RESERVED entry before the LAUNCHING one);
+RUNNING once an agent reports its process started. RESERVED, GPUs held and no
+launch sent, is what the two-step path of earlier versions (reserve_gpus.lua,
+then dispatch_job.lua) left between its scripts: no script enters it now. A job
+an older scheduler left RESERVED is requeued when its node dies, or freed by a
+cancel.
+
+The transitions themselves happen inside Lua scripts (services/state/lua) so
+the check and the write are one atomic step; this module is the single place
+that names the states and which moves are legal. The scripts do not spell the names:
 frenzy.state.scripts renders JobState, TERMINAL, ACTIVE and ALLOWED into them
 at load (``JOB_STATE.running``, ``TERMINAL[state]``, ``ACTIVE[state]``,
 ``may_move(from, to)``), and every script writes a job's state through
@@ -60,7 +64,6 @@ ACTIVE = frozenset({JobState.RESERVED, JobState.LAUNCHING, JobState.RUNNING})
 ALLOWED: dict[JobState, frozenset[JobState]] = {
     JobState.PENDING: frozenset({
         JobState.LAUNCHING,  # place_jobs.lua: reserved and launched in one step
-        JobState.RESERVED,  # reserve_gpus.lua (the two-step path of earlier versions)
         JobState.CANCELLED, JobState.FAILED,
         # finish_from_earlier_attempt.lua: the attempt a requeue ended was not lost after all (its
         # node was cut off, declared dead, and its copy ran to the end) and every node of it exited
@@ -68,7 +71,7 @@ ALLOWED: dict[JobState, frozenset[JobState]] = {
         # result: running it again would spend GPUs on work that is done and may overwrite outputs.
         JobState.SUCCEEDED,
     }),
-    JobState.RESERVED: frozenset({JobState.LAUNCHING, JobState.PENDING, *TERMINAL}),
+    JobState.RESERVED: frozenset({JobState.PENDING, *TERMINAL}),  # (left by an older scheduler)
     # -> PENDING: requeue_job.lua, the next attempt (its nodes were lost, an agent refused the
     # launch, it ran out of memory, or HAS stopped it for shorter jobs)
     JobState.LAUNCHING: frozenset({JobState.RUNNING, JobState.PENDING, *TERMINAL}),

@@ -25,12 +25,12 @@ from frenzy.state import node_keys, scripts, signing
 from frenzy.state.attempts import attempt_limit
 from frenzy.state.job_states import ACTIVE, JobState, sources_of
 from frenzy.state.keys import SCHEDULER_GROUP, Keys
-from frenzy.state.messages import CancelMessage, LaunchMessage, Sealable, sealed
+from frenzy.state.messages import CancelMessage, Sealable, sealed
 from frenzy.state.node_keys import NodeKeyMissing
 from frenzy.state.proto_json import message_from_dict
 from frenzy.state.streams import ensure_group
 from frenzy.v1 import types_pb2
-from has import ClusterView, GpuSlot, NodeView, Placement, PlanOption, QueuedJob, RunningJob
+from has import ClusterView, GpuSlot, NodeView, PlanOption, QueuedJob, RunningJob
 
 log = logging.getLogger(__name__)
 
@@ -359,8 +359,6 @@ class StateStore:
         self.k = keys
         self._submit = scripts.register(client, "submit_job")
         self._recount_queue_users = scripts.register(client, "recount_queue_users")
-        self._reserve = scripts.register(client, "reserve_gpus")
-        self._dispatch = scripts.register(client, "dispatch_job")
         self._transition = scripts.register(client, "transition_job")
         self._record_exit = scripts.register(client, "record_exit")
         self._cancel = scripts.register(client, "request_cancel")
@@ -370,7 +368,6 @@ class StateStore:
         self._declare_dead = scripts.register(client, "declare_node_dead")
         self._set_draining = scripts.register(client, "set_draining")
         self._release_port = scripts.register(client, "release_port")
-        self._unreserve = scripts.register(client, "unreserve_job")
         self._read_nodes = scripts.register(client, "read_nodes")
         self._read_hashes = scripts.register(client, "read_hashes")
         # What the last tick read, reused while Redis says it has not changed (``queue`` and
@@ -617,7 +614,7 @@ class StateStore:
         self.queued_view = (read_at, users, frozenset(job_id for job_id, _ in pending))
         cached = self._queued
         # (also a job whose launch source went with a placement and that is PENDING again at the
-        # same attempt: an old-style reservation rolled back)
+        # same attempt, which no script does today: read again rather than placed without one)
         missing = [job_id for job_id, stamp in pending
                    if cached.get(job_id, ((),))[0] != stamp or job_id not in self._sources]
         if missing:
@@ -675,31 +672,7 @@ class StateStore:
         if changed:
             self._set_reasons(keys=[self.k.job(j) for j in changed], args=list(changed.values()))
 
-    def reserve(self, placement: Placement, plan: types_pb2.Plan,
-                ports: tuple[int, int] = DEFAULT_MASTER_PORTS) -> tuple[bool, int | str]:
-        """Atomically take every GPU of ``placement`` and a rendezvous port on its first node.
-
-        ``ports`` is the (first, last) port range. -> (True, fence) or (False, why)."""
-        gpu_keys = [self.k.gpu(node, i) for node, idxs in placement.nodes for i in idxs]
-        nodes = [node for node, _ in placement.nodes]
-        master = nodes[0]
-        first, last = ports
-        preferred = _port_offset(placement.job_id, last - first + 1)
-        now = time.time()
-        res = self._reserve(
-            keys=[self.k.job(placement.job_id), self.k.job_history(placement.job_id), self.k.queue(), self.k.seq(),
-                  self.k.ports(master), *gpu_keys, *[self.k.node_alive(n) for n in nodes],
-                  *[self.k.node(n) for n in nodes]],
-            args=[placement.job_id, len(gpu_keys), plan.peak_bytes_per_gpu, repr(now),
-                  json_format.MessageToJson(plan, indent=None),
-                  json.dumps([[n, list(g)] for n, g in placement.nodes]),
-                  history_entry(JobState.RESERVED, f"{len(gpu_keys)} x {plan.gpu_type} on "
-                                + ", ".join(nodes), now),
-                  first, last - first + 1, preferred, master, self.node_addr(master)],
-        )
-        return (True, int(res[1])) if int(res[0]) == 1 else (False, str(res[1]))
-
-    # ---- batched placement (the loop's path: place_jobs.lua) ----------------------------------
+    # ---- placement (place_jobs.lua: a tick's jobs reserved and launched in one call) -------------
 
     def launch_source(self, job_id: str) -> tuple[int, types_pb2.JobSpec, list[dict[str, Any]]] | None:
         """What a launch of ``job_id`` is rendered from, as the queue read it: (attempt, spec, stored
@@ -801,15 +774,6 @@ class StateStore:
                 else:
                     self._ports_used.get(master, set()).discard(o.port)
         return results
-
-    def dispatch(self, job_id: str, fence: int, launches: list[LaunchMessage]) -> tuple[bool, str]:
-        now = time.time()
-        res = self._dispatch(
-            keys=[self.k.job(job_id), self.k.job_history(job_id), *[self.k.launch_stream(m.node) for m in launches]],
-            args=[str(fence), repr(now), history_entry(JobState.LAUNCHING, f"launch sent to {len(launches)} node(s)", now),
-                  STREAM_MAXLEN, *[m.model_dump_json() for m in launches]],
-        )
-        return int(res[0]) == 1, str(res[1])
 
     def transition(
         self, job: JobRecord, to: JobState, reason: str = "", release: bool = False,
@@ -943,17 +907,6 @@ class StateStore:
                   json.dumps({"base": attempt_base(job.attempt, job.plan), "cause": cause,
                               **({"exit": exit_report} if exit_report else {}),
                               **({"fields": fields} if fields else {})})],
-        )
-        return int(res[0]) == 1, str(res[1])
-
-    def unreserve(self, job: JobRecord, why: str) -> tuple[bool, str]:
-        """Put a job reserved under ``job.fence`` and never dispatched back into the queue (same
-        attempt), freeing its GPUs and port. -> (done, new state; or the current one when the
-        job had moved on: dispatched, cancelled, reserved again)."""
-        res = self._unreserve(
-            keys=[self.k.job(job.id), self.k.job_history(job.id), self.k.queue(), self.k.ports(job.master_node or "-"),
-                  *job.gpu_keys(self.k)],
-            args=[job.id, job.fence, repr(time.time()), why],
         )
         return int(res[0]) == 1, str(res[1])
 

@@ -12,7 +12,8 @@
 --   * when every node of that attempt has one, and the current attempt is still as the caller
 --     read it (same state and fence; else "retry", nothing written):
 --       - pending: it leaves the queue;
---       - reserved (never dispatched): its GPUs and port are released;
+--       - reserved (no launch sent; left by a scheduler of the two-step path of earlier
+--         versions): its GPUs and port are released;
 --       - launching or running: a cancel goes onto each of its nodes' launch streams; its port
 --         is released, and its GPUs where its node already reported an exit — the others stay
 --         held under its fence until their exit comes (the scheduler then frees them as stale),

@@ -2,7 +2,7 @@
 --
 -- Guarantees (one script): only an existing node is changed; a drain of a
 -- node name that never registered writes nothing (no half node record).
--- Draining nodes are skipped by placement (HAS) and refused by reserve_gpus;
+-- Draining nodes are skipped by placement (HAS) and refused by place_jobs;
 -- their running jobs go on. The flag survives agent restarts (register_node
 -- keeps it).
 --

@@ -17,8 +17,8 @@ from frenzy.state.job_states import JobState
 from frenzy.state.keys import Keys
 from frenzy.state.messages import AgentEvent, EventKind, decode_command
 from frenzy.state.store import JobRecord
-from has import Placement, PlanOption
-from support.state import GiB, add_node, make_plan, make_spec, send_event
+from support.placed import place
+from support.state import add_node, make_plan, make_spec, send_event
 
 
 @pytest.fixture
@@ -28,17 +28,13 @@ def loop(redis_client: redis.Redis, keys: Keys) -> SchedulerLoop:
 
 
 def _running(loop: SchedulerLoop, client: redis.Redis, keys: Keys, nodes: list[tuple[str, list[int]]]) -> JobRecord:
-    """A job reserved, dispatched and reported RUNNING on ``nodes``."""
+    """A job placed (place_jobs.lua) and reported RUNNING on ``nodes``."""
     store = loop.store
     n = sum(len(g) for _, g in nodes)
     job_id, _ = store.submit(make_spec(), [make_plan("A100-80GB", dp=n)], "gpt2-124m", 1)
-    placement = Placement(job_id=job_id, plan_index=0,
-                          plan=PlanOption(gpu_type="A100-80GB", tp=1, pp=1, dp=n, bytes_per_gpu=GiB),
-                          nodes=tuple((name, tuple(g)) for name, g in nodes))
-    ok, fence = store.reserve(placement, make_plan("A100-80GB", dp=n), loop.master_ports)
-    assert ok, fence
+    ok, why = place(loop, job_id, nodes)
+    assert ok, why
     job = store.get(job_id)
-    assert store.dispatch(job_id, int(fence), loop.launch_messages(job, int(fence)))[0]
     for node, _ in nodes:
         _deliver(loop, client, keys, _ev(EventKind.RUNNING, job, node, pid=100))
     job = store.get(job_id)
@@ -126,24 +122,6 @@ def test_a_late_exit_0_stops_the_attempt_running_elsewhere(loop: SchedulerLoop, 
     _deliver(loop, redis_client, keys, _ev(EventKind.EXITED, second, "b", exit_code=-15, cancelled=True))
     assert _owners(redis_client, keys, "b", 1) == [""]
     assert loop.store.get(job.id).state == JobState.SUCCEEDED
-
-
-def test_a_late_exit_0_releases_a_reservation_never_dispatched(loop: SchedulerLoop, redis_client: redis.Redis,
-                                                               keys: Keys) -> None:
-    add_node(redis_client, keys, "a", "A100-80GB", 1)
-    add_node(redis_client, keys, "b", "A100-80GB", 1)
-    job = _running(loop, redis_client, keys, [("a", [0])])
-    again = _requeued(loop, redis_client, keys, "a", job)
-    placement = Placement(job_id=job.id, plan_index=0,
-                          plan=PlanOption(gpu_type="A100-80GB", tp=1, pp=1, dp=1, bytes_per_gpu=GiB),
-                          nodes=(("b", (0,)),))
-    assert loop.store.reserve(placement, again.plans[0], loop.master_ports)[0]
-    assert _owners(redis_client, keys, "b", 1) == [job.id]
-    before = len(redis_client.xrange(keys.launch_stream("b")))
-    _deliver(loop, redis_client, keys, _ev(EventKind.EXITED, job, "a", exit_code=0))
-    assert loop.store.get(job.id).state == JobState.SUCCEEDED
-    assert _owners(redis_client, keys, "b", 1) == [""] and redis_client.hgetall(keys.ports("b")) == {}
-    assert len(redis_client.xrange(keys.launch_stream("b"))) == before  # nothing was launched: nothing to cancel
 
 
 def test_late_exits_that_do_not_show_the_work_done_change_nothing(loop: SchedulerLoop, redis_client: redis.Redis,

@@ -37,10 +37,10 @@ class Running:
 @pytest.fixture
 def running(redis_url: str, prefix: str) -> Iterator[Running]:
     pserver, pport, phealth = serve_predictor("127.0.0.1:0")
+    # The reaper refreshes the node gauges: every half second (a quarter of dead_after_s), not every
+    # 5 s (test speed). The nodes' leases last 60 s (add_node): none dies meanwhile.
     sched = SchedulerServer(redis_url, f"127.0.0.1:{pport}", "127.0.0.1:0", prefix=prefix, tick_s=0.05,
-                            metrics_address="127.0.0.1:0")
-    # The reaper refreshes the node gauges; read every half second, not every 5 s (test speed).
-    sched.loop.reservation_timeout_s = 1.0
+                            metrics_address="127.0.0.1:0", dead_after_s=2.0)
     token, _ = sched.tokens.create("metrics-test", Role.ADMIN)
     channel = with_token(grpc.insecure_channel(f"127.0.0.1:{sched.port}"), token)
     try:

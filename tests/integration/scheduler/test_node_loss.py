@@ -18,26 +18,18 @@ from frenzy.state.keys import Keys
 from frenzy.state.messages import AgentEvent, EventKind, decode_command
 from frenzy.state.store import JobRecord
 from frenzy.v1 import types_pb2
-from has import Placement, PlanOption
+from support.placed import place
 from support.state import GiB, add_node, make_plan, make_spec, set_gpu
 
 
-def _placement(job_id: str, nodes: list[tuple[str, list[int]]]) -> Placement:
-    n = sum(len(g) for _, g in nodes)
-    return Placement(job_id=job_id, plan_index=0,
-                     plan=PlanOption(gpu_type="A100-80GB", tp=1, pp=1, dp=n, bytes_per_gpu=GiB),
-                     nodes=tuple((name, tuple(g)) for name, g in nodes))
-
-
 def _running(loop: SchedulerLoop, nodes: list[tuple[str, list[int]]], max_attempts: int = 0) -> JobRecord:
-    """A job reserved, dispatched and reported RUNNING on ``nodes``."""
+    """A job placed (place_jobs.lua) and reported RUNNING on ``nodes``."""
     store = loop.store
     n = sum(len(g) for _, g in nodes)
     job_id, _ = store.submit(make_spec(), [make_plan("A100-80GB", dp=n)], "gpt2-124m", 1, max_attempts=max_attempts)
-    ok, fence = store.reserve(_placement(job_id, nodes), make_plan("A100-80GB", dp=n), loop.master_ports)
-    assert ok, fence
+    ok, why = place(loop, job_id, nodes)
+    assert ok, why
     job = store.get(job_id)
-    assert store.dispatch(job_id, int(fence), loop.launch_messages(job, int(fence)))[0]
     for node, _ in nodes:
         loop.handle_event(_ev(EventKind.RUNNING, job, node, pid=100))
     job = store.get(job_id)
@@ -80,12 +72,12 @@ def test_jobs_on_one_master_node_get_distinct_ports_and_free_them(loop: Schedule
     # A fifth job finds the range exhausted: refused with the numbers, nothing written.
     add_node(redis_client, keys, "b", "A100-80GB", 1)
     extra, _ = loop.store.submit(make_spec(), [make_plan("A100-80GB")], "m", 1)
-    ok, why = loop.store.reserve(_placement(extra, [("a", [4])]), make_plan("A100-80GB"), loop.master_ports)
+    ok, why = place(loop, extra, [("a", [4])])
     assert not ok and why == "no free rendezvous port on a: all 4 ports from 30000 are in use"
     assert _owners(redis_client, keys, "a", 5)[4] == "" and loop.store.get(extra).state == JobState.PENDING
-    ok, why = loop.store.reserve(_placement(extra, [("b", [0])]), make_plan("A100-80GB"), loop.master_ports)
-    assert ok  # another master node has its own ports
-    # Ending a job (exit), cancelling a reserved one and requeueing one each free the port.
+    ok, why = place(loop, extra, [("b", [0])])
+    assert ok, why  # another master node has its own ports
+    # Ending a job (exit) and requeueing one each free the port.
     loop.handle_event(_ev(EventKind.EXITED, jobs[0], "a", exit_code=0))
     assert loop.store.get(jobs[0].id).state == JobState.SUCCEEDED
     assert str(jobs[0].master_port) not in redis_client.hgetall(keys.ports("a"))
@@ -101,10 +93,11 @@ def test_a_draining_node_is_refused_even_when_the_view_was_stale(loop: Scheduler
     job_id, _ = loop.store.submit(make_spec(), [make_plan("A100-80GB")], "m", 1)
     assert loop.store.set_draining("a", True) and not loop.store.set_draining("ghost", True)
     assert not redis_client.exists(keys.node("ghost"))
-    ok, why = loop.store.reserve(_placement(job_id, [("a", [0])]), make_plan("A100-80GB"), loop.master_ports)
+    ok, why = place(loop, job_id, [("a", [0])])
     assert not ok and "draining" in why and _owners(redis_client, keys, "a", 1) == [""]
+    assert redis_client.xlen(keys.launch_stream("a")) == 0
     assert loop.store.set_draining("a", False)
-    assert loop.store.reserve(_placement(job_id, [("a", [0])]), make_plan("A100-80GB"), loop.master_ports)[0]
+    assert place(loop, job_id, [("a", [0])])[0]
 
 
 # ---------------------------------------------------------------- rank failure

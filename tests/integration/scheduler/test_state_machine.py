@@ -24,7 +24,6 @@ from frenzy.state import scripts
 from frenzy.state.job_states import ALLOWED, JobState
 from frenzy.state.keys import Keys
 from frenzy.state.store import JobRecord, PlacementOrder, StateStore
-from has import Placement, PlanOption
 from support.state import add_node, make_plan, make_spec
 
 Move = tuple[JobState, JobState]
@@ -137,32 +136,6 @@ def _finish_from_earlier_attempt(fresh: Fresh, start: JobState) -> list[Seen]:
                   loop.store.finish_from_earlier_attempt, job, 1, fence, NODE)]
 
 
-def _reserve_gpus(fresh: Fresh, start: JobState) -> list[Seen]:
-    loop = fresh()
-    store = loop.store
-    job_id, _ = store.submit(make_spec("r"), [make_plan("A100-80GB")], "gpt2-124m", 1)
-    _force(store, job_id, start)
-    placement = Placement(job_id=job_id, plan_index=0, nodes=((NODE, (0,)),),
-                          plan=PlanOption(gpu_type="A100-80GB", tp=1, pp=1, dp=1, bytes_per_gpu=1))
-    return [_call("reserve_gpus", "free GPU, live node", start, store, job_id,
-                  store.reserve, placement, make_plan("A100-80GB", peak=1), loop.master_ports)]
-
-
-def _dispatch_job(fresh: Fresh, start: JobState) -> list[Seen]:
-    loop = fresh()
-    job_id, _ = _placed_second_attempt(loop)
-    job = _force(loop.store, job_id, start)
-    return [_call("dispatch_job", "its fence", start, loop.store, job_id,
-                  loop.store.dispatch, job_id, job.fence, loop.launch_messages(job, job.fence))]
-
-
-def _unreserve_job(fresh: Fresh, start: JobState) -> list[Seen]:
-    loop = fresh()
-    job_id, _ = _placed_second_attempt(loop)
-    job = _force(loop.store, job_id, start)
-    return [_call("unreserve_job", "its fence", start, loop.store, job_id, loop.store.unreserve, job, "test")]
-
-
 # Every script that writes a job's state (but submit_job, which creates a PENDING job), and how to
 # drive it from a given state.
 DRIVERS: dict[str, Callable[[Fresh, JobState], list[Seen]]] = {
@@ -171,9 +144,6 @@ DRIVERS: dict[str, Callable[[Fresh, JobState], list[Seen]]] = {
     "record_exit": _record_exit,
     "requeue_job": _requeue_job,
     "finish_from_earlier_attempt": _finish_from_earlier_attempt,
-    "reserve_gpus": _reserve_gpus,
-    "dispatch_job": _dispatch_job,
-    "unreserve_job": _unreserve_job,
 }
 
 

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import redis
 
+from frenzy.scheduler.loop import SchedulerLoop
 from frenzy.state.job_states import JobState
 from frenzy.state.keys import Keys
 from frenzy.state.store import StateStore
-from has import ClusterView, Placement, PlanOption
+from has import ClusterView
+from support.placed import place
 from support.state import GiB, add_node, make_plan, make_spec, set_gpu
 
 
@@ -35,10 +37,10 @@ def _same_view(a: ClusterView, b: ClusterView) -> None:
     assert a.gpus_by_owner() == b.gpus_by_owner()  # what preemption reads (was frozen once)
 
 
-def _placement(job_id: str, node: str, gpus: list[int]) -> Placement:
-    return Placement(job_id=job_id, plan_index=0,
-                     plan=PlanOption(gpu_type="A100-80GB", tp=1, pp=1, dp=len(gpus), bytes_per_gpu=GiB),
-                     nodes=((node, tuple(gpus)),))
+def _place(client: redis.Redis, keys: Keys, job_id: str, node: str, gpus: list[int]) -> None:
+    """Place the job as a scheduler does (place_jobs.lua; another store than the one under test)."""
+    ok, why = place(SchedulerLoop(client, keys), job_id, [(node, gpus)])
+    assert ok, why
 
 
 def test_the_cluster_view_follows_every_change_and_reuses_untouched_nodes(
@@ -53,8 +55,7 @@ def test_the_cluster_view_follows_every_change_and_reuses_untouched_nodes(
     assert store.cluster() is first  # nothing changed: the very same view
 
     job, _ = store.submit(make_spec(), [make_plan("A100-80GB", dp=2)], "m", 1)
-    ok, _ = store.reserve(_placement(job, "a1", [0, 1]), make_plan("A100-80GB", dp=2))
-    assert ok
+    _place(r, keys, job, "a1", [0, 1])
     second = store.cluster()
     _same_view(second, _fresh(r, keys).cluster())
     assert second.free_count("A100-80GB") == 10
@@ -104,8 +105,7 @@ def test_the_queue_keeps_parsed_jobs_and_picks_up_requeues_with_new_plans(
     assert again == _fresh(redis_client, keys).queue()
 
     add_node(redis_client, keys, "n0", "A100-80GB", 4)
-    ok, _ = store.reserve(_placement(a, "n0", [0, 1]), make_plan("A100-80GB", dp=2))
-    assert ok
+    _place(redis_client, keys, a, "n0", [0, 1])
     assert [j.job_id for j in store.queue()] == [b]
 
     # Node loss: the job is requeued for attempt 2 with plans for what is left.

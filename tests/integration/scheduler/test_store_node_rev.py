@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import redis
 
+from frenzy.scheduler.loop import SchedulerLoop
 from frenzy.state import scripts
 from frenzy.state.job_states import JobState
 from frenzy.state.keys import Keys
 from frenzy.state.store import StateStore
-from has import ClusterView, Placement, PlanOption
+from has import ClusterView
+from support.placed import place
 from support.state import GiB, add_node, make_plan, make_spec
 
 
@@ -26,16 +28,10 @@ def _same(cached: StateStore, client: redis.Redis, keys: Keys) -> ClusterView:
     return view
 
 
-def _placement(job_id: str, node: str, gpus: list[int]) -> Placement:
-    return Placement(job_id=job_id, plan_index=0,
-                     plan=PlanOption(gpu_type="A100-80GB", tp=1, pp=1, dp=len(gpus), bytes_per_gpu=GiB),
-                     nodes=((node, tuple(gpus)),))
-
-
 def _reserved(store: StateStore, node: str, gpus: list[int]) -> str:
-    plan = make_plan("A100-80GB", dp=len(gpus))
-    job, _ = store.submit(make_spec(), [plan], "m", 1)
-    ok, why = store.reserve(_placement(job, node, gpus), plan)
+    """A job placed on ``node``'s ``gpus`` by a scheduler (place_jobs.lua)."""
+    job, _ = store.submit(make_spec(), [make_plan("A100-80GB", dp=len(gpus))], "m", 1)
+    ok, why = place(SchedulerLoop(store.r, store.k), job, [(node, gpus)])
     assert ok, why
     return job
 
@@ -63,7 +59,7 @@ def test_every_script_that_changes_a_gpu_is_seen_by_a_store_that_cached_the_node
     first = _same(store, r, keys)
     assert store.cluster() is first
 
-    # reserve_gpus
+    # place_jobs
     done = _reserved(store, "a0", [0, 1])
     assert _same(store, r, keys).free_count("A100-80GB") == 6
 
@@ -74,7 +70,7 @@ def test_every_script_that_changes_a_gpu_is_seen_by_a_store_that_cached_the_node
     assert (state, final) == ("finished", "SUCCEEDED")
     assert _same(store, r, keys).free_count("A100-80GB") == 8
 
-    # transition_job with release (a cancel before launch)
+    # transition_job with release (what a cancel of a job holding GPUs before its launch released)
     cancelled = _reserved(store, "a1", [0])
     assert _same(store, r, keys).free_count("A100-80GB") == 7
     moved, _ = store.transition(store.get(cancelled), JobState.CANCELLED, "cancelled", release=True)  # type: ignore[arg-type]

@@ -8,10 +8,11 @@ import time
 
 import redis
 
+from frenzy.scheduler.loop import SchedulerLoop
 from frenzy.state.keys import Keys
 from frenzy.state.store import StateStore
-from has import Placement, PlanOption
-from support.state import GiB, add_node, make_plan, make_spec
+from support.placed import place
+from support.state import add_node, make_plan, make_spec
 
 
 def test_priority_is_written_once_and_read_by_the_queue_and_cluster_reads(
@@ -31,11 +32,8 @@ def test_priority_is_written_once_and_read_by_the_queue_and_cluster_reads(
     assert {q.job_id: q.priority for q in StateStore(redis_client, keys).queue()} == {urgent: 7, plain: 0}
 
     # once it holds GPUs, preemption sees its priority
-    placement = Placement(job_id=urgent, plan_index=0,
-                          plan=PlanOption(gpu_type="A100-80GB", tp=1, pp=1, dp=1, bytes_per_gpu=GiB),
-                          nodes=(("a0", (0,)),))  # fmt: skip
-    ok, _ = store.reserve(placement, make_plan("A100-80GB"))
-    assert ok
+    ok, why = place(SchedulerLoop(redis_client, keys), urgent, [("a0", [0])])
+    assert ok, why
     store.cluster()
     running = store.running_jobs(time.time(), 3600.0)
     assert [(r.job_id, r.priority) for r in running] == [(urgent, 7)]

@@ -36,7 +36,7 @@ def _lua_set(rendered: str, name: str) -> set[str]:
 
 
 def test_every_script_is_listed() -> None:
-    assert {"submit_job", "reserve_gpus", "record_exit", "transition_job", "requeue_job"} <= set(
+    assert {"submit_job", "place_jobs", "record_exit", "transition_job", "requeue_job"} <= set(
         scripts.names()
     )
     assert "release_gpus" not in scripts.names()  # a fragment under lib/, not a script
