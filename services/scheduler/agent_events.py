@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from frenzy.agent.exit_cause import LAUNCH_FAILED, OOM
 from frenzy.state.job_states import ACTIVE, TERMINAL, JobState
 from frenzy.state.messages import AgentEvent, EventKind
-from frenzy.state.store import JobRecord
+from frenzy.state.records import JobRecord
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from frenzy.state.job_states import ACTIVE
-from frenzy.state.store import JobRecord
+from frenzy.state.records import JobRecord
 
 # ("gpu", node, job id, fence) or ("port", node, job id, port)
 OrphanKey = tuple[str, str, str, str]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from frenzy.scheduler.loop import SchedulerLoop
 from frenzy.state.job_states import JobState
 from frenzy.state.messages import AgentEvent, EventKind
-from frenzy.state.store import JobRecord
+from frenzy.state.records import JobRecord
 from frenzy.v1 import types_pb2
 from has import Placement, PlanOption
 

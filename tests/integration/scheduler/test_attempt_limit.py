@@ -11,7 +11,7 @@ from frenzy.scheduler.loop import SchedulerLoop
 from frenzy.state.job_states import JobState
 from frenzy.state.keys import Keys
 from frenzy.state.messages import EventKind
-from frenzy.state.store import JobRecord
+from frenzy.state.records import JobRecord
 from frenzy.v1 import types_pb2
 from support.placed import event
 from support.state import GiB, add_node, make_spec

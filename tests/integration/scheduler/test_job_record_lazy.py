@@ -15,7 +15,8 @@ import redis
 
 from frenzy.state.job_states import JobState
 from frenzy.state.keys import Keys
-from frenzy.state.store import JobRecord, StateStore, Stored
+from frenzy.state.records import JobRecord, Stored
+from frenzy.state.store import StateStore
 from support.state import make_plan, make_spec
 
 

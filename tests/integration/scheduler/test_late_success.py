@@ -16,7 +16,7 @@ from frenzy.scheduler.loop import SchedulerLoop
 from frenzy.state.job_states import JobState
 from frenzy.state.keys import Keys
 from frenzy.state.messages import AgentEvent, EventKind, decode_command
-from frenzy.state.store import JobRecord
+from frenzy.state.records import JobRecord
 from support.placed import place
 from support.state import add_node, make_plan, make_spec, send_event
 

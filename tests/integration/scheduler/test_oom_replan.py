@@ -12,7 +12,7 @@ from frenzy.scheduler.loop import SchedulerLoop
 from frenzy.state.job_states import JobState
 from frenzy.state.keys import Keys
 from frenzy.state.messages import AgentEvent, EventKind
-from frenzy.state.store import JobRecord
+from frenzy.state.records import JobRecord
 from frenzy.v1 import types_pb2
 from support.placed import event, run_on
 from support.state import GiB, add_node, make_spec

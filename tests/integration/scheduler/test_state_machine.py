@@ -23,7 +23,8 @@ from frenzy.scheduler.loop import SchedulerLoop
 from frenzy.state import scripts
 from frenzy.state.job_states import ALLOWED, JobState
 from frenzy.state.keys import Keys
-from frenzy.state.store import JobRecord, PlacementOrder, StateStore
+from frenzy.state.records import JobRecord
+from frenzy.state.store import PlacementOrder, StateStore
 from support.state import add_node, make_plan, make_spec
 
 Move = tuple[JobState, JobState]

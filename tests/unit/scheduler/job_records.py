@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from frenzy.state.job_states import JobState
-from frenzy.state.store import JobRecord
+from frenzy.state.records import JobRecord
 from frenzy.v1 import types_pb2
 
 

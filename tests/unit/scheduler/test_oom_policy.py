@@ -15,7 +15,7 @@ from frenzy.scheduler.oom_policy import (
 )
 from frenzy.state.job_states import JobState
 from frenzy.state.messages import AgentEvent, EventKind
-from frenzy.state.store import JobRecord
+from frenzy.state.records import JobRecord
 from frenzy.v1 import types_pb2
 
 GiB = 2**30
