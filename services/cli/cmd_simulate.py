@@ -66,6 +66,8 @@ class SimSettings:
     decision_sizes: tuple[int, ...]  # increasing, no repeats; empty: no decision timing
     decision_queue: int
     as_json: bool
+    truth: str = "independent"  # "independent" (has.sim.truth_independent) or "marp"
+    max_width_factor: float | None = None  # every policy held to K x the request; None: unbounded
 
 
 @dataclass(frozen=True)
@@ -103,8 +105,8 @@ TraceOpt = Annotated[
 PoliciesOpt = Annotated[
     str,
     typer.Option(
-        help="Comma-separated: frenzy, frenzy-paper, opportunistic, sia, sia-memaware, gavel, "
-        "gavel-memaware, gavel-minjct, hadar, frenzy-completion, frenzy-ranked, frenzy-fifo, frenzy-nopreempt, "
+        help="Comma-separated: frenzy, frenzy-blind, frenzy-paper, opportunistic, sia, sia-memaware, gavel, "
+        "gavel-memaware, gavel-minjct, hadar-approx, frenzy-completion, frenzy-ranked, frenzy-fifo, frenzy-nopreempt, "
         "frenzy-wait4h, frenzy-single, frenzy-nostop, frenzy-restop."
     ),
 ]
@@ -170,6 +172,24 @@ DecisionSizesOpt = Annotated[
         metavar="SIZES",
     ),
 ]
+TruthOpt = Annotated[
+    str,
+    typer.Option(
+        help="What the jobs truly run at: 'independent' (measured scaling from published runs and "
+        "Gavel's throughputs, not MARP: has.sim.truth_independent) or 'marp' (MARP's own step time "
+        "and peak, times the error factors). The policies see MARP's predictions under both.",
+        metavar="independent|marp",
+    ),
+]
+MaxWidthOpt = Annotated[
+    float | None,
+    typer.Option(
+        help="Hold every policy, frenzy included, to at most K x the trace's requested GPUs per job "
+        "(raised to the job's smallest plan where that is more); Sia's and Hadar's max_scale become K. "
+        "Unset: unbounded (frenzy takes any count MARP lists; Sia and Hadar 2x).",
+        metavar="K",
+    ),
+]
 DecisionQueueOpt = Annotated[
     int, typer.Option(help="Queued jobs in each --decision-sizes state (the bench uses 1,000).")
 ]
@@ -189,6 +209,8 @@ def simulate(
     speed_error: SpeedErrorOpt = 0.0,
     restart_s: RestartOpt = 120.0,
     gavel_round_s: GavelRoundOpt = 360.0,
+    truth: TruthOpt = "independent",
+    max_width_factor: MaxWidthOpt = None,
     out: OutOpt = None,
     save_trace: SaveTraceOpt = None,
     fail_node: FailNodeOpt = None,
@@ -217,7 +239,7 @@ def simulate(
         jobs_per_hour=jobs_per_hour, seed=seed, seeds=seeds, runtime_noise=runtime_noise,
         memory_error=memory_error, speed_error=speed_error, restart_s=restart_s, gavel_round_s=gavel_round_s,
         out=out, save_trace=save_trace, fail_node=fail_node or [], decision_sizes=decision_sizes,
-        decision_queue=decision_queue, as_json=as_json,
+        decision_queue=decision_queue, as_json=as_json, truth=truth, max_width_factor=max_width_factor,
     )  # fmt: skip
     inputs = load_inputs(settings)
     if not wanted(no_progress):
@@ -249,18 +271,21 @@ def check_settings(
     decision_sizes: str | None,
     decision_queue: int,
     as_json: bool,
+    truth: str = "independent",
+    max_width_factor: float | None = None,
 ) -> SimSettings:
     """The options as ``SimSettings``; exit 2 naming the first option that is wrong.
 
     Only what needs no file is checked here; ``load_inputs`` checks the rest."""
-    from has.sim.baselines import POLICY_NAMES
+    from has.sim.baselines import ALIASES, POLICY_NAMES
+    from has.sim.engine import TRUTHS
     from has.sim.scale import MAX_GPUS, MIN_GPUS
 
     names = [p.strip() for p in policies.split(",") if p.strip()]
     if not names:
         fail("--policies: name at least one policy", 2)
     for n in names:
-        if n not in POLICY_NAMES:
+        if n not in POLICY_NAMES and n not in ALIASES:
             fail(f"--policies: unknown policy {n!r}; known: {', '.join(POLICY_NAMES)}", 2)
     _check_extra(names, out is not None)
     if (trace is None) == (synthetic <= 0):
@@ -268,6 +293,10 @@ def check_settings(
     sizes = _sizes(decision_sizes, MIN_GPUS, MAX_GPUS) if decision_sizes is not None else []
     if decision_queue < 0:
         fail(f"--decision-queue: must be >= 0, got {decision_queue}", 2)
+    if truth not in TRUTHS:
+        fail(f"--truth: one of {', '.join(TRUTHS)}, got {truth!r}", 2)
+    if max_width_factor is not None and not (1 <= max_width_factor < math.inf):
+        fail(f"--max-width-factor: must be a number >= 1 (K x the requested GPUs), got {max_width_factor}", 2)
     if not 1 <= seeds <= 100:
         fail(f"--seeds: must be 1..100 runs, got {seeds}", 2)
     if not (gavel_round_s >= 1 and gavel_round_s < math.inf):
@@ -283,7 +312,7 @@ def check_settings(
         jobs_per_hour=jobs_per_hour, seed=seed, seeds=seeds, runtime_noise=runtime_noise,
         memory_error=memory_error, speed_error=speed_error, restart_s=restart_s, gavel_round_s=gavel_round_s,
         out=out, save_trace=save_trace, fail_node=tuple(fail_node), decision_sizes=tuple(sizes),
-        decision_queue=decision_queue, as_json=as_json,
+        decision_queue=decision_queue, as_json=as_json, truth=truth, max_width_factor=max_width_factor,
     )  # fmt: skip
 
 
@@ -344,11 +373,14 @@ def run(settings: SimSettings, inputs: SimInputs, on_progress: RunProgress | Non
         for name in settings.policies:
             heard = None if on_progress is None else _for_run(on_progress, name, seed)
             try:
+                policy = make_policy(name, restart_s=settings.restart_s, gavel_round_s=settings.gavel_round_s,
+                                     max_width_factor=settings.max_width_factor)  # fmt: skip
                 res = run_sim(
-                    inputs.spec, inputs.jobs, make_policy(name, restart_s=settings.restart_s, gavel_round_s=settings.gavel_round_s), seed=seed,
+                    inputs.spec, inputs.jobs, policy, seed=seed,
                     runtime_noise=settings.runtime_noise, memory_error=settings.memory_error,
                     speed_error=settings.speed_error, profiles=inputs.book, node_failures=inputs.failures,
-                    restart_s=settings.restart_s, progress=heard,
+                    restart_s=settings.restart_s, progress=heard, truth=settings.truth,
+                    max_width_factor=settings.max_width_factor,
                 )  # fmt: skip
             except SimError as exc:
                 fail(f"simulation failed (seed {seed}): {escape(str(exc))}", 1)

@@ -50,8 +50,10 @@ def payload(settings: SimSettings, inputs: SimInputs, outcome: SimOutcome) -> di
         "trace": {"file": trace, "jobs": len(inputs.jobs)},
         "restart_s": settings.restart_s,
         "gavel_round_s": settings.gavel_round_s,
-        "truth": {"runtime_noise": settings.runtime_noise, "memory_error": settings.memory_error,
-                  "speed_error": settings.speed_error},  # fmt: skip
+        "truth": {"model": settings.truth, "runtime_noise": settings.runtime_noise,
+                  "memory_error": settings.memory_error, "speed_error": settings.speed_error},  # fmt: skip
+        # K: every policy held to K x the trace's requested GPUs; null: unbounded
+        "max_width_factor": settings.max_width_factor,
         "seeds": list(range(settings.seed, settings.seed + settings.seeds)),
         # policy -> job id -> why it did not finish (in any seed); empty when every job finished
         "unfinished": outcome.unfinished,
@@ -76,8 +78,11 @@ def settings_line(settings: SimSettings) -> str:
     """The seeds and the truth's error settings, printed with every table."""
     seeds = (f"seed {settings.seed}" if settings.seeds == 1
              else f"seeds {settings.seed}-{settings.seed + settings.seeds - 1} (mean ± sd)")  # fmt: skip
-    return (f"{seeds}; truth: runtime noise {settings.runtime_noise:g}, memory error "
-            f"{settings.memory_error:g}, speed error {settings.speed_error:g}; restart {settings.restart_s:g} s")  # fmt: skip
+    width = ("unbounded width" if settings.max_width_factor is None
+             else f"at most {settings.max_width_factor:g}x the requested GPUs")  # fmt: skip
+    return (f"{seeds}; truth: {settings.truth}, runtime noise {settings.runtime_noise:g}, memory error "
+            f"{settings.memory_error:g}, speed error {settings.speed_error:g}; restart {settings.restart_s:g} s; "
+            f"{width}")  # fmt: skip
 
 
 def unfinished_sets(outcome: SimOutcome) -> dict[str, frozenset[str]]:

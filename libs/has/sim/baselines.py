@@ -10,8 +10,8 @@ system would see them) into Start/Stop actions.
   default too (shortest-first with aging over MARP's ranked plans, refusing a plan far slower
   than one whose GPUs free soon; chosen on the tuning split, docs/simulator.md); the other
   HAS variants are ``QueuePolicy.named``'s, the same knobs as ``frenzy scheduler --policy``.
-* ``opportunistic``: memory-blind; the user's requested GPU count on whatever type has that
-  many free GPUs, first fit, FIFO with backfill. OOM rule: after an OOM on (type, n) the job
+* ``opportunistic``: memory-blind; the user's requested GPU count on the fastest type (the
+  compute-only step time Sia believes) that has that many free GPUs, first fit, FIFO with backfill. OOM rule: after an OOM on (type, n) the job
   tries the next type at n; once every type failed at n it asks for 2n.
 * ``sia``: Sia's round-based ILP (Jayaram Subramanya et al., "Sia: Heterogeneity-aware,
   goodput-optimized ML-cluster scheduling", SOSP'23; section numbers below refer to it),
@@ -20,8 +20,10 @@ system would see them) into Start/Stop actions.
   time-sharing (Narayanan et al., OSDI'20), at the user's requested GPU count, memory-blind
   with opportunistic's OOM rule. ``gavel-memaware``: told which configurations fit;
   ``gavel-minjct``: that, with a completion-time objective over the same LP.
-* ``hadar``: Hadar (Sultana et al., arXiv 2503.10918, 2025), round-based primal-dual pricing of
-  GPU types, from the paper's description (``HadarPolicy``; assumptions in docs/simulator.md).
+* ``hadar-approx`` (``hadar``: an alias that warns): a one-type reconstruction of Hadar (Sultana
+  et al., arXiv 2503.10918, 2025), round-based primal-dual pricing of GPU types, from the paper's
+  description (``HadarPolicy``; assumptions in docs/simulator.md). Not the published Hadar: its
+  defining feature, one job's tasks across GPU types, is left out.
 """
 
 from __future__ import annotations
@@ -56,6 +58,9 @@ class FrenzyPolicy:
     queue_policy: QueuePolicy
     round_s: float | None = None
     restart_s: float = 120.0
+    # True (frenzy-blind): HAS is handed no runtime (``PlanOption.runtime_s`` None): the policy
+    # knows a job's plans and their order, not its length (its knobs read none anyway)
+    blind: bool = False
     _cache: dict[str, tuple[tuple[float, int, int], QueuedJob]] = field(default_factory=dict, repr=False)
     # job -> (MARP plan index or None for a re-planned plan, plan) of each plan in its QueuedJob
     _plans: dict[str, list[tuple[int | None, marp.Plan]]] = field(default_factory=dict, repr=False)
@@ -70,9 +75,9 @@ class FrenzyPolicy:
         if hit is not None and hit[0] == key:
             return hit[1]
         extra = self.restart_s if job.restarts else 0.0
-        kept = self.plans_after_ooms(job, self._view)
+        kept = [(i, p) for i, p in self.plans_after_ooms(job, self._view) if p.num_gpus <= job.max_gpus]
         self._plans[job.job_id] = kept
-        plans = tuple(self.option(p, job, extra) for _, p in kept)
+        plans = tuple(self.option(p, job, extra, self.blind) for _, p in kept)
         q = QueuedJob(job.job_id, job.seq, job.submitted_at, plans, job.priority)
         self._cache[job.job_id] = (key, q)
         return q
@@ -106,15 +111,20 @@ class FrenzyPolicy:
         """Why HAS cannot place this job at all (None: it could, given free GPUs)."""
         if not job.profile.plans:
             return "MARP finds no plan within its 5 % memory safety margin on this cluster"
-        if not self.plans_after_ooms(job, self._view):
+        left = self.plans_after_ooms(job, self._view)
+        if not left:
             return f"every plan ruled out by its OOMs ({len(job.oom_plans)}, has.oom)"
+        if all(p.num_gpus > job.max_gpus for _, p in left):
+            return f"every plan left after its OOMs needs more than its width bound of {job.max_gpus} GPUs"
         return None
 
     @staticmethod
-    def option(p: marp.Plan, job: JobInfo, extra_s: float = 0.0) -> PlanOption:
-        """A MARP plan as the scheduler service hands it to HAS, plus the runtime estimate."""
+    def option(p: marp.Plan, job: JobInfo, extra_s: float = 0.0, blind: bool = False) -> PlanOption:
+        """A MARP plan as the scheduler service hands it to HAS, plus the runtime estimate
+        (none for a size-unaware policy: ``blind``)."""
+        runtime = None if blind else extra_s + job.steps_left * p.step_time_s
         return PlanOption(p.gpu_type, p.layout.tp, p.layout.pp, p.layout.dp, p.memory.total,
-                          f"{p.gpu_type}x{p.num_gpus}", extra_s + job.steps_left * p.step_time_s)  # fmt: skip
+                          f"{p.gpu_type}x{p.num_gpus}", runtime)  # fmt: skip
 
     def decide(self, view: SimView) -> list[Start | Stop]:
         self._view = view
@@ -189,17 +199,22 @@ def _type_order(view: SimView) -> list[str]:
 
 @dataclass
 class OpportunisticPolicy:
-    """Memory-blind first fit of the user's GPU count on any type (see the module docstring)."""
+    """Memory-blind first fit of the user's GPU count on the fastest free type (see the module
+    docstring)."""
 
     name: str = "opportunistic"
     round_s: float | None = None
+    _sia: SiaPolicy = field(default_factory=lambda: SiaPolicy(), repr=False)  # its believed step times
 
     @staticmethod
     def request(job: JobInfo, types: Sequence[str], totals: dict[str, int]) -> tuple[int, list[str]] | None:
-        """(count, types to try in order) after the OOM rule; None when nothing is left to try."""
+        """(count, types to try in order) after the OOM rule; None when nothing is left to try.
+        The count never exceeds the job's width bound (``JobInfo.max_gpus``): doubling past it
+        tries the bound itself once."""
         # (the user knows their recipe's precision: a GPU type that cannot run it is no option)
         totals = {t: c for t, c in totals.items() if t in job.profile.runnable_types}
-        biggest = max(totals.values(), default=0)
+        bound = job.max_gpus
+        biggest = min(max(totals.values(), default=0), bound)
         if biggest < 1:
             return None
         # A request larger than any type's GPU count is cut to the largest power of two that
@@ -210,8 +225,16 @@ class OpportunisticPolicy:
                     and t in job.profile.runnable_types]
             if left:
                 return n, left
-            n *= 2
+            n = bound if n < bound < 2 * n else 2 * n  # (the bound itself, once, if doubling passes it)
         return None
+
+    def fastest_first(self, job: JobInfo, n: int, types: Sequence[str]) -> list[str]:
+        """``types`` by the step time the user believes on n GPUs of each (the compute-only
+        estimate Sia and Gavel believe, memory ignored), fastest first; unknown last, then
+        cluster-file order. A user picks the fastest free GPUs, not the first in a file."""
+        order = {t: k for k, t in enumerate(types)}
+        believed = {t: self._sia.believed_step_time(job, t, n) for t in types}
+        return sorted(types, key=lambda t: (believed[t] is None, believed[t] or 0.0, order[t]))
 
     def decide(self, view: SimView) -> list[Start | Stop]:
         cluster = view.cluster
@@ -231,7 +254,7 @@ class OpportunisticPolicy:
             if req is None:
                 continue
             n, candidates = req
-            for t in candidates:
+            for t in self.fastest_first(job, n, candidates):
                 if count[t] < n:
                     continue
                 picked: list[tuple[str, int]] = []
@@ -249,6 +272,30 @@ class OpportunisticPolicy:
                 out.append(Start(job.job_id, t, tuple(picked)))
                 break
         return out
+
+
+# Deterministic limits of every HiGHS solve (issue 32): a solve stops after this many
+# branch-and-bound nodes (Sia's ILP) or simplex iterations (Gavel's LPs), counts that do not move
+# with the machine's load, where a wall-clock limit (30 s before) made a cell depend on what else
+# ran. Measured (``SolverStats``) on Pollux 5 and 6 / paper-64, 160 jobs, both truths: Sia's ILP
+# took at most 1 branch-and-bound node and 308 simplex iterations per round, Gavel's LPs at most
+# 60 iterations; the limits are far above that, so they bound a pathological round without
+# changing an ordinary one (the 300-job Philly cells on 512 GPUs were not measured: issue 32).
+# The wall-clock limit stays only as a last resort (SOLVER_SAFETY_S).
+MIP_MAX_NODES = 20_000
+SIMPLEX_ITERATION_LIMIT = 1_000_000
+SOLVER_SAFETY_S = 3600.0
+
+
+@dataclass
+class SolverStats:
+    """What the solves of one policy took: solves, those stopped by a limit, the most nodes and
+    simplex iterations of one solve (deterministic: the same on any machine)."""
+
+    solves: int = 0
+    stopped: int = 0
+    max_nodes: int = 0
+    max_iterations: int = 0
 
 
 # ----- Sia -----------------------------------------------------------------------------
@@ -286,8 +333,9 @@ class SiaPolicy:
     p: float = -0.5
     lam: float = 1.1
     restart_s: float = 120.0
-    max_scale: int = 2
-    time_limit_s: float = 30.0
+    max_scale: float = 2
+    time_limit_s: float = SOLVER_SAFETY_S  # a last resort; the solve's limits are MIP_MAX_NODES etc.
+    stats: SolverStats = field(default_factory=SolverStats, repr=False)
     # True: Sia given MARP's memory truth (only configurations that fit): an upper bound for a
     # Sia whose profiling caught every OOM for free, to separate "avoids OOMs" from the rest.
     memory_aware: bool = False
@@ -330,7 +378,10 @@ class SiaPolicy:
         # max_ngpus: the user's request x max_scale; after OOMs the user asks for twice the
         # largest count that failed (the same rule as opportunistic), or the job could never run.
         worst = max((n for _, n in job.failed_configs), default=0)
-        cap = max(1, job.requested_gpus * self.max_scale, 2 * worst)
+        # (memory-aware: at least the smallest count MARP says fits, as Hadar's rule, so a request
+        # below it -- never in a mapped trace, whose request fits the reference GPU -- can run)
+        fits_from = min((n for _, n in job.profile.configs), default=1) if self.memory_aware else 1
+        cap = min(max(1, job.requested_gpus * self.max_scale, 2 * worst, fits_from), job.max_gpus)
         out = []
         for t, (per_node, nodes) in shape.items():
             counts = [c for c in (1 << k for k in range(8)) if c <= per_node]
@@ -393,7 +444,7 @@ class SiaPolicy:
         lp.a_matrix_.index_ = index
         lp.a_matrix_.value_ = value
         lp.integrality_ = [highspy.HighsVarType.kInteger] * ncol
-        x = _solve(lp, self.time_limit_s)
+        x = _solve(lp, self.time_limit_s, self.stats)
         self.last_ilp = (ncol, lp.num_row_)
         chosen: dict[str, tuple[str, int]] = {}
         for k, (i, t, c, _) in enumerate(cols):
@@ -402,17 +453,32 @@ class SiaPolicy:
         return _place_round(view, chosen)
 
 
-def _solve(lp: object, time_limit_s: float) -> list[float]:
-    """Solve a ``highspy.HighsLp`` quietly on one thread; its column values."""
+def _solve(lp: object, time_limit_s: float = SOLVER_SAFETY_S, stats: SolverStats | None = None) -> list[float]:
+    """Solve a ``highspy.HighsLp`` quietly on one thread under the deterministic limits above;
+    its column values (all 0 when a limit stopped it before any feasible point: nothing
+    allocated this round)."""
     highspy: Any = require("highspy")
 
     h = highspy.Highs()
     h.setOptionValue("output_flag", False)
     h.setOptionValue("time_limit", time_limit_s)
+    h.setOptionValue("mip_max_nodes", MIP_MAX_NODES)
+    h.setOptionValue("simplex_iteration_limit", SIMPLEX_ITERATION_LIMIT)
     h.setOptionValue("threads", 1)
+    h.setOptionValue("random_seed", 0)
     h.passModel(lp)
     h.run()
-    return list(h.getSolution().col_value)
+    info = h.getInfo()
+    status = h.getModelStatus()
+    if stats is not None:
+        stats.solves += 1
+        stats.stopped += status != highspy.HighsModelStatus.kOptimal
+        stats.max_nodes = max(stats.max_nodes, int(info.mip_node_count))
+        stats.max_iterations = max(stats.max_iterations, int(info.simplex_iteration_count))
+    values = list(h.getSolution().col_value)
+    if info.primal_solution_status != 2 or len(values) != lp.num_col_:  # type: ignore[attr-defined]
+        return [0.0] * lp.num_col_  # type: ignore[attr-defined]
+    return values
 
 
 def _place_round(view: SimView, chosen: dict[str, tuple[str, int]]) -> list[Start | Stop]:
@@ -499,7 +565,8 @@ class GavelPolicy:
     name: str = "gavel"
     round_s: float | None = 360.0
     restart_s: float = 120.0  # what a restart costs (the simulator's), for the amortisation guard
-    time_limit_s: float = 30.0
+    time_limit_s: float = SOLVER_SAFETY_S  # a last resort; the solve's limits are SIMPLEX_ITERATION_LIMIT etc.
+    stats: SolverStats = field(default_factory=SolverStats, repr=False)
     # True: Gavel given MARP's memory knowledge -- a job is never placed on a (type, count) MARP
     # says does not fit; at the requested count with no fitting type it asks for 2x (gavel-memaware)
     memory_aware: bool = False
@@ -612,7 +679,8 @@ class GavelPolicy:
             r = per.get(t, 0)
             return r > 0 and capacity.get(t, 0) >= n and ((n <= r and n & (n - 1) == 0) or n % r == 0)
 
-        fits = sorted({n for (t, n) in job.profile.configs if placeable(t, n) and (t, n) not in job.failed_configs})
+        fits = sorted({n for (t, n) in job.profile.configs
+                       if placeable(t, n) and (t, n) not in job.failed_configs and n <= job.max_gpus})  # fmt: skip
         if not fits:
             # every configuration MARP says fits has OOMed (its prediction was short): fall
             # back to the memory-blind rule -- the next type, then twice the GPUs
@@ -672,7 +740,7 @@ class GavelPolicy:
         lp.a_matrix_.start_ = np.array(starts, dtype=np.int32)
         lp.a_matrix_.index_ = np.array(index, dtype=np.int32)
         lp.a_matrix_.value_ = np.array(value)
-        sol = _solve(lp, self.time_limit_s)
+        sol = _solve(lp, self.time_limit_s, self.stats)
         self.last_lp = (ncol, nrow)
         x = [min(1.0, max(0.0, float(v))) for v in sol[: len(pairs)]]
         return (float(sol[-1]) if floor is None else sum(c * v for (_, _, _, c), v in zip(pairs, x, strict=True))), x
@@ -714,10 +782,10 @@ class HadarPolicy:
       Gavel's round-based simulator); no job forking (that is HadarE).
     """
 
-    name: str = "hadar"
+    name: str = "hadar-approx"
     round_s: float | None = 360.0
     restart_s: float = 120.0
-    max_scale: int = 2
+    max_scale: float = 2
 
     def configs(self, job: JobInfo, shape: dict[str, tuple[int, int]]) -> list[tuple[str, int, float]]:
         """(type, n, predicted step s) Hadar may give the job: fitting, not failed, within scale."""
@@ -730,7 +798,7 @@ class HadarPolicy:
         if not out:
             return []
         smallest = min(n for _, n, _ in out)
-        cap = max(job.requested_gpus * self.max_scale, smallest)
+        cap = min(max(job.requested_gpus * self.max_scale, smallest), job.max_gpus)
         return [c for c in out if c[1] <= cap]
 
     def decide(self, view: SimView) -> list[Start | Stop]:
@@ -774,25 +842,17 @@ class HadarPolicy:
 
 # ----- registry ------------------------------------------------------------------------
 
-POLICY_NAMES = (
-    "frenzy",
-    "frenzy-paper",
-    "opportunistic",
-    "sia",
-    "frenzy-fifo",
-    "frenzy-completion",
-    "sia-memaware",
-    "frenzy-nopreempt",
-    "frenzy-ranked",
-    "gavel",
-    "gavel-memaware",
-    "gavel-minjct",
-    "hadar",
-)
+# The baselines, beside HAS's variants (``has.POLICY_NAMES``, QueuePolicy.named's table).
+BASELINE_NAMES = (
+    "opportunistic", "sia", "sia-memaware", "gavel", "gavel-memaware", "gavel-minjct", "hadar-approx",
+)  # fmt: skip
+# Old names that still resolve, each with a warning naming the new one (cached cells, old docs).
+ALIASES = {"hadar": "hadar-approx"}
+POLICY_NAMES = (*QUEUE_POLICY_NAMES, *BASELINE_NAMES)
 
 
 def make_policy(
-    name: str, restart_s: float = 120.0, gavel_round_s: float = 360.0
+    name: str, restart_s: float = 120.0, gavel_round_s: float = 360.0, max_width_factor: float | None = None
 ) -> FrenzyPolicy | OpportunisticPolicy | SiaPolicy | GavelPolicy | HadarPolicy:
     """A fresh policy by name (frenzy = shortest-first with aging over MARP's ranked plans, a
     plan refused when waiting for a better-ranked one finishes more than 20 % sooner, and a
@@ -803,39 +863,55 @@ def make_policy(
     frenzy-ranked = frenzy without the refusal,
     frenzy-fifo = frenzy without shortest-first,
     frenzy-completion = completion-time-aware plan choice and preemption (the live default
-    before issue 18), frenzy-nopreempt = that without preemption; sia-memaware = Sia told
+    before issue 18), frenzy-nopreempt = that without preemption; frenzy-blind = frenzy knowing
+    no job's length (submit order, MARP's first plan that fits, no long-job stop; HAS is handed
+    no runtime); sia-memaware = Sia told
     which configurations fit, a baseline stronger than the paper's; gavel-memaware = Gavel told which
-    configurations fit; gavel-minjct = that with the completion-time objective; ``gavel_round_s``:
-    Gavel's round length)."""
+    configurations fit; gavel-minjct = that with the completion-time objective; hadar-approx = our
+    one-type reconstruction of Hadar (``hadar`` still names it, with a warning); ``gavel_round_s``:
+    Gavel's round length; ``max_width_factor`` K: Sia's and Hadar's ``max_scale`` (2 without one) --
+    the engine holds every policy to K x the request, ``JobInfo.max_gpus``)."""
+    if name in ALIASES:
+        import warnings
+
+        warnings.warn(f"policy {name!r} is now {ALIASES[name]!r} (a reconstruction, not the published "
+                      "Hadar; docs/simulator.md)", FutureWarning, stacklevel=2)  # fmt: skip
+        policy = make_policy(ALIASES[name], restart_s, gavel_round_s, max_width_factor)
+        policy.name = name  # results stay under the name asked for
+        return policy
+    scale = 2.0 if max_width_factor is None else float(max_width_factor)
     if name in QUEUE_POLICY_NAMES:
         # HAS itself, the live scheduler's knobs under the same name (QueuePolicy.named);
         # preemption's switch cost is the simulator's restart cost
         return FrenzyPolicy(name, QueuePolicy.named(name, preempt_restart_s=restart_s, explain=False),
-                            restart_s=restart_s)
+                            restart_s=restart_s, blind=name == "frenzy-blind")  # fmt: skip
     if name == "opportunistic":
         return OpportunisticPolicy()
     if name == "sia":
-        return SiaPolicy(restart_s=restart_s)
+        return SiaPolicy(restart_s=restart_s, max_scale=scale)
     if name == "sia-memaware":
-        return SiaPolicy(name="sia-memaware", restart_s=restart_s, memory_aware=True)
+        return SiaPolicy(name="sia-memaware", restart_s=restart_s, memory_aware=True, max_scale=scale)
     if name == "gavel":
         return GavelPolicy(round_s=gavel_round_s, restart_s=restart_s)
     if name == "gavel-memaware":
         return GavelPolicy(name=name, round_s=gavel_round_s, restart_s=restart_s, memory_aware=True)
     if name == "gavel-minjct":
         return GavelPolicy(name=name, round_s=gavel_round_s, restart_s=restart_s, memory_aware=True, objective="minjct")
-    if name == "hadar":
-        return HadarPolicy(restart_s=restart_s)
+    if name == "hadar-approx":
+        return HadarPolicy(restart_s=restart_s, max_scale=scale)
     raise UnknownPolicyError(f"unknown policy {name!r}; known: {', '.join(POLICY_NAMES)}")
 
 
 __all__ = [
+    "ALIASES",
+    "BASELINE_NAMES",
     "POLICY_NAMES",
     "FrenzyPolicy",
     "GavelPolicy",
     "HadarPolicy",
     "OpportunisticPolicy",
     "SiaPolicy",
+    "SolverStats",
     "UnknownPolicyError",
     "make_policy",
 ]

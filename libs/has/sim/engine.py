@@ -39,12 +39,15 @@ import time
 from bisect import bisect_right as _bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import marp
 from has.cluster import ClusterView, GpuSlot, NodeView
 from has.cluster_spec import ClusterSpec
 from has.sim.traces import TraceJob
+
+if TYPE_CHECKING:
+    from has.sim.truth_independent import IndependentTruth
 
 DEFAULT_OOM_DELAY_S = 120.0
 DEFAULT_RESTART_S = 120.0
@@ -95,6 +98,9 @@ class JobProfile:
     # or T4): on the others the job is infeasible -- never "zero speed" -- for every policy.
     runnable_types: frozenset[str] = frozenset()
     recipe: marp.TrainingRecipe | None = None
+    # (gpu_type, n) -> the plan behind ``configs``' step time (its layout: what the independent
+    # truth times, ``has.sim.truth_independent``)
+    truth_plans: dict[tuple[str, int], marp.Plan] = field(default_factory=dict)
 
 
 class ProfileBook:
@@ -116,6 +122,7 @@ class ProfileBook:
         self._cache: dict[tuple[str, int, int], JobProfile] = {}
         self._fits: dict[tuple[str, int, int, str, float], dict[int, float]] = {}
         self._replans: dict[tuple[str, int, int, str, float], tuple[marp.Plan, ...]] = {}
+        self._ladder: dict[tuple[str, int, int, str, float], dict[int, marp.Plan]] = {}
         self.memory = {p.gpu_type: marp.get_gpu(p.gpu_type).memory_bytes for p in self.pools}
 
     def get(self, job: TraceJob) -> JobProfile:
@@ -128,7 +135,8 @@ class ProfileBook:
             truth = marp.enumerate_plans(model, recipe, self.pools, safety_margin=0.0, max_plans=None)
             configs = {(p.gpu_type, p.num_gpus): p.step_time_s for p in truth.plans}
             runnable = frozenset(p.gpu_type for p in self.pools if marp.get_gpu(p.gpu_type).supports(recipe.precision))
-            prof = JobProfile(job.model, tuple(ranked.plans), configs, runnable, recipe)
+            by_config = {(p.gpu_type, p.num_gpus): p for p in truth.plans}
+            prof = JobProfile(job.model, tuple(ranked.plans), configs, runnable, recipe, by_config)
             self._cache[key] = prof
         return prof
 
@@ -166,6 +174,29 @@ class ProfileBook:
             fits = self._fits[key] = {p.num_gpus: p.step_time_s for p in plans}
         return fits.get(n)
 
+    # The safety margins whose best layout per count make a memory-blind start's candidates under
+    # the independent truth: each margin's best layout at a count needs less memory than the last.
+    LADDER_MARGINS = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5)
+
+    def ladder(self, job: TraceJob, gpu_type: str, n: int) -> tuple[marp.Plan, ...]:
+        """The layouts a memory-blind user's framework may try on ``n`` GPUs of ``gpu_type``: MARP's
+        best layout at that count under each of ``LADDER_MARGINS`` (distinct layouts, the
+        largest predicted peak first). Under the independent truth every layout has its own
+        memory error, so a start runs the fastest of these that truly fits."""
+        out: dict[marp.Layout, marp.Plan] = {}
+        for margin in self.LADDER_MARGINS:
+            key = (job.model, job.seq_len, job.global_batch, gpu_type, margin)
+            fits = self._ladder.get(key)
+            if fits is None:
+                pool = [p for p in self.pools if p.gpu_type == gpu_type]
+                plans = marp.enumerate_plans(marp.get_model(job.model), job.recipe(), pool,
+                                             safety_margin=margin, max_plans=None).plans  # fmt: skip
+                fits = self._ladder[key] = {p.num_gpus: p for p in plans}
+            plan = fits.get(n)
+            if plan is not None:
+                out.setdefault(plan.layout, plan)
+        return tuple(out.values())
+
 
 # ----- what a policy sees and returns --------------------------------------------------
 
@@ -188,6 +219,10 @@ class JobInfo:
     oom_plans: list[marp.Plan] = field(default_factory=list)
     restarts: int = 0
     priority: int = 0  # the trace's priority column (0 without one)
+    # The most GPUs any policy may give it (``Simulator``'s ``max_width_factor``: K x the
+    # trace's request, raised to the smallest count at which MARP finds a layout that fits some
+    # type); unbounded (a large number) without one. The engine refuses a start above it.
+    max_gpus: int = 1 << 30
     # Set while running:
     gpu_type: str | None = None
     gpus: tuple[tuple[str, int], ...] = ()
@@ -382,6 +417,21 @@ def _pct(sorted_xs: Sequence[float], q: float) -> float:
 # ----- the engine ----------------------------------------------------------------------
 
 _ARRIVE, _FINISH, _OOM, _NODE_DOWN, _NODE_UP, _ROUND = range(6)
+TRUTHS = ("marp", "independent")  # Simulator's ``truth`` (``frenzy simulate --truth``)
+
+
+def width_cap(requested: int, profile: JobProfile, factor: float | None) -> int:
+    """The most GPUs a job may get under ``--max-width-factor`` ``factor`` (None: no bound): ``factor``
+    x the trace's request, raised to the GPU count of MARP's smallest plan for the job on this
+    cluster (its 5 % margin; without one, the smallest count at which a layout fits at all)
+    rounded up to a power of two (the counts Sia's and Hadar's rounds place), so the bound never
+    leaves a job no configuration under any policy."""
+    if factor is None:
+        return 1 << 30
+    smallest = min((p.num_gpus for p in profile.plans), default=min((n for _, n in profile.configs), default=1))
+    smallest = 1 << (smallest - 1).bit_length()
+    return max(int(math.floor(factor * max(requested, 1) + 1e-9)), smallest, 1)
+
 
 
 class Simulator:
@@ -404,7 +454,13 @@ class Simulator:
         max_time_s: float = 10 * 365 * 86400.0,
         stall_s: float = 60 * 86400.0,
         progress: SimProgress | None = None,
+        truth: str = "marp",
+        max_width_factor: float | None = None,
     ) -> None:
+        if truth not in TRUTHS:
+            raise SimError(f"truth: one of {', '.join(TRUTHS)}, got {truth!r}")
+        if max_width_factor is not None and not (max_width_factor >= 1 and math.isfinite(max_width_factor)):
+            raise SimError(f"max_width_factor: must be a number >= 1 (or None: unbounded), got {max_width_factor}")
         for label, sigma in (("runtime_noise", runtime_noise), ("memory_error", memory_error),
                              ("speed_error", speed_error)):  # fmt: skip
             if not (sigma >= 0 and math.isfinite(sigma)):
@@ -414,6 +470,19 @@ class Simulator:
         self.seed = seed
         self.memory_error = memory_error
         self.speed_error = speed_error
+        # The truth the jobs run at: "marp" (MARP's step time and peak, times per-job and per-type
+        # factors) or "independent" (has.sim.truth_independent: measured scaling; errors per
+        # width and layout). Policies see MARP's predictions under both.
+        self.truth = truth
+        self._indep: IndependentTruth | None = None
+        if truth == "independent":
+            from has.sim.truth_independent import IndependentTruth, TruthDataError
+
+            try:
+                self._indep = IndependentTruth(spec, seed, speed_error=speed_error, memory_error=memory_error)
+            except TruthDataError as exc:
+                raise SimError(str(exc)) from exc
+        self.max_width_factor = max_width_factor
         self._type_factors: dict[tuple[str, str, str], float] = {}
         self.oom_delay_s = oom_delay_s
         self.restart_s = restart_s
@@ -450,10 +519,12 @@ class Simulator:
             # Same job, same factor under every policy: a str seed is hashed with SHA-512.
             rng = random.Random(f"{seed}:{job.job_id}")
             self.factor[job.job_id] = math.exp(rng.gauss(0.0, runtime_noise)) if runtime_noise > 0 else 1.0
+            profile = self.book.get(job)
             self.info[job.job_id] = JobInfo(
                 job_id=job.job_id, seq=seq, submitted_at=job.submit_s, model=job.model,
-                requested_gpus=job.gpus, requested_type=job.gpu_type, profile=self.book.get(job),
+                requested_gpus=job.gpus, requested_type=job.gpu_type, profile=profile,
                 steps_left=float(job.train_steps), priority=job.priority,
+                max_gpus=width_cap(job.gpus, profile, max_width_factor),
             )  # fmt: skip
             self.outcomes[job.job_id] = JobOutcome(job.job_id, job.submit_s, priority=job.priority)
 
@@ -492,6 +563,15 @@ class Simulator:
             f = math.exp(random.Random(f"{self.seed}:{kind}:{job_id}:{gpu_type}").gauss(0.0, sigma)) if sigma > 0 else 1.0
             self._type_factors[key] = f
         return f
+
+    def _true_step_of(self, job_id: str, plan: marp.Plan) -> float | None:
+        """Under the independent truth: the true seconds per step of this plan's layout (before
+        the per-job runtime noise), or None when its true peak does not fit the GPU."""
+        assert self._indep is not None
+        t = plan.gpu_type
+        if plan.memory.total * self._indep.memory_factor(job_id, t, plan.layout) > self.book.memory[t]:
+            return None
+        return self._indep.step_s(job_id, self.info[job_id].model, self.trace[job_id].recipe(), t, plan.layout)
 
     # -- events --
 
@@ -624,8 +704,13 @@ class Simulator:
             share = self.total_gpus / n_avg
             steps = float(self.trace[job_id].train_steps)
             best = math.inf
-            for (t, n), step in info.profile.configs.items():
-                true = step * self.factor[job_id] * self.type_factor("speed", job_id, t)
+            for (gpu_type, n), step in info.profile.configs.items():
+                if self._indep is None:
+                    true = step * self.factor[job_id] * self.type_factor("speed", job_id, gpu_type)
+                else:
+                    lay = info.profile.truth_plans[(gpu_type, n)].layout
+                    true = self._indep.step_s(job_id, info.model, self.trace[job_id].recipe(), gpu_type, lay)
+                    true *= self.factor[job_id]
                 best = min(best, steps * true * max(1.0, n / share))
             if math.isfinite(best):
                 out[job_id] = best
@@ -756,6 +841,9 @@ class Simulator:
             raise SimError(f"{name}: {a.job_id}: {a.gpu_type} cannot run its precision "
                            f"({info.profile.recipe.precision if info.profile.recipe else '?'})")  # fmt: skip
         n = len(a.gpus)
+        if n > info.max_gpus:
+            raise SimError(f"{name}: {a.job_id}: {n} GPUs, above its width bound of {info.max_gpus} "
+                           f"(--max-width-factor {self.max_width_factor:g} x {info.requested_gpus} requested)")  # fmt: skip
         cfg = (a.gpu_type, n)
         mem_f = self.type_factor("mem", a.job_id, a.gpu_type)
         true_est: float | None  # the predicted step time of the layout that truly runs (None: OOM)
@@ -766,12 +854,19 @@ class Simulator:
                     f"{name}: {a.job_id}: plan {a.plan_index} is {plan.gpu_type}x{plan.num_gpus}, not {cfg}"
                 )
             est_step = plan.step_time_s
-            # the true peak of this very layout: MARP's prediction x the job's factor on this type
-            true_est = est_step if plan.memory.total * mem_f <= self.book.memory[a.gpu_type] else None
+            if self._indep is None:
+                # the true peak of this very layout: MARP's prediction x the job's factor on this type
+                true_est = est_step if plan.memory.total * mem_f <= self.book.memory[a.gpu_type] else None
+            else:
+                true_est = self._true_step_of(a.job_id, plan)
         else:
             # memory-blind: the user's framework runs the fastest layout that truly fits (generous)
             est_step = info.profile.configs.get(cfg, math.inf)
-            true_est = self.book.fastest_fitting(self.trace[a.job_id], a.gpu_type, n, mem_f)
+            if self._indep is None:
+                true_est = self.book.fastest_fitting(self.trace[a.job_id], a.gpu_type, n, mem_f)
+            else:
+                steps = [self._true_step_of(a.job_id, p) for p in self.book.ladder(self.trace[a.job_id], a.gpu_type, n)]
+                true_est = min((s for s in steps if s is not None), default=None)
         del self.queue[a.job_id]
         self.running[a.job_id] = None
         for g in a.gpus:
@@ -797,7 +892,10 @@ class Simulator:
             info.est_end = now + self.oom_delay_s
             self._push(now + self.oom_delay_s, _OOM, a.job_id, attempt)
             return
-        true_step = true_est * self.factor[a.job_id] * self.type_factor("speed", a.job_id, a.gpu_type)
+        if self._indep is None:
+            true_step = true_est * self.factor[a.job_id] * self.type_factor("speed", a.job_id, a.gpu_type)
+        else:  # (the independent truth's own error is in true_est already)
+            true_step = true_est * self.factor[a.job_id]
         self._true_step[a.job_id] = true_step
         self._progress_from[a.job_id] = progress_from
         info.est_end = progress_from + info.steps_left * est_step
@@ -821,8 +919,10 @@ __all__ = [
     "SimResult",
     "SimView",
     "Simulator",
+    "TRUTHS",
     "Start",
     "Stop",
     "require",
     "simulate",
+    "width_cap",
 ]

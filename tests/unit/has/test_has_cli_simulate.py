@@ -169,7 +169,8 @@ def test_seeds_errors_and_unfinished_jobs_are_reported(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     data = json.loads(res.stdout)
     assert data["seeds"] == [0, 1, 2] and len(data["per_seed"]) == 3
-    assert data["truth"] == {"runtime_noise": 0.1, "memory_error": 0.05, "speed_error": 0.1}
+    assert data["truth"] == {"model": "independent", "runtime_noise": 0.1, "memory_error": 0.05, "speed_error": 0.1}
+    assert data["max_width_factor"] is None
     for name in ("frenzy", "opportunistic"):
         m = data["policies"][name]
         assert m["jobs_finished"] == 1 and m["jobs_total"] == 2
@@ -178,7 +179,7 @@ def test_seeds_errors_and_unfinished_jobs_are_reported(tmp_path: Path) -> None:
         assert m["avg_jct_censored_s"] >= (m["avg_jct_s"] + m["avg_jct_s"] - 10.0) / 2
         assert set(data["spread"][name]) == set(m)
     summary = (tmp_path / "o" / "summary.md").read_text()
-    assert "seeds 0-2 (mean ± sd); truth: runtime noise 0.1, memory error 0.05, speed error 0.1" in summary
+    assert "seeds 0-2 (mean ± sd); truth: independent, runtime noise 0.1, memory error 0.05, speed error 0.1" in summary
     assert "1/2" in summary and "huge" in summary
     table = runner.invoke(app, args)
     assert table.exit_code == 0 and "did not finish 1 jobs" in table.stdout

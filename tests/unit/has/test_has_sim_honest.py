@@ -137,7 +137,7 @@ def test_frenzy_learns_from_an_oom_as_the_live_scheduler_will() -> None:
 # ----- baselines at their best -------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["gavel-memaware", "gavel-minjct", "hadar", "sia-memaware"])
+@pytest.mark.parametrize("name", ["gavel-memaware", "gavel-minjct", "hadar-approx", "sia-memaware"])
 def test_memory_aware_baselines_never_place_where_marp_says_no_fit(name: str) -> None:
     # llama-2-7b does not fit one or two 24 GB L4s; a memory-blind Gavel tries and OOMs
     jobs = [TraceJob(f"j{i}", 30.0 * i, "llama-2-7b", 2048, 64, 64 * 2048 * 40, 1) for i in range(4)]
@@ -176,7 +176,7 @@ def test_hadar_prices_gpus_so_a_contended_type_is_shared() -> None:
     split: both jobs run (Hadar's utilisation argument), each placement on free GPUs only."""
     spec = parse_cluster({"nodes": [{"gpu": "H100-80GB", "count": 1, "gpus_per_node": 4}]})
     jobs = [TraceJob(f"j{i}", 0.0, "qwen2.5-0.5b", 2048, 64, 64 * 2048 * 3_000, 4) for i in range(2)]
-    sim = Simulator(spec, jobs, make_policy("hadar"), runtime_noise=0.0)
+    sim = Simulator(spec, jobs, make_policy("hadar-approx"), runtime_noise=0.0)
     res = sim.run()
     assert res.metrics()["jobs_finished"] == 2 and res.oom_failures == 0
     first, *rest = sim.placements
@@ -245,7 +245,7 @@ def test_gavel_memaware_asks_only_for_counts_a_round_can_place() -> None:
     assert g.request(job, ["A100-80GB"], cap, per) == (32, ["A100-80GB"])  # memory-blind: 2 x 16
 
 
-@pytest.mark.parametrize("name", ["sia", "gavel", "hadar", "opportunistic", "frenzy"])
+@pytest.mark.parametrize("name", ["sia", "gavel", "hadar-approx", "opportunistic", "frenzy"])
 def test_a_job_no_gpu_of_the_cluster_holds_is_reported_not_retried(name: str) -> None:
     """qwen2.5-72b fits no layout on four L4s: it never enters the queue (no policy could run it
     here), the run ends with the small job's finish, and the big one is named with why."""
