@@ -14,7 +14,7 @@ bench/data/speed/throughput.csv, MARP's predicted tokens per second per GPU
 Run from the repository root: ``.venv/bin/python bench/marp_accuracy.py`` (prints JSON; ``--table``
 prints the two summaries and the speed table as text; ``--docs`` writes the speed table into
 docs/marp.md between its ``speed-table`` markers; ``--write-guard`` writes every row's current
-prediction beside its measurement into tests/unit/marp/data/accuracy_expected.json, the committed
+prediction beside its measurement into tests/unit/marp/guard/accuracy_expected.json, the committed
 values the regression guard, tests/unit/marp/test_accuracy_guard.py, holds MARP to). The mapping from CSV columns to MARP's
 inputs is below; it reads configuration only, never the measured value, and no row is
 special-cased.
@@ -425,7 +425,7 @@ def speed_table(speed: dict[str, Any]) -> str:
 
 # ---- the regression guard ----------------------------------------------------------------------
 
-GUARD_PATH = ROOT / "tests" / "unit" / "marp" / "data" / "accuracy_expected.json"
+GUARD_PATH = ROOT / "tests" / "unit" / "marp" / "guard" / "accuracy_expected.json"
 # How far a row's signed error may move from its committed value before the guard fails, in points
 # of the measurement (percent): "a few percent" (issue 36). Memory rows are exact enough for 2;
 # the speed rows' measurements are throughputs converted from MFU or TFLOP/s, and step time is the

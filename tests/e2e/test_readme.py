@@ -21,7 +21,6 @@ import os
 import re
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -31,6 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+
+from support.processes import interrupt_group
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -240,9 +241,4 @@ def _start_up(command: str, shell: Shell) -> subprocess.Popen[bytes]:
 
 
 def _stop_up(proc: subprocess.Popen[bytes]) -> None:
-    os.killpg(proc.pid, signal.SIGINT)
-    try:
-        proc.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    interrupt_group(proc, timeout=60)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ import pytest
 import redis
 
 from frenzy.v1 import scheduler_pb2
+from support.processes import interrupt_group
 
 FRENZY = [sys.executable, "-m", "frenzy.cli.main"]
 ENV_DUMP = "import json, os; print('ENV=' + json.dumps(dict(os.environ)))"
@@ -49,12 +49,7 @@ def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
         redis_url = creds["redis"]  # the operator's URL: `frenzy up` keeps it in the 0600 credentials file
         yield {"env": env, "creds": creds, "redis_url": redis_url, "out": out}
     finally:
-        os.killpg(proc.pid, signal.SIGINT)
-        try:
-            proc.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
+        interrupt_group(proc)
 
 
 def frenzy(up: dict, *args: str, **env: str) -> subprocess.CompletedProcess[str]:

@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from frenzy.devstack.redis_server import free_port
+from support.processes import interrupt_group
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
@@ -63,13 +64,7 @@ def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
         state["creds"] = json.loads(creds_file.read_text())
         yield state
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGINT)
-            try:
-                proc.communicate(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.communicate()
+        interrupt_group(proc)
 
 
 def test_up_prints_the_dashboard_and_no_password(up: dict) -> None:

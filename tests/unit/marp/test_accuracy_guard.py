@@ -2,7 +2,7 @@
 
 ``bench/marp_accuracy.py`` predicts every validated row -- the published single-GPU set, the
 multi-GPU oracle, the published multi-GPU set and the speed runs -- and
-``tests/unit/marp/data/accuracy_expected.json`` holds, per row, its measurement and the prediction
+``tests/unit/marp/guard/accuracy_expected.json`` holds, per row, its measurement and the prediction
 MARP made at the commit that wrote the file (``bench/marp_accuracy.py --write-guard``). A change
 that moves any row's signed error by more than the row's ``tolerance_pp`` (points of the
 measurement: 2 for memory, 3 for speed) fails here, naming the row; one that means to move rows
@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import marp_accuracy  # noqa: E402
 
-EXPECTED = Path(__file__).parent / "data" / "accuracy_expected.json"
+EXPECTED = Path(__file__).parent / "guard" / "accuracy_expected.json"  # not data/: its JSON files are model configs
 
 
 def _expected() -> list[dict[str, Any]]:
