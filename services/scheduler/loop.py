@@ -376,9 +376,9 @@ class SchedulerLoop:
         if self.contact.take_recovery() or (self._last_read is not None and mono - self._last_read > self.dead_after_s):
             self._count_from = max(self._count_from, now)
         self._last_read = mono
-        rows = self.store.load_nodes()
-        self.seen.nodes = (time.time(), rows)
-        nodes = tuple(NodeLease.from_hashes(info, alive, gpus) for info, alive, gpus in rows)
+        records = self.store.load_nodes()
+        self.seen.nodes = (time.time(), records)
+        nodes = tuple(NodeLease.of(node) for node in records)
         # Read the port tables before any job: a port taken after this read is not looked at.
         ports = self.store.port_tables(n.name for n in nodes if n.name)
         owners = [g.owner for n in nodes for g in n.gpus if g.owner]

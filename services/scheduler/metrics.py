@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -28,6 +28,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from frenzy.metrics_http import MetricsServer, parse_metrics_address, serve_metrics  # noqa: F401 (re-exported)
+from frenzy.state.records import NodeRecord
 from has import ClusterView
 
 log = logging.getLogger(__name__)
@@ -109,26 +110,13 @@ def nodes_from_view(view: ClusterView) -> list[NodeSample]:
             for n in view.nodes]
 
 
-def nodes_from_hashes(rows: Iterable[tuple[Mapping[str, str], bool, list[dict[str, str]]]]) -> list[NodeSample]:
-    """The nodes as the reaper read them (``StateStore.load_nodes``: node hash, alive, GPU hashes)."""
-    out = []
-    for info, alive, gpus in rows:
-        if not info.get("name"):
-            continue
-        samples = tuple(GpuSample(_int(g.get("index")), g.get("type", ""), _int(g.get("memory_total")),
-                                  _int(g.get("memory_free")), bool(g.get("owner")), g.get("healthy", "1") == "1")
-                        for g in gpus if g.get("index", "") != "")
-        refused = info.get("refused_launches")
-        out.append(NodeSample(info["name"], alive, info.get("draining") == "1", samples,
-                              _int(refused) if refused is not None else None))
-    return out
-
-
-def _int(text: str | None) -> int:
-    try:
-        return int(text or 0)
-    except ValueError:
-        return 0
+def nodes_from_records(nodes: Iterable[NodeRecord]) -> list[NodeSample]:
+    """The nodes as the reaper read them (``StateStore.load_nodes``)."""
+    return [NodeSample(n.name, n.alive, n.draining,
+                       tuple(GpuSample(g.index, g.gpu_type, g.memory_total, g.memory_free, bool(g.owner), g.healthy)
+                             for g in n.gpus if g.index >= 0),
+                       n.refused_launches)
+            for n in nodes if n.name]
 
 
 @dataclass
@@ -136,7 +124,7 @@ class Snapshots:
     """What the loop last saw, for the collector (plain attribute writes on the loop's side)."""
 
     view: tuple[float, ClusterView] | None = None  # (time.time(), the last tick's view)
-    nodes: tuple[float, list] | None = None  # (time.time(), the reaper's load_nodes() rows)
+    nodes: tuple[float, list[NodeRecord]] | None = None  # (time.time(), the reaper's load_nodes())
     jobs: tuple[float, dict[str, int]] | None = None  # (time.time(), active jobs per state from the reaper)
     queue_length: int | None = None  # PENDING jobs at the last tick
 
@@ -151,7 +139,7 @@ class ClusterCollector(Collector):
     def latest_nodes(self) -> tuple[float, list[NodeSample]] | None:
         """The newer of the tick's view and the reaper's read; refused launches from the reaper's."""
         view, rows = self.snapshots.view, self.snapshots.nodes
-        from_rows = (rows[0], nodes_from_hashes(rows[1])) if rows is not None else None
+        from_rows = (rows[0], nodes_from_records(rows[1])) if rows is not None else None
         if view is None or (from_rows is not None and from_rows[0] >= view[0]):
             return from_rows
         nodes = nodes_from_view(view[1])

@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from frenzy.state.job_states import ACTIVE
-from frenzy.state.records import JobRecord
+from frenzy.state.records import JobRecord, NodeRecord
 
 # ("gpu", node, job id, fence) or ("port", node, job id, port)
 OrphanKey = tuple[str, str, str, str]
@@ -63,11 +63,10 @@ class NodeLease:
     gpus: tuple[HeldGpu, ...] = ()
 
     @classmethod
-    def from_hashes(cls, node: Mapping[str, str], alive: bool, gpus: list[dict[str, str]]) -> NodeLease:
-        """From the node hash, its lease and its GPU hashes (``StateStore.load_nodes``)."""
-        return cls(name=node.get("name", ""), alive=alive, heartbeat_at=node.get("heartbeat_at", ""),
-                   dead_at=node.get("dead_at", ""),
-                   gpus=tuple(HeldGpu(g.get("owner") or "", g.get("fence")) for g in gpus))
+    def of(cls, node: NodeRecord) -> NodeLease:
+        """What the reaper weighs of a node as read (``StateStore.load_nodes``)."""
+        return cls(name=node.name, alive=node.alive, heartbeat_at=node.heartbeat_at, dead_at=node.dead_at,
+                   gpus=tuple(HeldGpu(g.owner, g.fence) for g in node.gpus))
 
 
 @dataclass(frozen=True)

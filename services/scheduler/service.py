@@ -256,10 +256,10 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
     def _gpus_held(self, user: str) -> int:
         """How many GPUs jobs of ``user`` hold now (reserved, launching or running)."""
         owners: dict[str, int] = {}
-        for _info, _alive, gpus in self.store.load_nodes():
-            for g in gpus:
-                if g.get("owner"):
-                    owners[g["owner"]] = owners.get(g["owner"], 0) + 1
+        for node in self.store.load_nodes():
+            for g in node.gpus:
+                if g.owner:
+                    owners[g.owner] = owners.get(g.owner, 0) + 1
         pipe = self.store.r.pipeline(transaction=False)
         for job_id in owners:
             pipe.hget(self.store.k.job(job_id), "user")
@@ -412,26 +412,21 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
 
     def ListNodes(self, request: scheduler_pb2.ListNodesRequest, context: grpc.ServicerContext):
         out = []
-        for info, alive, gpus in self.store.load_nodes():
-            if not alive and not request.include_dead:
+        for rec in self.store.load_nodes():
+            if not rec.alive and not request.include_dead:
                 continue
-            node = types_pb2.Node(name=clip(info.get("name", "")), addr=clip(info.get("addr", "")), alive=alive,
-                                  draining=info.get("draining") == "1",
-                                  heartbeat_at=float(info.get("heartbeat_at", 0) or 0),
-                                  declared_dead_at=float(info.get("dead_at", 0) or 0),
-                                  health_reason=clip(info.get("health_reason", ""), 1024))
-            for g in sorted(gpus, key=lambda g: int(g["index"])):
+            node = types_pb2.Node(name=clip(rec.name), addr=clip(rec.addr), alive=rec.alive, draining=rec.draining,
+                                  heartbeat_at=_seconds(rec.heartbeat_at), declared_dead_at=_seconds(rec.dead_at),
+                                  health_reason=clip(rec.health_reason, 1024))
+            for g in sorted((g for g in rec.gpus if g.index >= 0), key=lambda g: g.index):
                 gpu = node.gpus.add(
-                    index=int(g["index"]), uuid=clip(g.get("uuid", "")), gpu_type=clip(g.get("type", "")),
-                    nvml_name=clip(g.get("nvml_name", "")), memory_total=int(g.get("memory_total", 0)),
-                    memory_free=int(g.get("memory_free", 0)), healthy=g.get("healthy", "1") == "1",
-                    owner=clip(g.get("owner", "")), pci_bus_id=clip(g.get("pci_bus_id", "")),
-                    utilization_pct=int(g.get("utilization", -1) or -1),
-                    health_reason=clip(g.get("health_reason", ""), 1024),
-                    type_from_memory=g.get("type_from_memory") == "1")
-                for pid, used in _json(g.get("processes"), [])[:MAX_GPU_PROCESSES]:
+                    index=g.index, uuid=clip(g.uuid), gpu_type=clip(g.gpu_type), nvml_name=clip(g.nvml_name),
+                    memory_total=g.memory_total, memory_free=g.memory_free, healthy=g.healthy, owner=clip(g.owner),
+                    pci_bus_id=clip(g.pci_bus_id), utilization_pct=g.utilization,
+                    health_reason=clip(g.health_reason, 1024), type_from_memory=g.type_from_memory)
+                for pid, used in _json(g.processes, [])[:MAX_GPU_PROCESSES]:
                     gpu.processes.add(pid=int(pid), used_memory=int(used))
-                links = list(_json(g.get("links"), {}).items())[:MAX_GPU_LINKS]
+                links = list(_json(g.links, {}).items())[:MAX_GPU_LINKS]
                 gpu.links.update({int(k): clip(str(v)) for k, v in links})
             out.append(node)
         return scheduler_pb2.ListNodesResponse(nodes=fit(out))
@@ -517,6 +512,14 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         log.info("code %s stored for %r: %d bytes%s", stored.sha256[:12], self._user(), stored.size,
                  " (already held)" if stored.existed else "")
         return scheduler_pb2.CodeRef(sha256=stored.sha256, size=stored.size, existed=stored.existed)
+
+
+def _seconds(text: str) -> float:
+    """A stored time (unix seconds) as written; 0 when absent or unreadable."""
+    try:
+        return float(text or 0)
+    except ValueError:
+        return 0.0
 
 
 def _json(text: str | None, default: object) -> Any:

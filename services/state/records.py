@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -260,4 +260,73 @@ def decode_job(raw: dict[str, str], hist: list[str]) -> JobRecord:
         attempts=tuple(attempts),
         oom_threshold=float(raw["oom_threshold"]) if raw.get("oom_threshold") else None,
         done_fraction=fraction(raw.get("done_fraction")),
+    )
+
+
+def _int(raw: str | None, default: int = 0) -> int:
+    """A stored integer; ``default`` when absent or unreadable (a hash written around the scripts)."""
+    try:
+        return int(raw) if raw not in (None, "") else default
+    except ValueError:
+        return default
+
+
+@dataclass(frozen=True)
+class GpuRecord:
+    """One GPU hash (``gpu:{node}:{i}``) as the agent registers and beats it and the scripts own it."""
+
+    index: int  # -1: the hash has none (not written by register_node)
+    gpu_type: str = ""
+    uuid: str = ""
+    nvml_name: str = ""
+    memory_total: int = 0
+    memory_free: int = 0
+    healthy: bool = True
+    owner: str = ""  # the job holding it ("" when free)
+    fence: str | None = None  # the reservation that took it, as written (compared as text)
+    pci_bus_id: str = ""
+    utilization: int = -1  # percent; -1 unknown
+    health_reason: str = ""
+    type_from_memory: bool = False
+    processes: str = "[]"  # JSON as the agent wrote it ([pid, used bytes] pairs): parsed by who shows it
+    links: str = "{}"  # JSON: peer index -> link
+
+
+def decode_gpu(raw: Mapping[str, str]) -> GpuRecord:
+    """A GPU hash, decoded: the one codec of a GPU (the cluster read keeps its own rows for speed)."""
+    return GpuRecord(
+        index=_int(raw.get("index"), -1), gpu_type=raw.get("type", ""), uuid=raw.get("uuid", ""),
+        nvml_name=raw.get("nvml_name", ""), memory_total=_int(raw.get("memory_total")),
+        memory_free=_int(raw.get("memory_free")), healthy=raw.get("healthy", "1") == "1",
+        owner=raw.get("owner") or "", fence=raw.get("fence"), pci_bus_id=raw.get("pci_bus_id", ""),
+        utilization=_int(raw.get("utilization"), -1), health_reason=raw.get("health_reason", ""),
+        type_from_memory=raw.get("type_from_memory") == "1", processes=raw.get("processes") or "[]",
+        links=raw.get("links") or "{}",
+    )
+
+
+@dataclass(frozen=True)
+class NodeRecord:
+    """One registered node: its hash (``node:{n}``), whether its heartbeat lease exists, its GPUs."""
+
+    name: str  # "" for a registered name without a node hash (being removed)
+    alive: bool
+    addr: str = ""
+    draining: bool = False
+    heartbeat_at: str = ""  # Redis time as written ("" if never): the reaper fences on this exact text
+    dead_at: str = ""  # set once the scheduler declared it dead
+    health_reason: str = ""
+    refused_launches: int | None = None  # as its agent counts them (None: never written)
+    gpus: tuple[GpuRecord, ...] = ()
+
+
+def decode_node(raw: Mapping[str, str], alive: bool, gpus: Iterable[Mapping[str, str]]) -> NodeRecord:
+    """A node hash, its lease and its GPU hashes, decoded: the one codec of a node."""
+    refused = raw.get("refused_launches")
+    return NodeRecord(
+        name=raw.get("name", ""), alive=alive, addr=raw.get("addr", ""), draining=raw.get("draining") == "1",
+        heartbeat_at=raw.get("heartbeat_at", ""), dead_at=raw.get("dead_at", ""),
+        health_reason=raw.get("health_reason", ""),
+        refused_launches=_int(refused) if refused is not None else None,
+        gpus=tuple(decode_gpu(g) for g in gpus),
     )

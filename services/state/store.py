@@ -26,7 +26,15 @@ from frenzy.state.job_states import ACTIVE, JobState, sources_of
 from frenzy.state.keys import SCHEDULER_GROUP, Keys
 from frenzy.state.messages import CancelMessage, Sealable, sealed
 from frenzy.state.node_keys import NodeKeyMissing
-from frenzy.state.records import JobRecord, attempt_base, decode_job, fraction, history_entry
+from frenzy.state.records import (
+    JobRecord,
+    NodeRecord,
+    attempt_base,
+    decode_job,
+    decode_node,
+    fraction,
+    history_entry,
+)
 from frenzy.state.streams import ensure_group
 from frenzy.v1 import types_pb2
 from has import ClusterView, GpuSlot, NodeView, PlanOption, QueuedJob, RunningJob
@@ -768,8 +776,8 @@ class StateStore:
         names = self.node_names()
         return names, self.run_call(self._node_heads_call(names))
 
-    def load_nodes(self) -> list[tuple[dict[str, str], bool, list[dict[str, str]]]]:
-        """(node hash, alive, [gpu hashes]) for every registered node."""
+    def load_nodes(self) -> list[NodeRecord]:
+        """Every registered node with its lease and GPUs, decoded (``records.decode_node``)."""
         names = self.node_names()
         pipe = self.r.pipeline(transaction=False)
         for n in names:
@@ -786,8 +794,7 @@ class StateStore:
         flat = iter(pipe.execute())
         nodes = []
         for (info, alive), count in zip(infos, counts, strict=True):
-            gpus = [g for g in (next(flat) for _ in range(count)) if g]
-            nodes.append((info, alive, gpus))
+            nodes.append(decode_node(info, alive, [g for g in (next(flat) for _ in range(count)) if g]))
         return nodes
 
     def _read_owners(self, job_ids: set[str]) -> dict[str, float]:

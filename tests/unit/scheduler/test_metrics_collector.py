@@ -10,9 +10,10 @@ from frenzy.scheduler.metrics import (
     ClusterCollector,
     SchedulerMetrics,
     Snapshots,
-    nodes_from_hashes,
+    nodes_from_records,
     parse_metrics_address,
 )
+from frenzy.state.records import decode_node
 from has import ClusterView, GpuSlot, NodeView
 
 GiB = 1024**3
@@ -26,7 +27,7 @@ def rows(owner: str = "", refused: str | None = "2") -> list:
              "owner": owner, "healthy": "1"},
             {"index": "1", "type": "L4", "memory_total": str(24 * GiB), "memory_free": "0", "owner": "",
              "healthy": "0"}]
-    return [(info, True, gpus), ({}, False, [])]  # a name without a hash (being removed) is left out
+    return [decode_node(info, True, gpus), decode_node({}, False, [])]  # a name without a hash (being removed): left out
 
 
 def view(owner: str | None) -> ClusterView:
@@ -44,8 +45,8 @@ def samples(snapshots: Snapshots, now: float = 100.0) -> dict:
     return out
 
 
-def test_nodes_from_hashes() -> None:
-    (node,) = nodes_from_hashes(rows("job-1"))
+def test_nodes_from_records() -> None:
+    (node,) = nodes_from_records(rows("job-1"))
     assert (node.name, node.alive, node.draining, node.refused_launches) == ("n0", True, True, 2)
     assert [(g.index, g.owned, g.healthy, g.memory_free) for g in node.gpus] == [(0, True, True, 20 * GiB),
                                                                                  (1, False, False, 0)]

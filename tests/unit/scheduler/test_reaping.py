@@ -14,6 +14,7 @@ from frenzy.scheduler.reaping import (
     decide_reap,
 )
 from frenzy.state.job_states import JobState
+from frenzy.state.records import decode_node
 
 NOW = 1_000.0  # Redis time
 SETTINGS = ReapSettings(dead_after_s=30.0, orphan_release_s=120.0)
@@ -125,8 +126,8 @@ def test_a_requeued_jobs_port_and_gpus_on_live_nodes_start_their_orphan_clock() 
 
 
 def test_node_lease_from_the_stored_hashes() -> None:
-    lease = NodeLease.from_hashes({"name": "a", "heartbeat_at": "12.5", "dead_at": "40"}, False,
-                                  [{"owner": "j", "fence": "3"}, {"owner": "", "fence": "2"}, {"index": "2"}])
+    lease = NodeLease.of(decode_node({"name": "a", "heartbeat_at": "12.5", "dead_at": "40"}, False,
+                                     [{"owner": "j", "fence": "3"}, {"owner": "", "fence": "2"}, {"index": "2"}]))
     assert lease == NodeLease("a", False, "12.5", "40", (HeldGpu("j", "3"), HeldGpu("", "2"), HeldGpu("", None)))
 
 

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 from frenzy.state.job_states import JobState
-from frenzy.state.records import decode_job, fraction, history_entry
+from frenzy.state.records import NodeRecord, decode_job, decode_node, fraction, history_entry
 
 
 def test_the_pure_deciders_load_neither_the_store_nor_redis() -> None:
@@ -35,3 +35,18 @@ def test_a_job_hash_decodes_with_its_defaults_and_history() -> None:
 
 def test_a_stored_fraction_outside_0_to_1_or_garbage_reads_as_none() -> None:
     assert [fraction(v) for v in (None, "", "0.25", "1", "-0.1", "lots")] == [0.0, 0.0, 0.25, 0.0, 0.0, 0.0]
+
+
+def test_a_node_and_its_gpus_decode_from_their_hashes_and_garbage_reads_as_unknown() -> None:
+    node = decode_node({"name": "a", "addr": "10.0.0.1", "draining": "1", "heartbeat_at": "12.50",
+                        "refused_launches": "x"}, True,
+                       [{"index": "1", "type": "L4", "memory_total": "100", "memory_free": "lots", "owner": "j",
+                         "fence": "07", "healthy": "0", "utilization": "0", "type_from_memory": "1"},
+                        {"owner": "k"}])
+    assert (node.name, node.alive, node.addr, node.draining, node.dead_at) == ("a", True, "10.0.0.1", True, "")
+    assert node.heartbeat_at == "12.50" and node.refused_launches == 0  # as written; unreadable: 0
+    g, bare = node.gpus
+    assert (g.index, g.gpu_type, g.memory_total, g.memory_free, g.owner, g.fence) == (1, "L4", 100, 0, "j", "07")
+    assert (g.healthy, g.utilization, g.type_from_memory, g.processes, g.links) == (False, 0, True, "[]", "{}")
+    assert (bare.index, bare.owner, bare.fence, bare.healthy, bare.utilization) == (-1, "k", None, True, -1)
+    assert decode_node({}, False, []) == NodeRecord("", False)
