@@ -37,7 +37,7 @@ from frenzy.measure.config import (
     ParallelConfig,
     check_parallel,
 )
-from marp.recipe import FSDP_RESHARDS, LORA_ADAPTER_DTYPES, QLORA_BACKENDS
+from marp.choices import FSDP_RESHARDS, LORA_ADAPTER_DTYPES, QLORA_BACKENDS
 
 # Precisions as spelled on the command line (``bf16`` is pure bf16); the other choices are the config's.
 PRECISIONS = tuple(compare.PRECISIONS)

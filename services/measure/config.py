@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from marp import ModelSpec
-from marp.recipe import FSDP_RESHARDS, LORA_ADAPTER_DTYPES
+from marp.choices import FSDP_RESHARDS, LORA_ADAPTER_DTYPES
 
 # fsdp-bf16: FSDP2's MixedPrecisionPolicy (fp32 sharded parameters, bf16 all-gathered copies for
 # compute, fp32 gradient reduce-scatter); multi-GPU oracle only, with dp x cp > 1.
