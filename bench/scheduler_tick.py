@@ -17,7 +17,7 @@ State per size (the same as ``has.sim.scale.build_state``: ``cluster_of()``'s GP
 
 * every node registered with the agent's own ``register_node`` script and the arguments the
   agent passes (all 13 GPU fields; lease TTL 10 min, as nothing heartbeats), pipelined;
-* each running job's GPUs carry ``owner`` / ``fence`` as ``reserve_gpus`` writes them, and
+* each running job's GPUs carry ``owner`` / ``fence`` as ``place_jobs.lua`` writes them, and
   the job hash what a reservation writes (state RUNNING, plan, placement, fence, master
   node/port) plus ``est_end``, as the loop sets it (the simulator's estimated end, moved onto
   the wall clock);
@@ -151,7 +151,7 @@ def write_running(client: redis.Redis, keys: Keys, sim: Simulator, sim_now: floa
         for node, idx in info.gpus:
             pipe.hset(keys.gpu(node, idx), mapping={"owner": job_id, "fence": fence})
         for node, _ in placement:
-            pipe.hincrby(keys.node(node), "rev", 1)  # as reserve_gpus does
+            pipe.hincrby(keys.node(node), "rev", 1)  # as place_jobs.lua does
         pipe.hset(keys.ports(master), port, job_id)
         pipe.hset(keys.job(job_id), mapping={
             "id": job_id, "name": job_id, "state": JobState.RUNNING.value, "seq": fence, "attempt": 1,
@@ -280,7 +280,7 @@ class Churn:
                                              "fence": self.fence, "attempt": 1, "est_end": repr(end),
                                              "placement": json.dumps([[gpu[0], [gpu[1]]]])})
         pipe.hset(self.k.gpu(*gpu), mapping={"owner": job, "fence": self.fence})
-        pipe.hincrby(self.k.node(gpu[0]), "rev", 1)  # as reserve_gpus does
+        pipe.hincrby(self.k.node(gpu[0]), "rev", 1)  # as place_jobs.lua does
         self.owner[gpu], self.gpus[job], self.ends[job] = job, [gpu], end
         # Another running job's estimated end moves (what completion-aware plan choice reads).
         moved = self.rng.choice(sorted(self.gpus))
