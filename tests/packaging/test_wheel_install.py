@@ -89,6 +89,11 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path,
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
     wheels = list((base / "dist").glob("frenzy-*.whl"))
     assert len(wheels) == 1, wheels
+    import zipfile
+
+    names = set(zipfile.ZipFile(wheels[0]).namelist())
+    for typed in ("frenzy/py.typed", "marp/py.typed", "has/py.typed"):  # PEP 561: the types ship
+        assert typed in names, f"the wheel lacks {typed}"
     installed = _run([str(bin_dir / "pip"), "install", str(wheels[0])], base, env)
     assert installed.returncode == 0, installed.stdout[-3000:] + installed.stderr[-3000:]
     yield src, env_dir, env
@@ -96,7 +101,7 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path,
 
 def test_the_client_install_has_no_server_packages(venv: tuple[Path, Path, dict[str, str]]) -> None:
     _, env_dir, env = venv
-    probe = "import importlib.util as u; print([m for m in %r if u.find_spec(m)])" % (SERVER_ONLY,)
+    probe = f"import importlib.util as u; print([m for m in {SERVER_ONLY!r} if u.find_spec(m)])"
     out = _run([str(env_dir / "bin" / "python"), "-c", probe], env_dir, env)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]", f"the client install pulled in server packages: {out.stdout}"

@@ -52,3 +52,18 @@ def test_predict_help_names_marps_own_default() -> None:
     from frenzy.cli import cmd_predict
 
     assert cmd_predict.DEFAULT_MIN_SCALING_EFF == marp.plans.DEFAULT_MIN_SCALING_EFF
+
+
+def test_importing_the_cli_loads_no_heavy_module() -> None:
+    # `frenzy --help` and every command's option parsing import only the CLI: the server side,
+    # MARP's model (numpy) and pydantic load inside the commands that need them
+    # (bench/cli_startup.py times it). A fresh interpreter, since this one has them all.
+    import subprocess
+    import sys
+
+    heavy = ("redis", "celery", "fastapi", "uvicorn", "prometheus_client", "cryptography", "numpy", "pydantic",
+             "marp.memory", "marp.recipe", "frenzy.state.store", "frenzy.agent.daemon", "frenzy.scheduler")
+    probe = ("import sys, frenzy.cli.main; "
+             f"print(sorted({{w for m in sys.modules for w in {heavy!r} if m == w or m.startswith(w + '.')}}))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "[]", f"importing frenzy.cli.main loads {out}"
