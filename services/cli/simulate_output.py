@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
     from rich.console import Console
 
-    from frenzy.cli.cmd_simulate import SimInputs, SimOutcome, SimSettings
+    from frenzy.cli.simulate_records import SimInputs, SimOutcome, SimSettings
 
 
 def show(settings: SimSettings, inputs: SimInputs, outcome: SimOutcome) -> None:

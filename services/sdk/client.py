@@ -241,10 +241,10 @@ class Client:
 
     def nodes(self) -> list[dict[str, Any]]:
         """Each live node: name, address, and its GPUs (type, memory, owner) as plain dicts."""
-        from frenzy.cli.render import to_dict
+        from frenzy.rpc.protojson import to_json  # the CLI's --json dialect, without importing the CLI
 
         nodes = self._call(self._stub.ListNodes, scheduler_pb2.ListNodesRequest(), timeout=30).nodes
-        return [to_dict(n) for n in nodes]
+        return [to_json(n) for n in nodes]
 
 
 def pools_of(nodes: Iterable[types_pb2.Node]) -> list[types_pb2.GpuPool]:
