@@ -56,7 +56,7 @@ from pathlib import Path
 
 import redis
 
-from frenzy.agent import jobenv, launcher
+from frenzy.agent import jobenv, launcher, safefile
 from frenzy.agent.codecache import CachePolicy, CodeCache, CodeUnavailable, PruneReport
 from frenzy.agent.exit_cause import classify, last_lines
 from frenzy.agent.gpus import GpuBackend, GpuInfo, NvmlBackend
@@ -92,6 +92,8 @@ from frenzy.state.streams import ensure_group
 log = logging.getLogger(__name__)
 
 _RETRY_S = 1.0  # pause after a Redis error before trying again
+# The most an exit report waits on one file of the job's (its log's end, its declared peak).
+_JOB_FILE_TIMEOUT_S = 5.0
 # How often the heartbeat thread prunes the code cache and old working directories: a walk of a
 # few directories, and nothing there grows fast enough to need more.
 PRUNE_EVERY_S = 600.0
@@ -365,8 +367,10 @@ class Agent:
                      peak_gpu_total: int = 0) -> dict[str, object]:
         """What an EXITED event says beyond the code: the cause (``exit_cause.classify``), the last
         output lines of a failure, and the peak memory per GPU (measured, or declared by the job)."""
-        text = launcher.read_log_end(log_path)
-        declared = launcher.read_declared_peak(log_path)
+        # Files the job can reach: read without blocking or following links (safefile), and given up on
+        # after a few seconds (a hung filesystem), so that the exit is reported whatever the job left.
+        text = safefile.bounded(lambda: launcher.read_log_end(log_path), _JOB_FILE_TIMEOUT_S, "", "log-end")
+        declared = safefile.bounded(lambda: launcher.read_declared_peak(log_path), _JOB_FILE_TIMEOUT_S, 0, "peak")
         share = peak_seen / peak_gpu_total if peak_seen and peak_gpu_total else None
         cause = classify(code, text.splitlines(), cancelled=cancelled, peak_share=share, gpu_measured=peak_seen > 0)
         return {"cause": cause, "tail": last_lines(text, TAIL_LINES, TAIL_BYTES) if code != 0 else [],
@@ -898,17 +902,21 @@ def _entries(reply) -> list[tuple[str, dict | None]]:
 
 def _append_line(log_path: os.PathLike[str] | str, line: str) -> None:
     try:
-        Path(log_path).parent.mkdir(parents=True, exist_ok=True)
-        with open(log_path, "a") as f:
-            f.write(line + "\n")
+        launcher.make_job_dirs(Path(log_path).parent)
+        try:
+            safefile.append(log_path, (line + "\n").encode())
+        except FileNotFoundError:
+            fd = safefile.open_in(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            with os.fdopen(fd, "ab") as fh:
+                fh.write((line + "\n").encode())
     except OSError as exc:  # the log is a convenience; the event is what counts
         log.debug("could not append to %s: %s", log_path, exc)
 
 
 def _append_trailer(log_path: str, code: int | None, cancelled: bool) -> None:
+    # Never through a link or into a FIFO a job put in its log's place (safefile.append).
     try:
-        with open(log_path, "a") as f:
-            f.write(f"# frenzy agent: exited with code {code}{' (cancelled)' if cancelled else ''} at "
-                    f"{time.strftime('%Y-%m-%dT%H:%M:%S%z')}\n")
+        safefile.append(log_path, f"# frenzy agent: exited with code {code}{' (cancelled)' if cancelled else ''} at "
+                                  f"{time.strftime('%Y-%m-%dT%H:%M:%S%z')}\n".encode())
     except OSError as exc:  # the log is a convenience; the event is what counts
         log.debug("could not append to %s: %s", log_path, exc)

@@ -45,7 +45,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from frenzy.agent import jobenv
+from frenzy.agent import jobenv, safefile
 from frenzy.agent.launch_check import under
 from frenzy.agent.procs import process_running as process_running
 from frenzy.agent.procs import process_start_ticks as process_start_ticks
@@ -237,6 +237,8 @@ def build_env(msg: LaunchMessage, node: str, base: Mapping[str, str] | None = No
     })
     if run_dir:
         env["FRENZY_RUN_DIR"] = run_dir
+        if "TMPDIR" not in msg.env:  # a private tmp (the job's own choice, in its env, wins)
+            env["TMPDIR"] = os.path.join(run_dir, TMP_DIR)
     if checkpoint_root:
         env[jobenv.CHECKPOINT_DIR_VAR] = jobenv.checkpoint_dir(checkpoint_root, msg.job_id)
     else:
@@ -289,9 +291,11 @@ def prepare_checkpoint_dir(root: str, path: str, user: JobUser | None = None) ->
     directory directly under ROOT's real path.
     """
     try:
-        Path(root).mkdir(parents=True, exist_ok=True)
+        if not os.path.isdir(root):
+            Path(root).mkdir(parents=True, exist_ok=True)
+            os.chmod(root, JOB_DIR_MODE)  # made here: jobs may enter it, not list it
         try:
-            os.mkdir(path)
+            os.mkdir(path, PRIVATE_DIR_MODE)
         except FileExistsError:
             pass
         info = os.lstat(path)
@@ -301,12 +305,80 @@ def prepare_checkpoint_dir(root: str, path: str, user: JobUser | None = None) ->
     if not stat.S_ISDIR(info.st_mode) or os.path.dirname(os.path.realpath(path)) != os.path.realpath(root):
         raise LaunchError(f"the checkpoint directory {path} is not a directory directly under the agent's "
                           f"--checkpoint-root {root} (a symlink or a file is there); remove it")
-    if user is not None and user.switches() and info.st_uid != user.uid:
+    owner = user if user is not None and user.switches() else None
+    if owner is not None and info.st_uid not in (owner.uid, os.geteuid()):
+        # Someone else's directory where this job's should be: made ahead of the job by another
+        # account (in a checkpoint root jobs may write in) to feed it a checkpoint. Never handed over.
+        raise LaunchError(f"the checkpoint directory {path} belongs to uid {info.st_uid}, not to the job's user "
+                          f"{owner.name} (uid {owner.uid}); remove it")
+    try:
+        fd = safefile.open_dir(path)
         try:
-            os.chown(path, user.uid, user.gid, follow_symlinks=False)  # the job saves there as its own user
-        except OSError as exc:
-            raise LaunchError(f"cannot give the checkpoint directory {path} to uid {user.uid}: "
-                              f"{exc.strerror or exc}") from None
+            if owner is not None and info.st_uid != owner.uid:
+                os.fchown(fd, owner.uid, owner.gid)  # the job saves there as its own user
+            os.fchmod(fd, PRIVATE_DIR_MODE)  # its user's alone
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        who = f"uid {owner.uid}" if owner is not None else "the agent"
+        raise LaunchError(f"cannot give the checkpoint directory {path} to {who}: {exc.strerror or exc}") from None
+
+
+# LOG_DIR/JOB and LOG_DIR/JOB/attempt-N: the agent's (root's), traversable by the job's user (to reach
+# its run directory) but not listable, so no job learns which other jobs ran here.
+JOB_DIR_MODE = 0o711
+PRIVATE_DIR_MODE = 0o700
+LOG_FILE_MODE = 0o600
+TMP_DIR = "tmp"  # in the run directory: the job's TMPDIR, its own
+
+
+def make_job_dirs(attempt_dir: Path) -> None:
+    """Make ``LOG_DIR/JOB/attempt-N`` (and ``LOG_DIR/JOB``) ``JOB_DIR_MODE`` where missing. OSError
+    when one is there but is not a plain directory (a link planted for a job not started yet)."""
+    for folder in (attempt_dir.parent, attempt_dir):
+        try:
+            os.mkdir(folder, JOB_DIR_MODE)
+            os.chmod(folder, JOB_DIR_MODE, follow_symlinks=False)  # whatever the umask took away
+        except FileExistsError:
+            if not stat.S_ISDIR(os.lstat(folder).st_mode):
+                raise NotADirectoryError(errno.ENOTDIR, "not a plain directory (a link or a file)", str(folder)) from None
+        except FileNotFoundError:  # the log directory itself is missing (removed by hand): make it
+            folder.parent.mkdir(parents=True, exist_ok=True)
+            os.mkdir(folder, JOB_DIR_MODE)
+            os.chmod(folder, JOB_DIR_MODE, follow_symlinks=False)
+
+
+def make_private_dir(path: Path, owner: JobUser | None) -> None:
+    """``path`` as a directory of ``owner``'s (the agent's own when None) that only it may enter (0700).
+    What a previous start left there is kept if it is a plain directory; anything else (a link, a
+    FIFO, a file) is removed first, never followed."""
+    try:
+        os.mkdir(path, PRIVATE_DIR_MODE)
+    except FileExistsError:
+        if not stat.S_ISDIR(os.lstat(path).st_mode):
+            os.unlink(path)
+            os.mkdir(path, PRIVATE_DIR_MODE)
+    fd = safefile.open_dir(path)
+    try:
+        if owner is not None:
+            os.fchown(fd, owner.uid, owner.gid)
+        os.fchmod(fd, PRIVATE_DIR_MODE)
+    finally:
+        os.close(fd)
+
+
+def open_log(log_path: Path, owner: JobUser | None):  # -> a raw binary file, append mode
+    """The job's log, opened for appending (created 0600, ``owner``'s): never through a link, never a
+    FIFO or a device someone put in its place (safefile)."""
+    fd = safefile.open_in(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, LOG_FILE_MODE)
+    try:
+        if owner is not None:
+            os.fchown(fd, owner.uid, owner.gid)
+        os.fchmod(fd, LOG_FILE_MODE)
+        return os.fdopen(fd, "ab", buffering=0)
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def run_dir_for(log_path: str | os.PathLike[str]) -> Path:
@@ -324,10 +396,11 @@ _PEAK_FILE_MAX = 64  # bytes read: a number, not a document
 
 def read_declared_peak(log_path: str | os.PathLike[str]) -> int:
     """The peak bytes per GPU the job wrote to ``PEAK_FILE`` in its run directory (0: none or unreadable)."""
+    # The job owns its run directory: the file may be a FIFO, a link or a device it planted, so it is
+    # opened without blocking or following anything, and only a regular file is read (safefile).
     try:
-        with open(run_dir_for(log_path) / PEAK_FILE, "rb") as fh:
-            text = fh.read(_PEAK_FILE_MAX).decode("ascii", "replace").strip()
-        value = int(float(text))  # "8.5e9" is accepted as well as "8500000000"
+        text = safefile.read_capped(run_dir_for(log_path) / PEAK_FILE, _PEAK_FILE_MAX).decode("ascii", "replace")
+        value = int(float(text.partition("\n")[0].strip()))  # "8.5e9" is accepted as well as "8500000000"
     except (OSError, ValueError, OverflowError):
         return 0
     return value if 0 < value < 2**62 else 0
@@ -336,14 +409,18 @@ def read_declared_peak(log_path: str | os.PathLike[str]) -> int:
 def read_log_end(log_path: str | os.PathLike[str], max_bytes: int = 64 * 1024) -> str:
     """The last ``max_bytes`` of a job's log as text ("" when unreadable): enough to find the error
     above torchrun's summary of a failed worker."""
-    try:
-        with open(log_path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            size = fh.tell()
-            fh.seek(max(0, size - max_bytes))
-            data = fh.read(max_bytes)
+    try:  # (a job that runs as the agent's user could have put a FIFO or a link there: safefile)
+        fd = safefile.open_in(log_path)
     except OSError:
         return ""
+    try:
+        size = os.fstat(fd).st_size
+        os.lseek(fd, max(0, size - max_bytes), os.SEEK_SET)
+        data = os.read(fd, max_bytes)
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
     text = data.decode("utf-8", "replace")
     return text if size <= max_bytes else text.partition("\n")[2]  # the first line read is cut: dropped
 
@@ -398,13 +475,14 @@ def start(msg: LaunchMessage, node: str, log_dir: Path, launch_id: str = "",
         raise LaunchError(str(exc)) from None
     if checkpoint_root:
         prepare_checkpoint_dir(checkpoint_root, env[jobenv.CHECKPOINT_DIR_VAR], user)
+    owner = user if user is not None and user.switches() else None
     try:
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        run_dir.mkdir(exist_ok=True)
+        make_job_dirs(log_path.parent)
+        # The job's own places, its user's alone (0700): the run directory and, in it, a private tmp.
+        make_private_dir(run_dir, owner)
+        make_private_dir(run_dir / TMP_DIR, owner)
         (run_dir / PEAK_FILE).unlink(missing_ok=True)  # an earlier run of the same attempt's is not ours
-        if user is not None and user.switches():
-            os.chown(run_dir, user.uid, user.gid)  # the job writes there as its own user
-        log = open(log_path, "ab", buffering=0)  # the child gets its own copy; ours is closed below
+        log = open_log(log_path, owner)  # the child gets its own copy; ours is closed below
         log_start = log.tell()  # append mode: the end, before our header
     except OSError as exc:
         raise LaunchError(f"cannot open log file {log_path}: {exc}") from exc
@@ -533,11 +611,32 @@ def _environ_has(pid: int, needle: bytes) -> bool:
         return False
 
 
-def find_processes(launch_id: str, shim_only: bool = False) -> list[int]:
-    """Live processes of this host that belong to ``launch_id`` (Linux /proc), lowest pid first.
+# How long a search of /proc may take. Reading a process's environ takes its memory map's lock,
+# which a job can hold for as long as it likes (a page fault on a FUSE file it serves itself): a
+# search stuck there is left behind and the caller goes on without it (the job's cgroup, its
+# process group and its shim's subreaping still end it).
+PROC_SCAN_TIMEOUT_S = 5.0
+
+
+def find_processes(launch_id: str, shim_only: bool = False,
+                   timeout_s: float | None = PROC_SCAN_TIMEOUT_S) -> list[int]:
+    """Live processes of this host that belong to ``launch_id`` (Linux /proc), lowest pid first;
+    [] when the search did not end within ``timeout_s`` (None: no limit).
 
     ``shim_only``: just the job's shim (the process group leader the agent watches).
     """
+    if timeout_s is None:
+        return _find_processes(launch_id, shim_only)
+    found = safefile.bounded(lambda: _find_processes(launch_id, shim_only), timeout_s, default=None,
+                             what="proc-scan")
+    if found is None:
+        _log.warning("the search of /proc for the processes of %s did not end within %.0f s (a process "
+                     "holds its memory map); going on without it", launch_id, timeout_s)
+        return []
+    return found
+
+
+def _find_processes(launch_id: str, shim_only: bool) -> list[int]:
     if not launch_id:
         return []
     name = SHIM_MARKER if shim_only else LAUNCH_ID_VAR

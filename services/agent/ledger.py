@@ -22,6 +22,8 @@ import threading
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from frenzy.agent import safefile
+
 log = logging.getLogger(__name__)
 
 
@@ -46,6 +48,10 @@ class LedgerEntry:
 
 
 _SAFE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,100}")
+# Bytes read of one entry (a few hundred in practice) and of an older agent's single file: what is
+# larger is not a ledger, and read through safefile (no FIFO, no link), like every file the agent reads.
+_ENTRY_MAX = 64 * 1024
+_LEGACY_MAX = 64 * 1024 * 1024
 
 
 def _entry_from(item: object) -> LedgerEntry:
@@ -79,8 +85,7 @@ class Ledger:
                 names = []
             for name in names:
                 try:
-                    with open(self.dir / name, encoding="utf-8") as fh:
-                        entry = _entry_from(json.load(fh))
+                    entry = _entry_from(json.loads(safefile.read_capped(self.dir / name, _ENTRY_MAX)))
                 except FileNotFoundError:
                     continue
                 except (OSError, ValueError, TypeError, AttributeError) as exc:
@@ -97,7 +102,7 @@ class Ledger:
 
     def _load_legacy(self) -> list[LedgerEntry]:
         try:
-            raw = json.loads(self.path.read_text())
+            raw = json.loads(safefile.read_capped(self.path, _LEGACY_MAX))
             return [_entry_from(item) for item in raw.get("jobs", [])]
         except FileNotFoundError:
             return []
@@ -126,16 +131,12 @@ class Ledger:
 
     def _write(self, entry: LedgerEntry) -> None:
         if not self._dir_made:
-            self.dir.mkdir(parents=True, exist_ok=True)
+            self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
             self._dir_made = True
         target = self._file(entry.job_id, entry.attempt)
-        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-        data = {f.name: getattr(entry, f.name) for f in fields(LedgerEntry)}
+        data = json.dumps({f.name: getattr(entry, f.name) for f in fields(LedgerEntry)})
         try:
-            fh = open(tmp, "w", encoding="utf-8")
+            safefile.write_atomic(target, data, mode=0o600)
         except FileNotFoundError:  # the directory went away under us (cleaned by hand): make it again
-            self.dir.mkdir(parents=True, exist_ok=True)
-            fh = open(tmp, "w", encoding="utf-8")
-        with fh:
-            fh.write(json.dumps(data))
-        os.replace(tmp, target)
+            self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            safefile.write_atomic(target, data, mode=0o600)

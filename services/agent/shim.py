@@ -76,13 +76,27 @@ def read_launch(data: bytes) -> tuple[dict[str, str], tuple[int, int, list[int]]
     return env, (int(uid), int(gid), [int(g) for g in groups.split(",") if g])
 
 
-def _write_status(path: str, code: int, clean: bool = False) -> None:
-    """Record ``code`` (and, ``clean``, that nothing of the job outlived it) atomically."""
+def write_atomic(path: str, text: str) -> None:
+    """``text`` into ``path`` through a new temporary file beside it, renamed over it: created with
+    O_EXCL and O_NOFOLLOW, so a link or a FIFO a job planted at either name is replaced, never
+    followed or blocked on (the shim and the spawner may be root; see ``safefile``)."""
     tmp = f"{path}.tmp.{os.getpid()}"
     try:
-        with open(tmp, "w") as fh:
-            fh.write(f"{code}\n{CLEAN_MARK}\n" if clean else f"{code}\n")
-        os.replace(tmp, path)
+        os.unlink(tmp)
+    except FileNotFoundError:
+        pass
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def _write_status(path: str, code: int, clean: bool = False) -> None:
+    """Record ``code`` (and, ``clean``, that nothing of the job outlived it) atomically."""
+    try:
+        write_atomic(path, f"{code}\n{CLEAN_MARK}\n" if clean else f"{code}\n")
     except OSError as exc:  # the agent then reports "exit code unknown"; the job itself is unaffected
         print(f"# frenzy shim: cannot write the exit status to {path}: {exc}", file=sys.stderr, flush=True)
 

@@ -37,6 +37,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from procs import process_start_ticks  # noqa: E402
 from shim import GUARDED, PID_SUFFIX, read_launch, supervise  # noqa: E402
+from shim import write_atomic as _write_atomic  # noqa: E402  (never through a link: safefile)
 
 PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
 MAX_REQUEST = 4 << 20
@@ -46,11 +47,6 @@ def _set_subreaper(libc: ctypes.CDLL) -> bool:
     return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
 
 
-def _write_atomic(path: str, text: str) -> None:
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
 
 
 def _become_shim(conn: socket.socket, wake: tuple[int, int], log_fd: int, header: dict, launch: bytes,

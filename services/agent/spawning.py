@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from frenzy.agent import safefile
 from frenzy.agent.procs import process_running
 from frenzy.agent.shim import CLEAN_MARK, PID_SUFFIX
 
@@ -45,8 +46,8 @@ class SpawnerFailed(RuntimeError):
 
 def pid_from(pid_path: Path) -> int | None:
     """The shim's pid from the file the spawner writes before answering, if that shim runs."""
-    try:
-        pid_text, ticks_text = pid_path.read_text().split()
+    try:  # (beside the job's log: never followed if a link, never blocked on if a FIFO)
+        pid_text, ticks_text = safefile.read_capped(pid_path, 64).decode("ascii").split()
         pid = int(pid_text)
         ticks = None if ticks_text == "None" else int(ticks_text)
     except (OSError, ValueError):
@@ -61,9 +62,9 @@ def supported() -> bool:
 def read_status(exit_path: Path) -> tuple[int | None, bool]:
     """(exit code or None, whether the shim saw nothing of the job outlive it)."""
     try:
-        lines = exit_path.read_text().split()
+        lines = safefile.read_capped(exit_path, 64).decode("ascii").split()
         return int(lines[0]), CLEAN_MARK in lines[1:]
-    except (OSError, ValueError, IndexError):
+    except (OSError, ValueError, IndexError):  # (UnicodeDecodeError is a ValueError)
         return None, False
 
 
