@@ -134,8 +134,14 @@ class StepShape:
         cls, model: ModelSpec, recipe: TrainingRecipe, tp: ArrayLike, pp: ArrayLike, dp: ArrayLike,
         zero_stage: ArrayLike, micro_batch: ArrayLike, grad_accum: ArrayLike, recompute_full: ArrayLike,
         gpus_per_node: int = 8, *, recompute: ArrayLike | None = None, cp: ArrayLike = 1, vpp: ArrayLike = 1,
-        sp: ArrayLike | None = None, fp8: bool = False, compiled: bool = False,
+        sp: ArrayLike | None = None, fp8: bool = False, compiled: bool = False, layers: ArrayLike | None = None,
+        first: ArrayLike | None = None, last: ArrayLike | None = None,
     ) -> StepShape:
+        """The shape of a grid of layouts. By default it is priced on the bottleneck stage (the
+        last, an even split's rounded-up share of the layers, with the head). ``layers`` (with
+        ``first`` / ``last``, bools) prices one given stage instead: exactly that many blocks, the
+        embeddings where ``first``, the head and the loss where ``last`` (a mixed plan's stage,
+        ``marp.mixed``; with pp 1 the stage holds the whole model)."""
         rc_in = (np.asarray(recompute, dtype=np.int64) if recompute is not None
                  else np.where(np.asarray(recompute_full, dtype=bool), RECOMPUTE_CODE["full"], 0))  # fmt: skip
         tp_, pp_, dp_, zs, mb, ga, rc, cp_, vpp_ = np.broadcast_arrays(
@@ -152,13 +158,15 @@ class StepShape:
         fused = recipe.fused_kernels or compiled
         flash = recipe.flash_attention
 
-        layers = _f(-(-model.n_layers // pp_))
+        layers = _f(-(-model.n_layers // pp_)) if layers is None else _f(np.broadcast_to(layers, pp_.shape))
+        has_head = np.ones(pp_.shape, dtype=bool) if last is None else np.asarray(last, dtype=bool) | (pp_ == 1)
+        has_emb = None if first is None else np.asarray(first, dtype=bool) | (pp_ == 1)
         t_mb = _f(mb) * s / cp_  # tokens one rank of the TP group processes per micro-batch
         tp_f, cp_f = _f(tp_), _f(cp_)
         # Matmuls: forward 2N per token, backward 4N; recompute repeats forward matmuls.
         rc_mm = np.where(full, 8.0 / 6.0, np.where(sac, 7.0 / 6.0, 1.0))
         layer_mm = 6.0 * model.active_layer_params() / tp_f * rc_mm
-        head_mm = 6.0 * V * h / tp_f if model.head == "lm" else 0.0
+        head_mm = np.where(has_head, 6.0 * V * h / tp_f, 0.0) if model.head == "lm" else 0.0
         # Small GEMMs run below the large-GEMM rate (tile / wave quantisation and a larger
         # memory-traffic share, NVIDIA Matrix Multiplication Background guide): x (1 + h0 / h).
         # The narrowest GEMM dimension per GPU: hidden (K), or 4h / tp (N of the column-parallel MLP).
@@ -194,7 +202,7 @@ class StepShape:
             elem = elem + (layers * _f(mb) * model.heads / tp_f * s * s / cp_f * e * score_passes
                            * np.where(redo_attn, 4.0 / 3.0, 1.0))  # fmt: skip
         if model.head == "lm":
-            elem = elem + t_mb * V / tp_f * R.LOSS_BYTES_PER_LOGIT
+            elem = elem + np.where(has_head, t_mb * V / tp_f * R.LOSS_BYTES_PER_LOGIT, 0.0)
         launches = layers * (R.KERNELS_PER_LAYER_FUSED if fused else R.KERNELS_PER_LAYER) * np.where(full, 4 / 3, 1.0)
         model_flop = t_mb * flops_per_token(model, s) / (tp_f * pp_)
 
@@ -212,8 +220,14 @@ class StepShape:
         # of one DP x CP group, each with its own NIC (rail-optimised fabrics), so a ring across nodes
         # moves its data over that many NICs at once (NCCL rings, one per NIC).
         rails = np.clip(gpus_per_node // tp_, 1, shard).astype(np.float64)
-        first, last, _layer, _vocab = stage_param_counts(model, tp_, pp_)
-        stage_params = _f(np.maximum(first, last))
+        if has_emb is None:
+            first_p, last_p, _layer, _vocab = stage_param_counts(model, tp_, pp_)
+            stage_params = _f(np.maximum(first_p, last_p))
+        else:  # the given stage: its blocks, plus the embeddings / the head where it holds them
+            first_p, last_p, _layer, _vocab = stage_param_counts(model, tp_, pp_, layers.astype(np.int64))
+            body = layers.astype(np.int64) * _layer
+            stage_params = _f(np.where(pp_ == 1, first_p, body + np.where(has_emb, first_p - body, 0)
+                                       + np.where(has_head, last_p - body, 0)))  # fmt: skip
         _pb, gb, _ob = state_bytes_per_param(recipe.policy, recipe.optimizer)
         trainable = stage_params if recipe.finetune == "full" else stage_params * 0.01  # adapters: a sliver
         # Gradients travel in their buffer's dtype (a half main-grad buffer: Megatron --fp16's default).
@@ -252,6 +266,16 @@ class StepShape:
         self, gpu: GpuType, precision: str, mfu: float | None = None, inter_node_gbps: float | None = None,
     ) -> NDArray[np.float64]:
         """Seconds per optimizer step of every layout of the shape on ``gpu``."""
+        parts = self.parts_on(gpu, precision, mfu, inter_node_gbps)
+        return parts["pipeline"] + parts["dp"] + parts["optimizer"]
+
+    def parts_on(
+        self, gpu: GpuType, precision: str, mfu: float | None = None, inter_node_gbps: float | None = None,
+    ) -> dict[str, NDArray[np.float64]]:
+        """The step's parts on ``gpu``: ``micro_batch`` (one micro-batch's forward and backward on
+        one GPU of the stage, its TP / CP / FSDP communication included), ``pipeline`` (every
+        micro-batch with the 1F1B bubble and the sends), ``dp`` (the exposed gradient reduce) and
+        ``optimizer``; ``seconds_on`` is pipeline + dp + optimizer."""
         inter = (R.default_inter_node_gbps(gpu) if inter_node_gbps is None else inter_node_gbps) * 1e9 * R.INTER_BW_EFF
         intra = gpu.intra_node_gbps * 1e9 * R.INTRA_BW_EFF
         mem = gpu.mem_bw_gbps * 1e9 * R.MEM_BW_EFF
@@ -288,7 +312,7 @@ class StepShape:
         # The last bucket (dp_tail_bytes) comes after the backward: exposed in full.
         dp = _exposed(dp_t, (2.0 / 3.0 + self.bubble) * per_mb) + self.dp_tail_bytes / dp_bw
         optimizer = self.opt_params * R.OPT_BYTES_PER_PARAM / mem + R.STEP_FIXED_S
-        return pipeline + dp + optimizer
+        return {"micro_batch": per_mb, "pipeline": pipeline, "dp": dp, "optimizer": optimizer}
 
 
 def step_time_grid(

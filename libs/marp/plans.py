@@ -22,8 +22,9 @@ from marp._check import check_int
 from marp.errors import InvalidRecipeError, MarpError
 from marp.gpus import GiB, GpuType, get_gpu, list_gpus
 from marp.memory import MemoryBreakdown, breakdown_at, check_seq_len, check_split_covers, memory_grid
+from marp.mixed import MixedLayout, PoolLinks, mixed_plans
 from marp.models import ModelSpec
-from marp.perf import DEFAULT_INTER_NODE_GBPS, StepShape
+from marp.perf import DEFAULT_INTER_NODE_GBPS, StepShape, flops_per_token, sustained_flops
 from marp.recipe import Layout, TrainingRecipe, split_maxima
 from marp.sizes import CONTEXT_BYTES, CONTEXT_BYTES_DEFAULT, HOPPER
 
@@ -40,12 +41,17 @@ class GpuPool:
     total_gpus: int
     gpus_per_node: int = DEFAULT_GPUS_PER_NODE
     inter_node_gbps: float | None = None  # GB/s per GPU between nodes; None: the generation's default
+    # "nvlink" | "pcie" (the cluster file's); None: the GPU's own. Only mixed plans' stage boundaries
+    # inside a node read it (marp.mixed); collectives keep the GPU catalog's link.
+    intra_node_link: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "gpu_type", get_gpu(self.gpu_type).name)  # canonical name
         check_int(self.total_gpus, "pools.total_gpus", MarpError)
         check_int(self.gpus_per_node, "pools.gpus_per_node", MarpError)
         _check_gbps(self.inter_node_gbps, "pools.inter_node_gbps")
+        if self.intra_node_link not in (None, "nvlink", "pcie"):
+            raise MarpError("pools.intra_node_link", f"must be nvlink or pcie, got {self.intra_node_link!r}.")
 
 
 @dataclass(frozen=True)
@@ -66,19 +72,37 @@ class Plan:
     rank: int
     completion_s: float = 0.0
     explanation: str = ""
+    # A plan over several GPU types (marp.mixed): its stages, per-type shares and links. Then
+    # ``gpu_type`` is the types '+'-joined, ``layout`` only a summary (the first stage's tp and dp,
+    # pp = the stages, their layer split), ``memory`` / ``headroom_bytes`` the tightest rank's.
+    mixed: MixedLayout | None = None
 
     @property
     def num_gpus(self) -> int:
-        return self.layout.num_gpus
+        return self.mixed.num_gpus if self.mixed is not None else self.layout.num_gpus
+
+    @property
+    def gpus_by_type(self) -> dict[str, int]:
+        """GPU type -> GPUs (one entry for a single-type plan)."""
+        return self.mixed.gpus_by_type if self.mixed is not None else {self.gpu_type: self.num_gpus}
+
+    @property
+    def label(self) -> str:
+        """``8x H100-80GB`` or ``4x A100-80GB + 16x L4``."""
+        return " + ".join(f"{n}x {t}" for t, n in self.gpus_by_type.items())
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "rank": self.rank, "gpu_type": self.gpu_type, "num_gpus": self.num_gpus,
+            "gpus_by_type": self.gpus_by_type,
             "layout": self.layout.to_dict(), "memory": self.memory.to_dict(),
             "step_time_s": float(self.step_time_s), "tokens_per_s": float(self.tokens_per_s),
             "gpu_hours": float(self.gpu_hours), "completion_s": float(self.completion_s),
             "headroom_bytes": int(self.headroom_bytes), "explanation": self.explanation,
         }  # fmt: skip
+        if self.mixed is not None:
+            out["mixed"] = self.mixed.to_dict()
+        return out
 
 
 @dataclass
@@ -267,8 +291,13 @@ def enumerate_plans(
     rank_by: str = "time",
     time_margin: float = DEFAULT_TIME_MARGIN,
     min_scaling_eff: float = DEFAULT_MIN_SCALING_EFF,
+    mixed: bool = False,
 ) -> PlanSet:
     """Ranked plans that fit, over ``pools`` (None: every catalog GPU type, 8 per node, 64 max).
+
+    ``mixed`` also searches plans over two GPU types at a time (``marp.mixed``: uneven data
+    parallelism, pipeline stages per type) and ranks them beside the single-type plans by the same
+    keys; off by default (the predictor service's wire format has no field for them yet).
 
     A layout is kept when its predicted device bytes (``MemoryBreakdown.total``) are at most
     memory x (1 - safety_margin). The best layout per (GPU type, GPU count) becomes a plan, so
@@ -411,6 +440,8 @@ def enumerate_plans(
                 key = (plan.gpu_hours, float(plan.num_gpus), plan.completion_s, -float(plan.headroom_bytes))
             candidates.append((key, plan))
 
+    if mixed:
+        candidates += _mixed_candidates(model, recipe, pools, candidates, safety_margin, mfu, inter_node_gbps, rank_by)
     if rank_by == "time" and candidates:
         candidates = _rank_by_time(candidates, time_margin, min_scaling_eff)
     ranked = sorted(candidates, key=lambda kp: (kp[0], kp[1].gpu_type))
@@ -462,6 +493,62 @@ def _rank_by_time(candidates: list[tuple[tuple[float, ...], Plan]], time_margin:
     return out
 
 
+def _mixed_candidates(
+    model: ModelSpec, recipe: TrainingRecipe, pools: list[GpuPool], singles: list[tuple[tuple[float, ...], Plan]],
+    safety_margin: float, mfu: float | None, inter_node_gbps: float | None, rank_by: str,
+) -> list[tuple[tuple[float, ...], Plan]]:  # fmt: skip
+    """The mixed plans (``marp.mixed.mixed_plans``) as ranking candidates: the best per set of GPU
+    counts by type and shape, with the single-type plans' keys."""
+    best_step = min((p.step_time_s for _, p in singles), default=None)
+    flop_step = flops_per_token(model, recipe.seq_len) * recipe.tokens_per_step
+    rates = {t: sustained_flops(get_gpu(t), recipe.precision, mfu, recipe.float8) for t in {p.gpu_type for _, p in singles}}
+    eff = max((flop_step / (p.step_time_s * p.num_gpus * rates[p.gpu_type]) for _, p in singles), default=None)
+    by_type: dict[str, tuple[str, int, PoolLinks]] = {}
+    for pool in pools:  # one entry per type (pools of one type add up)
+        name, total, pl = by_type.get(pool.gpu_type, (pool.gpu_type, 0, None))  # type: ignore[arg-type]
+        by_type[pool.gpu_type] = (name, total + pool.total_gpus,
+                                  pl or PoolLinks(pool.gpus_per_node, pool.inter_node_gbps, pool.intra_node_link))
+    layouts, _ = mixed_plans(model, recipe, list(by_type.values()), best_step, eff, safety_margin=safety_margin,
+                             mfu=mfu, inter_node_gbps=inter_node_gbps)  # fmt: skip
+    best: dict[tuple[Any, ...], MixedLayout] = {}
+    for lay in layouts:
+        k = (lay.kind, tuple(lay.gpus_by_type.items()))
+        if k not in best or lay.step_time_s < best[k].step_time_s:
+            best[k] = lay
+    out = []
+    for lay in best.values():
+        plan = mixed_plan(lay, recipe)
+        if rank_by == "time":
+            key = (plan.completion_s, plan.gpu_hours, float(plan.num_gpus), -float(plan.headroom_bytes))
+        else:
+            key = (plan.gpu_hours, float(plan.num_gpus), plan.completion_s, -float(plan.headroom_bytes))
+        out.append((key, plan))
+    return out
+
+
+def mixed_plan(lay: MixedLayout, recipe: TrainingRecipe, rank: int = 0) -> Plan:
+    """A Plan of a mixed layout (``marp.mixed``): the summary layout, the tightest rank's memory."""
+    st0 = lay.stages[0]
+    layout = Layout.of_valid(tp=st0.tp, pp=len(lay.stages), dp=st0.dp, zero_stage=lay.zero_stage,
+                             micro_batch=st0.shares[0].micro_batch, grad_accum=lay.micro_batches,
+                             recompute=lay.recompute,
+                             pp_layers=tuple(st.layers for st in lay.stages) if len(lay.stages) > 1 else None)
+    tight = lay.tightest
+    completion = lay.step_time_s * recipe.train_steps
+    if lay.kind == "data":
+        how = "uneven data parallelism: " + ", ".join(
+            f"{s.gpus}x {s.gpu_type} micro batch {s.micro_batch} x {s.grad_accum}" for s in st0.shares)
+    else:
+        how = f"{len(lay.stages)} pipeline stages: " + ", ".join(
+            f"{st.layers} layers on {st.num_gpus}x {st.shares[0].gpu_type}" for st in lay.stages)
+    why = (f"mixed plan, {how}; {_gib(tight.headroom_bytes)} headroom on the tightest ({tight.gpu_type})"
+           + ("" if lay.rectangular else "; stages of unequal width need a runtime that re-splits micro-batches"))
+    return Plan(gpu_type=lay.type_key, layout=layout, memory=tight.memory, step_time_s=lay.step_time_s,
+                tokens_per_s=recipe.tokens_per_step / lay.step_time_s, gpu_hours=lay.num_gpus * completion / 3600.0,
+                headroom_bytes=tight.headroom_bytes, rank=rank, completion_s=completion, explanation=why,
+                mixed=lay)  # fmt: skip
+
+
 def _nearest_fit(
     model: ModelSpec, recipe: TrainingRecipe, pools: list[GpuPool], margin: float, mfu: float | None,
     inter_node_gbps: float | None,
@@ -474,4 +561,4 @@ def _nearest_fit(
     return min(found, key=lambda p: (p.num_gpus, p.gpu_hours)) if found else None
 
 
-__all__ = ["DEFAULT_GPUS_PER_NODE", "DEFAULT_MAX_GPUS", "DEFAULT_MIN_SCALING_EFF", "DEFAULT_TIME_MARGIN", "RANK_BY", "GpuPool", "Plan", "PlanSet", "enumerate_plans"]
+__all__ = ["DEFAULT_GPUS_PER_NODE", "DEFAULT_MAX_GPUS", "DEFAULT_MIN_SCALING_EFF", "DEFAULT_TIME_MARGIN", "RANK_BY", "GpuPool", "Plan", "PlanSet", "enumerate_plans", "mixed_plan"]
