@@ -5,10 +5,14 @@ Single-layout mode starts as soon as any layout flag is given (--dp --tp --pp --
 object), also when the layout does not fit (``"fits": false``, then exit 3 with by how much and a
 "To fix:" of changes checked with MARP, frenzy.cli.predict_fixes). Without layout flags the ranked
 plans are printed; when no GPU type can hold the job, exit 3 names the limits to lift (checked too).
+A mixed layout over several GPU types (issue 33, ``marp.mixed``) is given stage by stage,
+``--stage GPUS:LAYERS[:tpK]`` in pipeline order; ranked mode with a cluster file of several types
+also ranks mixed plans (``--mixed`` / ``--no-mixed``), one row each plus a per-type sub-table.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -40,6 +44,7 @@ FLAG_OF_FIELD: dict[str, str] = {
     "recipe.float8": "--float8", "recipe.lora_dropout": "--lora-dropout",
     "recipe.lora_adapter_dtype": "--lora-adapter-dtype", "recipe.fsdp_reshard": "--fsdp-reshard",
     "recipe.qlora_backend": "--qlora-backend", "recipe.main_grad_dtype": "--main-grad-dtype",
+    "layout.local_micro_batch": "--local-micro-batch",
 }  # fmt: skip
 SINGLE_PRECISIONS: dict[str, str] = {
     "fp32": "fp32", "amp-fp16": "amp-fp16", "amp-bf16": "amp-bf16", "master-fp16": "master-fp16",
@@ -132,8 +137,16 @@ def predict(
     zero: Annotated[int | None, typer.Option(help="Single layout: ZeRO stage 0-3.")] = None,
     sequence_parallel: Annotated[bool, typer.Option("--sequence-parallel",
                                                     help="Single layout: Megatron sequence parallelism.")] = False,
-    stage: Annotated[str | None, typer.Option(help="Single layout: pipeline stage reported, first | last | max.")
-                     ] = None,
+    stage: Annotated[list[str] | None, typer.Option(
+        help="Single layout: pipeline stage reported, first | last | max. Or a mixed layout over GPU types, one "
+        "GPUS:LAYERS[:tpK] per stage in pipeline order, GPUS NxTYPE or a data-parallel group NxTYPE+MxTYPE "
+        "(e.g. --stage 4xA100-80GB:24 --stage 16xL4:16).")] = None,
+    local_micro_batch: Annotated[list[str] | None, typer.Option(
+        "--local-micro-batch", help="Mixed layout: TYPE=N, the micro batch of that GPU type's ranks (repeat; "
+        "default --micro-batch).")] = None,
+    mixed: Annotated[bool | None, typer.Option(
+        "--mixed/--no-mixed", help="Ranked mode: also rank plans over two GPU types at a time (default: on with a "
+        "--cluster file of several types).")] = None,
     gpu: Annotated[str | None, typer.Option(help="Single layout: the GPU type (frenzy gpus).")] = None,
     cluster: Annotated[Path | None, typer.Option(help="Plan for this cluster file's GPU types.")] = None,
     gpu_types: Annotated[list[str] | None, typer.Option("--gpu-type", help="Only these GPU types (repeat).")] = None,
@@ -160,7 +173,24 @@ def predict(
     import marp
     from frenzy.cli import predict_fixes
 
-    single = any(v is not None for v in (dp, tp, pp, vpp, cp, zero, stage, gpu)) or sequence_parallel
+    stage_specs = [s for s in stage or [] if ":" in s or re.match(r"\s*\d+\s*[xX]", s)]
+    if stage_specs and len(stage_specs) != len(stage or []):
+        fail("--stage: give either one of first | last | max (single layout) or GPUS:LAYERS[:tpK] stages, "
+             f"not both (got {', '.join(stage or [])}).", 2)  # fmt: skip
+    if not stage_specs and stage is not None and len(stage) > 1:
+        fail("--stage: first | last | max is given once (repeat --stage only for GPUS:LAYERS[:tpK] stages).", 2)
+    if local_micro_batch and not stage_specs:
+        fail("--local-micro-batch: sets a GPU type's micro batch in a mixed layout; give the --stage "
+             "GPUS:LAYERS[:tpK] stages too.", 2)  # fmt: skip
+    stage_pick = stage[0] if stage and not stage_specs else None
+    if stage_specs:
+        for value, flag in ((dp, "--dp"), (tp, "--tp"), (pp, "--pp"), (vpp, "--vpp"), (cp, "--cp"), (gpu, "--gpu")):
+            if value is not None:
+                fail(f"{flag}: contradicts the --stage GPUS:LAYERS[:tpK] stages (they give the layout).", 2)
+        if sequence_parallel or mixed is not None or min_scaling_eff is not None or gpu_types or max_gpus:
+            fail("--stage: a mixed layout is one layout; it contradicts --sequence-parallel, --mixed, "
+                 "--min-scaling-eff, --gpu-type and --max-gpus.", 2)  # fmt: skip
+    single = any(v is not None for v in (dp, tp, pp, vpp, cp, zero, stage_pick, gpu)) or sequence_parallel
     if recompute is not None:
         _choice(recompute, "--recompute", RECOMPUTE_CHOICES)
     if attention is not None:
@@ -203,13 +233,20 @@ def predict(
         pp = len(split) // per_rank
     if inter_node_gbps is not None and not 0.0 < inter_node_gbps < 1e6:
         fail(f"--inter-node-gbps: must be a positive number of GB/s per GPU, got {inter_node_gbps}.", 2)
+    if stage_specs:
+        _mixed_layout(model, seq_len, global_batch, micro_batch, precision, optimizer, optimizer_impl, train_steps,
+                      recompute or "none", flash, dropout, loss, 0 if zero is None else zero, stage_specs,
+                      local_micro_batch or [], cluster, no_recompute, tuning, as_json, inter_node_gbps)  # fmt: skip
+        return
     if single:
+        if mixed is not None:
+            fail("--mixed: ranks plans; it contradicts the single-layout flags (--dp/--tp/--pp/--gpu...).", 2)
         if min_scaling_eff is not None:
             fail("--min-scaling-eff: ranks plans; it contradicts the single-layout flags (--dp/--tp/--pp/--gpu...).",
                  2)  # fmt: skip
         _single(model, seq_len, global_batch, micro_batch, precision, optimizer, optimizer_impl, train_steps,
                 recompute or "none", flash, dropout, loss, dp or 1, tp or 1, pp or 1, vpp or 1, cp or 1,
-                0 if zero is None else zero, sequence_parallel, stage or "max", gpu, cluster, gpu_types, max_gpus,
+                0 if zero is None else zero, sequence_parallel, stage_pick or "max", gpu, cluster, gpu_types, max_gpus,
                 no_recompute, tuning, as_json, inter_node_gbps)  # fmt: skip
         return
     if not global_batch:
@@ -225,7 +262,12 @@ def predict(
     # The predictor service's pools carry no link speed: a cluster file that declares one (and the
     # flags the service has no field for) are planned here, with MARP directly.
     links = any(p.inter_node_gbps is not None for p in pools or [])
-    legacy = (inter_node_gbps is None and min_scaling_eff is None and not links
+    # Mixed plans: on by default with a cluster file of several GPU types (its pools are real, and
+    # small ones may hold together what none holds alone). The predictor service has no field for
+    # them, so they are planned here, with MARP directly.
+    if mixed is None:
+        mixed = cluster is not None and len({p.gpu_type for p in pools or []}) >= 2
+    legacy = (not mixed and inter_node_gbps is None and min_scaling_eff is None and not links
               and precision in ("fp32", "fp16", "bf16") and optimizer in ("adamw", "adam", "sgd")
               and optimizer_impl is None and loss is None and dropout is None and rank_by == "time")  # fmt: skip
     if legacy:
@@ -242,18 +284,25 @@ def predict(
         )  # fmt: skip
         ranking: dict[str, Any] = {} if min_scaling_eff is None else {"min_scaling_eff": min_scaling_eff}
         plan_set = marp.enumerate_plans(spec, recipe, pools, rank_by=rank_by, inter_node_gbps=inter_node_gbps,
-                                        **ranking)
+                                        mixed=mixed, **ranking)  # fmt: skip
     except (marp.MarpError, ValueError) as exc:
         fail(_flag_error(exc) if isinstance(exc, marp.MarpError) else str(exc), 2)
-    from frenzy.rpc import convert
 
-    protos = [convert.plan_to_proto(p) for p in plan_set.plans]
+    protos = [_plan_proto(p) for p in plan_set.plans]
     if as_json:
-        echo_json([{**render.to_dict(pb), "explanation": p.explanation, "completion_s": p.completion_s}
-                   for pb, p in zip(protos, plan_set.plans, strict=True)])  # fmt: skip
+        out = []
+        for pb, p in zip(protos, plan_set.plans, strict=True):
+            entry = {**render.to_dict(pb), "gpus_by_type": p.gpus_by_type, "explanation": p.explanation,
+                     "completion_s": p.completion_s}  # fmt: skip
+            if p.mixed is not None:
+                entry["mixed"] = p.mixed.to_dict()
+            out.append(entry)
+        echo_json(out)
     else:
-        _print_ranked(spec.name, spec.param_count(), protos, plan_set.rejected, seq_len, global_batch, precision,
+        shown = [_plan_proto(p, label=True) for p in plan_set.plans]
+        _print_ranked(spec.name, spec.param_count(), shown, plan_set.rejected, seq_len, global_batch, precision,
                       optimizer, top, rank_by)  # fmt: skip
+        _print_mixed(plan_set.plans[:top])
     if not plan_set.plans:
         def attempt(ov: dict[str, Any]) -> str | None:
             again = marp.enumerate_plans(
@@ -265,6 +314,35 @@ def predict(
             attempt, restricted_types=_restricting_flag(cluster, gpu_types), max_gpus=max_gpus,
             micro_batch=micro_batch, recompute_forbidden=not allow_recompute, seq_len=seq_len)  # fmt: skip
         fail(_no_plan_text(plan_set.rejected, as_json) + predict_fixes.ranked_fix_text(found), 3)
+
+
+def _plan_proto(p: marp.Plan, label: bool = False) -> Any:
+    """The plan as the predictor's proto (render.plan_table and the JSON dialect read it). A mixed
+    plan's ``gpu_type`` is its '+'-joined types (``label``: ``4x A100-80GB + 16x L4``, for the table),
+    its memory the tightest rank's, its GPU memory that rank's type's."""
+    from frenzy.rpc import convert
+    from frenzy.v1 import types_pb2
+
+    if p.mixed is None:
+        return convert.plan_to_proto(p)
+    tight = p.mixed.tightest
+    return types_pb2.Plan(
+        gpu_type=p.label if label else p.gpu_type, num_gpus=p.num_gpus, layout=convert.layout_to_proto(p.layout),
+        memory=convert.memory_to_proto(p.memory), peak_bytes_per_gpu=p.memory.total,
+        gpu_memory_bytes=tight.gpu_memory_bytes, headroom_bytes=p.headroom_bytes, step_time_s=p.step_time_s,
+        tokens_per_s=p.tokens_per_s, gpu_hours=p.gpu_hours, rank=p.rank, completion_s=p.completion_s,
+        explanation=p.explanation,
+    )  # fmt: skip
+
+
+def _print_mixed(plans: list[marp.Plan], limit: int = 3) -> None:
+    """A sub-table per mixed plan shown (the first ``limit``): per GPU type its GPUs, layers or micro
+    batch, peak GiB and share of the step."""
+    from frenzy.cli import predict_fixes
+
+    con = render.console()
+    for p in [p for p in plans if p.mixed is not None][:limit]:
+        con.print(predict_fixes.mixed_table(p.mixed.to_dict(), title=f"#{p.rank} {p.label}"))
 
 
 def _no_plan_text(rejected: list[str], as_json: bool) -> str:
@@ -335,13 +413,16 @@ def _pools(cluster: Path | None, gpu_types: list[str] | None) -> list[marp.GpuPo
         cspec = load_cluster_file(str(cluster))
         per: dict[str, list[int]] = {}
         links: dict[str, float] = {}  # the slowest inter-node link a GPU type's groups declare
+        pcie: set[str] = set()  # types some group of which declares a PCIe node
         for g in cspec.groups:
             name = marp.get_gpu(g.gpu).name
             tot, pn = per.get(name, [0, 0])
             per[name] = [tot + g.count * g.gpus_per_node, max(pn, g.gpus_per_node)]
             if g.inter_node_gbps is not None:
                 links[name] = min(links.get(name, g.inter_node_gbps), g.inter_node_gbps)
-        pools = [marp.GpuPool(k, v[0], v[1], links.get(k)) for k, v in per.items()]
+            if g.intra_node_link == "pcie":
+                pcie.add(name)
+        pools = [marp.GpuPool(k, v[0], v[1], links.get(k), "pcie" if k in pcie else None) for k, v in per.items()]
         if gpu_types:
             allowed = {marp.get_gpu(t).name for t in gpu_types}
             pools = [p for p in pools if p.gpu_type in allowed]
@@ -350,6 +431,124 @@ def _pools(cluster: Path | None, gpu_types: list[str] | None) -> list[marp.GpuPo
         return [marp.GpuPool(marp.get_gpu(t).name, marp.plans.DEFAULT_MAX_GPUS, marp.plans.DEFAULT_GPUS_PER_NODE)
                 for t in gpu_types]  # fmt: skip
     return None
+
+
+def _mixed_layout(
+    model: str, seq_len: int, global_batch: int, micro_batch: int, precision: str, optimizer: str,
+    optimizer_impl: str | None, train_steps: int, recompute: str, flash: bool, dropout: float | None,
+    loss: str | None, zero: int, specs: list[str], local: list[str], cluster: Path | None, no_recompute: bool,
+    tuning: dict[str, Any], as_json: bool, inter_node_gbps: float | None,
+) -> None:  # fmt: skip
+    """``--stage GPUS:LAYERS[:tpK]`` ...: one layout over several GPU types (marp.mixed.evaluate_stages):
+    every stage's memory per type and the step time; exit 3 when a rank does not fit."""
+    import marp
+    from frenzy.cli import predict_fixes
+    from marp.mixed import evaluate_stages
+
+    if no_recompute and recompute != "none":
+        fail(f"--no-recompute contradicts --recompute {recompute}.", 2)
+    if micro_batch < 0:
+        fail(f"--micro-batch: must be >= 1, got {micro_batch}.", 2)
+    if precision not in SINGLE_PRECISIONS:
+        fail(f"--precision: must be one of {', '.join(k for k in SINGLE_PRECISIONS if k != 'pure-bf16')}, "
+             f"got {precision!r}.", 2)  # fmt: skip
+    if zero not in (0, 1, 2, 3):
+        fail(f"--zero: must be 0, 1, 2 or 3, got {zero}.", 2)
+    stages = [_parse_stage(text, i) for i, text in enumerate(specs)]
+    local_mb = _parse_local(local)
+    mb = micro_batch or 1
+    try:
+        names = {marp.get_gpu(n).name for st in stages for n, _ in st.groups}
+    except marp.MarpError as exc:
+        fail(f"--stage: {exc}", 2)
+    try:
+        per_type = {marp.get_gpu(k).name: v for k, v in local_mb.items()}
+    except marp.MarpError as exc:
+        fail(f"--local-micro-batch: {exc}", 2)
+    links = None
+    if cluster is not None:
+        pools = _pools(cluster, None) or []
+        have = {p.gpu_type: p for p in pools}
+        missing = sorted(names - set(have))
+        if missing:
+            fail(f"--stage: {', '.join(missing)} is not in the cluster file {cluster}.", 2)
+        used: dict[str, int] = {}
+        for st in stages:
+            for n, c in st.groups:
+                used[marp.get_gpu(n).name] = used.get(marp.get_gpu(n).name, 0) + c
+        over = [f"{n} {c} > {have[n].total_gpus}" for n, c in used.items() if c > have[n].total_gpus]
+        if over:
+            fail(f"--stage: the stages use more GPUs than {cluster} has ({'; '.join(over)}).", 2)
+        links = {p.gpu_type: marp.mixed.PoolLinks(p.gpus_per_node, p.inter_node_gbps, p.intra_node_link)
+                 for p in pools}  # fmt: skip
+    first = stages[0]
+    gb = global_batch or sum((c // max(first.tp, 1)) * per_type.get(marp.get_gpu(n).name, mb) for n, c in first.groups)
+    try:
+        spec = marp.resolve_model(model)
+        recipe = marp.TrainingRecipe(
+            seq_len=seq_len, global_batch=gb, micro_batch=mb, precision=SINGLE_PRECISIONS[precision],  # type: ignore[arg-type]
+            optimizer=optimizer, optimizer_impl=optimizer_impl, loss=loss, dropout=dropout,  # type: ignore[arg-type]
+            flash_attention=flash, train_steps=train_steps, **tuning,
+        )  # fmt: skip
+        lay = evaluate_stages(spec, recipe, stages, local_micro_batch=per_type, zero_stage=zero, recompute=recompute,
+                              links=links, inter_node_gbps=inter_node_gbps)  # fmt: skip
+    except marp.MarpError as exc:
+        fail(_flag_error(exc), 2)
+    over = [(st.index, s) for st in lay.stages for s in st.shares if s.peak_bytes > s.gpu_memory_bytes]
+    out = {"fits": not over, "model": spec.name, "parameters": spec.param_count(), "recipe": recipe.to_dict(),
+           "tokens_per_s": recipe.tokens_per_step / lay.step_time_s, **lay.to_dict()}  # fmt: skip
+    if as_json:
+        echo_json(out)
+    else:
+        con = render.console()
+        con.print(f"[bold]{spec.name}[/] ({spec.param_count() / 1e9:.2f} B parameters) on {lay.label}: "
+                  f"{len(lay.stages)} stage(s), ZeRO {zero}, recompute {recompute}, {lay.micro_batches} micro-batches; "
+                  f"seq {seq_len}, global batch {gb}")  # fmt: skip
+        con.print(predict_fixes.mixed_table(out, title="Stages (pipeline order)", by_type=False))
+        con.print(predict_fixes.mixed_table(out, title="By GPU type"))
+    if over:
+        lines = "; ".join(f"stage {i} on {s.gpu_type}: {predict_fixes.over_text(s.peak_bytes, marp.get_gpu(s.gpu_type))}"
+                          for i, s in over)  # fmt: skip
+        fail(f"{lines}.\nTo fix: move layers off that stage (--stage ...:LAYERS), raise its tp (:tpK) or width, "
+             "lower its --local-micro-batch, or use --recompute full / --zero 1.", 3)
+
+
+def _parse_stage(text: str, index: int) -> Any:
+    """``4xA100-80GB:24[:tp2]`` or ``12xV100-16GB+4xT4:24:tp2`` -> marp.mixed.StageRequest."""
+    from marp.mixed import StageRequest
+
+    parts = text.split(":")
+    example = "e.g. 4xA100-80GB:24, 12xV100-16GB+4xT4:24:tp2"
+    if len(parts) not in (2, 3):
+        fail(f"--stage: {text!r} (stage {index}) is not GPUS:LAYERS[:tpK] ({example}).", 2)
+    groups = []
+    for g in parts[0].split("+"):
+        m = re.fullmatch(r"\s*(\d+)\s*[xX]\s*(\S+)\s*", g)
+        if not m or int(m.group(1)) < 1:
+            fail(f"--stage: {g!r} in {text!r} (stage {index}) is not NxTYPE with N >= 1 ({example}).", 2)
+        groups.append((m.group(2), int(m.group(1))))
+    if not parts[1].strip().isdigit() or int(parts[1]) < 1:
+        fail(f"--stage: LAYERS {parts[1]!r} in {text!r} (stage {index}) must be a whole number >= 1 ({example}).", 2)
+    tp = 1
+    if len(parts) == 3:
+        m = re.fullmatch(r"tp(\d+)", parts[2].strip())
+        if not m or int(m.group(1)) < 1:
+            fail(f"--stage: {parts[2]!r} in {text!r} (stage {index}) must be tpK with K >= 1 ({example}).", 2)
+        tp = int(m.group(1))
+    return StageRequest(layers=int(parts[1]), groups=tuple(groups), tp=tp)
+
+
+def _parse_local(items: list[str]) -> dict[str, int]:
+    """``--local-micro-batch T4=2`` (repeated) -> {"T4": 2}."""
+    out: dict[str, int] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip() or not value.strip().isdigit() or int(value) < 1:
+            fail(f"--local-micro-batch: {item!r} is not TYPE=N with N >= 1 (e.g. T4=2).", 2)
+        if name.strip() in out:
+            fail(f"--local-micro-batch: {name.strip()} is given twice.", 2)
+        out[name.strip()] = int(value)
+    return out
 
 
 def _single(
@@ -491,7 +690,7 @@ def _ranked_via_predictor(
     except (JobSpecError, marp.MarpError, ValueError) as exc:
         fail(_flag_error(exc) if isinstance(exc, marp.MarpError) else str(exc), 2)
     if as_json:
-        echo_json([render.to_dict(p) for p in resp.plans])
+        echo_json([{**render.to_dict(p), "gpus_by_type": {p.gpu_type: p.num_gpus}} for p in resp.plans])
     else:
         _print_ranked(resp.model_name, resp.parameter_count, list(resp.plans), list(resp.rejected), seq_len,
                       global_batch, precision, optimizer, top, "time")  # fmt: skip

@@ -257,6 +257,41 @@ def single_table(prediction: dict[str, Any]) -> Group:
     return Group(head, table, tail)
 
 
+def mixed_table(mixed: dict[str, Any], title: str, by_type: bool = True) -> Table:
+    """A mixed plan's sub-table (``marp.mixed.MixedLayout.to_dict``): per GPU type its GPUs, layers
+    (pipeline) or micro batch x accumulation (one stage), peak GiB and share of the step it computes;
+    ``by_type`` False: one row per stage and type, in pipeline order, with the links after it."""
+    table = Table(title=f"{title}: step {mixed['step_time_s']:.3f} s, {mixed['kind']}", title_justify="left")
+    if by_type:
+        for col, just in (("GPU", "left"), ("GPUs", "right"), ("stages", "right"), ("layers", "right"),
+                          ("micro batch x accum", "right"), ("peak GiB", "right"), ("of GiB", "right"),
+                          ("step share", "right")):  # fmt: skip
+            table.add_column(col, justify=just)
+        for r in mixed["by_type"]:
+            stages = r["stages"]
+            table.add_row(r["gpu_type"], str(r["gpus"]), f"{min(stages)}-{max(stages)}" if len(stages) > 1
+                          else str(stages[0]), str(r["layers"]) if mixed["kind"] == "pipeline" else "all",
+                          "/".join(map(str, r["micro_batch"])) + " x " + "/".join(map(str, r["grad_accum"])),
+                          f"{r['peak_bytes'] / GiB:.1f}", f"{r['gpu_memory_bytes'] / GiB:.1f}",
+                          f"{r['step_share']:.0%}")  # fmt: skip
+        return table
+    for col, just in (("stage", "right"), ("layers", "right"), ("GPU", "left"), ("GPUs", "right"), ("TP", "right"),
+                      ("DP", "right"), ("micro batch x accum", "right"), ("peak GiB", "right"), ("of GiB", "right"),
+                      ("micro-batch s", "right"), ("link after", "left")):  # fmt: skip
+        table.add_column(col, justify=just)
+    links = {link["after_stage"]: link for link in mixed["links"]}
+    for st in mixed["stages"]:
+        for k, t in enumerate(st["types"]):
+            link = links.get(st["stage"]) if k == len(st["types"]) - 1 else None
+            marks = ("emb " if st["embeddings"] else "") + ("head" if st["head"] else "")
+            table.add_row(str(st["stage"]), f"{st['layers']} ({st['first_layer']}-{st['last_layer']}) {marks}".strip(),
+                          t["gpu_type"], str(t["gpus"]), str(st["tp"]), str(st["dp"]),
+                          f"{t['micro_batch']} x {t['grad_accum']}", f"{t['peak_bytes'] / GiB:.1f}",
+                          f"{t['gpu_memory_bytes'] / GiB:.1f}", f"{t['micro_batch_s']:.3f}",
+                          f"{link['kind']} {link['seconds'] * 1e3:.1f} ms" if link else "")  # fmt: skip
+    return table
+
+
 def ranked_fixes(attempt: Callable[[dict[str, Any]], str | None], *, restricted_types: str | None,
                  max_gpus: int, micro_batch: int, recompute_forbidden: bool, seq_len: int) -> list[str]:  # fmt: skip
     """Which of the user's limits kept every plan out: ``attempt(overrides)`` plans again with
@@ -311,5 +346,5 @@ def plan_text(gpu_type: str, num_gpus: int, tp: int, pp: int, dp: int, zero: int
     return f"{num_gpus} x {gpu_type} (tp {tp} pp {pp} dp {dp}, ZeRO {zero}, micro batch {micro_batch}{rc})"
 
 
-__all__ = ["Fix", "over_text", "plan_text", "ranked_fix_text", "ranked_fixes", "single_fix_text", "single_fixes",
+__all__ = ["Fix", "mixed_table", "over_text", "plan_text", "ranked_fix_text", "ranked_fixes", "single_fix_text", "single_fixes",
            "single_table"]
