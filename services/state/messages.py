@@ -110,6 +110,9 @@ class LaunchMessage(_Sealed):
     # this attempt's own and runs the command there. None: run in ``workdir`` (or the agent's).
     code_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
     layout: LayoutEnv
+    # Who submitted the job (its Frenzy user, as tokens name it; "" when unknown). Signed with the
+    # rest: the agent maps it to the Unix account the job runs as (its --user-map, issue 34).
+    user: str = Field(default="", pattern=r"^$|^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")
 
 
 class CancelMessage(_Sealed):
