@@ -132,6 +132,30 @@ def agent_command(
         "--run-as", metavar="USER",
         help="Run jobs as this user (name or uid): its uid, groups and HOME. Needs the agent to run as root.")]
     = None,
+    user_map: Annotated[Path | None, typer.Option(
+        "--user-map", metavar="FILE",
+        help="Run each Frenzy user's jobs as their own Unix account: lines 'FRENZY_USER ACCOUNT' (# comments). "
+        "Root and system accounts (uid below --min-job-uid) are refused. Re-read when it changes. Needs root.")]
+    = None,
+    min_job_uid: Annotated[int, typer.Option(
+        "--min-job-uid", min=1, help="The lowest uid a --user-map account may have (system accounts are below).")]
+    = 1000,
+    unmapped: Annotated[str, typer.Option(
+        "--unmapped", metavar="refuse|run-as",
+        help="With --user-map: refuse jobs of users the map does not name (default), or run them as the "
+        "--run-as account (they then share it).")] = "refuse",
+    cgroup_root: Annotated[str, typer.Option(
+        "--cgroup-root", metavar="auto|off|PATH",
+        help="A cgroup v2 per job under PATH/NODE (auto: 'frenzy' at the top of the cgroup2 mount): one kill "
+        "for all it started, and the limits below. Where the host does not allow it, the agent says so "
+        "once and runs jobs without.")] = "auto",
+    job_memory_max: Annotated[str, typer.Option(
+        "--job-memory-max", metavar="BYTES",
+        help="memory.max of each job's cgroup (8G, 512M; 'none': no limit). The whole job is killed when "
+        "it is out of memory.")] = "none",
+    job_pids_max: Annotated[int, typer.Option(
+        "--job-pids-max", min=0, help="pids.max of each job's cgroup (0: no limit): a fork bomb stops there.")]
+    = 16384,
     checkpoint_root: Annotated[Path | None, typer.Option(
         "--checkpoint-root", metavar="PATH", envvar="FRENZY_CHECKPOINT_ROOT",
         help="Give every job FRENZY_CHECKPOINT_DIR=PATH/<job id>, the same directory for all its attempts "
@@ -177,6 +201,7 @@ def agent_command(
       frenzy agent --node n2 --fake-gpus-file gpus.yaml --addr 10.0.0.2
       REDIS_URL=redis://head:6379/0 frenzy agent --log-dir /data/frenzy/logs
       sudo frenzy agent --run-as train --workdir-root /data/jobs --pass-env 'NCCL_*'
+      sudo frenzy agent --user-map /etc/frenzy/users --job-memory-max 200G   # each user as their account
       frenzy agent --checkpoint-root /shared/frenzy/checkpoints   # FRENZY_CHECKPOINT_DIR for every job
       frenzy agent --drain             # no new jobs here; returns when the running ones are done
       frenzy agent --undrain
@@ -225,6 +250,9 @@ def agent_command(
         raise typer.BadParameter("give --fake-gpus or --fake-gpus-file, not both")
     backend: GpuBackend
     try:
+        from frenzy.agent.cgroups import parse_bytes
+
+        memory_max = parse_bytes(job_memory_max)
         if fake_gpus:
             backend = FakeBackend(fake_gpus, node)
         elif fake_gpus_file:
@@ -238,9 +266,11 @@ def agent_command(
                       log_retention_s=log_retention_s, pass_env=list(pass_env or []),
                       workdir_roots=list(workdir_root) if workdir_root else None, run_as=run_as,
                       checkpoint_root=checkpoint_root, use_spawner=spawner,
+                      user_map=user_map, min_job_uid=min_job_uid, unmapped=unmapped, cgroup_root=cgroup_root,
+                      job_memory_max=memory_max, job_pids_max=job_pids_max or None,
                       cache_policy=CachePolicy(int(code_cache_gib * 2**30), code_cache_days * 86400,
                                                workdir_days * 86400))
-    except ValueError as exc:
+    except (ValueError, OSError) as exc:  # (OSError: the user map cannot be read)
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
 

@@ -112,8 +112,11 @@ class CodeCache:
         self.max_blob_bytes = max_blob_bytes
         self.max_unpacked_bytes = max_unpacked_bytes
         self._lock = threading.Lock()
-        for d in (self.code_dir, self.work_dir):
-            d.mkdir(parents=True, exist_ok=True, mode=0o700)
+        # The cache is the agent's alone; the working directories' tree may be entered by jobs of other
+        # accounts (to reach their own, 0700 each) but not listed.
+        self.code_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.work_dir.mkdir(parents=True, exist_ok=True, mode=0o711)
+        os.chmod(self.work_dir, 0o711)
         self._flock_path = self.code_dir / ".lock"
         for scratch in self.code_dir.glob(".scratch-*"):  # left by a run killed mid-unpack
             shutil.rmtree(scratch, ignore_errors=True)
@@ -163,13 +166,16 @@ class CodeCache:
             tree = self.tree(sha)
             if dest.exists():  # an earlier start of this attempt that never ran: start from the code again
                 shutil.rmtree(dest)
-            dest.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+            for folder in (dest.parent.parent, dest.parent):  # work/JOB, work/JOB/attempt-N: enter, not list
+                folder.mkdir(exist_ok=True, mode=0o711)
+                os.chmod(folder, 0o711, follow_symlinks=False)
             try:
                 shutil.copytree(tree, dest, symlinks=True)
             except OSError as exc:
                 raise CodeUnavailable(f"code {sha[:12]}: cannot make the job's directory {dest}: {exc}") from exc
         if user is not None and user.switches():
             _give_to(dest, user)
+        os.chmod(dest, 0o700)  # the job's code and what it writes beside it: its user's alone
         return dest
 
 

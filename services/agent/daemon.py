@@ -44,6 +44,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -56,7 +57,8 @@ from pathlib import Path
 
 import redis
 
-from frenzy.agent import jobenv, launcher, safefile
+from frenzy.agent import cgroups, jobenv, launcher, safefile
+from frenzy.agent.cgroups import DEFAULT_PIDS_MAX, JobCgroups
 from frenzy.agent.codecache import CachePolicy, CodeCache, CodeUnavailable, PruneReport
 from frenzy.agent.exit_cause import classify, last_lines
 from frenzy.agent.gpus import GpuBackend, GpuInfo, NvmlBackend
@@ -68,6 +70,7 @@ from frenzy.agent.peak import job_gpu_bytes
 from frenzy.agent.run_as import JobUser
 from frenzy.agent.run_as import resolve as resolve_user
 from frenzy.agent.spawning import Spawner
+from frenzy.agent.usermap import DEFAULT_MIN_UID, UnmappedUser, UserMap
 from frenzy.state import node_keys, scripts
 from frenzy.state.code_store import CodeReader
 from frenzy.state.keys import AGENT_GROUP, Keys
@@ -170,6 +173,12 @@ class Agent:
         checkpoint_root: str | os.PathLike[str] | None = None,
         cache_policy: CachePolicy | None = None,
         use_spawner: bool = True,
+        user_map: str | os.PathLike[str] | None = None,
+        min_job_uid: int = DEFAULT_MIN_UID,
+        unmapped: str = "refuse",
+        cgroup_root: str = "off",
+        job_memory_max: int | None = None,
+        job_pids_max: int | None = DEFAULT_PIDS_MAX,
     ) -> None:
         if not is_safe_name(node):
             raise ValueError(f"node name {node!r}: use letters, digits, '.', '_' and '-' (at most 128, starting "
@@ -186,6 +195,9 @@ class Agent:
         self.heartbeat_s = heartbeat_s
         self.ttl_s = ttl_s
         self.log_dir = Path(log_dir).resolve()
+        if not self.log_dir.exists():  # made here: jobs of other accounts enter it (to their run directory), not list it
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            os.chmod(self.log_dir, launcher.JOB_DIR_MODE)
         self.block_s = block_s
         self.cancel_grace_s = cancel_grace_s
         self.kill_on_exit = kill_on_exit
@@ -193,6 +205,13 @@ class Agent:
         self.extra_env = jobenv.check_extra_env(extra_env or {})
         self.pass_env = jobenv.check_pass_env(pass_env)
         self.job_user: JobUser | None = resolve_user(run_as) if run_as else None
+        # --user-map: each Frenzy user's jobs as their own account (usermap.py); None: all as job_user.
+        self.user_map = (UserMap(os.fspath(user_map), min_job_uid, unmapped, self.job_user)
+                         if user_map else None)
+        # A cgroup per job (cgroups.py), where the host allows it; what it allows is said once here.
+        self.cgroups = JobCgroups.setup(cgroup_root, node, job_memory_max, job_pids_max)
+        (log.info if self.cgroups.enabled and not self.cgroups.why_not else log.warning)(
+            "node %s: %s", node, self.cgroups.describe())
         self.workdir_roots = _workdir_roots(workdir_roots, self.job_user)
         # Every attempt of a job gets ROOT/<job id> (FRENZY_CHECKPOINT_DIR): "" when not given.
         self.checkpoint_root = jobenv.check_checkpoint_root(os.fspath(checkpoint_root)) if checkpoint_root else ""
@@ -206,6 +225,9 @@ class Agent:
         self._logs = LogShipper(self._redis, self.keys, node, poll_s=log_poll_s, maxlen=log_stream_maxlen,
                                 retention_s=log_retention_s)
         state = Path(state_dir).resolve() if state_dir else self.log_dir / ".agent"
+        if not state.exists():  # the ledger (0700) and code cache (0700) are in it; jobs' workdirs too (entered)
+            state.mkdir(parents=True, exist_ok=True)
+            os.chmod(state, launcher.JOB_DIR_MODE)
         self._ledger = Ledger(state / f"{node}.json")
         # (stream, entry id, consuming thread) of the launch being handled: its first event acks it.
         self._ack_with_event: tuple[str, str, int] | None = None
@@ -559,11 +581,22 @@ class Agent:
                 self.metrics.launch("refused")
                 self._emit(failed.model_copy(update={"message": verdict.problem, "retryable": verdict.retryable}))
                 return
+            user = self._user_for(msg)
             if msg.code_sha256:
-                msg = self._with_code(msg)
-            started = launcher.start(msg, self.node, self.log_dir, launch_id=self.launch_id(msg.job_id, msg.attempt),
-                                     extra_env=self.extra_env, pass_env=self.pass_env, user=self.job_user,
-                                     checkpoint_root=self.checkpoint_root, spawner=self._spawner)
+                msg = self._with_code(msg, user)
+            try:
+                cgroup = self.cgroups.create(msg.job_id, msg.attempt)
+            except OSError as exc:
+                raise launcher.LaunchError(f"cannot make the job's cgroup on node {self.node}: "
+                                           f"{exc.strerror or exc}") from None
+            try:
+                started = launcher.start(msg, self.node, self.log_dir,
+                                         launch_id=self.launch_id(msg.job_id, msg.attempt),
+                                         extra_env=self.extra_env, pass_env=self.pass_env, user=user,
+                                         checkpoint_root=self.checkpoint_root, spawner=self._spawner, cgroup=cgroup)
+            except BaseException:
+                cgroups.remove(cgroup)
+                raise
         except launcher.LaunchError as exc:
             log.warning("job %s attempt %d could not start: %s", msg.job_id, msg.attempt, exc,
                         extra=self._context(msg.job_id, msg.attempt))
@@ -601,12 +634,22 @@ class Agent:
         self.metrics.launch("started")
         self._announce(job)
 
-    def _with_code(self, msg: LaunchMessage) -> LaunchMessage:
+    def _user_for(self, msg: LaunchMessage) -> JobUser | None:
+        """The account ``msg``'s job runs as here (None: the agent's own); LaunchError when its user has
+        none (``--user-map`` without a line for them, and unmapped users refused)."""
+        if self.user_map is None:
+            return self.job_user
+        try:
+            return self.user_map.user_for(msg.user, self.node)
+        except UnmappedUser as exc:
+            raise launcher.LaunchError(str(exc)) from None
+
+    def _with_code(self, msg: LaunchMessage, user: JobUser | None = None) -> LaunchMessage:
         """``msg`` running in a fresh copy of its packed code (fetched, checked and unpacked once per
         hash). LaunchError when the code cannot be had; Redis errors propagate (the entry is retried)."""
         assert msg.code_sha256 is not None
         try:
-            workdir = self._code.workdir(msg.code_sha256, msg.job_id, msg.attempt, self.node, self.job_user)
+            workdir = self._code.workdir(msg.code_sha256, msg.job_id, msg.attempt, self.node, user)
         except CodeUnavailable as exc:
             problem = f"the job's code could not be unpacked on node {self.node}: {exc}"
             # In the job's log too (shipped by the failure path): `frenzy logs` and `frenzy job` show why.
@@ -725,6 +768,7 @@ class Agent:
             return  # this agent run has stopped; the next one reports from the ledger
         if job.killed_on_exit:
             message = message or "killed because the agent stopped (--kill-on-exit)"
+        self._clean_up(job.job_id, job.attempt, job.log_path)
         _append_trailer(job.log_path, code, job.cancelled)
         log.info("job %s attempt %d exited: code %s%s", job.job_id, job.attempt, code,
                  " (cancelled)" if job.cancelled else "", extra=self._context(job.job_id, job.attempt))
@@ -745,6 +789,14 @@ class Agent:
         with self._lock:
             self._jobs.pop(job.key, None)
         self._ledger.remove(job.job_id, job.attempt)
+
+    def _clean_up(self, job_id: str, attempt: int, log_path: str) -> None:
+        """What an ended job leaves that nobody needs: its cgroup (and whatever still ran in it, which no
+        signal to its group or search of /proc found) and its private tmp."""
+        cgroups.remove(self.cgroups.path_for(job_id, attempt))
+        tmp = launcher.run_dir_for(log_path) / launcher.TMP_DIR
+        if tmp.is_dir() and not tmp.is_symlink():
+            shutil.rmtree(tmp, ignore_errors=True)  # (fd-based: a link the job left inside is not followed)
 
     # ------------------------------------------------------------ cancel
 
@@ -785,6 +837,8 @@ class Agent:
             ours = launcher.process_running(job.pid, job.start_ticks)
         if ours:
             launcher.signal_group(job.pid, sig)
+        if sig == signal.SIGKILL:  # everything in the job's cgroup, found or not (cgroups.py)
+            cgroups.kill(self.cgroups.path_for(job.job_id, job.attempt))
         others = launcher.kill_launch(job.launch_id, sig)
         if others and not quiet:
             log.info("job %s attempt %d: %s also sent to %d process(es) outside its group", job.job_id,
@@ -811,6 +865,7 @@ class Agent:
                 log.info("job %s attempt %d (pid %d) ended while the agent was down: exit code %s",
                          entry.job_id, entry.attempt, entry.pid, code if code is not None else "unknown")
                 self._signal_job(job, signal.SIGKILL, quiet=True)
+                self._clean_up(entry.job_id, entry.attempt, entry.log_path)
                 self._ship_once(entry.job_id, entry.attempt, entry.log_path)
                 self._emit(self._event(
                     EventKind.EXITED, entry.job_id, entry.attempt, fence=entry.fence, pid=entry.pid,

@@ -455,7 +455,7 @@ class Started:
 def start(msg: LaunchMessage, node: str, log_dir: Path, launch_id: str = "",
           extra_env: Mapping[str, str] | None = None, pass_env: Iterable[str] = (),
           user: JobUser | None = None, checkpoint_root: str = "",
-          spawner: Spawner | None | bool = None) -> Started:
+          spawner: Spawner | None | bool = None, cgroup: str = "") -> Started:
     """Start this node's share of the job; raises LaunchError when it cannot start at all.
 
     ``spawner``: which spawner forks the shim (None: this process's; False: none, exec the shim
@@ -463,6 +463,8 @@ def start(msg: LaunchMessage, node: str, log_dir: Path, launch_id: str = "",
     ``user``: run the command as this user (``--run-as``); None: as the agent's.
     ``checkpoint_root``: the agent's ``--checkpoint-root`` ("" for none); the job's directory under it
     is made here (``prepare_checkpoint_dir``).
+    ``cgroup``: the job's own cgroup (``cgroups.JobCgroups.create``), which its command joins before
+    exec ("": none).
     """
     argv = build_argv(msg)
     workdir = resolved_workdir(msg)
@@ -508,7 +510,7 @@ def start(msg: LaunchMessage, node: str, log_dir: Path, launch_id: str = "",
             shim_env[LAUNCH_ID_VAR] = launch_id
         identity = user.as_shim_arg() if user is not None and user.switches() else None
         try:
-            handover = encode_launch(env, identity)
+            handover = encode_launch(env, identity, cgroup)
         except ValueError as exc:
             log.write(f"# launch failed: {exc}\n".encode())
             raise LaunchError(str(exc)) from None

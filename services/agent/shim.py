@@ -28,10 +28,11 @@ import sys
 SHIM_MARKER = "FRENZY_SHIM"
 # What a cancel sends: blocked from fork to the shim's handler (see main).
 GUARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-# The launch on stdin: this tag, the identity ("" or "uid:gid:g1,g2"), then the command's
-# environment as KEY=VALUE entries, each field ending in NUL (no environment string can hold
-# one). Not JSON: importing json (and subprocess) tripled the shim's start-up, paid per job.
-HANDOVER_TAG = b"frenzy-shim/1"
+# The launch on stdin: this tag, the identity ("" or "uid:gid:g1,g2"), the cgroup the command
+# joins ("" for none), then the command's environment as KEY=VALUE entries, each field ending in
+# NUL (no environment string or path can hold one). Not JSON: importing json (and subprocess)
+# tripled the shim's start-up, paid per job.
+HANDOVER_TAG = b"frenzy-shim/2"
 # The exit file's second line when the shim, a child subreaper (the spawner's shims), saw every
 # process of the job end: the agent then need not search /proc for stragglers.
 CLEAN_MARK = "clean"
@@ -46,10 +47,12 @@ _DEFAULTED = tuple(getattr(signal, name) for name in ("SIGPIPE", "SIGXFZ", "SIGX
 _STRAGGLER_ROUNDS = 1000
 
 
-def encode_launch(env: dict[str, str], run_as: tuple[int, int, list[int]] | None) -> bytes:
+def encode_launch(env: dict[str, str], run_as: tuple[int, int, list[int]] | None, cgroup: str = "") -> bytes:
     """The stdin the shim reads (``read_launch``): the agent's side of the handover."""
     ident = "" if run_as is None else f"{run_as[0]}:{run_as[1]}:{','.join(str(g) for g in run_as[2])}"
-    fields = [HANDOVER_TAG, ident.encode()]
+    if "\0" in cgroup:
+        raise ValueError("a cgroup path cannot hold NUL")
+    fields = [HANDOVER_TAG, ident.encode(), cgroup.encode("utf-8", "surrogateescape")]
     for key, value in env.items():
         if not key or "=" in key or "\0" in key or "\0" in value:
             raise ValueError(f"environment variable {key!r} cannot be passed to a process")
@@ -57,23 +60,24 @@ def encode_launch(env: dict[str, str], run_as: tuple[int, int, list[int]] | None
     return b"\0".join(fields) + b"\0"
 
 
-def read_launch(data: bytes) -> tuple[dict[str, str], tuple[int, int, list[int]] | None]:
-    """The command's environment and the identity to run it as (None: the shim's own).
-    ValueError when ``data`` is not a launch ``encode_launch`` made."""
+def read_launch(data: bytes) -> tuple[dict[str, str], tuple[int, int, list[int]] | None, str]:
+    """The command's environment, the identity to run it as (None: the shim's own) and the cgroup it
+    joins ("": none). ValueError when ``data`` is not a launch ``encode_launch`` made."""
     parts = data.split(b"\0")
-    if len(parts) < 3 or parts[0] != HANDOVER_TAG or parts[-1] != b"":
+    if len(parts) < 4 or parts[0] != HANDOVER_TAG or parts[-1] != b"":
         raise ValueError("not a frenzy launch")
+    cgroup = parts[2].decode("utf-8", "surrogateescape")
     env: dict[str, str] = {}
-    for item in parts[2:-1]:
+    for item in parts[3:-1]:
         key, sep, value = item.decode("utf-8", "surrogateescape").partition("=")
         if not sep or not key:
             raise ValueError(f"bad environment entry {item[:40]!r}")
         env[key] = value
     ident = parts[1].decode()
     if not ident:
-        return env, None
+        return env, None, cgroup
     uid, gid, groups = ident.split(":")
-    return env, (int(uid), int(gid), [int(g) for g in groups.split(",") if g])
+    return env, (int(uid), int(gid), [int(g) for g in groups.split(",") if g]), cgroup
 
 
 def write_atomic(path: str, text: str) -> None:
@@ -110,7 +114,8 @@ def _read_all(fd: int) -> bytes:
         chunks.append(chunk)
 
 
-def _start(command: list[str], env: dict[str, str], identity: tuple[int, int, list[int]] | None) -> int:
+def _start(command: list[str], env: dict[str, str], identity: tuple[int, int, list[int]] | None,
+           cgroup: str = "") -> int:
     """Start ``command``; its pid. OSError (with the exec's errno) when it could not start.
 
     posix_spawn where no identity switch is needed; otherwise os.fork and exec, switching in the
@@ -119,7 +124,7 @@ def _start(command: list[str], env: dict[str, str], identity: tuple[int, int, li
     bare interpreter's. A close-on-exec pipe tells the parent whether the exec happened (EOF) or
     why it failed.
     """
-    if identity is None and hasattr(os, "posix_spawn"):
+    if identity is None and not cgroup and hasattr(os, "posix_spawn"):
         # No identity to switch to: posix_spawn (vfork and exec: no copy of our page tables)
         # costs about a quarter of fork + exec here, and reports a failed exec as OSError itself.
         # The program is looked up on the *job's* PATH, as execvpe does (posix_spawnp would search
@@ -138,6 +143,12 @@ def _start(command: list[str], env: dict[str, str], identity: tuple[int, int, li
                 os.close(null)
             for sig in _DEFAULTED:
                 signal.signal(sig, signal.SIG_DFL)
+            if cgroup:  # the job's own cgroup, joined while still root: it cannot leave it (cgroups.py)
+                cg = os.open(cgroup + "/cgroup.procs", os.O_WRONLY | os.O_CLOEXEC)
+                try:
+                    os.write(cg, b"0")
+                finally:
+                    os.close(cg)
             if identity is not None:  # --run-as: groups, then gid, then uid
                 uid, gid, groups = identity
                 os.setgroups(groups)
@@ -226,16 +237,16 @@ def main(argv: list[str]) -> int:
         return 2
     exit_file, command = argv[1], argv[3:]
     try:
-        env, identity = read_launch(_read_all(0))
+        env, identity, cgroup = read_launch(_read_all(0))
     except (OSError, ValueError, UnicodeDecodeError) as exc:
         print(f"# frenzy shim: bad launch on stdin: {exc}", file=sys.stderr, flush=True)
         _write_status(exit_file, 127)
         return 127
-    return supervise(exit_file, command, env, identity)
+    return supervise(exit_file, command, env, identity, cgroup=cgroup)
 
 
 def supervise(exit_file: str, command: list[str], env: dict[str, str],
-              identity: tuple[int, int, list[int]] | None, reaper: bool = False) -> int:
+              identity: tuple[int, int, list[int]] | None, reaper: bool = False, cgroup: str = "") -> int:
     """The shim's work once it leads the job's session with its output in place: take cancels,
     start ``command``, wait for it, record how it ended. -> its exit code (a signal: dies of it).
     ``reaper``: this process is a child subreaper (``spawner``); stragglers are ended here."""
@@ -259,7 +270,7 @@ def supervise(exit_file: str, command: list[str], env: dict[str, str],
         os.kill(os.getpid(), stopped[0])
         return 128 + stopped[0]
     try:
-        child = _start(command, env, identity)
+        child = _start(command, env, identity, cgroup)
     except OSError as exc:
         print(f"# frenzy shim: cannot start {command[0]!r}: {exc}", file=sys.stderr, flush=True)
         _write_status(exit_file, 127)

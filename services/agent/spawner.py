@@ -71,7 +71,7 @@ def _become_shim(conn: socket.socket, wake: tuple[int, int], log_fd: int, header
             os.close(null)
         exit_file = header["exit_file"]
         try:
-            env, identity = read_launch(launch)
+            env, identity, cgroup = read_launch(launch)
             if header.get("cwd"):
                 os.chdir(header["cwd"])
         except (OSError, ValueError, UnicodeDecodeError) as exc:
@@ -79,7 +79,7 @@ def _become_shim(conn: socket.socket, wake: tuple[int, int], log_fd: int, header
             _write_atomic(exit_file, "127\n")
             os._exit(127)
         reaper = _set_subreaper(libc)
-        code = supervise(exit_file, list(header["argv"]), env, identity, reaper=reaper)
+        code = supervise(exit_file, list(header["argv"]), env, identity, reaper=reaper, cgroup=cgroup)
     except BaseException as exc:  # noqa: BLE001 - nothing may escape a forked child
         try:
             print(f"# frenzy shim: failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)

@@ -79,6 +79,46 @@ def load_cluster_file(path: str | None) -> ClusterSpec:
     return spec
 
 
+JOB_ACCOUNT = "frenzy-job"  # the unprivileged account `frenzy up` as root runs jobs as
+
+
+def _ensure_account(name: str) -> str:
+    """``name``, a system account without a home or a login shell, made with useradd if missing; "" when
+    it cannot be (then jobs run as root, and ``start`` says so)."""
+    import pwd
+
+    try:
+        pwd.getpwnam(name)
+        return name
+    except KeyError:
+        pass
+    try:
+        subprocess.run(["useradd", "--system", "--no-create-home", "--home-dir", "/nonexistent", "--shell",
+                        "/usr/sbin/nologin", "--user-group", name], check=True, capture_output=True, timeout=30)
+        pwd.getpwnam(name)
+        return name
+    except (OSError, subprocess.SubprocessError, KeyError):
+        return ""
+
+
+def _blocked_for(account: str, path: Path) -> str:
+    """The first directory from / to ``path`` that ``account`` may not enter ("" when none)."""
+    import pwd
+    import stat
+
+    entry = pwd.getpwnam(account)
+    groups = set(os.getgrouplist(account, entry.pw_gid))
+    current = Path("/")
+    for part in (path.resolve().parts[1:]):
+        current = current / part
+        info = current.stat()
+        bit = (stat.S_IXUSR if info.st_uid == entry.pw_uid else
+               stat.S_IXGRP if info.st_gid in groups else stat.S_IXOTH)
+        if not info.st_mode & bit:
+            return str(current)
+    return ""
+
+
 def _local_user() -> str:
     """The OS user, as a valid Frenzy user name (tokens name who owns a job)."""
     import getpass
@@ -143,6 +183,10 @@ class LocalStack:
     orphan_release_s: float | None = None
     cancel_grace_s: float | None = None  # agents' --cancel-grace-s
     agent_args: list[str] = field(default_factory=list)  # extra options for every agent
+    # The account every job runs as (the agents' --run-as). None: when the stack runs as root,
+    # JOB_ACCOUNT (made if missing), so no job runs as root or can read the stack's secrets; "": as
+    # whoever started the stack.
+    job_account: str | None = None
     # Two scheduler processes: "scheduler" serves the API only (--serve api) and "scheduler-loop"
     # places jobs (--serve loop), so submissions never wait on a placement pass's interpreter.
     split_scheduler: bool = False
@@ -168,6 +212,10 @@ class LocalStack:
     def start(self, progress: callable | None = None) -> None:  # type: ignore[valid-type]
         say = progress or (lambda _msg: None)
         try:
+            account = self._job_account()
+            say(f"single-user stack: every job runs as {account or _local_user() + ' (you)'}, whoever "
+                "submits it -- for one person's use, not for users who must be kept apart "
+                "(docs/security.md: a user map and a real agent per host)")
             if not self.redis_url:
                 self.redis = start_redis(workdir=str(self.run_dir / "redis"))
                 self.redis_url = self.redis.url
@@ -212,6 +260,7 @@ class LocalStack:
                        "--log-dir", str(self.run_dir / "jobs"),
                        # One directory all the fake nodes share, as a cluster's shared filesystem would be.
                        "--checkpoint-root", str(self.run_dir / "checkpoints"),
+                       *(["--run-as", account] if account else []),
                        *self._metrics_args(f"agent-{node}"),
                        *self.agent_args]
                 if self.cancel_grace_s is not None:
@@ -243,6 +292,25 @@ class LocalStack:
     @property
     def credentials_file(self) -> Path:
         return self.run_dir / "credentials.json"
+
+    def _job_account(self) -> str:
+        """The account jobs run as ("" for the stack's own user); see ``job_account``. As root, the run
+        directory becomes enterable but not listable (0711) so the jobs reach their own directories in
+        it, and Redis' directory (its data: tokens, node keys, job specs) the stack's alone."""
+        if self.job_account is not None:
+            account = self.job_account
+        elif os.geteuid() == 0 and "--run-as" not in self.agent_args and "--user-map" not in self.agent_args:
+            account = _ensure_account(JOB_ACCOUNT)
+            blocked = _blocked_for(account, self.run_dir.parent) if account else None
+            if blocked:  # (a run directory under pytest's 0700 tmp, say): jobs could not reach their files
+                account = ""
+        else:
+            account = ""
+        if account and os.geteuid() == 0:
+            os.chmod(self.run_dir, 0o711)
+            (self.run_dir / "redis").mkdir(mode=0o700, exist_ok=True)
+            os.chmod(self.run_dir / "redis", 0o700)
+        return account
 
     @property
     def prometheus_file(self) -> Path:

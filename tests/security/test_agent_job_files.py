@@ -48,6 +48,9 @@ def open_log_dir(cluster: Cluster) -> Iterator[Path]:
     os.chmod(path, 0o711)
     cluster.log_dir = path / "logs"
     yield cluster.log_dir
+    for running in cluster.agents:  # (before its directories go)
+        running.stop.set()
+        running.thread.join(10)
     shutil.rmtree(path, ignore_errors=True)
 
 

@@ -414,9 +414,10 @@ def test_the_launch_handover_round_trips_any_environment_and_identity() -> None:
     from frenzy.agent.shim import encode_launch, read_launch
 
     env = {"A": "x=y", "MULTI": "line1\nline2", "EMPTY": "", "BYTES": "caf\udce9"}  # non-UTF-8 byte kept
-    assert read_launch(encode_launch(env, None)) == (env, None)
-    assert read_launch(encode_launch(env, (1001, 1002, [5, 6]))) == (env, (1001, 1002, [5, 6]))
-    assert read_launch(encode_launch({}, (7, 8, []))) == ({}, (7, 8, []))
+    assert read_launch(encode_launch(env, None)) == (env, None, "")
+    assert read_launch(encode_launch(env, (1001, 1002, [5, 6]))) == (env, (1001, 1002, [5, 6]), "")
+    assert read_launch(encode_launch({}, (7, 8, []), "/sys/fs/cgroup/frenzy/n1/job-1.1")) == (
+        {}, (7, 8, []), "/sys/fs/cgroup/frenzy/n1/job-1.1")
 
 
 @pytest.mark.parametrize("env", [{"A=B": "1"}, {"A": "nul\0inside"}, {"": "empty name"}])
@@ -427,7 +428,8 @@ def test_an_environment_no_process_can_hold_is_refused_before_the_shim(env: dict
         encode_launch(env, None)
 
 
-@pytest.mark.parametrize("data", [b"", b"{\"env\": {}}", b"frenzy-shim/1\0\0NOEQUALS\0", b"frenzy-shim/1\0\0A=1"])
+@pytest.mark.parametrize("data", [b"", b"{\"env\": {}}", b"frenzy-shim/2\0\0\0NOEQUALS\0", b"frenzy-shim/2\0\0\0A=1",
+                                  b"frenzy-shim/1\0\0A=1\0"])
 def test_a_garbled_handover_is_refused(data: bytes) -> None:
     from frenzy.agent.shim import read_launch
 
