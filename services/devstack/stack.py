@@ -101,18 +101,21 @@ def _ensure_account(name: str) -> str:
         return ""
 
 
-def _blocked_for(account: str, path: Path) -> str:
-    """The first directory from / to ``path`` that ``account`` may not enter ("" when none)."""
+def _blocked_for(account: str | None, path: Path) -> str:
+    """The first directory from / to ``path`` that ``account`` (None: an account in no group of the
+    path's) may not enter ("" when none)."""
     import pwd
     import stat
 
-    entry = pwd.getpwnam(account)
-    groups = set(os.getgrouplist(account, entry.pw_gid))
+    uid, groups = -1, set()
+    if account is not None:
+        entry = pwd.getpwnam(account)
+        uid, groups = entry.pw_uid, set(os.getgrouplist(account, entry.pw_gid))
     current = Path("/")
     for part in (path.resolve().parts[1:]):
         current = current / part
         info = current.stat()
-        bit = (stat.S_IXUSR if info.st_uid == entry.pw_uid else
+        bit = (stat.S_IXUSR if info.st_uid == uid else
                stat.S_IXGRP if info.st_gid in groups else stat.S_IXOTH)
         if not info.st_mode & bit:
             return str(current)
@@ -300,10 +303,9 @@ class LocalStack:
         if self.job_account is not None:
             account = self.job_account
         elif os.geteuid() == 0 and "--run-as" not in self.agent_args and "--user-map" not in self.agent_args:
-            account = _ensure_account(JOB_ACCOUNT)
-            blocked = _blocked_for(account, self.run_dir.parent) if account else None
-            if blocked:  # (a run directory under pytest's 0700 tmp, say): jobs could not reach their files
-                account = ""
+            # Not where the account could not reach the run directory (under pytest's 0700 tmp, say):
+            # its jobs could not reach their own files. (Checked before an account is made for nothing.)
+            account = "" if _blocked_for(None, self.run_dir.parent) else _ensure_account(JOB_ACCOUNT)
         else:
             account = ""
         if account and os.geteuid() == 0:
