@@ -100,6 +100,7 @@ class WaitKind(Enum):
     RESERVING = "reserving"  # starving head job: holds free GPUs while the rest drain to it
     HELD_FOR_STARVING = "held_for_starving"  # would fit, but on GPUs held for a starving job
     BEHIND_HEAD = "behind_head"  # strict FIFO (backfill off): waits behind the blocked head
+    OVER_QUOTA = "over_quota"  # its user holds too many GPUs for any of its plans (max_gpus_per_user)
 
 
 @dataclass(frozen=True)

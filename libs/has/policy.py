@@ -168,6 +168,13 @@ class QueuePolicy:
       starving set does not grow into the whole queue walked in submit order (long jobs first
       among them, short ones stuck behind). Every job still starves in the end: after
       max(``starvation_s``, stretch x its ideal runtime) it goes first and may hold GPUs.
+    max_gpus_per_user: 0 (default): no quota. > 0: no placement takes a job's user
+      (``QueuedJob.user``) over this many GPUs, counting the GPUs the user's jobs hold already
+      (``schedule``'s ``held``) and those placed earlier in the pass. A job tries only its plans
+      that fit its user's room; with none, it waits (``WaitKind.OVER_QUOTA``, naming the quota
+      and the GPUs held), holds no GPUs and claims no release. Preemption never places a job over
+      it. The operator's limit (``frenzy scheduler --max-gpus-per-user``), not a tuning knob: the
+      simulator leaves it at 0.
 
     ``order``, ``starving_order`` and ``plan_choice`` are string enums: ``"shortest"`` (a CLI
     flag, a JSON file) works as well as ``QueueOrder.SHORTEST`` and becomes that member; any
@@ -194,6 +201,7 @@ class QueuePolicy:
     preempt_long_every_s: float = 0.0
     preempt_long_pairs: bool = False
     starvation_stretch: float = 0.0
+    max_gpus_per_user: int = 0
 
     def __post_init__(self) -> None:
         if self.starvation_s < 0:
@@ -208,6 +216,8 @@ class QueuePolicy:
             raise ValueError("preempt_within_s, preempt_restart_s and preempt_gain must be >= 0")
         if self.preempt_long_gain < 0 or self.preempt_long_ratio < 1 or self.preempt_long_every_s < 0:
             raise ValueError("preempt_long_gain and preempt_long_every_s must be >= 0 and preempt_long_ratio >= 1")
+        if self.max_gpus_per_user < 0:
+            raise ValueError(f"max_gpus_per_user must be >= 0 (0: no quota), got {self.max_gpus_per_user}")
         if not 0.0 <= self.starvation_stretch < float("inf"):
             raise ValueError(f"starvation_stretch must be a finite number >= 0, got {self.starvation_stretch}")
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import operator
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import final
 
 from has.cluster import ClusterView
@@ -22,7 +22,7 @@ from has.policy import PlanChoice, Preemption, QueuePolicy, Reservation, Running
 from has.preemption import PassView, PreemptionChoice, preempt, stop_long
 from has.queue_order import QueueRow, queue_order, starves
 from has.queue_order import as_job as _job
-from has.queued import JobPlans, LeanCandidate, QueuedJob
+from has.queued import JobPlans, LeanCandidate, QueuedJob, plans_of, within
 from has.releases import ReleaseList, Releases
 
 _INF = float("inf")
@@ -46,12 +46,22 @@ class _Pass:
     ``lowest``: the lowest priority in the queue;
     ``fifo_head``: with backfill off, the first job that did not fit (every later job waits
     behind it, with ``behind`` as its reason).
+    ``quota`` / ``held``: the per-user GPU quota (``QueuePolicy.max_gpus_per_user``, 0: none) and,
+    with one, the GPUs each user holds, this pass's placements included.
     """
 
     def __init__(
-        self, cluster: ClusterView, now: float, policy: QueuePolicy, running: Sequence[RunningJob] = ()
+        self,
+        cluster: ClusterView,
+        now: float,
+        policy: QueuePolicy,
+        running: Sequence[RunningJob] = (),
+        held: Mapping[str, int] | None = None,
     ) -> None:
         self.cluster = cluster
+        self.quota = policy.max_gpus_per_user
+        self.held: dict[str, int] = dict(held) if self.quota and held else {}
+        self._quota_reasons: dict[tuple[str, int, int], PendingReason] = {}
         self.now = now
         self.policy = policy
         self.backfill = policy.backfill  # (read per waiting job)
@@ -118,24 +128,44 @@ class _Pass:
         self._count_free()
         if rows:  # (``queue_order`` puts the lowest class last)
             self.lowest = rows[-1][4].priority
-        pending = self.pending
+        pending, quota, held = self.pending, self.quota, self.held
         for _, _, _, queued, info in rows:
             if self.fifo_head is not None:
                 pending[info.job_id] = self.behind
                 continue
+            job = _job(queued)
+            kept: tuple[int, ...] | None = None  # with the quota: the plans of ``job`` its cut keeps
+            if quota and info.most + held.get(info.user, 0) > quota:  # (0: no quota; a job with no plans: most 0)
+                used = held.get(info.user, 0)
+                if info.fewest > quota - used:  # no plan fits its user's room: it waits, holding nothing
+                    pending[info.job_id] = self._over_quota(info, used)
+                    continue
+                job, kept = within(job, info, quota - used)
+                info = plans_of(job)
             preferred: int | None = None
             if completion and info.timed:
-                result, preferred = self._by_completion(_job(queued), info)
+                result, preferred = self._by_completion(job, info)
             elif ranked_wait and info.timed:
-                result, preferred = self._ranked_wait(_job(queued), info)
+                result, preferred = self._ranked_wait(job, info)
             else:
-                result = self._ranked(_job(queued), info)
+                result = self._ranked(job, info)
             if isinstance(result, Placement):
+                if kept is not None:  # (named by its index among the job's own plans)
+                    result = Placement(result.job_id, kept[result.plan_index], result.plan, result.nodes)
                 self._place(result)
+                if quota:
+                    held[info.user] = held.get(info.user, 0) + result.plan.num_gpus
             elif not info.has_plans:
                 pending[info.job_id] = result
             else:
-                pending[info.job_id] = self._why_waiting(_job(queued), info, result, preferred)
+                pending[info.job_id] = self._why_waiting(job, info, result, preferred)
+                if kept is not None and self.holder is job and self.reservation is not None:
+                    # the cut job became the holder: its hold names the job's own plan, and the
+                    # job itself holds (what the preemption rules compare rows with)
+                    self.holder = _job(queued)
+                    self.reservation = dataclasses.replace(
+                        self.reservation, plan_index=kept[self.reservation.plan_index]
+                    )
         preemptions: tuple[Preemption, ...] = ()
         if self.est_done is not None and self.est_done:
             preemptions = self._preempt(rows)
@@ -314,16 +344,46 @@ class _Pass:
             WaitKind.RESERVING,
         )
 
+    def _over_quota(self, info: JobPlans, used: int) -> PendingReason:
+        """Why a job none of whose plans fits its user's room under the GPU quota waits (one
+        reason per user, GPUs held and smallest plan)."""
+        key = (info.user, used, info.fewest)
+        reason = self._quota_reasons.get(key)
+        if reason is None:
+            reason = self._quota_reasons[key] = PendingReason(
+                f"over the GPU quota: user {info.user!r} holds {used} GPUs, the limit is {self.quota} per user "
+                f"(--max-gpus-per-user) and the smallest plan needs {info.fewest}; it waits until the user's "
+                "jobs release GPUs",
+                (),
+                WaitKind.OVER_QUOTA,
+            )
+        return reason
+
+    def _in_quota(self, choice: PreemptionChoice | None, rows: list[QueueRow]) -> PreemptionChoice | None:
+        """``choice`` unless one of its placements would take its user over the GPU quota (the
+        preemption rules weigh a job's plans whatever its user holds): then no preemption."""
+        if choice is None or not self.quota:
+            return choice
+        users = {row[4].job_id: row[4].user for row in rows}
+        held = dict(self.held)
+        for placement in choice.placements:
+            user = users.get(placement.job_id, "")
+            held[user] = held.get(user, 0) + placement.plan.num_gpus
+            if held[user] > self.quota:
+                return None
+        self.held = held
+        return choice
+
     def _preempt(self, rows: list[QueueRow]) -> tuple[Preemption, ...]:
         """At most one preemption (``has.preemption``), applied to the pass (``_switch``)."""
         assert self.est_done is not None
-        return self._switch(preempt(self._view(rows), self.est_done, self.est_type))
+        return self._switch(self._in_quota(preempt(self._view(rows), self.est_done, self.est_type), rows))
 
     def _stop_long(self, rows: list[QueueRow]) -> tuple[Preemption, ...]:
         """At most one long job (or pair) stopped for much shorter waiting ones
         (``has.preemption.stop_long``), applied to the pass (``_switch``)."""
         assert self.wait_done is not None
-        return self._switch(stop_long(self._view(rows), self.wait_done))
+        return self._switch(self._in_quota(stop_long(self._view(rows), self.wait_done), rows))
 
     def _view(self, rows: list[QueueRow]) -> PassView:
         """This pass as the preemption rules read it (``has.preemption.PassView``)."""
@@ -484,12 +544,14 @@ def schedule(
     now: float,
     policy: QueuePolicy = QueuePolicy(),
     running: Sequence[RunningJob] = (),
+    held: Mapping[str, int] | None = None,
 ) -> ScheduleResult:
     """One scheduling pass over ``queue`` (FIFO by seq) against ``cluster`` at time ``now``.
 
     See the module docstring for the policy. Every queued job ends up either in
     ``placements`` or in ``pending`` with a reason. ``running``: the running jobs preemption
-    may stop (only read with ``QueuePolicy.preempt_within_s`` > 0).
+    may stop (only read with ``QueuePolicy.preempt_within_s`` > 0). ``held``: GPUs each user's
+    jobs hold now (user -> count; only read with ``QueuePolicy.max_gpus_per_user`` > 0).
     """
     if len(set(map(_JOB_ID, queue))) != len(queue):
         seen: set[str] = set()
@@ -497,4 +559,4 @@ def schedule(
             if job.job_id in seen:
                 raise ValueError(f"job {job.job_id!r} is queued twice")
             seen.add(job.job_id)
-    return _Pass(cluster, now, policy, running).run(queue_order(queue, now, policy))
+    return _Pass(cluster, now, policy, running, held).run(queue_order(queue, now, policy))

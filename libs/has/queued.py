@@ -17,13 +17,15 @@ from has.placement import PlanOption
 @dataclass(frozen=True)
 class QueuedJob:
     """A job waiting for GPUs: ``seq`` is its FIFO position, ``plans`` are ranked best first,
-    ``priority`` its class (higher first; 0 normal; docs/has-policy.md, "Priorities")."""
+    ``priority`` its class (higher first; 0 normal; docs/has-policy.md, "Priorities"), ``user``
+    whose GPU quota it counts against (``QueuePolicy.max_gpus_per_user``; "" for none named)."""
 
     job_id: str
     seq: int
     submitted_at: float
     plans: tuple[PlanOption, ...]
     priority: int = 0
+    user: str = ""
     # What ``schedule`` derives from the plans, computed on first use and kept with the job
     # (``plans_of``). Not part of equality, hashing or repr; ``dataclasses.replace`` gives
     # the new job an empty cache (its plans may differ).
@@ -96,7 +98,7 @@ class JobPlans:
     __slots__ = (
         "rows", "runtimes", "least", "fewest", "timed", "size", "ideal_run", "fifo_key", "short_key", "ideal_key", "by_slack",
         "short_first", "ideal_first", "seq", "job_id", "submitted_at", "has_plans", "priority",
-        "_shape", "ever", "sigs", "lean_for", "lean", "waits_for", "waits",
+        "_shape", "ever", "sigs", "lean_for", "lean", "waits_for", "waits", "user", "most", "cut",
     )  # fmt: skip
 
     def __init__(self, job: QueuedJob) -> None:
@@ -121,6 +123,7 @@ class JobPlans:
         self.runtimes = runtimes
         self.least = tuple(least.items())
         self.fewest = min(least.values(), default=0)  # GPUs of the job's smallest plan
+        self.most = max([r[2] for r in rows], default=0)  # GPUs of its largest plan
         self.timed = bool(plans) and len(sizes) == len(plans)
         self.size = min(sizes) if sizes else _INF
         # Sort keys of the queue orders, typed as tuples of objects so a compiled build keeps
@@ -142,6 +145,10 @@ class JobPlans:
         self.submitted_at = job.submitted_at
         self.has_plans = bool(plans)
         self.priority = job.priority
+        self.user = job.user
+        # The job cut to its plans of at most N GPUs (its user's room under the GPU quota), by N:
+        # (that job, its plans' indices among this job's). Built by ``within`` when first needed.
+        self.cut: dict[int, tuple[QueuedJob, tuple[int, ...]]] = {}
         self.by_slack: dict[float, list[Candidate]] = {}
         self.sigs: dict[float, tuple[int, tuple[int, ...]]] = {}
         self.ever: tuple[object, bool] = (None, True)  # (capacity it was answered for, answer)
@@ -197,6 +204,22 @@ class JobPlans:
 
 _SHAPES: dict[tuple[tuple[str, int, int, int, int, str], ...], int] = {}
 _SHAPE_IDS = itertools.count()
+
+
+def within(job: QueuedJob, info: JobPlans, room: int) -> tuple[QueuedJob, tuple[int, ...]]:
+    """``job`` with only its plans of at most ``room`` GPUs (its user's room under the GPU quota),
+    in ranked order, and their indices among ``job``'s plans (a placement or hold of the cut job
+    names its plan by its index there). Kept on ``info`` per ``room``: the cut job keeps its own
+    caches from pass to pass, as the job does."""
+    hit = info.cut.get(room)
+    if hit is None:
+        kept = tuple([i for i, p in enumerate(job.plans) if p.tp * p.pp * p.dp <= room])
+        cut = QueuedJob(job.job_id, job.seq, job.submitted_at, tuple([job.plans[i] for i in kept]), job.priority,
+                        job.user)
+        if len(info.cut) > 16:  # (a few rooms at most: the user's held GPUs move by whole jobs)
+            info.cut.clear()
+        hit = info.cut[room] = (cut, kept)
+    return hit
 
 
 def plans_of(job: QueuedJob) -> JobPlans:

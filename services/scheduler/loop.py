@@ -185,7 +185,10 @@ class SchedulerLoop:
         weigh = within > 0 or long_stop
         busy = weigh and bool(self.store.stopping_victims())
         running = self.store.running_jobs(now, within, resumable=long_stop) if weigh and not busy else []
-        result = schedule(cluster, queue, now, policy, running)
+        # The per-user GPU quota (QueuePolicy.max_gpus_per_user) counts the GPUs each user's jobs
+        # hold, from the owners the cluster read named (no read of its own).
+        held = self.store.gpus_held_by_user() if policy.max_gpus_per_user else None
+        result = schedule(cluster, queue, now, policy, running, held)
         placed, conflicts, preempted = [], [], []
         # A preemption stops its victim now; the GPUs come back when the victim's agents report
         # the exit (release_stale), so the jobs placed on them (the one it was stopped for, and
@@ -283,7 +286,8 @@ class SchedulerLoop:
             return f"no free rendezvous port on {nodes[0]}: all {last - first + 1} ports from {first} are in use"
         meet = Rendezvous(store.node_addr(nodes[0]), port)
         uuids = {n: store.gpu_uuids(n, idxs) for n, idxs in placement.nodes}
-        messages = render_launches(placement.job_id, attempt, fence, spec, plan, placement.nodes, meet, uuids)
+        messages = render_launches(placement.job_id, attempt, fence, spec, plan, placement.nodes, meet, uuids,
+                                   user=store.queued_user(placement.job_id))
         sealed = tuple(store.seal_for(m.node, m).model_dump_json() for m in messages)
         runtime = placement.plan.runtime_s
         # est_end: when these GPUs should free up again, what completion-time-aware plan choice

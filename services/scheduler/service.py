@@ -28,6 +28,7 @@ afresh, so a node that has just joined is never missed.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import logging
@@ -167,10 +168,6 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         self.store = StateStore(client, keys)
         self.quotas = quotas or UserQuotas()
         self.submit_rate = SubmitRate(self.quotas.rate)
-        # One user's submissions are admitted one at a time, so two at once cannot both pass the
-        # queued-jobs check; other users' submissions go on in parallel.
-        self._admission: dict[str, threading.Lock] = {}
-        self._admission_lock = threading.Lock()
         self.loop = loop or SchedulerLoop(client, keys)
         self.predictor = predictor
         seen = getattr(self.loop, "seen", None)
@@ -249,22 +246,6 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         who = current_identity()
         return None if who is None or sees_all_jobs(who.role) else who.user
 
-    def _admission_for(self, user: str) -> threading.Lock:
-        with self._admission_lock:
-            return self._admission.setdefault(user, threading.Lock())
-
-    def _gpus_held(self, user: str) -> int:
-        """How many GPUs jobs of ``user`` hold now (reserved, launching or running)."""
-        owners: dict[str, int] = {}
-        for node in self.store.load_nodes():
-            for g in node.gpus:
-                if g.owner:
-                    owners[g.owner] = owners.get(g.owner, 0) + 1
-        pipe = self.store.r.pipeline(transaction=False)
-        for job_id in owners:
-            pipe.hget(self.store.k.job(job_id), "user")
-        return sum(n for n, owner in zip(owners.values(), pipe.execute(), strict=True) if (owner or "") == user)
-
     def _within_quota(self, plans: list[types_pb2.Plan]) -> list[types_pb2.Plan]:
         """The plans a job of one user may run with: none larger than the per-user GPU quota, so a
         job never takes more than its user may hold (as ``limits.max_gpus`` does for one job)."""
@@ -273,22 +254,20 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         return [p for p in plans if p.num_gpus <= self.quotas.max_gpus]
 
     def _over_quota(self, user: str, plans: list[types_pb2.Plan]) -> str | None:
-        """Why ``user`` may not queue one more job with these plans now, for the GPU quota, or None.
+        """Why no job of ``user`` with these plans could ever run under the GPU quota, or None.
 
-        GPUs are checked at submission: refused while the user holds the quota or more. Jobs
-        admitted under it may still, once placed together, hold more (the placement loop does
-        not count per user); the queued-jobs cap bounds how far. That cap is checked by the
-        write itself (``submit_job.lua``), exactly, however many processes admit at once."""
+        At submission only a job whose smallest plan is over the quota is refused (it could never
+        run). What the user holds is counted at placement (issue 34 item 4): the loop's HAS pass
+        (``QueuePolicy.max_gpus_per_user``) places no job that would take its user over the
+        quota; such a job is accepted and waits, its pending reason naming the quota and the
+        GPUs held, as Slurm's QOS limits keep a job pending. The queued-jobs cap is checked by
+        the write itself (``submit_job.lua``), exactly, however many processes admit at once."""
         if self.quotas.max_gpus:
             smallest = min(p.num_gpus for p in plans)
             if not self._within_quota(plans):
                 return (f"quota: the smallest plan for this job needs {smallest} GPUs; the limit is "
                         f"{self.quotas.max_gpus} GPUs per user (scheduler option --max-gpus-per-user). "
                         "To fix: set limits.max_gpus or a smaller recipe")
-            held = self._gpus_held(user)
-            if held >= self.quotas.max_gpus:
-                return (f"quota: user {user!r} holds {held} GPUs; the limit is {self.quotas.max_gpus} GPUs per "
-                        "user (scheduler option --max-gpus-per-user). To fix: wait for a job to end")
         return None
 
     def _queued_refusal(self, user: str, queued: int) -> str:
@@ -341,11 +320,9 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         prepared = self.store.prepare_submission(spec, plans, pred.model_name, pred.parameter_count,
                                                  max_attempts=self.loop.max_attempts, user=user,
                                                  plans_json=self.plans_json.render(plans))
-        if self.quotas.max_gpus:
-            with self._admission_for(user):
-                over = self._over_quota(user, list(pred.plans))
-            if over is not None:
-                context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, over)
+        over = self._over_quota(user, list(pred.plans))
+        if over is not None:
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, over)
         made = self.store.submit_prepared(prepared, max_queued=self.quotas.max_queued)
         if made.over_quota is not None:
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, self._queued_refusal(user, made.over_quota))
@@ -602,6 +579,8 @@ class SchedulerServer:
         self.keys = Keys(prefix)
         self.channel = open_channel(predictor_addr, predictor_tls)
         ports = os.environ.get("FRENZY_MASTER_PORTS")
+        if quotas is not None and quotas.max_gpus:  # enforced at placement by HAS (issue 34 item 4)
+            policy = dataclasses.replace(policy or QueuePolicy.frenzy(), max_gpus_per_user=quotas.max_gpus)
         self.loop = SchedulerLoop(
             self.client, self.keys, policy,
             dead_after_s=dead_after_s if dead_after_s is not None else env_float("FRENZY_NODE_DEAD_AFTER_S", 30.0),

@@ -186,6 +186,10 @@ class StateStore:
         self._gpu_rows: dict[str, tuple[str, str, list[list[str | None]], frozenset[str]]] = {}
         # GPU owner -> (submitted, reserved, preemptions, priority, resumable)
         self._owners: dict[str, tuple[float, float, int, int, bool]] = {}
+        # GPU owner -> its user, and node -> {owner: GPUs it holds there} (counted only for the
+        # nodes re-read): what the per-user GPU quota counts (``gpus_held_by_user``)
+        self._owner_users: dict[str, str] = {}
+        self._owned: dict[str, dict[str, int]] = {}
         self._stopping: set[str] = set()
         self.full_read_s = full_read_s
         self._last_full_read = -math.inf
@@ -372,10 +376,12 @@ class StateStore:
         heads = replies[0] if entries else []
         pending: list[tuple[str, tuple[str, str, int]]] = []
         users: dict[str, int] = {}
+        user_of: dict[str, str] = {}
         for (job_id, seq), (attempt, submitted_at, state, user) in zip(entries, heads, strict=True):
             if state == JobState.PENDING:
                 pending.append((job_id, (attempt or "", submitted_at or "", int(seq))))
                 users[user or ""] = users.get(user or "", 0) + 1
+                user_of[job_id] = user or ""
         # What admission control counts against a user's queued-jobs quota without a read of its own.
         self.queued_view = (read_at, users, frozenset(job_id for job_id, _ in pending))
         cached = self._queued
@@ -406,7 +412,8 @@ class StateStore:
                         log.error("job %s: stored plans unreadable (%s); it is not scheduled", job_id, exc)
                     continue
                 cached[job_id] = (stamp, QueuedJob(job_id=job_id, seq=stamp[2], submitted_at=float(submitted_at or 0),
-                                                   plans=options, priority=_priority(priority)))
+                                                   plans=options, priority=_priority(priority),
+                                                   user=user_of.get(job_id, "")))
                 self._sources[job_id] = (attempt or "1", spec or "{}", stored)
         out = [cached[job_id][1] for job_id, stamp in pending if cached.get(job_id, ((),))[0] == stamp]
         if len(cached) > 2 * len(pending) + 64:  # forget jobs that left the queue, now and then
@@ -448,6 +455,12 @@ class StateStore:
             return None
         attempt, spec, plans = hit
         return int(attempt), json_format.Parse(spec, types_pb2.JobSpec(), ignore_unknown_fields=True), plans
+
+    def queued_user(self, job_id: str) -> str:
+        """The submitter of ``job_id`` as the last ``queue()`` read it ("" when it is not there):
+        its launches name it, so an agent with a user map runs the job as that user's account."""
+        hit = self._queued.get(job_id)
+        return hit[1].user if hit is not None else ""
 
     def queued_code(self) -> set[str]:
         """The code sha256 of every job in the last ``queue()`` read that runs in packed code, from
@@ -805,12 +818,16 @@ class StateStore:
         ids = sorted(job_ids)
         rows = self._read_hashes(keys=[self.k.job(j) for j in ids],
                                  args=("est_end", "submitted_at", "reserved_at", "preemptions", "state", "priority",
-                                       "resumable")
+                                       "resumable", "user")
                                  ) if ids else []
         ends: dict[str, float] = {}
         owners: dict[str, tuple[float, float, int, int, bool]] = {}
         stopping: set[str] = set()
-        for job_id, (end, submitted, reserved, preempted, state, priority, resumable) in zip(ids, rows, strict=True):
+        users: dict[str, str] = {}
+        for job_id, (end, submitted, reserved, preempted, state, priority, resumable, user) in zip(ids, rows,
+                                                                                                   strict=True):
+            if user:
+                users[job_id] = user
             if end:
                 ends[job_id] = float(end)
             if state in ACTIVE and submitted and reserved:
@@ -818,8 +835,22 @@ class StateStore:
                                   resumable == "1")
             elif state == JobState.PENDING.value and int(preempted or 0) > 0:
                 stopping.add(job_id)  # requeued by a preemption, its processes still stopping
-        self._owners, self._stopping = owners, stopping
+        self._owners, self._stopping, self._owner_users = owners, stopping, users
         return ends
+
+    def gpus_held_by_user(self) -> dict[str, int]:
+        """GPUs each user's jobs hold (reserved, launching, running, or stopping after a
+        preemption), on any node, healthy or not, as the last ``cluster()`` read them: what the
+        per-user GPU quota counts (``QueuePolicy.max_gpus_per_user``). No Redis read: the owners'
+        users come with the owners' read, the counts per node with the nodes re-read."""
+        users = self._owner_users
+        out: dict[str, int] = {}
+        for counts in self._owned.values():
+            for job_id, n in counts.items():
+                user = users.get(job_id)
+                if user is not None:
+                    out[user] = out.get(user, 0) + n
+        return out
 
     def stopping_victims(self) -> set[str]:
         """Preempted jobs still holding GPUs in the last ``cluster()`` read (their agents have not
@@ -885,18 +916,26 @@ class StateStore:
         fresh_rows: dict[str, tuple[str, str, list[list[str | None]], frozenset[str]]] = {}
         per_node = []
         owners: set[str] = set()
+        owned, fresh_owned = self._owned, {}
         for member, ((name, count, draining), rev, alive) in zip(names, heads, strict=True):
             if member in stale_set:
                 gpus = [row for row in (next(rows) for _ in range(int(count or 0))) if row[0]]
                 jobs = frozenset(row[4] for row in gpus if row[4])
+                held: dict[str, int] = {}
+                for row in gpus:
+                    if row[4]:
+                        held[row[4]] = held.get(row[4], 0) + 1
+                fresh_owned[member] = held
             else:  # (unchanged rows: their owners as well, without a walk over the GPUs)
                 _, _, gpus, jobs = known[member]
+                fresh_owned[member] = owned.get(member, {})
             fresh_rows[member] = (rev, count, gpus, jobs)
             if name is None and not gpus:
                 continue  # registered name without a node hash (being removed): nothing to place on
             owners |= jobs
             per_node.append((name or member, alive, draining or "", gpus, jobs))
         self._gpu_rows = fresh_rows
+        self._owned = fresh_owned
         ends = self._read_owners(owners)
         moved = {j for j in ends.keys() | self._ends.keys() if ends.get(j) != self._ends.get(j)}
         self._ends = ends

@@ -246,8 +246,16 @@ def test_gpus_held_per_user_are_capped(redis_url: str, prefix: str, redis_client
         first = submit(alice, "a0", seq_len=512)
         wait_for(lambda: alice.GetJob(scheduler_pb2.GetJobRequest(job_id=first.id), timeout=5).placement,
                  timeout=10, what="the first job to hold a GPU")
-        why = refused(lambda: submit(alice, "a1", seq_len=512))
-        assert "holds 1 GPUs" in why and "--max-gpus-per-user" in why
+        # Held GPUs are counted at placement (issue 34 item 4, tests/security/test_tenant_quota.py): the
+        # job is accepted and waits, its reason naming the quota.
+        second = submit(alice, "a1", seq_len=512)
+
+        def reason() -> str:
+            return alice.GetJob(scheduler_pb2.GetJobRequest(job_id=second.id), timeout=5).pending_reason
+
+        wait_for(lambda: "quota" in reason(), timeout=10, what="the second job waiting for the quota")
+        assert "holds 1 GPUs" in reason() and "--max-gpus-per-user" in reason()
+        assert not alice.GetJob(scheduler_pb2.GetJobRequest(job_id=second.id), timeout=5).placement
 
 
 def test_submissions_per_user_are_rate_limited(redis_url: str, prefix: str) -> None:
