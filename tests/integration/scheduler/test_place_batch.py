@@ -223,3 +223,20 @@ def test_an_idle_tick_reads_the_queue_and_no_node(redis_url: str, keys: Keys) ->
     assert CountingConnection.sent - before == 1
     job = loop.store.submit(make_spec("woke"), [make_plan("A100-80GB")], "gpt2-124m", 1)[0]
     assert loop.tick().placed == [job]  # and a job that then arrives is placed as before
+
+
+def test_a_launch_names_its_job_s_submitter(redis_client: redis.Redis, keys: Keys) -> None:
+    # An agent with a user map runs a job as its submitter's account (issue 34): the signed launch
+    # must say who that is, for every node of the placement, and "" for a job of no named user.
+    for node in ("n0", "n1", "n2"):
+        add_node(redis_client, keys, node, "A100-80GB", 2)
+    loop = _loop(redis_client, keys)
+    alices = loop.store.submit(make_spec("a"), [make_plan("A100-80GB", dp=4)], "gpt2-124m", 1, user="alice")[0]
+    nobody = loop.store.submit(make_spec("b"), [make_plan("A100-80GB", dp=2)], "gpt2-124m", 1)[0]
+    assert sorted(loop.tick().placed) == sorted([alices, nobody])
+    by_job: dict[str, list[str]] = {}
+    for node in ("n0", "n1", "n2"):
+        for m in _launches(redis_client, keys, node):
+            by_job.setdefault(m.job_id, []).append(m.user)
+    assert by_job[alices] == ["alice", "alice"]  # one launch per node, each naming her
+    assert by_job[nobody] == [""]
