@@ -22,7 +22,8 @@ from marp._check import check_int
 from marp.errors import InvalidRecipeError, MarpError
 from marp.gpus import GiB, GpuType, get_gpu, list_gpus
 from marp.memory import MemoryBreakdown, breakdown_at, check_seq_len, check_split_covers, memory_grid
-from marp.mixed import MixedLayout, PoolLinks, mixed_plans
+from marp.mixed import MixedLayout, PoolLinks
+from marp.mixed_search import mixed_plans
 from marp.models import ModelSpec
 from marp.perf import DEFAULT_INTER_NODE_GBPS, StepShape, flops_per_token, sustained_flops
 from marp.recipe import Layout, TrainingRecipe, split_maxima
@@ -290,14 +291,9 @@ def enumerate_plans(
     inter_node_gbps: float | None = DEFAULT_INTER_NODE_GBPS,
     rank_by: str = "time",
     time_margin: float = DEFAULT_TIME_MARGIN,
-    min_scaling_eff: float = DEFAULT_MIN_SCALING_EFF,
-    mixed: bool = False,
+    min_scaling_eff: float = DEFAULT_MIN_SCALING_EFF, mixed: bool = False,
 ) -> PlanSet:
     """Ranked plans that fit, over ``pools`` (None: every catalog GPU type, 8 per node, 64 max).
-
-    ``mixed`` also searches plans over two GPU types at a time (``marp.mixed``: uneven data
-    parallelism, pipeline stages per type) and ranks them beside the single-type plans by the same
-    keys; off by default (the predictor service's wire format has no field for them yet).
 
     A layout is kept when its predicted device bytes (``MemoryBreakdown.total``) are at most
     memory x (1 - safety_margin). The best layout per (GPU type, GPU count) becomes a plan, so
@@ -309,12 +305,9 @@ def enumerate_plans(
     bought); "gpu_hours" by GPU-hours, then GPU count, then time. ``inter_node_gbps`` (GB/s per GPU)
     overrides every pool's own value and the GPU generation's default. ``rejected`` has one line per GPU type without any fitting layout, with the need and
     the memory; when no type fits, a last line names the nearest plan that would fit (more GPUs).
+    ``mixed`` also ranks plans over two GPU types at a time (``_mixed_candidates``; off by default).
     """
-    if (
-        isinstance(safety_margin, bool)
-        or not isinstance(safety_margin, int | float)
-        or not 0.0 <= safety_margin < 1.0
-    ):
+    if isinstance(safety_margin, bool) or not isinstance(safety_margin, int | float) or not 0.0 <= safety_margin < 1.0:
         raise MarpError("safety_margin", f"must be in [0, 1), got {safety_margin!r}.")
     if max_plans is not None:
         check_int(max_plans, "max_plans", MarpError)
@@ -440,8 +433,7 @@ def enumerate_plans(
                 key = (plan.gpu_hours, float(plan.num_gpus), plan.completion_s, -float(plan.headroom_bytes))
             candidates.append((key, plan))
 
-    if mixed:
-        candidates += _mixed_candidates(model, recipe, pools, candidates, safety_margin, mfu, inter_node_gbps, rank_by)
+    candidates += _mixed_candidates(model, recipe, pools, candidates, safety_margin, mfu, inter_node_gbps, rank_by, mixed)
     if rank_by == "time" and candidates:
         candidates = _rank_by_time(candidates, time_margin, min_scaling_eff)
     ranked = sorted(candidates, key=lambda kp: (kp[0], kp[1].gpu_type))
@@ -495,10 +487,14 @@ def _rank_by_time(candidates: list[tuple[tuple[float, ...], Plan]], time_margin:
 
 def _mixed_candidates(
     model: ModelSpec, recipe: TrainingRecipe, pools: list[GpuPool], singles: list[tuple[tuple[float, ...], Plan]],
-    safety_margin: float, mfu: float | None, inter_node_gbps: float | None, rank_by: str,
+    safety_margin: float, mfu: float | None, inter_node_gbps: float | None, rank_by: str, mixed: bool = True,
 ) -> list[tuple[tuple[float, ...], Plan]]:  # fmt: skip
-    """The mixed plans (``marp.mixed.mixed_plans``) as ranking candidates: the best per set of GPU
-    counts by type and shape, with the single-type plans' keys."""
+    """The mixed plans (``marp.mixed_search.mixed_plans``: uneven data parallelism, pipeline stages per
+    type) as ranking candidates, the best per set of GPU counts by type and shape, with the single-type
+    plans' keys; none unless ``mixed`` (``enumerate_plans``' default: the predictor service's wire
+    format has no field for them yet)."""
+    if not mixed:
+        return []
     best_step = min((p.step_time_s for _, p in singles), default=None)
     flop_step = flops_per_token(model, recipe.seq_len) * recipe.tokens_per_step
     rates = {t: sustained_flops(get_gpu(t), recipe.precision, mfu, recipe.float8) for t in {p.gpu_type for _, p in singles}}

@@ -54,6 +54,13 @@ SINGLE_PRECISIONS: dict[str, str] = {
 RECOMPUTE_CHOICES = ("none", "selective", "full", "op-sac")
 
 
+STAGE_HELP = ("Single layout: pipeline stage reported, first | last | max. Or a mixed layout over GPU types, one "
+              "GPUS:LAYERS[:tpK] per stage in pipeline order, GPUS NxTYPE or a data-parallel group NxTYPE+MxTYPE "
+              "(e.g. --stage 4xA100-80GB:24 --stage 16xL4:16).")
+LOCAL_HELP = "Mixed layout: TYPE=N, the micro batch of that GPU type's ranks (repeat; default --micro-batch)."
+MIXED_HELP = ("Ranked mode: also rank plans over two GPU types at a time (default: on with a --cluster file of "
+              "several types).")
+
 PANEL = "Plan a job"
 
 
@@ -137,16 +144,9 @@ def predict(
     zero: Annotated[int | None, typer.Option(help="Single layout: ZeRO stage 0-3.")] = None,
     sequence_parallel: Annotated[bool, typer.Option("--sequence-parallel",
                                                     help="Single layout: Megatron sequence parallelism.")] = False,
-    stage: Annotated[list[str] | None, typer.Option(
-        help="Single layout: pipeline stage reported, first | last | max. Or a mixed layout over GPU types, one "
-        "GPUS:LAYERS[:tpK] per stage in pipeline order, GPUS NxTYPE or a data-parallel group NxTYPE+MxTYPE "
-        "(e.g. --stage 4xA100-80GB:24 --stage 16xL4:16).")] = None,
-    local_micro_batch: Annotated[list[str] | None, typer.Option(
-        "--local-micro-batch", help="Mixed layout: TYPE=N, the micro batch of that GPU type's ranks (repeat; "
-        "default --micro-batch).")] = None,
-    mixed: Annotated[bool | None, typer.Option(
-        "--mixed/--no-mixed", help="Ranked mode: also rank plans over two GPU types at a time (default: on with a "
-        "--cluster file of several types).")] = None,
+    stage: Annotated[list[str] | None, typer.Option(help=STAGE_HELP)] = None,
+    local_micro_batch: Annotated[list[str] | None, typer.Option("--local-micro-batch", help=LOCAL_HELP)] = None,
+    mixed: Annotated[bool | None, typer.Option("--mixed/--no-mixed", help=MIXED_HELP)] = None,
     gpu: Annotated[str | None, typer.Option(help="Single layout: the GPU type (frenzy gpus).")] = None,
     cluster: Annotated[Path | None, typer.Option(help="Plan for this cluster file's GPU types.")] = None,
     gpu_types: Annotated[list[str] | None, typer.Option("--gpu-type", help="Only these GPU types (repeat).")] = None,
@@ -171,25 +171,11 @@ def predict(
             --dp 8 --tp 1 --pp 1 --zero 3 --recompute op-sac --gpu H100-80GB --json
     """
     import marp
-    from frenzy.cli import predict_fixes
 
-    stage_specs = [s for s in stage or [] if ":" in s or re.match(r"\s*\d+\s*[xX]", s)]
-    if stage_specs and len(stage_specs) != len(stage or []):
-        fail("--stage: give either one of first | last | max (single layout) or GPUS:LAYERS[:tpK] stages, "
-             f"not both (got {', '.join(stage or [])}).", 2)  # fmt: skip
-    if not stage_specs and stage is not None and len(stage) > 1:
-        fail("--stage: first | last | max is given once (repeat --stage only for GPUS:LAYERS[:tpK] stages).", 2)
-    if local_micro_batch and not stage_specs:
-        fail("--local-micro-batch: sets a GPU type's micro batch in a mixed layout; give the --stage "
-             "GPUS:LAYERS[:tpK] stages too.", 2)  # fmt: skip
-    stage_pick = stage[0] if stage and not stage_specs else None
-    if stage_specs:
-        for value, flag in ((dp, "--dp"), (tp, "--tp"), (pp, "--pp"), (vpp, "--vpp"), (cp, "--cp"), (gpu, "--gpu")):
-            if value is not None:
-                fail(f"{flag}: contradicts the --stage GPUS:LAYERS[:tpK] stages (they give the layout).", 2)
-        if sequence_parallel or mixed is not None or min_scaling_eff is not None or gpu_types or max_gpus:
-            fail("--stage: a mixed layout is one layout; it contradicts --sequence-parallel, --mixed, "
-                 "--min-scaling-eff, --gpu-type and --max-gpus.", 2)  # fmt: skip
+    stage_specs, stage_pick = _stage_args(stage, local_micro_batch, {"--dp": dp, "--tp": tp, "--pp": pp, "--vpp": vpp,
+                                          "--cp": cp, "--gpu": gpu, "--sequence-parallel": sequence_parallel or None,
+                                          "--mixed": mixed, "--min-scaling-eff": min_scaling_eff,
+                                          "--gpu-type": gpu_types or None, "--max-gpus": max_gpus or None})
     single = any(v is not None for v in (dp, tp, pp, vpp, cp, zero, stage_pick, gpu)) or sequence_parallel
     if recompute is not None:
         _choice(recompute, "--recompute", RECOMPUTE_CHOICES)
@@ -262,11 +248,9 @@ def predict(
     # The predictor service's pools carry no link speed: a cluster file that declares one (and the
     # flags the service has no field for) are planned here, with MARP directly.
     links = any(p.inter_node_gbps is not None for p in pools or [])
-    # Mixed plans: on by default with a cluster file of several GPU types (its pools are real, and
-    # small ones may hold together what none holds alone). The predictor service has no field for
-    # them, so they are planned here, with MARP directly.
-    if mixed is None:
-        mixed = cluster is not None and len({p.gpu_type for p in pools or []}) >= 2
+    # Mixed plans: on by default with a cluster file of several GPU types (small pools may hold together
+    # what none holds alone); planned with MARP directly (the predictor service has no field for them).
+    mixed = mixed if mixed is not None else cluster is not None and len({p.gpu_type for p in pools or []}) >= 2
     legacy = (not mixed and inter_node_gbps is None and min_scaling_eff is None and not links
               and precision in ("fp32", "fp16", "bf16") and optimizer in ("adamw", "adam", "sgd")
               and optimizer_impl is None and loss is None and dropout is None and rank_by == "time")  # fmt: skip
@@ -274,6 +258,23 @@ def predict(
         _ranked_via_predictor(model, seq_len, global_batch, micro_batch, precision, optimizer, train_steps,
                               allow_recompute, flash, cluster, gpu_types, max_gpus, top, as_json, tuning)  # fmt: skip
         return
+    _ranked_direct(model, seq_len, global_batch, micro_batch, precision, optimizer, optimizer_impl, loss, dropout,
+                   allow_recompute, flash, train_steps, max_gpus, tuning, min_scaling_eff, pools, rank_by,
+                   inter_node_gbps, mixed, as_json, top, cluster, gpu_types)  # fmt: skip
+
+
+def _ranked_direct(
+    model: str, seq_len: int, global_batch: int, micro_batch: int, precision: str, optimizer: str,
+    optimizer_impl: str | None, loss: str | None, dropout: float | None, allow_recompute: bool, flash: bool,
+    train_steps: int, max_gpus: int, tuning: dict[str, Any], min_scaling_eff: float | None,
+    pools: list[marp.GpuPool] | None, rank_by: str, inter_node_gbps: float | None, mixed: bool, as_json: bool,
+    top: int, cluster: Path | None, gpu_types: list[str] | None,
+) -> None:  # fmt: skip
+    """Ranked mode with MARP directly (the flags and the plans the predictor service has no field for:
+    link speeds, the ranking's knobs, mixed plans)."""
+    import marp
+    from frenzy.cli import predict_fixes
+
     try:
         spec = marp.resolve_model(model)
         recipe = marp.TrainingRecipe(
@@ -288,20 +289,11 @@ def predict(
     except (marp.MarpError, ValueError) as exc:
         fail(_flag_error(exc) if isinstance(exc, marp.MarpError) else str(exc), 2)
 
-    protos = [_plan_proto(p) for p in plan_set.plans]
     if as_json:
-        out = []
-        for pb, p in zip(protos, plan_set.plans, strict=True):
-            entry = {**render.to_dict(pb), "gpus_by_type": p.gpus_by_type, "explanation": p.explanation,
-                     "completion_s": p.completion_s}  # fmt: skip
-            if p.mixed is not None:
-                entry["mixed"] = p.mixed.to_dict()
-            out.append(entry)
-        echo_json(out)
+        echo_json([_plan_json(p) for p in plan_set.plans])
     else:
-        shown = [_plan_proto(p, label=True) for p in plan_set.plans]
-        _print_ranked(spec.name, spec.param_count(), shown, plan_set.rejected, seq_len, global_batch, precision,
-                      optimizer, top, rank_by)  # fmt: skip
+        _print_ranked(spec.name, spec.param_count(), [_plan_proto(p, label=True) for p in plan_set.plans],
+                      plan_set.rejected, seq_len, global_batch, precision, optimizer, top, rank_by)  # fmt: skip
         _print_mixed(plan_set.plans[:top])
     if not plan_set.plans:
         def attempt(ov: dict[str, Any]) -> str | None:
@@ -314,6 +306,33 @@ def predict(
             attempt, restricted_types=_restricting_flag(cluster, gpu_types), max_gpus=max_gpus,
             micro_batch=micro_batch, recompute_forbidden=not allow_recompute, seq_len=seq_len)  # fmt: skip
         fail(_no_plan_text(plan_set.rejected, as_json) + predict_fixes.ranked_fix_text(found), 3)
+
+
+def _stage_args(stage: list[str] | None, local: list[str] | None, others: dict[str, Any]) -> tuple[list[str], str | None]:
+    """--stage's two meanings: (the GPUS:LAYERS[:tpK] stages of a mixed layout, the single layout's
+    first | last | max); a mixed layout refuses the flags of ``others`` that are set (not None)."""
+    specs = [s for s in stage or [] if ":" in s or re.match(r"\s*\d+\s*[xX]", s)]
+    if specs and len(specs) != len(stage or []):
+        fail("--stage: give either one of first | last | max (single layout) or GPUS:LAYERS[:tpK] stages, "
+             f"not both (got {', '.join(stage or [])}).", 2)  # fmt: skip
+    if not specs and stage is not None and len(stage) > 1:
+        fail("--stage: first | last | max is given once (repeat --stage only for GPUS:LAYERS[:tpK] stages).", 2)
+    if local and not specs:
+        fail("--local-micro-batch: sets a GPU type's micro batch in a mixed layout; give the --stage "
+             "GPUS:LAYERS[:tpK] stages too.", 2)  # fmt: skip
+    for flag, value in others.items() if specs else ():
+        if value is not None:
+            fail(f"{flag}: contradicts the --stage GPUS:LAYERS[:tpK] stages (a mixed layout is one layout).", 2)
+    return specs, (stage[0] if stage and not specs else None)
+
+
+def _plan_json(p: marp.Plan) -> dict[str, Any]:
+    """A ranked plan in --json: the predictor's dialect, gpus_by_type, and a mixed plan's stages."""
+    entry = {**render.to_dict(_plan_proto(p)), "gpus_by_type": p.gpus_by_type, "explanation": p.explanation,
+             "completion_s": p.completion_s}  # fmt: skip
+    if p.mixed is not None:
+        entry["mixed"] = p.mixed.to_dict()
+    return entry
 
 
 def _plan_proto(p: marp.Plan, label: bool = False) -> Any:

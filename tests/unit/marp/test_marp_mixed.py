@@ -20,8 +20,9 @@ from marp import (
     predict_memory,
 )
 from marp.memory import memory_grid
-from marp.memory_terms import memory_for_stages
-from marp.mixed import PoolLinks, StageRequest, evaluate_stages, mixed_plans
+from marp.memory_stages import memory_for_stages
+from marp.mixed import PoolLinks, StageRequest, evaluate_stages
+from marp.mixed_search import mixed_plans
 from marp.perf import StepShape
 from marp.recipe import LayoutGrid
 
