@@ -3,8 +3,10 @@
 Runs ``enumerate_plans`` (the vectorised layout grid: TP x PP x DP x ZeRO x micro-batch x
 recompute, memory for every layout, step time for every layout, ranking and explanations)
 repeatedly and prints the median and other percentiles as JSON. Target: median < 20 ms over the
-12 GPU types the target was set on (``BENCH_GPUS``); ``--all-gpus`` times the whole catalog.
-Run: ``.venv/bin/python bench/marp_speed.py [--repeats N] [--all-gpus]``.
+12 GPU types the target was set on (``BENCH_GPUS``); ``--all-gpus`` times the whole catalog;
+``--mixed`` also ranks plans over two GPU types (issue 33, docs/mixed-plans.md), as ``frenzy
+predict --cluster`` does for a cluster of several types; the target holds with them on.
+Run: ``.venv/bin/python bench/marp_speed.py [--repeats N] [--all-gpus] [--mixed]``.
 """
 
 from __future__ import annotations
@@ -27,16 +29,16 @@ BENCH_GPUS: tuple[str, ...] = ("V100-16GB", "V100-32GB", "T4", "A10", "A10G", "L
                                "A100-80GB", "H100-80GB", "H200", "RTX-4090")  # fmt: skip
 
 
-def run(repeats: int = 50, all_gpus: bool = False) -> dict[str, object]:
+def run(repeats: int = 50, all_gpus: bool = False, mixed: bool = False) -> dict[str, object]:
     model = get_model("llama-3-70b")
     recipe = TrainingRecipe(seq_len=4096, global_batch=1024, train_steps=10_000)
     names = [g.name for g in list_gpus()] if all_gpus else list(BENCH_GPUS)
     pools = [GpuPool(name, 1024, 8) for name in names]
-    plans = enumerate_plans(model, recipe, pools)  # warm-up (imports, caches)
+    plans = enumerate_plans(model, recipe, pools, mixed=mixed)  # warm-up (imports, caches)
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
-        enumerate_plans(model, recipe, pools)
+        enumerate_plans(model, recipe, pools, mixed=mixed)
         times.append((time.perf_counter() - start) * 1000.0)
     times.sort()
     return {
@@ -44,7 +46,7 @@ def run(repeats: int = 50, all_gpus: bool = False) -> dict[str, object]:
         "median_ms": round(statistics.median(times), 2), "p10_ms": round(times[len(times) // 10], 2),
         "p90_ms": round(times[(9 * len(times)) // 10], 2), "min_ms": round(times[0], 2),
         "plans": len(plans.plans), "best": plans.plans[0].to_dict() if plans.plans else None,
-        "target_ms": 20.0, "python": platform.python_version(), "machine": platform.machine(),
+        "mixed": mixed, "mixed_plans": sum(1 for p in plans.plans if len(p.gpus_by_type) > 1), "target_ms": 20.0, "python": platform.python_version(), "machine": platform.machine(),
     }  # fmt: skip
 
 
@@ -52,7 +54,8 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeats", type=int, default=50)
     parser.add_argument("--all-gpus", action="store_true", help="every catalog GPU type, not the 12")
+    parser.add_argument("--mixed", action="store_true", help="also rank plans over two GPU types")
     args = parser.parse_args()
-    out = run(args.repeats, args.all_gpus)
+    out = run(args.repeats, args.all_gpus, args.mixed)
     out.pop("best")
     print(json.dumps(out, indent=2))
