@@ -18,7 +18,7 @@ import stat
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -31,6 +31,10 @@ from frenzy.cli.service_opts import (
     setup_logging,
     start_metrics,
 )
+
+if TYPE_CHECKING:  # annotations only: the agent's parts are imported when the command runs
+    from frenzy.agent.daemon import Agent
+    from frenzy.agent.gpus import GpuBackend
 
 
 @dataclass(frozen=True)
@@ -212,24 +216,12 @@ def agent_command(
     """
     from frenzy.agent.daemon import Agent
     from frenzy.agent.drain import drain as drain_node
-    from frenzy.agent.gpus import FakeBackend, GpuBackend, GpuDiscoveryError, NvmlBackend
-    from frenzy.signals import stop_on_signals
     from frenzy.state.keys import Keys
-    from frenzy.state.node_keys import NodeKeyMissing
 
     setup_logging(log_level, log_format)
     check_metrics_address(metrics_address)
     if join_file is not None:
-        given = [f"--{n.replace('_', '-')}" for n in ("node", "redis_url", "prefix") if _from_command_line(ctx, n)]
-        if given:
-            typer.echo(f"error: --join-file gives the node, Redis URL and prefix: drop {', '.join(given)}", err=True)
-            raise typer.Exit(2)
-        try:
-            joined = read_join_file(join_file)
-        except JoinFileError as exc:
-            typer.echo(f"error: {exc}", err=True)
-            raise typer.Exit(2) from None
-        node, redis_url, prefix = joined.node, joined.redis_url, joined.prefix  # over REDIS_URL / FRENZY_PREFIX
+        node, redis_url, prefix = _joined(ctx, join_file)  # over REDIS_URL / FRENZY_PREFIX
     node = node or socket.gethostname()
     # An agent is one node: each JSON log line carries it, about a job or not (GPU health, Redis).
     logs.set_context(node=node)
@@ -239,26 +231,12 @@ def agent_command(
             raise typer.Exit(2)
         raise typer.Exit(drain_node(redis_url, Keys(prefix), node, undrain=undrain, wait=wait,
                                     timeout_s=drain_timeout_s, say=typer.echo))
-    extra_env: dict[str, str] = {}
-    for item in env or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            typer.echo(f"error: --env {item!r}: expected KEY=VALUE", err=True)
-            raise typer.Exit(2)
-        extra_env[key] = value
-    if fake_gpus and fake_gpus_file:
-        raise typer.BadParameter("give --fake-gpus or --fake-gpus-file, not both")
-    backend: GpuBackend
+    extra_env = _env_option(env or [])
     try:
         from frenzy.agent.cgroups import parse_bytes
 
         memory_max = parse_bytes(job_memory_max)
-        if fake_gpus:
-            backend = FakeBackend(fake_gpus, node)
-        elif fake_gpus_file:
-            backend = FakeBackend.from_file(fake_gpus_file, node)
-        else:
-            backend = NvmlBackend()
+        backend = _gpu_backend(fake_gpus, fake_gpus_file, node)
         agent = Agent(redis_url, node, backend, keys=Keys(prefix), addr=addr, heartbeat_s=heartbeat_s,
                       ttl_s=ttl_s, log_dir=log_dir, cancel_grace_s=cancel_grace_s,
                       kill_on_exit=kill_on_exit, verify_fence=verify_fence, state_dir=state_dir,
@@ -273,6 +251,55 @@ def agent_command(
     except (ValueError, OSError) as exc:  # (OSError: the user map cannot be read)
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
+
+    _run_until_stopped(agent, node, metrics_address)
+
+
+def _gpu_backend(fake_gpus: str | None, fake_gpus_file: Path | None, node: str) -> GpuBackend:
+    """Fake GPUs from --fake-gpus or --fake-gpus-file, else NVML's (ValueError: a bad fake spec)."""
+    from frenzy.agent.gpus import FakeBackend, NvmlBackend
+
+    if fake_gpus and fake_gpus_file:
+        raise typer.BadParameter("give --fake-gpus or --fake-gpus-file, not both")
+    if fake_gpus:
+        return FakeBackend(fake_gpus, node)
+    if fake_gpus_file:
+        return FakeBackend.from_file(fake_gpus_file, node)
+    return NvmlBackend()
+
+
+def _joined(ctx: typer.Context, join_file: Path) -> tuple[str, str, str]:
+    """(node, Redis URL, prefix) from ``--join-file``; exit 2 when the command line also gives one."""
+    given = [f"--{n.replace('_', '-')}" for n in ("node", "redis_url", "prefix") if _from_command_line(ctx, n)]
+    if given:
+        typer.echo(f"error: --join-file gives the node, Redis URL and prefix: drop {', '.join(given)}", err=True)
+        raise typer.Exit(2)
+    try:
+        joined = read_join_file(join_file)
+    except JoinFileError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    return joined.node, joined.redis_url, joined.prefix
+
+
+def _env_option(items: list[str]) -> dict[str, str]:
+    """``--env KEY=VALUE`` options as a mapping; exit 2 naming a malformed one."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            typer.echo(f"error: --env {item!r}: expected KEY=VALUE", err=True)
+            raise typer.Exit(2)
+        out[key] = value
+    return out
+
+
+def _run_until_stopped(agent: Agent, node: str, metrics_address: str) -> None:
+    """Run ``agent`` until SIGINT/SIGTERM, serving its metrics; exit 2 on a start-up refusal
+    (no GPU found, no node key)."""
+    from frenzy.agent.gpus import GpuDiscoveryError
+    from frenzy.signals import stop_on_signals
+    from frenzy.state.node_keys import NodeKeyMissing
 
     stop = threading.Event()
     stop_on_signals(stop, on_signal=lambda sig: logging.getLogger(__name__).info("received %s; stopping", sig.name))
