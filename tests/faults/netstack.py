@@ -224,7 +224,7 @@ class NetStack:
         import urllib.request
 
         try:
-            with urllib.request.urlopen(self.api_url() + "/healthz", timeout=1) as resp:
+            with urllib.request.urlopen(self.api_url() + "/healthz", timeout=5) as resp:
                 return resp.status == 200
         except OSError:
             return False
@@ -346,6 +346,9 @@ class RunLog:
             if len(parts) == 6:
                 out.append(Run(parts[0], parts[1], int(parts[2]), parts[3], int(parts[4]), float(parts[5])))
         return out
+
+    def of_kind(self, kind: str) -> list[Run]:
+        return [r for r in self.runs() if r.kind == kind]
 
     def of(self, job_id: str, kind: str | None = None) -> list[Run]:
         return [r for r in self.runs() if r.job_id == job_id and (kind is None or r.kind == kind)]
