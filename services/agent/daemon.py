@@ -52,7 +52,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
 import redis
@@ -62,8 +62,9 @@ from frenzy.agent.cgroups import DEFAULT_PIDS_MAX, JobCgroups
 from frenzy.agent.codecache import CachePolicy, CodeCache, CodeUnavailable, PruneReport
 from frenzy.agent.exit_cause import classify, last_lines
 from frenzy.agent.gpus import GpuBackend, GpuInfo, NvmlBackend
+from frenzy.agent.jobproc import JobProcess, append_line, append_trailer, ended
 from frenzy.agent.launch_check import GpuHolder, LaunchFacts, LaunchVerdict, check_launch, opens_rendezvous
-from frenzy.agent.ledger import Ledger, LedgerEntry
+from frenzy.agent.ledger import Ledger
 from frenzy.agent.logship import LogShipper
 from frenzy.agent.metrics import AgentMetrics, refusal_label
 from frenzy.agent.peak import job_gpu_bytes
@@ -101,49 +102,6 @@ _JOB_FILE_TIMEOUT_S = 5.0
 # few directories, and nothing there grows fast enough to need more.
 PRUNE_EVERY_S = 600.0
 
-
-@dataclass
-class JobProcess:
-    """One job attempt this agent started (or adopted from a previous agent run)."""
-
-    job_id: str
-    attempt: int
-    pid: int  # also the process group id: the job is a session leader
-    log_path: str
-    start_ticks: int | None
-    fence: int | None = None
-    launch_id: str = ""  # FRENZY_LAUNCH_ID of its processes
-    node_rank: int = 0
-    proc: object | None = None  # subprocess.Popen for our own children; None when adopted
-    reported: bool = False  # RUNNING event sent
-    cancelled: bool = False  # a CancelMessage asked it to stop
-    killed_on_exit: bool = False  # --kill-on-exit stopped it
-    gpu_indices: tuple[int, ...] = ()  # this node's GPUs it runs on (from the ledger for an adopted job)
-    peak_bytes_per_gpu: int = 0  # MARP's prediction, shown as used memory on fake GPUs
-    # The most memory it held on one of its GPUs in any NVML sample, and that GPU's size (real GPUs).
-    peak_seen: int = 0
-    peak_gpu_total: int = 0
-    watching: bool = False
-    new_log: bool = False  # its log file was created by this start: shipped from 0 without asking Redis
-    exited: threading.Event = field(default_factory=threading.Event)
-
-    @property
-    def key(self) -> tuple[str, int]:
-        return (self.job_id, self.attempt)
-
-    def ledger_entry(self) -> LedgerEntry:
-        return LedgerEntry(self.job_id, self.attempt, self.pid, self.start_ticks, self.log_path, self.reported,
-                           fence=self.fence, launch_id=self.launch_id, node_rank=self.node_rank,
-                           gpu_indices=self.gpu_indices, peak_bytes_per_gpu=self.peak_bytes_per_gpu)
-
-
-
-def _ended(job: JobProcess) -> bool:
-    """Whether the job's leader has exited (a zombie not yet reaped counts), without reaping it."""
-    try:
-        return os.waitid(os.P_PID, job.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
-    except ChildProcessError:  # not our child (adopted after a restart): is it still there?
-        return not launcher.process_running(job.pid, job.start_ticks)
 
 class Agent:
     """The node agent daemon; see the module docstring. Construct, then ``run(stop_event)``."""
@@ -409,7 +367,7 @@ class Agent:
         # A copy that ended on its own while this agent was cut off (its exit not yet seen by the
         # watcher thread, thawed at the same moment) is not stopped: its real exit is reported, and
         # an exit 0 may still be the job's result (the scheduler's late-success path).
-        jobs = [j for j in jobs if not _ended(j)]
+        jobs = [j for j in jobs if not ended(j)]
         if not jobs:
             log.warning("node %s had been declared dead; no job of it runs here", self.node)
             return
@@ -653,7 +611,7 @@ class Agent:
         except CodeUnavailable as exc:
             problem = f"the job's code could not be unpacked on node {self.node}: {exc}"
             # In the job's log too (shipped by the failure path): `frenzy logs` and `frenzy job` show why.
-            _append_line(launcher.log_path_for(self.log_dir, msg, self.node),
+            append_line(launcher.log_path_for(self.log_dir, msg, self.node),
                          f"# frenzy agent {self.node}: job {msg.job_id} attempt {msg.attempt}: launch failed: {problem}")
             raise launcher.LaunchError(problem) from exc
         return msg.model_copy(update={"workdir": str(workdir)})
@@ -769,7 +727,7 @@ class Agent:
         if job.killed_on_exit:
             message = message or "killed because the agent stopped (--kill-on-exit)"
         self._clean_up(job.job_id, job.attempt, job.log_path)
-        _append_trailer(job.log_path, code, job.cancelled)
+        append_trailer(job.log_path, code, job.cancelled)
         log.info("job %s attempt %d exited: code %s%s", job.job_id, job.attempt, code,
                  " (cancelled)" if job.cancelled else "", extra=self._context(job.job_id, job.attempt))
         event = self._event(EventKind.EXITED, job.job_id, job.attempt, fence=job.fence, pid=job.pid,
@@ -953,25 +911,3 @@ def _entries(reply) -> list[tuple[str, dict | None]]:
     A deleted-but-pending entry comes back with empty (or None) fields.
     """
     return [(entry_id, fields) for _stream, entries in reply or [] for entry_id, fields in entries]
-
-
-def _append_line(log_path: os.PathLike[str] | str, line: str) -> None:
-    try:
-        launcher.make_job_dirs(Path(log_path).parent)
-        try:
-            safefile.append(log_path, (line + "\n").encode())
-        except FileNotFoundError:
-            fd = safefile.open_in(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-            with os.fdopen(fd, "ab") as fh:
-                fh.write((line + "\n").encode())
-    except OSError as exc:  # the log is a convenience; the event is what counts
-        log.debug("could not append to %s: %s", log_path, exc)
-
-
-def _append_trailer(log_path: str, code: int | None, cancelled: bool) -> None:
-    # Never through a link or into a FIFO a job put in its log's place (safefile.append).
-    try:
-        safefile.append(log_path, f"# frenzy agent: exited with code {code}{' (cancelled)' if cancelled else ''} at "
-                                  f"{time.strftime('%Y-%m-%dT%H:%M:%S%z')}\n".encode())
-    except OSError as exc:  # the log is a convenience; the event is what counts
-        log.debug("could not append to %s: %s", log_path, exc)
