@@ -96,6 +96,11 @@ def dashboard_html() -> str:
     return resources.files("frenzy.api").joinpath("static", "index.html").read_text(encoding="utf-8")
 
 
+def _header_int(meta: dict[str, Any], name: str) -> int:
+    raw = meta.get(name, "0")
+    return int(raw) if isinstance(raw, str) and raw.isdigit() else 0
+
+
 def _http_error(exc: grpc.RpcError) -> HTTPException:
     code = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
     details = (exc.details() if hasattr(exc, "details") else "") or ""
@@ -304,10 +309,29 @@ def create_app(scheduler_address: str, *, bind_host: str = "127.0.0.1", allowed_
         tail_lines: int = Query(default=200, ge=0, le=100_000, description="last lines per node (0: all kept)"),
     ) -> dict[str, Any]:
         """The job's output as the agents shipped it (stdout and stderr together), per node and
-        attempt, oldest first — what `frenzy logs` prints, without following."""
-        chunks = call(token, lambda st: list(st.StreamLogs(scheduler_pb2.StreamLogsRequest(
-            job_id=job_id, node=node, attempt=attempt, tail_lines=tail_lines), timeout=READ_TIMEOUT_S)))
-        return {"job_id": job_id, "chunks": [
+        attempt, oldest first — what `frenzy logs` prints, without following. `cap_bytes`: what
+        the job's log stream keeps (its newest output), `file_cap_bytes`: what a node's log file
+        keeps (0: no cap). With `tail_lines=0`, `dropped` lists each node and attempt whose first
+        bytes the stream no longer holds (`bytes`: how many); output a file cap dropped shows in
+        place, as a chunk whose text says so."""
+
+        def read(st: scheduler_pb2_grpc.SchedulerStub) -> tuple[list[Any], dict[str, Any]]:
+            stream = st.StreamLogs(scheduler_pb2.StreamLogsRequest(
+                job_id=job_id, node=node, attempt=attempt, tail_lines=tail_lines), timeout=READ_TIMEOUT_S)
+            chunks = list(stream)
+            return chunks, dict(stream.initial_metadata() or ())
+
+        chunks, meta = call(token, read)
+        dropped: list[dict[str, Any]] = []
+        if not tail_lines:
+            seen: set[tuple[str, int]] = set()
+            for c in chunks:
+                if (c.node, c.attempt) not in seen:
+                    seen.add((c.node, c.attempt))
+                    if c.offset > 0:
+                        dropped.append({"node": c.node, "attempt": c.attempt, "bytes": c.offset})
+        return {"job_id": job_id, "cap_bytes": _header_int(meta, "frenzy-log-cap-bytes"),
+                "file_cap_bytes": _header_int(meta, "frenzy-log-file-cap-bytes"), "dropped": dropped, "chunks": [
             {"node": c.node, "attempt": c.attempt, "offset": c.offset, "text": c.text, "at": c.at} for c in chunks
         ]}
 

@@ -3,8 +3,10 @@
 The agents ship each node's log file into the job's Redis log stream; the
 scheduler serves it (``StreamLogs``), so this works from any machine that
 reaches the scheduler. Lines are prefixed with their node when the job ran
-on more than one node or attempt. The stream is capped: when its start was
-trimmed, the full file is still on the node (path shown by ``frenzy job``).
+on more than one node or attempt. The stream is capped in bytes (issue 34 item 6; the
+scheduler sends the caps with the stream): when its start was dropped, a note on stderr
+says how many bytes and what the caps are; the node's log file (path shown by ``frenzy
+job``) keeps more. Output a node's file cap dropped shows in place, as a line saying so.
 ``OutputWriter`` prints the chunks here and in ``frenzy submit --wait``.
 """
 
@@ -20,6 +22,10 @@ from frenzy.cli import render
 from frenzy.cli.output import JsonOpt, SchedulerOpt, echo_json, rpc_fail
 from frenzy.rpc.client import scheduler_stub
 from frenzy.v1 import scheduler_pb2
+
+# StreamLogs' initial metadata (frenzy.scheduler.service.LOG_CAP_HEADER, LOG_FILE_CAP_HEADER)
+LOG_CAP_HEADER = "frenzy-log-cap-bytes"
+LOG_FILE_CAP_HEADER = "frenzy-log-file-cap-bytes"
 
 
 def logs(
@@ -49,9 +55,10 @@ def logs(
             job = stub.GetJob(scheduler_pb2.GetJobRequest(job_id=job_id), timeout=30)
             if prefix is None:
                 prefix = len(job.placement) > 1 or job.attempt > 1
+            call = stub.StreamLogs(request)
             out = OutputWriter(prefix=prefix, attempt_tags=job.attempt > 1, log_paths=dict(job.log_paths),
-                               trimmed_notes=not tail)
-            for chunk in stub.StreamLogs(request):
+                               trimmed_notes=not tail, caps=log_caps(call))
+            for chunk in call:
                 if as_json:
                     echo_json(render.to_dict(chunk))
                     continue
@@ -68,6 +75,23 @@ def logs(
         rpc_fail(exc)
 
 
+def log_caps(call: object) -> tuple[int, int]:
+    """(the stream's byte cap, a node's log file cap) a StreamLogs call announced (0: none or unknown)."""
+    try:
+        meta = dict(call.initial_metadata() or ())  # type: ignore[attr-defined]
+    except (AttributeError, grpc.RpcError):
+        return 0, 0
+    out = []
+    for name in (LOG_CAP_HEADER, LOG_FILE_CAP_HEADER):
+        raw = meta.get(name, "0")
+        out.append(int(raw) if isinstance(raw, str) and raw.isdigit() else 0)
+    return out[0], out[1]
+
+
+def _size(n: int) -> str:
+    return f"{n / (1 << 20):.0f} MiB" if n >= 1 << 20 else f"{n} bytes"
+
+
 class OutputWriter:
     """A job's log chunks on stdout, as the job printed them (``frenzy logs`` and ``frenzy submit --wait``).
 
@@ -76,11 +100,13 @@ class OutputWriter:
     ``attempt_tags``). Control characters other than newline and tab are shown as escapes
     (``\\x1b``, render.plain_text): the output is the job's, and an escape sequence in it must not
     retitle, clear or rewrite the reader's terminal (issue 14 item 12). A node whose stream
-    start was trimmed gets a note on stderr naming the full log file (``log_paths``)."""
+    start was trimmed gets a note on stderr naming its log file (``log_paths``) and the caps
+    (``caps``: the stream's and a node's file's, bytes, 0 unknown)."""
 
     def __init__(self, prefix: bool = False, attempt_tags: bool = False, log_paths: dict[str, str] | None = None,
-                 trimmed_notes: bool = True) -> None:
+                 trimmed_notes: bool = True, caps: tuple[int, int] = (0, 0)) -> None:
         self.prefix, self.attempt_tags, self.trimmed_notes = prefix, attempt_tags, trimmed_notes
+        self.caps = caps
         self.log_paths = log_paths or {}
         self.seen: set[tuple[str, int]] = set()
         self.open_line: tuple[str, int] | None = None  # whose last line is still unfinished
@@ -95,10 +121,14 @@ class OutputWriter:
                 if self.trimmed_notes:
                     self.end_line()
                     path = self.log_paths.get(chunk.node, "its log file")
+                    cap, file_cap = self.caps
+                    kept = f" (it keeps the newest {_size(cap)} of a job's output)" if cap else ""
+                    file = (f"the log file {render.user_text(path)} on {render.user_text(chunk.node)} keeps the "
+                            f"newest {_size(file_cap)}" if file_cap else
+                            f"the full log is {render.user_text(path)} on {render.user_text(chunk.node)}")
                     render.console(stderr=True).print(
                         f"[yellow]({render.user_text(chunk.node)} attempt {chunk.attempt}: the first {chunk.offset} "
-                        f"bytes were trimmed from the stream; the full log is {render.user_text(path)} on "
-                        f"{render.user_text(chunk.node)})[/]")
+                        f"bytes were dropped from the log stream{kept}; {file})[/]")
         text = render.plain_text(chunk.text, keep_lines=True)
         if not text:
             return

@@ -88,6 +88,9 @@ JOB_ID = SAFE_NAME_RE  # one rule for job ids: frenzy.state.messages
 DEFAULT_MAX_QUEUED_PER_USER = 1000
 SERVE_MODES = ("all", "api", "loop")  # what one scheduler process does (SchedulerServer's ``serve``)
 DEFAULT_MAX_GPUS_PER_USER = 0  # 0: no limit; the right number depends on the cluster, as in Slurm
+# StreamLogs' initial metadata: the byte cap of a job's log stream and of a node's log file (0: none)
+LOG_CAP_HEADER = "frenzy-log-cap-bytes"
+LOG_FILE_CAP_HEADER = "frenzy-log-file-cap-bytes"
 DEFAULT_MAX_USER_PRIORITY = 0  # users may lower their jobs' priority; raising it is an admin's call
 
 
@@ -415,6 +418,10 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
                           "tail_lines: must be >= 0" if request.tail_lines < 0 else "attempt: must be >= 0")
         key = self.store.k.job_logs(job.id)
         r = self.store.r
+        # The caps the agents ship under (append_log.lua keeps them beside the offsets): readers
+        # say what a trimmed start or a gap means (issue 34 item 6).
+        cap, file_cap = r.hmget(self.store.k.job_log_offsets(job.id), ":cap", ":disk_cap")
+        context.send_initial_metadata(((LOG_CAP_HEADER, str(_int(cap))), (LOG_FILE_CAP_HEADER, str(_int(file_cap)))))
 
         def wanted(chunk: LogChunk) -> bool:
             return (not request.node or chunk.node == request.node) and (
@@ -489,6 +496,13 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         log.info("code %s stored for %r: %d bytes%s", stored.sha256[:12], self._user(), stored.size,
                  " (already held)" if stored.existed else "")
         return scheduler_pb2.CodeRef(sha256=stored.sha256, size=stored.size, existed=stored.existed)
+
+
+def _int(text: str | None) -> int:
+    try:
+        return max(0, int(float(text or 0)))
+    except ValueError:
+        return 0
 
 
 def _seconds(text: str) -> float:

@@ -130,7 +130,8 @@ def test_bad_json_and_unknown_job(client: TestClient) -> None:
 def test_job_logs_per_node_and_attempt_with_a_tail(client: TestClient, redis_client: redis.Redis,
                                                   keys: Keys) -> None:
     job_id = client.post("/api/jobs", json=GOOD).json()["id"]
-    assert client.get(f"/api/jobs/{job_id}/logs").json() == {"job_id": job_id, "chunks": []}
+    assert client.get(f"/api/jobs/{job_id}/logs").json() == {"job_id": job_id, "cap_bytes": 0, "file_cap_bytes": 0,
+                                                             "dropped": [], "chunks": []}
     append = scripts.register(redis_client, "append_log")  # as an agent ships its output
     for node, attempt, text in (("a100-0", 1, "one\ntwo\nthree\n"), ("l4-0", 2, "hello\n")):
         chunk = LogChunk(node=node, attempt=attempt, offset=0, text=text)

@@ -173,7 +173,7 @@ def test_the_logs_command_prefixes_nodes_and_reports_trimming(servers: Servers, 
     result = CliRunner().invoke(app, ["logs", job_id, "--scheduler", servers.scheduler_addr])
     assert result.exit_code == 0, result.output
     assert "[a] later part\n[b] hello\n[b] partial\n[b] and more\n[a] a again\n" in result.output
-    assert "the first 100 bytes were trimmed" in result.output
+    assert "the first 100 bytes were dropped from the log stream" in result.output
     only_b = CliRunner().invoke(app, ["logs", job_id, "--node", "b", "--no-prefix", "--tail", "1",
                                       "--scheduler", servers.scheduler_addr])
     assert only_b.output == "and more\n"
