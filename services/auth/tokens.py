@@ -155,6 +155,18 @@ class TokenStore:
             raise AuthError("token has expired")
         return Identity(info.user, info.role, token_id)
 
+    def alive(self, token_id: str, now: float | None = None) -> bool:
+        """Is the token ``token_id`` still valid (not revoked, not expired)? Read afresh, not
+        through the check cache: what ends a revoked token's open streams (frenzy.rpc.limits)."""
+        raw = self.r.hmget(self.k.token(token_id), "sha256", "expires_at")
+        if not raw or raw[0] is None:
+            return False
+        try:
+            expires = float(raw[1] or 0)
+        except (TypeError, ValueError):
+            return False
+        return not (expires > 0 and (time.time() if now is None else now) >= expires)
+
     def list(self) -> list[TokenInfo]:
         ids = sorted(i.decode() if isinstance(i, bytes) else i for i in self.r.smembers(self.k.tokens()))
         out = []

@@ -35,15 +35,18 @@ def start_server(
     interceptors: Sequence[grpc.ServerInterceptor] = (),
     stream_caps: StreamCaps | None = None,
     tls: ServerTls | None = None,
+    token_alive: Callable[[str], bool] | None = None,
 ) -> tuple[grpc.Server, int, health.HealthServicer]:
     """Build, bind and start a server (TLS when ``tls``, mutual when it has a client CA).
+    ``token_alive`` (token id -> still valid, read afresh): open streams of a revoked or
+    expired token are ended within a second or so (``frenzy.rpc.limits``).
     -> (server, bound port, health servicer)"""
     caps = stream_caps or StreamCaps()
     if caps.total >= max_workers:
         raise ValueError(f"the stream cap ({caps.total}) must be below the thread pool ({max_workers} workers), "
                          "or open streams can take every thread")
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc"),
-                         interceptors=[CleanErrors(), *interceptors, StreamLimit(StreamSlots(caps))])
+                         interceptors=[CleanErrors(), *interceptors, StreamLimit(StreamSlots(caps, token_alive))])
     for add in add_servicers:
         add(server)
     health_servicer = health.HealthServicer()

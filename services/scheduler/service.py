@@ -610,7 +610,8 @@ class SchedulerServer:
         api = [lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(servicer, s)] if serve != "loop" else []
         self.server, self.port, self.health = start_server(
             api, [SERVICE_NAME], address,
-            interceptors=[TokenAuth(self.tokens)], max_workers=max_workers, stream_caps=stream_caps, tls=tls)
+            interceptors=[TokenAuth(self.tokens)], max_workers=max_workers, stream_caps=stream_caps, tls=tls,
+            token_alive=self.tokens.alive)
         self.loop.metrics.registry.register(PredictionCacheCollector(servicer.predictions))
         self.metrics: MetricsServer | None = None
         if metrics_address:

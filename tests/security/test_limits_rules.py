@@ -36,3 +36,21 @@ def test_nonsense_limits_are_refused() -> None:
                 lambda: RateLimit(1, 0)):
         with pytest.raises(ValueError):
             bad()
+
+
+def test_a_quarter_of_the_streams_is_kept_for_admins_and_a_connection_holds_its_share() -> None:
+    """issue 34 item 5: users and anonymous callers share the total less the admins' reserve."""
+    slots = StreamSlots(StreamCaps(total=8, per_user=8, per_connection=3, admin_reserve=4))
+    assert slots.caps.reserve == 2  # at most a quarter of the total
+    for i in range(6):
+        assert slots.take(f"u{i}", peer=f"c{i}") is None
+    why = slots.take("u9", peer="c9")
+    assert why is not None and "kept for admins" in why and "6" in why
+    assert slots.take("root", admin=True, peer="a") is None and slots.take("root", admin=True, peer="b") is None
+    assert slots.take("root", admin=True, peer="c") is not None  # the total holds for admins too
+    for i in range(6):
+        slots.give_back(f"u{i}", f"c{i}")
+    assert slots.take("x", peer="same") is None and slots.take("y", peer="same") is None
+    assert slots.take("z", peer="same") is None
+    why = slots.take("w", peer="same")
+    assert why is not None and "per connection" in why
