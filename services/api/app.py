@@ -31,8 +31,11 @@ is refused unopened. Every /api route hangs off one router whose dependencies
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import logging
+import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import asynccontextmanager
 from functools import cache
@@ -94,6 +97,20 @@ SUBMIT_TIMEOUT_S = 60.0  # the scheduler asks the predictor before answering
 @cache
 def dashboard_html() -> str:
     return resources.files("frenzy.api").joinpath("static", "index.html").read_text(encoding="utf-8")
+
+
+@cache
+def dashboard_csp() -> str:
+    """The dashboard's content security policy: its own inline script and style by hash, requests
+    to this origin only, no framing (issue 34)."""
+    html = dashboard_html()
+    hashes = {}
+    for tag in ("script", "style"):
+        found = re.findall(rf"<{tag}>(.*?)</{tag}>", html, flags=re.S)
+        hashes[tag] = " ".join(
+            "'sha256-" + base64.b64encode(hashlib.sha256(body.encode()).digest()).decode() + "'" for body in found)
+    return (f"default-src 'none'; script-src {hashes['script']}; style-src {hashes['style']}; "
+            "connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 
 
 def _header_int(meta: dict[str, Any], name: str) -> int:
@@ -202,12 +219,12 @@ def create_app(scheduler_address: str, *, bind_host: str = "127.0.0.1", allowed_
     app = FastAPIOffline(
         redoc_url=None, swagger_ui_parameters={"validatorUrl": None},
         title="Frenzy", version="0.1.0", lifespan=lifespan,
-        description="Submit LLM training jobs by model and recipe; Frenzy picks the GPUs. "
-                    f"Gateway to the scheduler at {scheduler_address}.",
+        # (no address of the scheduler: the page is open to anyone who reaches the API, issue 34)
+        description="Submit LLM training jobs by model and recipe; Frenzy picks the GPUs.",
     )
     app.state.scheduler_address = scheduler_address
     app.add_middleware(WebGuard, allowed_hosts=allowed_host_names(bind_host, allowed_hosts),
-                       max_body_bytes=max_body_bytes)
+                       max_body_bytes=max_body_bytes, page_policies={"/": dashboard_csp()})
     # Added last, so outside the guard: refused requests are counted too.
     app.state.metrics = metrics or ApiMetrics()
     app.add_middleware(RequestMetrics, metrics=app.state.metrics)
@@ -233,7 +250,8 @@ def create_app(scheduler_address: str, *, bind_host: str = "127.0.0.1", allowed_
         except grpc.RpcError as exc:
             serving, why = False, exc.code().name  # the details can name addresses: the log has them
             log.warning("scheduler health check failed: %s: %s", exc.code().name, exc.details())
-        body = {"ok": serving, "scheduler": scheduler_address, "scheduler_status": why}
+        # (no scheduler address: /healthz is open to anyone who reaches the API, issue 34)
+        body = {"ok": serving, "scheduler_status": why}
         return JSONResponse(body, status_code=200 if serving else 503)
 
     @api.get("/jobs", tags=["jobs"])

@@ -230,12 +230,11 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         except ValueError as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         job = self.store.get(job_id)
-        if job is None:
-            context.abort(grpc.StatusCode.NOT_FOUND, f"job_id: no job {job_id!r}. To fix: see `frenzy jobs`")
         who = current_identity()
-        if who is not None and not sees_all_jobs(who.role) and job.user != who.user:
-            context.abort(grpc.StatusCode.PERMISSION_DENIED,
-                          f"job_id: job {job_id} belongs to another user; only its owner and admins may see it")
+        # One answer for a job that is absent and one that is another user's (issue 34): a
+        # different one would tell whether another user's job id exists.
+        if job is None or (who is not None and not sees_all_jobs(who.role) and job.user != who.user):
+            context.abort(grpc.StatusCode.NOT_FOUND, f"job_id: no job {job_id!r} of yours. To fix: see `frenzy jobs`")
         return job
 
     @staticmethod
