@@ -47,7 +47,6 @@ import os
 import shutil
 import signal
 import subprocess
-import tempfile
 import threading
 import time
 import uuid
@@ -60,8 +59,9 @@ import redis
 from frenzy.agent import cgroups, jobenv, launcher, safefile
 from frenzy.agent.cgroups import DEFAULT_PIDS_MAX, JobCgroups
 from frenzy.agent.codecache import CachePolicy, CodeCache, CodeUnavailable, PruneReport
-from frenzy.agent.exit_cause import classify, last_lines
-from frenzy.agent.gpus import GpuBackend, GpuInfo, NvmlBackend
+from frenzy.agent.exit_cause import FENCED, classify, last_lines
+from frenzy.agent.fencing import to_fence
+from frenzy.agent.gpus import GpuBackend, GpuInfo, NvmlBackend, node_health, processes_json
 from frenzy.agent.jobproc import JobProcess, append_line, append_trailer, ended
 from frenzy.agent.launch_check import GpuHolder, LaunchFacts, LaunchVerdict, check_launch, opens_rendezvous
 from frenzy.agent.ledger import Ledger
@@ -91,7 +91,7 @@ from frenzy.state.messages import (
 )
 from frenzy.state.node_keys import NodeKeyMissing
 from frenzy.state.signing import EVENT_TTL_S, KeyRing, Refusal, Verifier
-from frenzy.state.streams import ensure_group
+from frenzy.state.streams import ensure_group, xreadgroup_entries
 
 log = logging.getLogger(__name__)
 
@@ -170,7 +170,7 @@ class Agent:
         self.cgroups = JobCgroups.setup(cgroup_root, node, job_memory_max, job_pids_max)
         (log.info if self.cgroups.enabled and not self.cgroups.why_not else log.warning)(
             "node %s: %s", node, self.cgroups.describe())
-        self.workdir_roots = _workdir_roots(workdir_roots, self.job_user)
+        self.workdir_roots = jobenv.workdir_roots(workdir_roots, self.job_user)
         # Every attempt of a job gets ROOT/<job id> (FRENZY_CHECKPOINT_DIR): "" when not given.
         self.checkpoint_root = jobenv.check_checkpoint_root(os.fspath(checkpoint_root)) if checkpoint_root else ""
         self.instance = uuid.uuid4().hex  # lease value: tells this agent run from any other
@@ -197,6 +197,8 @@ class Agent:
         self._code = CodeCache(state, CodeReader(self._code_redis, self.keys))
         self.cache_policy = cache_policy or CachePolicy()
         self._pruned_at = float("-inf")  # monotonic time of the last prune (the heartbeat thread's)
+        # Monotonic time of the last heartbeat Redis took: the fence watchdog measures silence from it.
+        self._beat_ok_at = time.monotonic()
         self._gpus: list[GpuInfo] = []
         self._jobs: dict[tuple[str, int], JobProcess] = {}
         self._lock = threading.Lock()
@@ -218,6 +220,10 @@ class Agent:
         hb = threading.Thread(target=self._heartbeat_loop, args=(hb_stop,), name=f"heartbeat-{self.node}",
                               daemon=True)
         ship = threading.Thread(target=self._logs.run, args=(hb_stop,), name=f"logs-{self.node}", daemon=True)
+        # Apart from the heartbeat: behind a silent partition a Redis call waits for the network, and
+        # the watchdog must still act while the heartbeat thread is stuck in one.
+        fence = threading.Thread(target=self._fence_watchdog, args=(hb_stop,), name=f"fence-{self.node}",
+                                 daemon=True)
         try:
             if not self._until_done(stop, self._read_key, "read the node key"):
                 return
@@ -227,13 +233,15 @@ class Agent:
                 return
             if not self._until_done(stop, self._adopt, "adopt jobs of a previous run"):
                 return
+            self._beat_ok_at = time.monotonic()
             hb.start()
             ship.start()
+            fence.start()
             self._consume(stop)
         finally:
             self._shutdown()
             hb_stop.set()
-            for t in (hb, ship):
+            for t in (hb, ship, fence):
                 if t.is_alive():
                     t.join(timeout=5)
             self.backend.close()
@@ -290,12 +298,12 @@ class Agent:
             if g.gpu_type and g.gpu_type not in types:
                 types.append(g.gpu_type)
         args: list[object] = [self.node, self.addr, ",".join(types), os.getpid(),
-                              int(self.ttl_s * 1000), self.instance, _node_health(gpus)]
+                              int(self.ttl_s * 1000), self.instance, node_health(gpus)]
         for g in gpus:
             args += [g.index, g.uuid, g.gpu_type or "", g.nvml_name, g.memory_total, g.memory_free,
                      int(g.healthy), g.health_reason, g.pci_bus_id,
                      json.dumps({str(k): v for k, v in sorted(g.links.items())}), g.utilization,
-                     _processes_json(g), int(g.type_from_memory)]
+                     processes_json(g), int(g.type_from_memory)]
         keys = [self.keys.node(self.node), self.keys.nodes(), self.keys.node_alive(self.node),
                 *self._gpu_keys(gpus)]
         previous = self._register_script(keys=keys, args=args)
@@ -318,9 +326,9 @@ class Agent:
             self._sample_peaks()
         except Exception:  # a flaky driver must not stop the lease; report the last known state
             log.exception("refreshing GPU state failed; sending the last known values")
-        args: list[object] = [int(self.ttl_s * 1000), self.instance, _node_health(self._gpus)]
+        args: list[object] = [int(self.ttl_s * 1000), self.instance, node_health(self._gpus)]
         for g in self._gpus:
-            args += [g.memory_free, int(g.healthy), g.health_reason, g.utilization, _processes_json(g)]
+            args += [g.memory_free, int(g.healthy), g.health_reason, g.utilization, processes_json(g)]
         keys = [self.keys.node(self.node), self.keys.node_alive(self.node), *self._gpu_keys(self._gpus)]
         renewed = self._heartbeat_script(keys=keys, args=args)
         if not renewed:
@@ -344,7 +352,7 @@ class Agent:
                 job.peak_seen, job.peak_gpu_total = held, total
 
     def _exit_report(self, log_path: str, code: int | None, cancelled: bool, peak_seen: int = 0,
-                     peak_gpu_total: int = 0) -> dict[str, object]:
+                     peak_gpu_total: int = 0, fenced: bool = False) -> dict[str, object]:
         """What an EXITED event says beyond the code: the cause (``exit_cause.classify``), the last
         output lines of a failure, and the peak memory per GPU (measured, or declared by the job)."""
         # Files the job can reach: read without blocking or following links (safefile), and given up on
@@ -352,7 +360,8 @@ class Agent:
         text = safefile.bounded(lambda: launcher.read_log_end(log_path), _JOB_FILE_TIMEOUT_S, "", "log-end")
         declared = safefile.bounded(lambda: launcher.read_declared_peak(log_path), _JOB_FILE_TIMEOUT_S, 0, "peak")
         share = peak_seen / peak_gpu_total if peak_seen and peak_gpu_total else None
-        cause = classify(code, text.splitlines(), cancelled=cancelled, peak_share=share, gpu_measured=peak_seen > 0)
+        cause = FENCED if fenced else classify(code, text.splitlines(), cancelled=cancelled, peak_share=share,
+                                               gpu_measured=peak_seen > 0)
         return {"cause": cause, "tail": last_lines(text, TAIL_LINES, TAIL_BYTES) if code != 0 else [],
                 "peak_bytes_per_gpu": max(peak_seen, declared),
                 "peak_measured": peak_seen > 0 and peak_seen >= declared}
@@ -408,7 +417,11 @@ class Agent:
         failing = False
         while not stop.wait(self.heartbeat_s):
             try:
+                sent = time.monotonic()
                 self._heartbeat_once()
+                # When it was sent, not when its reply came: behind a lossy link the reply can come
+                # seconds after Redis ran it, and the scheduler counts from when Redis ran it.
+                self._beat_ok_at = sent
                 self._read_key()
                 if time.monotonic() - self._pruned_at >= PRUNE_EVERY_S:
                     # In a thread of its own: deleting big trees must not delay the next heartbeat.
@@ -422,6 +435,25 @@ class Agent:
                 failing = True
             except Exception:  # keep the lease alive whatever else breaks; a dead thread kills the node
                 log.exception("heartbeat failed unexpectedly")
+
+    def _fence_watchdog(self, stop: threading.Event) -> None:
+        while not stop.wait(min(self.heartbeat_s, 1.0)):
+            try:
+                self._fence_if_cut_off(time.monotonic())
+            except Exception:  # the watchdog outlives any one failure
+                log.exception("fence watchdog failed")
+
+    def _fence_if_cut_off(self, now: float) -> None:
+        with self._lock:
+            jobs = list(self._jobs.values())
+        silent = now - self._beat_ok_at
+        for job in to_fence(jobs, silent, self.cancel_grace_s, self.heartbeat_s):
+            job.fenced = True
+            log.warning("job %s attempt %d: no heartbeat reached Redis for %.1fs (the scheduler runs this node's "
+                        "jobs elsewhere after %.1fs); stopping it here", job.job_id, job.attempt, silent,
+                        job.node_dead_after_s, extra=self._context(job.job_id, job.attempt))
+            # The SIGKILL too must land a heartbeat before the scheduler's deadline.
+            self._stop(job, min(self.cancel_grace_s, max(job.node_dead_after_s - silent - self.heartbeat_s, 0.0)))
 
     # ------------------------------------------------------------ the launch stream
 
@@ -438,7 +470,7 @@ class Agent:
                     self.ready.set()
                 reply = self._redis.xreadgroup(AGENT_GROUP, self.node, {stream: ">"}, count=16,
                                                block=max(1, int(self.block_s * 1000)))
-                for entry_id, fields in _entries(reply):
+                for entry_id, fields in xreadgroup_entries(reply):
                     if stop.is_set():
                         break  # unacked: the next agent run gets it from the pending list
                     self._handle(stream, entry_id, fields)
@@ -456,7 +488,7 @@ class Agent:
         """Entries delivered to this consumer before a crash or outage and never acknowledged."""
         last = "0"
         while not stop.is_set():
-            entries = _entries(self._redis.xreadgroup(AGENT_GROUP, self.node, {stream: last}, count=64))
+            entries = xreadgroup_entries(self._redis.xreadgroup(AGENT_GROUP, self.node, {stream: last}, count=64))
             if not entries:
                 return
             for entry_id, fields in entries:
@@ -581,7 +613,8 @@ class Agent:
                          fence=msg.fence,
                          launch_id=self.launch_id(msg.job_id, msg.attempt), node_rank=msg.node_rank,
                          proc=started.proc, gpu_indices=tuple(msg.gpu_indices),
-                         peak_bytes_per_gpu=msg.layout.peak_bytes_per_gpu, new_log=started.log_start == 0)
+                         peak_bytes_per_gpu=msg.layout.peak_bytes_per_gpu, new_log=started.log_start == 0,
+                         node_dead_after_s=msg.node_dead_after_s)
         with self._lock:
             self._jobs[job.key] = job
         # Recorded in the ledger by _announce, once RUNNING is out: until the launch entry is
@@ -630,7 +663,7 @@ class Agent:
         job = JobProcess(msg.job_id, msg.attempt, pid, str(log_path),
                          launcher.process_start_ticks(pid), fence=msg.fence, launch_id=launch_id,
                          node_rank=msg.node_rank, gpu_indices=tuple(msg.gpu_indices),
-                         peak_bytes_per_gpu=msg.layout.peak_bytes_per_gpu)
+                         peak_bytes_per_gpu=msg.layout.peak_bytes_per_gpu, node_dead_after_s=msg.node_dead_after_s)
         with self._lock:
             self._jobs[job.key] = job
         self._ledger.put(job.ledger_entry())
@@ -732,7 +765,8 @@ class Agent:
                  " (cancelled)" if job.cancelled else "", extra=self._context(job.job_id, job.attempt))
         event = self._event(EventKind.EXITED, job.job_id, job.attempt, fence=job.fence, pid=job.pid,
                             exit_code=code, cancelled=job.cancelled, log_path=job.log_path, message=message,
-                            **self._exit_report(job.log_path, code, job.cancelled, job.peak_seen, job.peak_gpu_total))
+                            **self._exit_report(job.log_path, code, job.cancelled, job.peak_seen, job.peak_gpu_total,
+                                                fenced=job.fenced))
         while not self._detached.is_set():
             try:
                 # All output first: once every node reported, the job's log stream is complete.
@@ -772,16 +806,18 @@ class Agent:
                  extra=self._context(msg.job_id, msg.attempt))
         self._stop(job)
 
-    def _stop(self, job: JobProcess) -> None:
-        """SIGTERM to the job now, SIGKILL after ``cancel_grace_s`` if it is still there."""
+    def _stop(self, job: JobProcess, grace_s: float | None = None) -> None:
+        """SIGTERM to the job now, SIGKILL after ``grace_s`` (default ``cancel_grace_s``) if it is
+        still there."""
         job.cancelled = True
         self._signal_job(job, signal.SIGTERM)
-        threading.Thread(target=self._escalate, args=(job,), name=f"kill-{job.job_id}", daemon=True).start()
+        grace = self.cancel_grace_s if grace_s is None else grace_s
+        threading.Thread(target=self._escalate, args=(job, grace), name=f"kill-{job.job_id}", daemon=True).start()
 
-    def _escalate(self, job: JobProcess) -> None:
-        if not job.exited.wait(self.cancel_grace_s):
+    def _escalate(self, job: JobProcess, grace_s: float) -> None:
+        if not job.exited.wait(grace_s):
             log.warning("job %s attempt %d ignored SIGTERM for %.1fs; sending SIGKILL", job.job_id,
-                        job.attempt, self.cancel_grace_s)
+                        job.attempt, grace_s)
             self._signal_job(job, signal.SIGKILL)
 
     def _signal_job(self, job: JobProcess, sig: int, quiet: bool = False) -> None:
@@ -812,7 +848,7 @@ class Agent:
             job = JobProcess(entry.job_id, entry.attempt, entry.pid, entry.log_path, entry.start_ticks,
                              fence=entry.fence, launch_id=entry.launch_id, node_rank=entry.node_rank,
                              reported=entry.reported, gpu_indices=entry.gpu_indices,
-                             peak_bytes_per_gpu=entry.peak_bytes_per_gpu)
+                             peak_bytes_per_gpu=entry.peak_bytes_per_gpu, node_dead_after_s=entry.node_dead_after_s)
             if launcher.process_running(entry.pid, entry.start_ticks):
                 log.info("adopting job %s attempt %d (pid %d) from a previous agent run", entry.job_id,
                          entry.attempt, entry.pid)
@@ -876,38 +912,3 @@ class Agent:
     @property
     def gpus(self) -> list[GpuInfo]:
         return list(self._gpus)
-
-
-def _workdir_roots(given: list[str | os.PathLike[str]] | None, user: JobUser | None) -> tuple[str, ...]:
-    """Resolved directories a job's working directory must lie in (``--workdir-root``).
-
-    Default: the home of the user jobs run as, the agent's current directory and
-    the system temp directory. "/" is never a default (an agent started from "/"
-    by an init system would otherwise allow /etc); an operator may still name it.
-    """
-    if given:
-        roots = [os.path.realpath(os.fspath(p)) for p in given]
-    else:
-        home = user.home if user is not None else os.path.expanduser("~")
-        roots = [os.path.realpath(p) for p in (home, os.getcwd(), tempfile.gettempdir())]
-        roots = [r for r in roots if r != os.sep]
-    return tuple(dict.fromkeys(roots))
-
-
-def _node_health(gpus: list[GpuInfo]) -> str:
-    """A node-level problem: every GPU unhealthy (NVML down, all lost); empty otherwise."""
-    if not gpus or any(g.healthy for g in gpus):
-        return ""
-    return "; ".join(sorted({g.health_reason or "unhealthy" for g in gpus}))[:500]
-
-
-def _processes_json(gpu: GpuInfo) -> str:
-    return json.dumps([[pid, used] for pid, used in gpu.processes])
-
-
-def _entries(reply) -> list[tuple[str, dict | None]]:
-    """Flatten an XREADGROUP reply ``[[stream, [(id, fields), ...]], ...]`` to ``[(id, fields)]``.
-
-    A deleted-but-pending entry comes back with empty (or None) fields.
-    """
-    return [(entry_id, fields) for _stream, entries in reply or [] for entry_id, fields in entries]

@@ -51,6 +51,9 @@ from collections.abc import Sequence
 
 OOM = "oom"
 LAUNCH_FAILED = "launch failed"
+# The agent stopped the job itself: it lost Redis for nearly as long as the scheduler gives a silent
+# node (frenzy.agent.fencing). A cause of the host, not of the job: the scheduler runs it again.
+FENCED = "fenced"
 # What the shim (shim.py) prints, then exits 127, when the command cannot be executed at all.
 SHIM_CANNOT_START = "# frenzy shim: cannot start "
 # A job that failed while one of its GPUs was this full is taken to have run out of memory: the

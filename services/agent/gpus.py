@@ -20,6 +20,7 @@ works again.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -513,3 +514,15 @@ class FakeBackend:
 
     def close(self) -> None:
         pass
+
+
+def node_health(gpus: list[GpuInfo]) -> str:
+    """A node-level problem: every GPU unhealthy (NVML down, all lost); empty otherwise."""
+    if not gpus or any(g.healthy for g in gpus):
+        return ""
+    return "; ".join(sorted({g.health_reason or "unhealthy" for g in gpus}))[:500]
+
+
+def processes_json(gpu: GpuInfo) -> str:
+    """The GPU's processes as the heartbeat sends them: [[pid, bytes used], ...] in JSON."""
+    return json.dumps([[pid, used] for pid, used in gpu.processes])

@@ -28,9 +28,15 @@ door imports it for ``RESERVED``), so heavier imports stay inside the functions 
 
 from __future__ import annotations
 
+import os
 import posixpath
 import re
+import tempfile
 from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from frenzy.agent.run_as import JobUser
 
 # From the agent's environment, always (when set there).
 ALLOWED = frozenset({"PATH", "HOME", "LANG", "LANGUAGE", "TZ", "USER", "LOGNAME", "SHELL", "TMPDIR", "TERM",
@@ -155,3 +161,19 @@ def checkpoint_dir(root: str, job_id: str) -> str:
     if posixpath.dirname(posixpath.normpath(path)) != root:
         raise ValueError(f"job id {job_id!r}: its checkpoint directory would leave {root}")
     return path
+
+
+def workdir_roots(given: list[str | os.PathLike[str]] | None, user: JobUser | None) -> tuple[str, ...]:
+    """Resolved directories a job's working directory must lie in (``--workdir-root``).
+
+    Default: the home of the user jobs run as, the agent's current directory and
+    the system temp directory. "/" is never a default (an agent started from "/"
+    by an init system would otherwise allow /etc); an operator may still name it.
+    """
+    if given:
+        roots = [os.path.realpath(os.fspath(p)) for p in given]
+    else:
+        home = user.home if user is not None else os.path.expanduser("~")
+        roots = [os.path.realpath(p) for p in (home, os.getcwd(), tempfile.gettempdir())]
+        roots = [r for r in roots if r != os.sep]
+    return tuple(dict.fromkeys(roots))

@@ -41,6 +41,10 @@ class JobProcess:
     watching: bool = False
     new_log: bool = False  # its log file was created by this start: shipped from 0 without asking Redis
     exited: threading.Event = field(default_factory=threading.Event)
+    # The scheduler's --node-dead-after-s from the launch (0: not said): the agent stops the job
+    # itself when cut off from Redis for nearly that long (``Agent._fence_if_cut_off``).
+    node_dead_after_s: float = 0.0
+    fenced: bool = False  # stopped because this node lost Redis (the job runs elsewhere by now)
 
     @property
     def key(self) -> tuple[str, int]:
@@ -49,7 +53,8 @@ class JobProcess:
     def ledger_entry(self) -> LedgerEntry:
         return LedgerEntry(self.job_id, self.attempt, self.pid, self.start_ticks, self.log_path, self.reported,
                            fence=self.fence, launch_id=self.launch_id, node_rank=self.node_rank,
-                           gpu_indices=self.gpu_indices, peak_bytes_per_gpu=self.peak_bytes_per_gpu)
+                           gpu_indices=self.gpu_indices, peak_bytes_per_gpu=self.peak_bytes_per_gpu,
+                           node_dead_after_s=self.node_dead_after_s)
 
 
 

@@ -42,6 +42,7 @@ class LedgerEntry:
     # used, also after a restarted agent adopted the job.
     gpu_indices: tuple[int, ...] = ()
     peak_bytes_per_gpu: int = 0
+    node_dead_after_s: float = 0.0  # the launch's: a restarted agent keeps stopping it when cut off
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "gpu_indices", tuple(int(i) for i in self.gpu_indices))  # (JSON gives a list)

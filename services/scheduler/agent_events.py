@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from frenzy.agent.exit_cause import LAUNCH_FAILED, OOM
+from frenzy.agent.exit_cause import FENCED, LAUNCH_FAILED, OOM
 from frenzy.state.job_states import ACTIVE, TERMINAL, JobState
 from frenzy.state.messages import AgentEvent, EventKind
 from frenzy.state.records import JobRecord
@@ -56,7 +56,8 @@ class Started:
 
 @dataclass(frozen=True)
 class LaunchRefused:
-    """The agent could not launch for a reason of its host (a retry elsewhere may work): requeue."""
+    """The agent could not launch, or stopped the job, for a reason of its host (it could not launch
+    it, or lost Redis and fenced itself): a retry elsewhere may work, requeue."""
 
     lost: tuple[str, ...]
     why: str
@@ -124,6 +125,10 @@ def interpret(event: AgentEvent, job: JobRecord | None) -> EventMeaning:
         return Started(fields, to_running)
     if event.kind == EventKind.LAUNCH_FAILED and event.retryable:
         return LaunchRefused((event.node,), f"launch failed on {event.node}: {event.message}")
+    if event.kind == EventKind.EXITED and event.cause == FENCED:
+        # Its agent lost Redis long enough to expect this node declared dead and stopped the job
+        # itself (frenzy.agent.fencing); the node was not, or not yet: run it again elsewhere.
+        return LaunchRefused((event.node,), f"{event.node} lost contact with Redis and stopped the job (fenced)")
     cause = event.cause
     if event.kind == EventKind.LAUNCH_FAILED:
         # The command never ran. It is counted as exit 127 (the shell's "command not found"), but

@@ -287,7 +287,7 @@ class SchedulerLoop:
         meet = Rendezvous(store.node_addr(nodes[0]), port)
         uuids = {n: store.gpu_uuids(n, idxs) for n, idxs in placement.nodes}
         messages = render_launches(placement.job_id, attempt, fence, spec, plan, placement.nodes, meet, uuids,
-                                   user=store.queued_user(placement.job_id))
+                                   user=store.queued_user(placement.job_id), node_dead_after_s=self.dead_after_s)
         sealed = tuple(store.seal_for(m.node, m).model_dump_json() for m in messages)
         runtime = placement.plan.runtime_s
         # est_end: when these GPUs should free up again, what completion-time-aware plan choice

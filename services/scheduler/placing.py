@@ -43,17 +43,20 @@ def plan_from_stored(stored: Mapping[str, Any]) -> types_pb2.Plan:
 
 def render_launches(job_id: str, attempt: int, fence: int, spec: types_pb2.JobSpec, plan: types_pb2.Plan,
                     nodes: Sequence[tuple[str, Sequence[int]]], meet: Rendezvous,
-                    uuids: Mapping[str, Sequence[str]], user: str = "") -> list[LaunchMessage]:
+                    uuids: Mapping[str, Sequence[str]], user: str = "",
+                    node_dead_after_s: float = 0.0) -> list[LaunchMessage]:
     """One unsigned launch per node of the placement, node rank in placement order.
 
     ``uuids``: each node's GPU uuids for the indices it gives (the agent checks them, so a GPU
     that took another's index is not used by mistake). ``user``: the job's submitter, which an
-    agent with a user map turns into the Unix account the job runs as (signed with the rest)."""
+    agent with a user map turns into the Unix account the job runs as (signed with the rest).
+    ``node_dead_after_s``: how long this scheduler waits for a silent node before it runs the node's
+    jobs elsewhere; an agent cut off from Redis stops its copy before then."""
     layout = layout_env(plan)
     return [LaunchMessage(
         job_id=job_id, attempt=attempt, fence=fence, node=node, node_rank=rank, nnodes=len(nodes),
         nproc_per_node=len(idxs), gpu_indices=list(idxs), gpu_uuids=list(uuids.get(node, ())),
         master_addr=meet.addr, master_port=meet.port, rdzv_id=f"{job_id}-{attempt}", command=list(spec.command),
         env=dict(spec.env), workdir=spec.workdir or None, code_sha256=spec.code_sha256 or None, layout=layout,
-        user=user,
+        user=user, node_dead_after_s=node_dead_after_s,
     ) for rank, (node, idxs) in enumerate(nodes)]

@@ -113,6 +113,10 @@ class LaunchMessage(_Sealed):
     # Who submitted the job (its Frenzy user, as tokens name it; "" when unknown). Signed with the
     # rest: the agent maps it to the Unix account the job runs as (its --user-map, issue 34).
     user: str = Field(default="", pattern=r"^$|^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")
+    # The scheduler's --node-dead-after-s when it placed the job: after that long without a heartbeat
+    # this node is declared dead and the job run elsewhere, so an agent cut off from Redis stops the
+    # job before then (issue 37: no job runs twice). 0: not said (an older scheduler): never stopped so.
+    node_dead_after_s: float = Field(default=0.0, ge=0.0, le=86400.0)
 
 
 class CancelMessage(_Sealed):

@@ -18,3 +18,11 @@ def ensure_group(client: redis.Redis, stream: str, group: str) -> None:
     except redis.ResponseError as exc:
         if "BUSYGROUP" not in str(exc):
             raise
+
+
+def xreadgroup_entries(reply) -> list[tuple[str, dict | None]]:
+    """Flatten an XREADGROUP reply ``[[stream, [(id, fields), ...]], ...]`` to ``[(id, fields)]``.
+
+    A deleted-but-pending entry comes back with empty (or None) fields.
+    """
+    return [(entry_id, fields) for _stream, entries in reply or [] for entry_id, fields in entries]

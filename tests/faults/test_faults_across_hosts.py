@@ -76,32 +76,27 @@ def test_a_node_cut_off_past_its_timeout_has_its_job_rerun_once_and_its_copy_sto
         node.cut()
         cut_at = time.time()
         try:
+            # The agent fences itself (frenzy.agent.fencing): its copy is gone before the scheduler's
+            # deadline, so before the job can start elsewhere.
+            stopped_at = stack.wait(lambda: not alive(victim.pid) and time.time(), 30,
+                                    f"the cut-off copy of {victim.job_id} to be stopped by its own agent")
             rerun = stack.wait(lambda: next((r for r in runs.of(victim.job_id, "start") if r.attempt == 2), None),
                                30, f"{victim.job_id} to run again elsewhere")
             assert rerun.node != victim.node
             assert victim.node in stack.dead_marks(), "the node was declared dead"
-            assert alive(victim.pid), "the cut-off copy runs on (the node only lost its network)"
-            both_since = rerun.at
+            assert stopped_at <= rerun.at, "both copies ran at once: the cut-off one outlived the scheduler's deadline"
             time.sleep(1.0)
         finally:
             node.heal()
         healed_at = time.time()
-        stopped = False
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not (stopped := not alive(victim.pid)):
-            time.sleep(0.05)
-        stopped_at = time.time()
         back = stack.wait(lambda: victim.node in stack.alive_nodes(), 30, "the node to heartbeat again")
         time.sleep(2.0)  # the stream runs on across the return
     assert back
     states = settle(stack, stream.job_ids, 90)
     measured("agent_partition", rerun_after_cut_s=round(rerun.at - cut_at, 2),
-             copy_stopped_after_heal_s=round(stopped_at - healed_at, 2) if stopped else None,
-             two_copies_ran_s=round((stopped_at if stopped else time.time()) - both_since, 2),
+             copy_stopped_after_cut_s=round(stopped_at - cut_at, 2), two_copies_ran_s=0.0,
              partition_s=round(healed_at - cut_at, 2), jobs=len(stream.job_ids),
              submit_errors=sum(1 for s in stream.submitted if s.error))
-    if not stopped:
-        pytest.xfail("the agent does not stop a job's copy when its node comes back after being declared dead")
     assert states[victim.job_id] == ("SUCCEEDED", 2)
     assert [(r.attempt, r.node) for r in runs.of(victim.job_id, "start")] == [(1, victim.node), (2, rerun.node)]
     assert [(r.attempt, r.node) for r in runs.of(victim.job_id, "end")] == [(2, rerun.node)], \
@@ -155,18 +150,26 @@ def test_a_lossy_slow_link_kills_no_live_node_and_runs_no_job_twice(netstack, tm
     assert not early, f"declared dead before its heartbeat had been missing for the timeout: {early}"
     assert all(s == "SUCCEEDED" for s, _ in states.values()), states
     twice = {j: n for j, n in ends.items() if n != 1}
-    declared_at = min((at for at, key in declared if key.endswith(":node1")), default=None)
-    # The known gap (issue 37, fault 1 and 2): a node declared dead while its jobs still run (here its
-    # link only lost packets) does not stop them itself; the copy that ends before the node hears it
-    # was declared dead ran to its end as well as the rerun.
-    gap = {j for j, n in twice.items() if n == 2 and declared_at is not None and any(
-        r.node == "node1" and r.attempt == 1 and r.at > declared_at for r in runs.of(j, "end"))}
-    if twice and set(twice) == gap:
-        pytest.xfail(f"{sorted(gap)}: the copy on node1, declared dead while its link only lost packets, ran to "
-                     "its end after the declaration as well as the rerun elsewhere: an agent that cannot renew "
-                     "its lease does not stop its jobs (no self-fencing); they are stopped only once a "
-                     "heartbeat gets through")
-    assert not twice, f"jobs that ran to their end more or less than once: {twice}"
+    # Two copies at once never: the agent fences itself (frenzy.agent.fencing), so a copy on node1
+    # is gone before its rerun starts. What a lossy link can still do is lose the report of a copy
+    # that had already ended: the node is declared dead, the job runs again, and the late success
+    # is kept (at-least-once completion, docs/failures.md) -- a job that ran to its end twice, its
+    # first end before its rerun's start.
+    overlapping, report_lost = [], []
+    for job_id in stream.job_ids:
+        reruns = [r.at for r in runs.of(job_id, "start") if r.attempt >= 2]
+        if not reruns:
+            continue
+        first_ends = [r.at for r in runs.of(job_id, "end") if r.attempt == 1]
+        if any(at > min(reruns) for at in first_ends):
+            overlapping.append(job_id)
+        elif first_ends:
+            report_lost.append(job_id)
+    measured("lossy_link_runs", reruns=sum(1 for _, a in states.values() if a > 1), overlapping=len(overlapping),
+             ended_before_rerun=len(report_lost))
+    assert not overlapping, f"a copy still ran when its rerun started (no self-fencing?): {overlapping}"
+    assert all(n == 2 and j in report_lost for j, n in twice.items()), \
+        f"jobs that ran to their end other than once, not explained by a lost report: {twice}"
     assert stack.gpu_owners() == {}
 
 

@@ -116,3 +116,12 @@ def test_a_late_exit_of_another_attempt_fence_or_node_or_of_an_ended_job_stays_s
         assert interpret(late(), replace(REQUEUED, state=state)) == Stale(5)
     # no requeue recorded (a job from before this field): never
     assert interpret(late(), JOB) == Stale(5)
+
+
+def test_a_fenced_exit_is_run_again_elsewhere_not_ended() -> None:
+    # The agent lost Redis and stopped the job itself (frenzy.agent.fencing): a cause of the host,
+    # not the user's cancel nor the job's failure.
+    from frenzy.agent.exit_cause import FENCED
+
+    meaning = interpret(event(EventKind.EXITED, exit_code=-15, cancelled=True, cause=FENCED), JOB)
+    assert meaning == LaunchRefused(("a",), "a lost contact with Redis and stopped the job (fenced)")

@@ -1,0 +1,33 @@
+"""When an agent cut off from Redis stops its own jobs (frenzy.agent.fencing, pure)."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+from frenzy.agent.fencing import fence_deadline_s, to_fence
+
+
+@dataclass
+class Job:
+    node_dead_after_s: float
+    fenced: bool = False
+    exited: threading.Event = field(default_factory=threading.Event)
+
+
+def test_the_sigkill_lands_a_heartbeat_before_the_scheduler_runs_the_job_elsewhere() -> None:
+    deadline = fence_deadline_s(30.0, cancel_grace_s=10.0, heartbeat_s=2.0)
+    assert deadline == 16.0 and deadline + 10.0 + 2.0 < 30.0
+
+
+def test_never_sooner_than_three_heartbeats_and_never_without_the_schedulers_word() -> None:
+    assert fence_deadline_s(4.0, cancel_grace_s=10.0, heartbeat_s=0.5) == 1.5
+    assert fence_deadline_s(0.0, cancel_grace_s=10.0, heartbeat_s=0.5) is None
+
+
+def test_only_running_jobs_past_their_deadline_not_stopped_already() -> None:
+    late, early, old_scheduler, done, stopping = Job(20.0), Job(60.0), Job(0.0), Job(20.0), Job(20.0, fenced=True)
+    done.exited.set()
+    chosen = to_fence([late, early, old_scheduler, done, stopping], silent_s=15.0, cancel_grace_s=3.0, heartbeat_s=1.0)
+    assert chosen == [late]
+    assert to_fence([late], silent_s=14.9, cancel_grace_s=3.0, heartbeat_s=1.0) == []
