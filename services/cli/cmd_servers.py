@@ -80,7 +80,9 @@ def scheduler_cmd(
     tick_s: Annotated[float, typer.Option(help="Seconds between scheduling passes.")] = 0.25,
     node_dead_after_s: Annotated[float, typer.Option(
         envvar="FRENZY_NODE_DEAD_AFTER_S",
-        help="A node without heartbeat lease for this long is declared dead; its jobs are requeued.")] = 30.0,
+        help="A node whose last heartbeat is this old (its lease gone too) is declared dead and its jobs are "
+             "requeued; each launch tells its agent, which stops the job itself a little before, so that a node "
+             "cut off from Redis never runs a job beside its rerun.")] = 30.0,
     max_attempts: Annotated[int, typer.Option(
         envvar="FRENZY_MAX_ATTEMPTS", min=1, help="Attempts per job before a node loss fails it.")] = 3,
     orphan_release_s: Annotated[float, typer.Option(
@@ -110,8 +112,9 @@ def scheduler_cmd(
         help="PENDING jobs one user may have; more submissions are refused (RESOURCE_EXHAUSTED).")] = 1000,
     max_gpus_per_user: Annotated[int, typer.Option(
         envvar="FRENZY_MAX_GPUS_PER_USER", min=0,
-        help="GPUs one user's jobs may hold: a submission is refused while the user holds this many, or when "
-             "its smallest plan needs more. 0: no limit.")] = 0,
+        help="GPUs one user's jobs may hold at once: a job that would go over waits (its pending reason says "
+             "so) until the user's other jobs free GPUs; a submission whose smallest plan alone needs more is "
+             "refused. 0: no limit.")] = 0,
     max_user_priority: Annotated[int, typer.Option(
         envvar="FRENZY_MAX_USER_PRIORITY", min=-100, max=100,
         help="Highest --priority a non-admin token may give a job (lower is always allowed); admins may give "
