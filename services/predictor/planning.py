@@ -34,6 +34,10 @@ def predict(request: predictor_pb2.PredictRequest) -> predictor_pb2.PredictRespo
         kwargs["safety_margin"] = request.safety_margin
     if request.max_plans:
         kwargs["max_plans"] = request.max_plans
+    # Mixed plans (one job over two GPU types) only when asked for and the pools hold several
+    # types; otherwise the very call of before issue 33, so single-type answers are unchanged.
+    if request.mixed and pools is not None and len({p.gpu_type for p in pools}) >= 2:
+        kwargs["mixed"] = True
     plan_set = marp.enumerate_plans(model, recipe, pools, **kwargs)
     return predictor_pb2.PredictResponse(
         plans=[convert.plan_to_proto(p) for p in plan_set.plans], rejected=list(plan_set.rejected),

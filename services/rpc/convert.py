@@ -8,9 +8,13 @@ gRPC, the CLI and the batch worker report bad input the same way.
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 import marp
 from frenzy.v1 import types_pb2
+
+if TYPE_CHECKING:
+    from marp.mixed import MixedLayout
 
 # Wire enum <-> MARP's policy names (marp.recipe.PRECISIONS / OPTIMIZERS).
 PRECISION_BY_NAME = {
@@ -159,6 +163,9 @@ def memory_to_proto(mem: marp.MemoryBreakdown) -> types_pb2.MemoryBreakdown:
 
 
 def plan_to_proto(plan: marp.Plan) -> types_pb2.Plan:
+    """The wire form of a plan; a mixed one (``plan.mixed``) carries its stages and shares too."""
+    if plan.mixed is not None:
+        return _mixed_to_proto(plan, plan.mixed)
     gpu = marp.get_gpu(plan.gpu_type)
     return types_pb2.Plan(
         gpu_type=plan.gpu_type, num_gpus=plan.num_gpus, layout=layout_to_proto(plan.layout),
@@ -167,3 +174,54 @@ def plan_to_proto(plan: marp.Plan) -> types_pb2.Plan:
         tokens_per_s=plan.tokens_per_s, gpu_hours=plan.gpu_hours, rank=plan.rank,
         completion_s=plan.completion_s or 0.0, explanation=plan.explanation or "",
     )
+
+
+def _mixed_to_proto(plan: marp.Plan, lay: MixedLayout) -> types_pb2.Plan:
+    """A mixed plan: ``gpu_type`` the types sorted and '+'-joined, ``memory`` / ``peak_bytes_per_gpu`` /
+    ``gpu_memory_bytes`` the tightest rank's (``MixedLayout.tightest``), then every stage's shares."""
+    tight = lay.tightest
+    stages = [types_pb2.PlanStage(
+        index=st.index, first_layer=st.first_layer, last_layer=st.last_layer, tp=st.tp,
+        shares=[types_pb2.TypeShare(gpu_type=s.gpu_type, gpus=s.gpus, micro_batch=s.micro_batch,
+                                    grad_accum=s.grad_accum, peak_bytes=s.peak_bytes) for s in st.shares],
+    ) for st in lay.stages]  # fmt: skip
+    return types_pb2.Plan(
+        gpu_type=lay.type_key, num_gpus=lay.num_gpus, layout=layout_to_proto(plan.layout),
+        memory=memory_to_proto(tight.memory), peak_bytes_per_gpu=tight.peak_bytes,
+        gpu_memory_bytes=tight.gpu_memory_bytes, headroom_bytes=tight.headroom_bytes, step_time_s=plan.step_time_s,
+        tokens_per_s=plan.tokens_per_s, gpu_hours=plan.gpu_hours, rank=plan.rank,
+        completion_s=plan.completion_s or 0.0, explanation=plan.explanation or "",
+        gpus_by_type=lay.gpus_by_type, kind=lay.kind, micro_batches=lay.micro_batches, stages=stages,
+    )  # fmt: skip
+
+
+def is_mixed(plan: types_pb2.Plan) -> bool:
+    """A plan over several GPU types (it has stages)."""
+    return len(plan.stages) > 0
+
+
+def mixed_from_proto(plan: types_pb2.Plan) -> MixedLayout:
+    """MARP's ``MixedLayout`` of a mixed wire plan (``plan_to_proto``'s inverse for what the wire
+    keeps): stages, shares, the step time. What the wire does not carry comes back empty: each
+    share's memory is its peak alone (as ``transient``), the micro-batch and busy seconds and the
+    links' seconds 0. Raises ``marp.InvalidRecipeError`` for a plan without stages."""
+    if not plan.stages:
+        raise marp.InvalidRecipeError("plan.stages: not a mixed plan (no stages)", field="plan.stages")
+    from marp.mixed import MixedLayout, MixedStage, TypeShare
+    last = len(plan.stages) - 1
+    stages = []
+    for st in plan.stages:
+        shares = tuple(TypeShare(
+            gpu_type=s.gpu_type, gpus=s.gpus, micro_batch=s.micro_batch, grad_accum=s.grad_accum,
+            memory=marp.MemoryBreakdown(0, 0, 0, 0, 0, 0, transient=int(s.peak_bytes)),
+            gpu_memory_bytes=marp.get_gpu(s.gpu_type).memory_bytes, micro_batch_s=0.0, busy_s=0.0,
+        ) for s in st.shares)  # fmt: skip
+        stages.append(MixedStage(index=st.index, first_layer=st.first_layer, last_layer=st.last_layer, tp=st.tp,
+                                 shares=shares, embeddings=st.index == 0, head=st.index == last))  # fmt: skip
+    widths = {(st.tp, st.num_gpus) for st in stages}
+    return MixedLayout(
+        kind=plan.kind or ("pipeline" if len(stages) > 1 else "data"), stages=tuple(stages),
+        zero_stage=plan.layout.zero_stage, recompute=plan.layout.recompute or "none",
+        micro_batches=plan.micro_batches, link_s=(0.0,) * last, link_kind=("",) * last,
+        step_time_s=plan.step_time_s, rectangular=len(widths) == 1,
+    )  # fmt: skip

@@ -71,11 +71,12 @@ from frenzy.scheduler.submit_pools import (
     ClusterPools,
     Predictions,
 )
+from frenzy.state import scripts
 from frenzy.state.code_store import CodeError, CodeStore, max_code_bytes_from_env
 from frenzy.state.job_states import JobState
 from frenzy.state.keys import Keys
 from frenzy.state.messages import SAFE_NAME_RE, BadMessage, LogChunk, decode_log_chunk
-from frenzy.state.records import JobRecord
+from frenzy.state.records import JobRecord, gpu_type_problem
 from frenzy.state.store import DEFAULT_MASTER_PORTS, StateStore, plans_to_json
 from frenzy.v1 import predictor_pb2, predictor_pb2_grpc, scheduler_pb2, scheduler_pb2_grpc, types_pb2
 from has import QueuePolicy
@@ -200,7 +201,10 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
 
     def _ask(self, spec: types_pb2.JobSpec, pools: list[types_pb2.GpuPool],
              timeout_s: float) -> predictor_pb2.PredictResponse:
-        request = predictor_pb2.PredictRequest(model=spec.model, recipe=spec.recipe, limits=spec.limits, pools=pools)
+        # mixed: plans over two GPU types too when the cluster has several (HAS places them unless
+        # the policy is frenzy-single-type; docs/mixed-plans.md).
+        request = predictor_pb2.PredictRequest(model=spec.model, recipe=spec.recipe, limits=spec.limits, pools=pools,
+                                               mixed=True)
         kept = self.predictions.get(request)
         if kept is not None:
             return kept
@@ -394,15 +398,19 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         for rec in self.store.load_nodes():
             if not rec.alive and not request.include_dead:
                 continue
+            gpus = sorted((g for g in rec.gpus if g.index >= 0), key=lambda g: g.index)
+            # A GPU type the catalog does not know is the node's problem, not the cluster's (issue 34).
+            refused = {g.index: gpu_type_problem(g.gpu_type) for g in gpus}
+            node_reason = rec.health_reason or "; ".join(f"GPU {i}: {why}" for i, why in refused.items() if why)
             node = types_pb2.Node(name=clip(rec.name), addr=clip(rec.addr), alive=rec.alive, draining=rec.draining,
                                   heartbeat_at=_seconds(rec.heartbeat_at), declared_dead_at=_seconds(rec.dead_at),
-                                  health_reason=clip(rec.health_reason, 1024))
-            for g in sorted((g for g in rec.gpus if g.index >= 0), key=lambda g: g.index):
+                                  health_reason=clip(node_reason, 1024))
+            for g in gpus:
                 gpu = node.gpus.add(
                     index=g.index, uuid=clip(g.uuid), gpu_type=clip(g.gpu_type), nvml_name=clip(g.nvml_name),
-                    memory_total=g.memory_total, memory_free=g.memory_free, healthy=g.healthy, owner=clip(g.owner),
-                    pci_bus_id=clip(g.pci_bus_id), utilization_pct=g.utilization,
-                    health_reason=clip(g.health_reason, 1024), type_from_memory=g.type_from_memory)
+                    memory_total=g.memory_total, memory_free=g.memory_free, healthy=g.healthy and not refused[g.index],
+                    owner=clip(g.owner), pci_bus_id=clip(g.pci_bus_id), utilization_pct=g.utilization,
+                    health_reason=clip(refused[g.index] or g.health_reason, 1024), type_from_memory=g.type_from_memory)
                 for pid, used in _json(g.processes, [])[:MAX_GPU_PROCESSES]:
                     gpu.processes.add(pid=int(pid), used_memory=int(used))
                 links = list(_json(g.links, {}).items())[:MAX_GPU_LINKS]
@@ -558,6 +566,26 @@ def env_float(name: str, default: float) -> float:
     return float(raw) if raw else default
 
 
+def keep_agent_scripts(client: redis.Redis, stop: threading.Event,
+                       every_s: float = scripts.LOAD_EVERY_S) -> None:
+    """Load the scripts agents call (``scripts.AGENT_SCRIPTS``) now and again every ``every_s``
+    when Redis lacks them (a restarted Redis keeps no script): an agent may not load them itself,
+    and waits with a log line until they are there. One SCRIPT EXISTS a round."""
+    failing = False
+    while True:
+        try:
+            loaded = scripts.ensure_loaded(client)
+            if loaded:
+                log.info("loaded the agents' scripts Redis lacked: %s", ", ".join(loaded))
+            failing = False
+        except redis.RedisError as exc:
+            if not failing:
+                log.warning("could not load the agents' scripts (%s); retrying every %g s", exc, every_s)
+            failing = True
+        if stop.wait(every_s):
+            return
+
+
 class SchedulerServer:
     """Scheduler process: gRPC API + placement loop + event consumer + node reaper.
 
@@ -625,6 +653,10 @@ class SchedulerServer:
                                  else env_float("FRENZY_LEADER_TTL_S", DEFAULT_TTL_S))
         self.thread = threading.Thread(target=self.loop.run, args=(self.stop_event, tick_s, self.lease),
                                        name="scheduler-loop", daemon=True)
+        # Agents may call scripts but not load them (issue 34): every scheduler keeps them loaded.
+        self.scripts_thread = threading.Thread(target=keep_agent_scripts, args=(self.client, self.stop_event),
+                                               name="agent-scripts", daemon=True)
+        self.scripts_thread.start()
         if serve == "api":
             # Never leads: nudges go to whichever process does, as a standby's do.
             self.loop.lease = self.lease

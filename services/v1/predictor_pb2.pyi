@@ -8,20 +8,22 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class PredictRequest(_message.Message):
-    __slots__ = ("model", "recipe", "limits", "pools", "safety_margin", "max_plans")
+    __slots__ = ("model", "recipe", "limits", "pools", "safety_margin", "max_plans", "mixed")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     RECIPE_FIELD_NUMBER: _ClassVar[int]
     LIMITS_FIELD_NUMBER: _ClassVar[int]
     POOLS_FIELD_NUMBER: _ClassVar[int]
     SAFETY_MARGIN_FIELD_NUMBER: _ClassVar[int]
     MAX_PLANS_FIELD_NUMBER: _ClassVar[int]
+    MIXED_FIELD_NUMBER: _ClassVar[int]
     model: _types_pb2.ModelSpec
     recipe: _types_pb2.TrainingRecipe
     limits: _types_pb2.JobLimits
     pools: _containers.RepeatedCompositeFieldContainer[_types_pb2.GpuPool]
     safety_margin: float
     max_plans: int
-    def __init__(self, model: _Optional[_Union[_types_pb2.ModelSpec, _Mapping]] = ..., recipe: _Optional[_Union[_types_pb2.TrainingRecipe, _Mapping]] = ..., limits: _Optional[_Union[_types_pb2.JobLimits, _Mapping]] = ..., pools: _Optional[_Iterable[_Union[_types_pb2.GpuPool, _Mapping]]] = ..., safety_margin: _Optional[float] = ..., max_plans: _Optional[int] = ...) -> None: ...
+    mixed: bool
+    def __init__(self, model: _Optional[_Union[_types_pb2.ModelSpec, _Mapping]] = ..., recipe: _Optional[_Union[_types_pb2.TrainingRecipe, _Mapping]] = ..., limits: _Optional[_Union[_types_pb2.JobLimits, _Mapping]] = ..., pools: _Optional[_Iterable[_Union[_types_pb2.GpuPool, _Mapping]]] = ..., safety_margin: _Optional[float] = ..., max_plans: _Optional[int] = ..., mixed: _Optional[bool] = ...) -> None: ...
 
 class PredictResponse(_message.Message):
     __slots__ = ("plans", "rejected", "model_name", "parameter_count")

@@ -227,7 +227,14 @@ class MemoryBreakdown(_message.Message):
     def __init__(self, parameters: _Optional[int] = ..., gradients: _Optional[int] = ..., optimizer_states: _Optional[int] = ..., activations: _Optional[int] = ..., logits: _Optional[int] = ..., runtime_reserve: _Optional[int] = ..., total: _Optional[int] = ..., buffers: _Optional[int] = ..., transient: _Optional[int] = ..., fragmentation: _Optional[int] = ..., peak_allocated: _Optional[int] = ..., reserved: _Optional[int] = ..., phase: _Optional[str] = ...) -> None: ...
 
 class Plan(_message.Message):
-    __slots__ = ("gpu_type", "num_gpus", "layout", "memory", "peak_bytes_per_gpu", "gpu_memory_bytes", "headroom_bytes", "step_time_s", "tokens_per_s", "gpu_hours", "rank", "completion_s", "explanation")
+    __slots__ = ("gpu_type", "num_gpus", "layout", "memory", "peak_bytes_per_gpu", "gpu_memory_bytes", "headroom_bytes", "step_time_s", "tokens_per_s", "gpu_hours", "rank", "completion_s", "explanation", "gpus_by_type", "kind", "micro_batches", "stages")
+    class GpusByTypeEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     GPU_TYPE_FIELD_NUMBER: _ClassVar[int]
     NUM_GPUS_FIELD_NUMBER: _ClassVar[int]
     LAYOUT_FIELD_NUMBER: _ClassVar[int]
@@ -241,6 +248,10 @@ class Plan(_message.Message):
     RANK_FIELD_NUMBER: _ClassVar[int]
     COMPLETION_S_FIELD_NUMBER: _ClassVar[int]
     EXPLANATION_FIELD_NUMBER: _ClassVar[int]
+    GPUS_BY_TYPE_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    MICRO_BATCHES_FIELD_NUMBER: _ClassVar[int]
+    STAGES_FIELD_NUMBER: _ClassVar[int]
     gpu_type: str
     num_gpus: int
     layout: Layout
@@ -254,7 +265,39 @@ class Plan(_message.Message):
     rank: int
     completion_s: float
     explanation: str
-    def __init__(self, gpu_type: _Optional[str] = ..., num_gpus: _Optional[int] = ..., layout: _Optional[_Union[Layout, _Mapping]] = ..., memory: _Optional[_Union[MemoryBreakdown, _Mapping]] = ..., peak_bytes_per_gpu: _Optional[int] = ..., gpu_memory_bytes: _Optional[int] = ..., headroom_bytes: _Optional[int] = ..., step_time_s: _Optional[float] = ..., tokens_per_s: _Optional[float] = ..., gpu_hours: _Optional[float] = ..., rank: _Optional[int] = ..., completion_s: _Optional[float] = ..., explanation: _Optional[str] = ...) -> None: ...
+    gpus_by_type: _containers.ScalarMap[str, int]
+    kind: str
+    micro_batches: int
+    stages: _containers.RepeatedCompositeFieldContainer[PlanStage]
+    def __init__(self, gpu_type: _Optional[str] = ..., num_gpus: _Optional[int] = ..., layout: _Optional[_Union[Layout, _Mapping]] = ..., memory: _Optional[_Union[MemoryBreakdown, _Mapping]] = ..., peak_bytes_per_gpu: _Optional[int] = ..., gpu_memory_bytes: _Optional[int] = ..., headroom_bytes: _Optional[int] = ..., step_time_s: _Optional[float] = ..., tokens_per_s: _Optional[float] = ..., gpu_hours: _Optional[float] = ..., rank: _Optional[int] = ..., completion_s: _Optional[float] = ..., explanation: _Optional[str] = ..., gpus_by_type: _Optional[_Mapping[str, int]] = ..., kind: _Optional[str] = ..., micro_batches: _Optional[int] = ..., stages: _Optional[_Iterable[_Union[PlanStage, _Mapping]]] = ...) -> None: ...
+
+class PlanStage(_message.Message):
+    __slots__ = ("index", "first_layer", "last_layer", "tp", "shares")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    FIRST_LAYER_FIELD_NUMBER: _ClassVar[int]
+    LAST_LAYER_FIELD_NUMBER: _ClassVar[int]
+    TP_FIELD_NUMBER: _ClassVar[int]
+    SHARES_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    first_layer: int
+    last_layer: int
+    tp: int
+    shares: _containers.RepeatedCompositeFieldContainer[TypeShare]
+    def __init__(self, index: _Optional[int] = ..., first_layer: _Optional[int] = ..., last_layer: _Optional[int] = ..., tp: _Optional[int] = ..., shares: _Optional[_Iterable[_Union[TypeShare, _Mapping]]] = ...) -> None: ...
+
+class TypeShare(_message.Message):
+    __slots__ = ("gpu_type", "gpus", "micro_batch", "grad_accum", "peak_bytes")
+    GPU_TYPE_FIELD_NUMBER: _ClassVar[int]
+    GPUS_FIELD_NUMBER: _ClassVar[int]
+    MICRO_BATCH_FIELD_NUMBER: _ClassVar[int]
+    GRAD_ACCUM_FIELD_NUMBER: _ClassVar[int]
+    PEAK_BYTES_FIELD_NUMBER: _ClassVar[int]
+    gpu_type: str
+    gpus: int
+    micro_batch: int
+    grad_accum: int
+    peak_bytes: int
+    def __init__(self, gpu_type: _Optional[str] = ..., gpus: _Optional[int] = ..., micro_batch: _Optional[int] = ..., grad_accum: _Optional[int] = ..., peak_bytes: _Optional[int] = ...) -> None: ...
 
 class GpuPool(_message.Message):
     __slots__ = ("gpu_type", "total_gpus", "gpus_per_node")
