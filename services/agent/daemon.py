@@ -178,8 +178,8 @@ class Agent:
 
         # RESP2 pinned: the stream-reply parsing below relies on its shape.
         self._redis = redis.Redis.from_url(redis_url, decode_responses=True, protocol=2)
-        self._register_script = scripts.register(self._redis, "register_node")
-        self._heartbeat_script = scripts.register(self._redis, "heartbeat")
+        self._register_script = scripts.register_loaded(self._redis, "register_node")  # EVALSHA only (issue 34)
+        self._heartbeat_script = scripts.register_loaded(self._redis, "heartbeat")
         self._logs = LogShipper(self._redis, self.keys, node, poll_s=log_poll_s, maxlen=log_stream_maxlen,
                                 retention_s=log_retention_s)
         state = Path(state_dir).resolve() if state_dir else self.log_dir / ".agent"
@@ -280,9 +280,9 @@ class Agent:
                 if failures:
                     log.info("%s: Redis is back", what)
                 return True
-            except (redis.ConnectionError, redis.TimeoutError) as exc:
-                failures += 1
-                (log.warning if failures == 1 else log.debug)("%s: Redis unreachable (%s); retrying", what, exc)
+            except (redis.ConnectionError, redis.TimeoutError, scripts.ScriptNotLoaded) as exc:
+                why = exc if isinstance(exc, scripts.ScriptNotLoaded) else f"Redis unreachable ({exc})"
+                (log.warning if (failures := failures + 1) == 1 else log.debug)("%s: %s; retrying", what, why)
                 stop.wait(_RETRY_S)
         return False
 

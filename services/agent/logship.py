@@ -154,7 +154,7 @@ class LogShipper:
         cap = cap_from_env(FILE_CAP_ENV, DEFAULT_FILE_CAP) if file_cap is None else file_cap
         self.file_cap = cap if cap <= 0 else max(cap, 4 * CHUNK_BYTES)  # (room for whole pieces)
         self._can_punch = True
-        self._append = scripts.register(client, "append_log")
+        self._append = scripts.register_loaded(client, "append_log")  # EVALSHA only (scripts.LoadedScript)
         self._tails: dict[tuple[str, int], _Tail] = {}
         self._lock = threading.Lock()
         self._warned: set[tuple[str, int]] = set()
@@ -193,6 +193,11 @@ class LogShipper:
         for tail in tails:
             try:
                 self._pump(tail, final=False)
+            except scripts.ScriptNotLoaded as exc:  # the file keeps everything: shipped once it is loaded
+                if ("", -1) not in self._warned:
+                    self._warned.add(("", -1))
+                    log.warning("shipping logs: %s", exc)
+                return
             except redis.RedisError as exc:
                 # The file keeps everything: the next round (or the next agent run) catches up.
                 log.debug("shipping the log of %s failed: %s", tail.job_id, exc, extra={"job_id": tail.job_id})

@@ -26,7 +26,7 @@ import redis
 
 from frenzy.auth.credentials import write_private
 from frenzy.devstack.procs import die_with_parent
-from frenzy.state import acl
+from frenzy.state import acl, scripts
 
 # Where the local stack's services listen: below the kernel's ephemeral range (32768-60999 on
 # Linux), where every outgoing connection takes its local port — a port picked there and handed
@@ -195,7 +195,8 @@ def add_role_users(admin_url: str, prefix: str, nodes: list[str]) -> RoleUrls:
     """Create (or redefine) the Redis users of the stack on ``prefix`` — its scheduler, its batch
     worker and one agent per node of ``nodes`` — each with a fresh random password and only its
     role's rights (``frenzy.state.acl``), through the admin's connection: no password is ever on a
-    command line. They live in the server (a private server's users die with it).
+    command line. They live in the server (a private server's users die with it). It also loads the
+    scripts agents call (``scripts.ensure_loaded``), which an agent may not load itself.
 
     -> each role's URL. Raises redis.ResponseError when ``admin_url`` may not run ACL SETUSER."""
     client = redis.Redis.from_url(admin_url, decode_responses=True)
@@ -205,8 +206,10 @@ def add_role_users(admin_url: str, prefix: str, nodes: list[str]) -> RoleUrls:
         def add(role: acl.RedisRole, node: str | None = None) -> str:
             return _set_role_user(client, admin_url, role, prefix, node, selectors=selectors)
 
-        return RoleUrls(scheduler=add(acl.RedisRole.SCHEDULER), worker=add(acl.RedisRole.WORKER),
+        urls = RoleUrls(scheduler=add(acl.RedisRole.SCHEDULER), worker=add(acl.RedisRole.WORKER),
                         agents={node: add(acl.RedisRole.AGENT, node) for node in nodes})
+        scripts.ensure_loaded(client)  # agents may not load them (issue 34); schedulers reload them
+        return urls
     finally:
         client.close()
 
@@ -234,6 +237,7 @@ def reset_agent_user(admin_url: str, prefix: str, node: str) -> str:
     client = redis.Redis.from_url(admin_url, decode_responses=True)
     try:
         url = _set_role_user(client, admin_url, acl.RedisRole.AGENT, prefix, node, selectors=_selectors(client))
+        scripts.ensure_loaded(client)  # what the agent calls, ready before it comes
         client.execute_command("CLIENT", "KILL", "USER", acl.user_name(acl.RedisRole.AGENT, prefix, node))
         return url
     finally:

@@ -22,7 +22,9 @@ Roles, least privilege first:
 
 Why key patterns carry the weight: commands that Lua scripts run are checked against the caller's
 ACL (command and keys), so a user allowed EVALSHA may run any loaded script, yet every
-``redis.call`` in it fails on a key outside the user's patterns.
+``redis.call`` in it fails on a key outside the user's patterns. An agent may call scripts but not
+load them (no EVAL, no SCRIPT): Redis 6.2's ACLs cannot name a script, so what it may run is what the
+trusted side loaded (``frenzy.state.scripts.ensure_loaded``), Frenzy's own scripts only.
 
 Redis 6.2 (the embedded server) has no per-key command sets, so there an agent's command list
 applies to all its keys: it could XADD to its own launch stream and read or acknowledge the events
@@ -43,6 +45,10 @@ from enum import StrEnum
 _CONNECTION = ("+ping", "+select")
 # Scripts are loaded and called by SHA only (redis-py's Script); SCRIPT FLUSH / KILL are not theirs.
 _SCRIPTS = ("+evalsha", "+script|load", "+script|exists")
+# An agent only calls scripts the trusted side loaded (frenzy.state.scripts.AGENT_SCRIPTS): no EVAL,
+# no SCRIPT LOAD, so a node's credential cannot run code of its own inside Redis (issue 34: a Lua
+# busy loop froze Redis for every node and user).
+_AGENT_SCRIPTS = ("+evalsha",)
 # What the agent and its scripts call on its node's keys and the log streams.
 _AGENT_COMMANDS = ("+time", "+exists", "+get", "+set", "+hget", "+hmget", "+hset", "+hsetnx", "+hdel", "+hincrby",
                    "+sadd", "+xadd", "+pexpire")
@@ -121,7 +127,7 @@ def role_rules(role: RedisRole, prefix: str, node: str | None = None, *, db: int
         own = _keys(f"{p}:node:{n}", f"{p}:node:{n}:alive", f"{p}:gpu:{n}:*", f"{p}:nodes", f"{p}:logs:*")
         launch, events, signing_key = f"{p}:launch:{n}", f"{p}:events", f"{p}:node:{n}:key"
         code = f"{p}:code:*"
-        base = ("resetchannels", "-@all", *_CONNECTION, *_SCRIPTS, *_AGENT_COMMANDS)
+        base = ("resetchannels", "-@all", *_CONNECTION, *_AGENT_SCRIPTS, *_AGENT_COMMANDS)
         if not selectors:
             return (*base, *_LAUNCH_READ, *_CODE_READ, *own, *_keys(launch, events, signing_key, code))
         return (*base, *own,

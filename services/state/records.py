@@ -11,6 +11,7 @@ import json
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, Generic, TypeVar
 
 from frenzy.state.attempts import attempt_limit
@@ -303,6 +304,56 @@ def decode_gpu(raw: Mapping[str, str]) -> GpuRecord:
         type_from_memory=raw.get("type_from_memory") == "1", processes=raw.get("processes") or "[]",
         links=raw.get("links") or "{}",
     )
+
+
+# The most GPUs the scheduler reads of one node: a node hash's gpu_count is its agent's to write,
+# and a count of 10**9 must not make every tick build 10**9 keys (issue 34).
+MAX_GPUS_PER_NODE = 256
+
+
+def gpu_count(raw: object) -> int:
+    """A node hash's ``gpu_count`` as the scheduler reads it: 0 unless a whole number in
+    0..MAX_GPUS_PER_NODE (what an agent wrote past that is not read)."""
+    text = str(raw or "0")
+    if not text.isdigit() or len(text) > 4:
+        return 0
+    return min(int(text), MAX_GPUS_PER_NODE)
+
+
+@lru_cache(maxsize=1024)
+def gpu_type_problem(gpu_type: str) -> str:
+    """Why the scheduler does not schedule a GPU of ``gpu_type`` ("" when it does: no type, which
+    is never in a pool, or a catalog name as the catalog writes it). An agent writes its GPUs'
+    types; one the predictor does not know made every submission of every user fail (issue 34),
+    so such a GPU is left out of the pools and of placement, and shown with this reason."""
+    if not gpu_type:
+        return ""
+    from marp.gpus import find_gpu  # (marp loads numpy: not for every importer of records)
+
+    known = find_gpu(gpu_type)
+    shown = gpu_type[:64]
+    if known is None:
+        return f"unknown GPU type {shown!r} (not in the catalog): not scheduled"
+    if known.name != gpu_type:
+        return f"GPU type {shown!r} is not written as the catalog's {known.name!r}: not scheduled"
+    return ""
+
+
+def scheduled_gpu(index: object, gpu_type: object, total: object, free: object,
+                  healthy: object) -> tuple[int, str, int, int, bool] | None:
+    """One GPU row of the cluster read as HAS gets it: (index, type, memory total, free, healthy),
+    or None for a row without a whole-number index. A type the catalog does not know, or memory
+    that is not a whole number, makes the GPU unhealthy and typeless (never in a pool, never
+    placed on) instead of failing the read of the whole cluster."""
+    idx = str(index or "")
+    if not idx.isdigit() or len(idx) > 4:
+        return None
+    kind = str(gpu_type or "")
+    mem_total, mem_free = str(total or "0"), str(free or "0")
+    good = not gpu_type_problem(kind) and mem_total.isdigit() and mem_free.isdigit()
+    if not good:
+        return int(idx), "", 0, 0, False
+    return int(idx), kind, int(mem_total), int(mem_free), (healthy or "1") == "1"
 
 
 @dataclass(frozen=True)

@@ -15,10 +15,20 @@ scripts share is inlined here, at load, wherever a script has an include line
   to, field, value, ...)`` is the one way a script writes a job's state: it raises, writing
   nothing, on a move ``ALLOWED`` does not list;
 * any other NAME is the fragment ``lua/lib/NAME.lua`` (e.g. ``release_gpus``).
+
+Agents may not load code into Redis (issue 34: a node's credential ran a Lua busy loop that froze
+Redis for everyone). Their ACL allows EVALSHA but neither EVAL nor SCRIPT (``frenzy.state.acl``),
+so the scripts they call (``AGENT_SCRIPTS``) are loaded by the trusted side: whoever makes the
+agents' Redis users (``frenzy up``, ``frenzy node join``), and every scheduler at start and every
+few seconds after (``ensure_loaded``: one SCRIPT EXISTS; a restarted Redis has an empty script
+cache). An agent calls them through ``LoadedScript``: where redis-py's ``Script`` would load a
+missing script itself, an agent's refused load is ``ScriptNotLoaded``, which the agent logs and
+retries.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Iterable
@@ -118,3 +128,65 @@ def script_source(name: str) -> str:
 def register(client: redis.Redis, name: str) -> redis.commands.core.Script:
     """A callable Script object for ``lua/{name}.lua`` bound to ``client``."""
     return client.register_script(script_source(name))
+
+
+# The scripts an agent calls (``frenzy agent`` and ``frenzy agent --drain`` run with a node's credential).
+AGENT_SCRIPTS = ("register_node", "heartbeat", "append_log", "set_draining")
+
+
+class ScriptNotLoaded(redis.exceptions.NoScriptError):
+    """Redis does not hold a script an agent calls (it may not load one itself): a Redis restarted
+    since the scheduler last loaded them, or no scheduler running yet. Retry after a while."""
+
+
+def sha1(name: str) -> str:
+    """The SHA1 Redis knows ``lua/{name}.lua`` by (its rendered source)."""
+    return hashlib.sha1(script_source(name).encode()).hexdigest()
+
+
+class LoadedScript:
+    """``lua/{name}.lua`` called by EVALSHA, for a client that may not SCRIPT LOAD (an agent).
+    redis-py's ``Script`` answers NOSCRIPT with SCRIPT LOAD and a second call; here a refused
+    load (NOPERM: an agent's ACL) is ``ScriptNotLoaded``, for the caller to log and retry."""
+
+    def __init__(self, client: redis.Redis, name: str) -> None:
+        self.client = client
+        self.name = name
+        self.sha = sha1(name)
+
+    def __call__(self, keys: list[object] | tuple[object, ...] = (), args: list[object] | tuple[object, ...] = (),
+                 client: redis.Redis | None = None) -> object:
+        c = client or self.client
+        try:
+            return c.evalsha(self.sha, len(keys), *keys, *args)
+        except redis.exceptions.NoScriptError as exc:
+            try:  # a trusted client (an operator's URL, a test's) may load it; an agent's ACL refuses
+                c.script_load(script_source(self.name))
+            except redis.exceptions.NoPermissionError:
+                raise ScriptNotLoaded(
+                    f"Redis does not hold Frenzy's {self.name!r} script (NOSCRIPT) and an agent may not load "
+                    f"scripts: a scheduler loads them at start and within {LOAD_EVERY_S:g} s of a Redis restart"
+                ) from exc
+            return c.evalsha(self.sha, len(keys), *keys, *args)
+
+
+def register_loaded(client: redis.Redis, name: str) -> LoadedScript:
+    """A callable of ``lua/{name}.lua`` for an agent: EVALSHA only (see ``LoadedScript``)."""
+    return LoadedScript(client, name)
+
+
+# How often a scheduler checks that the agents' scripts are still loaded (``ensure_loaded``).
+LOAD_EVERY_S = 5.0
+
+
+def ensure_loaded(client: redis.Redis, names: Iterable[str] = AGENT_SCRIPTS) -> list[str]:
+    """Load those of ``names`` that Redis lacks (one SCRIPT EXISTS, a SCRIPT LOAD per missing
+    one; needs the scheduler's or the admin's rights). -> the names it loaded."""
+    wanted = list(names)
+    present = client.script_exists(*(sha1(n) for n in wanted)) if wanted else []
+    loaded = []
+    for name, there in zip(wanted, present, strict=True):
+        if not there:
+            client.script_load(script_source(name))
+            loaded.append(name)
+    return loaded

@@ -33,9 +33,11 @@ from frenzy.state.records import (
     decode_job,
     decode_node,
     fraction,
+    gpu_count,
     history_entry,
+    scheduled_gpu,
 )
-from frenzy.state.streams import ensure_group
+from frenzy.state.streams import ack_and_trim, ensure_group
 from frenzy.v1 import types_pb2
 from has import ClusterView, GpuSlot, NodeView, PlanOption, QueuedJob, RunningJob
 
@@ -206,6 +208,7 @@ class StateStore:
         self._ports_used: dict[str, set[int]] = {}  # node -> rendezvous ports taken, as last read or taken here
         self._fences: list[int] = []  # fencing tokens taken from the counter (INCRBY), not used yet
         self._place = scripts.register(client, "place_jobs")
+        self._events_trimmed_to = ""  # the MINID the events stream was last trimmed to
         # The leader lease value this store's scheduler holds ("" without one): the fenced scripts
         # (placing, declaring nodes dead) refuse to act for a lease that has passed to another.
         self.lease = ""
@@ -691,7 +694,7 @@ class StateStore:
 
     def release_stale(self, job_id: str, node: str, fence: int) -> int:
         """Free the GPUs of ``node`` still held by an ended reservation (``fence``) of ``job_id``."""
-        count = int(self.r.hget(self.k.node(node), "gpu_count") or 0)
+        count = gpu_count(self.r.hget(self.k.node(node), "gpu_count"))
         if count == 0:
             return 0
         return int(self._release_stale(keys=[self.k.job(job_id), self.k.node(node),
@@ -798,7 +801,7 @@ class StateStore:
             pipe.exists(self.k.node_alive(n))
         res = pipe.execute()
         infos = [(res[2 * i], bool(res[2 * i + 1])) for i in range(len(names))]
-        counts = [int(info.get("gpu_count", 0) or 0) for info, _ in infos]
+        counts = [gpu_count(info.get("gpu_count")) for info, _ in infos]
         # Every GPU of every node in one more round trip (two per tick in all, not one per node).
         pipe = self.r.pipeline(transaction=False)
         for n, count in zip(names, counts, strict=True):
@@ -911,7 +914,7 @@ class StateStore:
             hit = known.get(n)
             if full or rev is None or hit is None or hit[0] != rev or hit[1] != count:
                 stale_set.add(n)
-                gpu_keys.extend(self.k.gpu(n, g) for g in range(int(count or 0)))
+                gpu_keys.extend(self.k.gpu(n, g) for g in range(gpu_count(count)))
         rows = iter(self._read_hashes(keys=gpu_keys, args=self._GPU_FIELDS) if gpu_keys else [])
         fresh_rows: dict[str, tuple[str, str, list[list[str | None]], frozenset[str]]] = {}
         per_node = []
@@ -919,7 +922,7 @@ class StateStore:
         owned, fresh_owned = self._owned, {}
         for member, ((name, count, draining), rev, alive) in zip(names, heads, strict=True):
             if member in stale_set:
-                gpus = [row for row in (next(rows) for _ in range(int(count or 0))) if row[0]]
+                gpus = [row for row in (next(rows) for _ in range(gpu_count(count))) if row[0]]
                 jobs = frozenset(row[4] for row in gpus if row[4])
                 held: dict[str, int] = {}
                 for row in gpus:
@@ -949,11 +952,12 @@ class StateStore:
                 fresh[name] = hit
                 views.append(hit[2])
                 continue
+            # (what an agent wrote that the scheduler does not know: that GPU unhealthy, not the read failed)
             slots = tuple(
-                GpuSlot(node=name, index=int(index), gpu_type=gpu_type or "", memory_total=int(total or 0),
-                        memory_free=int(free or 0), owner=owner or None, healthy=(healthy or "1") == "1",
-                        free_at=ends.get(owner or ""))
+                GpuSlot(node=name, index=read[0], gpu_type=read[1], memory_total=read[2], memory_free=read[3],
+                        owner=owner or None, healthy=read[4], free_at=ends.get(owner or ""))
                 for index, gpu_type, total, free, owner, healthy, _uuid in gpus
+                if (read := scheduled_gpu(index, gpu_type, total, free, healthy)) is not None
             )
             view = NodeView(name=name, gpus=slots, alive=alive, draining=draining == "1")
             fresh[name] = (key, jobs, view)
@@ -1006,6 +1010,8 @@ class StateStore:
 
     def ack_events(self, entry_ids: list[str]) -> None:
         """These events are handled (or dropped as malformed or refused): they are not delivered
-        again. One command for a batch."""
+        again, and the stream is trimmed below the oldest event still pending: a round trip for
+        the batch (XACK, XPENDING) and one XTRIM."""
         if entry_ids:
-            self.r.xack(self.k.events_stream(), SCHEDULER_GROUP, *entry_ids)
+            self._events_trimmed_to = ack_and_trim(self.r, self.k.events_stream(), SCHEDULER_GROUP, entry_ids,
+                                                   self._events_trimmed_to)
