@@ -94,6 +94,11 @@ _UNKNOWN = TokenInfo("", "", Role.READ, 0.0, 0.0, "")  # the record an unknown i
 _STAND_IN = _digest(secrets.token_urlsafe(32))  # a digest no secret has, compared in its place
 
 
+# How long an expired token's record stays (it answers "token has expired", `frenzy token list`
+# shows it): then Redis drops it (EXPIREAT, set with the token) or ``TokenStore.prune`` does.
+EXPIRED_KEPT_S = 7 * 86400
+
+
 class TokenStore:
     """Tokens in Redis: ``{p}:token:{id}`` hashes and the ``{p}:tokens`` set of ids."""
 
@@ -121,6 +126,9 @@ class TokenStore:
             "created_at": repr(info.created_at), "expires_at": repr(info.expires_at), "note": note,
         })
         pipe.sadd(self.k.tokens(), token_id)
+        drop_at = int(info.expires_at + EXPIRED_KEPT_S) + 1
+        if info.expires_at and drop_at > time.time():  # Redis drops the record itself (issue 34)
+            pipe.expireat(self.k.token(token_id), drop_at)
         pipe.execute()
         return f"{PREFIX}{token_id}_{secret}", info
 
@@ -180,7 +188,35 @@ class TokenStore:
             return False
         return not (expires > 0 and (time.time() if now is None else now) >= expires)
 
+    def prune(self, now: float | None = None) -> int:
+        """Delete the tokens that expired over ``EXPIRED_KEPT_S`` ago (records made before Redis
+        was given their expiry) and forget index entries whose record is gone (Redis expired it).
+        Run by ``list`` and every scheduler (hourly). -> the records deleted."""
+        now = time.time() if now is None else now
+        ids = sorted(i.decode() if isinstance(i, bytes) else i for i in self.r.smembers(self.k.tokens()))
+        pipe = self.r.pipeline(transaction=False)
+        for token_id in ids:
+            pipe.hget(self.k.token(token_id), "expires_at")
+        gone, stale = [], []
+        for token_id, expires in zip(ids, pipe.execute() if ids else [], strict=True):
+            try:
+                ended = float(expires or 0)
+            except (TypeError, ValueError):
+                ended = 0.0
+            if expires is None:
+                gone.append(token_id)
+            elif ended > 0 and ended + EXPIRED_KEPT_S <= now:
+                stale.append(token_id)
+        if gone or stale:
+            pipe = self.r.pipeline(transaction=True)
+            for token_id in stale:
+                pipe.delete(self.k.token(token_id))
+            pipe.srem(self.k.tokens(), *gone, *stale)
+            pipe.execute()
+        return len(stale)
+
     def list(self) -> list[TokenInfo]:
+        self.prune()
         ids = sorted(i.decode() if isinstance(i, bytes) else i for i in self.r.smembers(self.k.tokens()))
         out = []
         for token_id in ids:

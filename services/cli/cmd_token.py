@@ -21,6 +21,9 @@ if TYPE_CHECKING:  # annotations only; imported where the command runs
 token_app = typer.Typer(help="API tokens: who may call the scheduler, and as which role.", no_args_is_help=True)
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+# A token's lifetime unless --ttl says otherwise (issue 34: none expired by default before);
+# `frenzy up`'s own tokens (the local admin's, the batch worker's) never expire.
+DEFAULT_TTL = "90d"
 
 
 def parse_ttl(text: str) -> float:
@@ -50,7 +53,7 @@ def _store(redis_url: str, prefix: str) -> TokenStore:
 def create(
     user: Annotated[str, typer.Option(help="Who the token is for (owns the jobs it submits).")],
     role: Annotated[str, typer.Option(help="read, submit or admin (node: agents).")] = "submit",
-    ttl: Annotated[str, typer.Option(help="Lifetime: 12h, 30d, ... or 0 for never.")] = "0",
+    ttl: Annotated[str, typer.Option(help="Lifetime: 12h, 30d, ... or 0 for never.")] = DEFAULT_TTL,
     note: Annotated[str, typer.Option(help="What it is for (shown by list).")] = "",
     redis_url: RedisOpt = "",
     prefix: PrefixOpt = "frenzy",
@@ -60,7 +63,8 @@ def create(
 
     \b
     Examples:
-      frenzy token create --user alice     # submits; sees and cancels her own jobs
+      frenzy token create --user alice     # submits; sees and cancels her own jobs; 90 days
+      frenzy token create --user ops --role admin --ttl 0   # never expires (say why in --note)
       frenzy token create --user ci --role read --ttl 30d --note "dashboards"
       FRENZY_TOKEN=frz_... frenzy jobs                  # use it
     """
@@ -86,7 +90,8 @@ def create(
 @token_app.command("list")
 def list_tokens(redis_url: RedisOpt = "", prefix: PrefixOpt = "frenzy",
                 as_json: JsonOpt = False) -> None:
-    """Every token: id, user, role, created, expires (never the secret)."""
+    """Every token: id, user, role, created, expires (never the secret). A token expired over a
+    week ago is removed (Redis drops it; this and every scheduler sweep what is left)."""
     infos = redis_errors(_store(redis_url, prefix).list)()
     if as_json:
         echo_json([{"id": t.token_id, "user": t.user, "role": t.role.value, "created_at": t.created_at,

@@ -83,6 +83,8 @@ from has import QueuePolicy
 
 log = logging.getLogger(__name__)
 
+TOKEN_PRUNE_EVERY_S = 3600.0  # every scheduler deletes long-expired tokens this often (keep_agent_scripts)
+
 SERVICE_NAME = scheduler_pb2.DESCRIPTOR.services_by_name["Scheduler"].full_name
 GiB = 1024**3
 JOB_ID = SAFE_NAME_RE  # one rule for job ids: frenzy.state.messages
@@ -566,21 +568,27 @@ def env_float(name: str, default: float) -> float:
     return float(raw) if raw else default
 
 
-def keep_agent_scripts(client: redis.Redis, stop: threading.Event,
-                       every_s: float = scripts.LOAD_EVERY_S) -> None:
+def keep_agent_scripts(client: redis.Redis, stop: threading.Event, every_s: float = scripts.LOAD_EVERY_S,
+                       tokens: TokenStore | None = None, prune_every_s: float = TOKEN_PRUNE_EVERY_S) -> None:
     """Load the scripts agents call (``scripts.AGENT_SCRIPTS``) now and again every ``every_s``
     when Redis lacks them (a restarted Redis keeps no script): an agent may not load them itself,
-    and waits with a log line until they are there. One SCRIPT EXISTS a round."""
+    and waits with a log line until they are there. One SCRIPT EXISTS a round. With ``tokens``,
+    also delete long-expired tokens every ``prune_every_s`` (``TokenStore.prune``)."""
     failing = False
+    pruned_at = -prune_every_s
     while True:
         try:
             loaded = scripts.ensure_loaded(client)
             if loaded:
                 log.info("loaded the agents' scripts Redis lacked: %s", ", ".join(loaded))
+            if tokens is not None and time.monotonic() - pruned_at >= prune_every_s:
+                pruned_at = time.monotonic()
+                if removed := tokens.prune():
+                    log.info("removed %d token(s) expired over a week ago", removed)
             failing = False
         except redis.RedisError as exc:
             if not failing:
-                log.warning("could not load the agents' scripts (%s); retrying every %g s", exc, every_s)
+                log.warning("could not load the agents' scripts or sweep tokens (%s); retrying every %g s", exc, every_s)
             failing = True
         if stop.wait(every_s):
             return
@@ -655,7 +663,7 @@ class SchedulerServer:
                                        name="scheduler-loop", daemon=True)
         # Agents may call scripts but not load them (issue 34): every scheduler keeps them loaded.
         self.scripts_thread = threading.Thread(target=keep_agent_scripts, args=(self.client, self.stop_event),
-                                               name="agent-scripts", daemon=True)
+                                               kwargs={"tokens": self.tokens}, name="agent-scripts", daemon=True)
         self.scripts_thread.start()
         if serve == "api":
             # Never leads: nudges go to whichever process does, as a standby's do.
