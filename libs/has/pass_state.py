@@ -31,9 +31,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from has.cluster import ClusterView, GpuSlot, HealthySpan, NodeFree
-from has.placement import PlanOption, choose_from, explain_counts, explain_from
-
-Nodes = tuple[tuple[str, tuple[int, ...]], ...]
+from has.placement import (
+    Nodes,
+    Placement,
+    PlanOption,
+    choose_from,
+    choose_mixed,
+    explain_counts,
+    explain_from,
+)
 
 
 class _TypeFree:
@@ -145,6 +151,24 @@ class PassFree:
         if plan.bytes_per_gpu > ts.least:
             return choose_from(ts.free, plan)
         return _choose_by_count(ts, need, tp)
+
+    def fits_plan(self, plan: PlanOption) -> bool:
+        """Would ``choose_plan`` place ``plan`` (single-type or mixed) now?"""
+        if not plan.parts:
+            return self.fits(plan.gpu_type, plan.tp, plan.num_gpus, plan.bytes_per_gpu)
+        for gpu_type, need, tp, need_bytes in plan.type_needs():
+            if not self.fits(gpu_type, tp, need, need_bytes):
+                return False
+        return True
+
+    def choose_plan(self, job_id: str, index: int, plan: PlanOption) -> Placement | None:
+        """The placement of ``plan`` (the job's plan ``index``) on this pass's state now: ``choose``
+        for a single type, ``has.placement.choose_mixed`` for a mixed plan; None if it does not fit."""
+        if not plan.parts:
+            nodes = self.choose(plan)
+            return None if nodes is None else Placement(job_id, index, plan, nodes)
+        found = choose_mixed(self.choose, plan)
+        return None if found is None else Placement(job_id, index, plan, found[0], found[1])
 
     def give(self, gpu_type: str, slots: Sequence[GpuSlot]) -> None:
         """Add these GPUs (healthy, of ``gpu_type``, on schedulable nodes) as free — a what-if: a

@@ -26,8 +26,31 @@ def fmt_gib(num_bytes: int) -> str:
 
 
 @dataclass(frozen=True)
+class PlanPart:
+    """The ranks of one GPU type in one stage of a mixed plan (``PlanOption.parts``): ``gpus`` GPUs
+    of ``gpu_type`` in TP groups of ``tp``, each needing ``bytes_per_gpu``."""
+
+    stage: int
+    gpu_type: str
+    gpus: int
+    tp: int
+    bytes_per_gpu: int
+
+    def __post_init__(self) -> None:
+        if self.tp < 1 or self.gpus < 1 or self.gpus % self.tp:
+            raise ValueError(f"PlanPart: {self.gpus} GPUs is not a positive multiple of tp={self.tp}")
+        if self.bytes_per_gpu < 0:
+            raise ValueError(f"PlanPart.bytes_per_gpu must be >= 0, got {self.bytes_per_gpu}")
+
+
+@dataclass(frozen=True)
 class PlanOption:
-    """One layout of a job on one GPU type, with its predicted per-GPU memory need."""
+    """One layout of a job on one GPU type, with its predicted per-GPU memory need.
+
+    A mixed plan (one job over several GPU types, docs/mixed-plans.md) has ``parts``: its stages'
+    ranks per type, in stage order; then ``gpu_type`` is the types sorted and '+'-joined (no node
+    has such a type: only the pass's mixed placement, ``choose_mixed``, places it),
+    ``tp * pp * dp`` its GPUs and ``bytes_per_gpu`` the least any of its ranks needs."""
 
     gpu_type: str
     tp: int
@@ -38,11 +61,15 @@ class PlanOption:
     # Estimated seconds the job still needs under this plan (MARP step time x steps left);
     # None when unknown. Read by QueuePolicy(order="shortest", plan_choice="completion").
     runtime_s: float | None = None
+    parts: tuple[PlanPart, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp"):
             if getattr(self, name) < 1:
                 raise ValueError(f"PlanOption.{name} must be >= 1, got {getattr(self, name)}")
+        if self.parts and sum(p.gpus for p in self.parts) != self.tp * self.pp * self.dp:
+            raise ValueError(f"PlanOption: its parts hold {sum(p.gpus for p in self.parts)} GPUs, "
+                             f"tp x pp x dp is {self.tp * self.pp * self.dp}")
         if self.bytes_per_gpu < 0:
             raise ValueError(f"PlanOption.bytes_per_gpu must be >= 0, got {self.bytes_per_gpu}")
         if self.runtime_s is not None and not self.runtime_s >= 0:
@@ -52,8 +79,27 @@ class PlanOption:
     def num_gpus(self) -> int:
         return self.tp * self.pp * self.dp
 
+    def type_needs(self) -> list[tuple[str, int, int, int]]:
+        """(GPU type, GPUs, tp, bytes per GPU) per type of a mixed plan, types in stage order (the
+        most any of its ranks of that type needs, the widest TP group); one row for a single type."""
+        if not self.parts:
+            return [(self.gpu_type, self.tp * self.pp * self.dp, self.tp, self.bytes_per_gpu)]
+        rows: dict[str, list[int]] = {}
+        for part in self.parts:
+            row = rows.get(part.gpu_type)
+            if row is None:
+                rows[part.gpu_type] = [part.gpus, part.tp, part.bytes_per_gpu]
+            else:
+                row[0] += part.gpus
+                row[1] = max(row[1], part.tp)
+                row[2] = max(row[2], part.bytes_per_gpu)
+        return [(t, r[0], r[1], r[2]) for t, r in rows.items()]
+
     def describe(self) -> str:
         """E.g. ``4 × ≥38.2 GiB A100-80GB (tp=2 pp=1 dp=2, 2-GPU TP groups within a node)``."""
+        if self.parts:
+            types = " + ".join(f"{n} × ≥{fmt_gib(b)} GiB {t}" for t, n, _, b in self.type_needs())
+            return f"{types} (mixed plan, {self.pp} stage{'s' if self.pp > 1 else ''}, tp={self.tp})"
         layout = f"tp={self.tp} pp={self.pp} dp={self.dp}"
         if self.tp > 1:
             layout += f", {self.tp}-GPU TP groups within a node"
@@ -74,6 +120,9 @@ class Placement:
     plan_index: int
     plan: PlanOption
     nodes: tuple[tuple[str, tuple[int, ...]], ...]
+    # A mixed plan's: per node of ``nodes``, per GPU, the index of the ``plan.parts`` entry (the
+    # stage and type) that GPU's rank runs. Empty for a single-type plan.
+    parts: tuple[tuple[int, ...], ...] = ()
 
     def __post_init__(self) -> None:
         if self.gpu_count != self.plan.num_gpus:
@@ -81,6 +130,25 @@ class Placement:
         for node, indices in self.nodes:
             if not indices or len(indices) % self.plan.tp:
                 raise ValueError(f"node {node} gets {len(indices)} GPUs, not a multiple of tp={self.plan.tp}")
+        if self.plan.parts:
+            if [len(p) for p in self.parts] != [len(i) for _, i in self.nodes]:
+                raise ValueError("a mixed placement names the part of every GPU it takes")
+            for k, part in enumerate(self.plan.parts):
+                if sum(p.count(k) for p in self.parts) != part.gpus:
+                    raise ValueError(f"part {k} of the plan needs {part.gpus} GPUs")
+
+    def by_type(self) -> list[tuple[str, tuple[tuple[str, tuple[int, ...]], ...]]]:
+        """(GPU type, its (node, GPU indices)) per type the placement takes (one for a single type)."""
+        if not self.plan.parts:
+            return [(self.plan.gpu_type, self.nodes)]
+        out: dict[str, list[tuple[str, tuple[int, ...]]]] = {}
+        for (node, indices), kinds in zip(self.nodes, self.parts, strict=True):
+            per: dict[str, list[int]] = {}
+            for index, k in zip(indices, kinds, strict=True):
+                per.setdefault(self.plan.parts[k].gpu_type, []).append(index)
+            for t, got in per.items():
+                out.setdefault(t, []).append((node, tuple(got)))
+        return [(t, tuple(nodes)) for t, nodes in out.items()]
 
     @property
     def gpu_count(self) -> int:
@@ -198,6 +266,39 @@ def choose_from(
     return tuple((c.name, c.free.take(c.usable, b)) for c in head) + (
         (tail.name, tail.free.take(remainder, b)),
     )
+
+
+Nodes = tuple[tuple[str, tuple[int, ...]], ...]
+
+
+def choose_mixed(
+    choose: Callable[[PlanOption], Nodes | None], plan: PlanOption
+) -> tuple[Nodes, tuple[tuple[int, ...], ...]] | None:
+    """The GPUs a mixed plan (``plan.parts``) would take, with each GPU's part; None if one of its
+    types does not fit. ``choose``: the single-type rule (``choose_from`` on the free GPUs now).
+
+    Per type, its parts' GPUs are chosen as one single-type plan (the type's widest TP group, the
+    most bytes any of its ranks needs: ``PlanOption.type_needs``), so each share lands on nodes of
+    its type by the usual rules (TP groups within a node, fewest nodes, best fit). The type's GPUs,
+    in that order, go to its parts in stage order: a part's GPUs and a node's share are whole TP
+    groups, so no TP group crosses a node. Nodes are ordered by the first stage they run (rank 0 on
+    stage 0), then name; a node's GPUs by stage."""
+    got: dict[str, list[tuple[int, int]]] = {}  # node -> (part, GPU index)
+    for gpu_type, need, tp, need_bytes in plan.type_needs():
+        nodes = choose(PlanOption(gpu_type, tp, 1, need // tp, need_bytes))
+        if nodes is None:
+            return None
+        mine = [k for k, part in enumerate(plan.parts) if part.gpu_type == gpu_type]
+        slots = [(node, index) for node, indices in nodes for index in indices]
+        at = 0
+        for k in mine:
+            for node, index in slots[at:at + plan.parts[k].gpus]:
+                got.setdefault(node, []).append((k, index))
+            at += plan.parts[k].gpus
+    order = sorted(got, key=lambda n: (min(k for k, _ in got[n]), n))
+    rows = [sorted(got[n]) for n in order]
+    return (tuple((n, tuple(i for _, i in r)) for n, r in zip(order, rows, strict=True)),
+            tuple(tuple(k for k, _ in r) for r in rows))
 
 
 def explain_plan(cluster: ClusterView, plan: PlanOption) -> str:

@@ -175,6 +175,13 @@ class QueuePolicy:
       and the GPUs held), holds no GPUs and claims no release. Preemption never places a job over
       it. The operator's limit (``frenzy scheduler --max-gpus-per-user``), not a tuning knob: the
       simulator leaves it at 0.
+    mixed_plans: True (default): a job's mixed plans (``PlanOption.parts``: one job over several GPU
+      types, docs/mixed-plans.md) are weighed in MARP's order beside its single-type plans, under
+      "ranked" and "ranked-wait" plan choice (a mixed plan that fits now is taken unless waiting
+      for a better-ranked plan finishes more than ``wait_slack`` sooner; no job waits *for* a
+      mixed plan, holds GPUs for one or is placed on one by "completion" choice or preemption).
+      False (``frenzy-single-type``): mixed plans are skipped, as before issue 33; a job whose
+      only fitting plans are mixed says so in its pending reason.
 
     ``order``, ``starving_order`` and ``plan_choice`` are string enums: ``"shortest"`` (a CLI
     flag, a JSON file) works as well as ``QueueOrder.SHORTEST`` and becomes that member; any
@@ -202,6 +209,7 @@ class QueuePolicy:
     preempt_long_pairs: bool = False
     starvation_stretch: float = 0.0
     max_gpus_per_user: int = 0
+    mixed_plans: bool = True
 
     def __post_init__(self) -> None:
         if self.starvation_s < 0:
@@ -273,6 +281,9 @@ _NAMED: dict[str, dict[str, object]] = {
     "frenzy-completion": {"plan_choice": PlanChoice.COMPLETION, "preempt_within_s": 60.0, "preempt_long_gain": 0.0},
     "frenzy-nopreempt": {"plan_choice": PlanChoice.COMPLETION, "preempt_long_gain": 0.0},
     "frenzy-fifo": {"order": QueueOrder.FIFO},
+    # frenzy that never places a mixed plan (one job over several GPU types, issue 33): every job
+    # on one GPU type, as before mixed plans (docs/mixed-plans.md)
+    "frenzy-single-type": {"mixed_plans": False},
     # frenzy whose long-job stop may stop a job again after an hour of its run since it resumed
     # (instead of once per job): tried on the tuning half after the held-out Pollux 5 row, where
     # both 70B jobs were spent after one stop each (docs/simulator.md, "The long-job stop")

@@ -65,6 +65,7 @@ class _Pass:
         self.now = now
         self.policy = policy
         self.backfill = policy.backfill  # (read per waiting job)
+        self.mixed = policy.mixed_plans  # mixed plans may be placed (``QueuePolicy.mixed_plans``)
         self.running = running
         # job id → estimated completion if it waits (completion plan choice), for preemption
         self.est_done: dict[str, float] | None = (
@@ -243,10 +244,29 @@ class _Pass:
 
     def _place(self, placement: Placement) -> None:
         self.placements.append(placement)
+        if placement.plan.parts:  # a mixed plan: its GPUs of each type
+            for gpu_type, nodes in placement.by_type():
+                self._take(self.free, gpu_type, nodes, False)
+                if self.unheld is not None:
+                    self._take(self.unheld, gpu_type, nodes, False)
+            return
         # checked: chosen on ``free``, a subset of ``unheld``'s free GPUs
         self._take(self.free, placement.plan.gpu_type, placement.nodes, True)
         if self.unheld is not None:
             self._take(self.unheld, placement.plan.gpu_type, placement.nodes, True)
+
+    def _plans_if_mixed(self, job: QueuedJob, info: JobPlans) -> tuple[PlanOption, ...] | None:
+        """The job's plans when the pass weighs its mixed plans (it has some and the policy allows
+        them: ``_first_fit`` then tries those too), else None."""
+        return job.plans if info.mixed and self.mixed else None
+
+    def _commit(self, plan: PlanOption, until: float) -> None:
+        """``Releases.commit`` of a placed plan: a mixed plan's GPUs of each of its types."""
+        if not plan.parts:
+            self.releases.commit(plan, until)
+            return
+        for gpu_type, need, tp, need_bytes in plan.type_needs():
+            self.releases.commit(PlanOption(gpu_type, tp, 1, need // tp, need_bytes), until)
 
     def _why_waiting(
         self, job: QueuedJob, info: JobPlans, result: PendingReason, preferred: int | None
@@ -260,7 +280,11 @@ class _Pass:
         # node or GPU changes health (ClusterView reuses it): answered once per job and kept.
         if info.ever[0] is not capacity:  # could some plan fit with every job ended?
             groups = self.cluster.capacity_groups
-            info.ever = (capacity, any(groups(t, b, tp) * tp >= n for _, t, n, tp, b in info.rows))
+            ever = any(groups(t, b, tp) * tp >= n for _, t, n, tp, b in info.rows)
+            if not ever and info.mixed:  # a mixed plan fits some day when each of its types does
+                ever = any(all(groups(t, b, tp) * tp >= n for t, n, tp, b in job.plans[i].type_needs())
+                           for i in info.mixed)  # fmt: skip
+            info.ever = (capacity, ever)
         if not info.ever[1]:
             return PendingReason(
                 result.summary + "; cannot fit this cluster even with every job ended",
@@ -299,8 +323,9 @@ class _Pass:
         if reservation is None or holder is None or not reservation.held:
             return None
         assert self.unheld is not None
-        alt = _first_fit(self.unheld, info)
-        if alt is None or _first_fit(self.free, info) is not None:
+        mixed = self._plans_if_mixed(job, info)
+        alt = _first_fit(self.unheld, info, mixed)
+        if alt is None or _first_fit(self.free, info, mixed) is not None:
             return None
         why = (
             f"higher-priority job {holder.job_id} (priority {holder.priority})" if self.by_priority
@@ -320,8 +345,16 @@ class _Pass:
         chose to wait for, else its best) and return its reason; None when no plan of it can
         drain (it keeps ``result``)."""
         view = PassInventory(self.cluster, self.free, self.placements)
+        if preferred is not None and job.plans[preferred].parts:
+            preferred = None  # (GPUs are held for single-type plans only)
         if preferred is None:
-            res = drain_target(view, job.job_id, job.plans)
+            singles = [i for i, p in enumerate(job.plans) if not p.parts]
+            if len(singles) == len(job.plans):
+                res = drain_target(view, job.job_id, job.plans)
+            else:  # a job with mixed plans holds GPUs for its best single-type plan that can drain
+                res = drain_target(view, job.job_id, tuple([job.plans[i] for i in singles]))
+                if res is not None:
+                    res = dataclasses.replace(res, plan_index=singles[res.plan_index])
         else:  # hold GPUs for the plan the job chose to wait for
             res = drain_target(view, job.job_id, (job.plans[preferred],))
             if res is not None:
@@ -414,6 +447,8 @@ class _Pass:
             return reason
 
         def line(p: PlanOption) -> str:
+            if p.parts:
+                return self._mixed_line(p)
             key = (p.gpu_type, p.tp, p.pp, p.dp, p.bytes_per_gpu, p.label, version.get(p.gpu_type, 0))
             text = lines.get(key)
             if text is None:
@@ -424,14 +459,28 @@ class _Pass:
         reason = self._reasons[key] = explain_with(line, plans)
         return reason
 
+    def _mixed_line(self, plan: PlanOption) -> str:
+        """A mixed plan's line of a pending reason: mixed plans are off, or which of its types lack
+        GPUs now (each type's single-type line)."""
+        if not self.mixed:
+            return (f"needs {plan.describe()}; mixed plans are off (policy frenzy-single-type): it would "
+                    + ("fit now" if self.free.fits_plan(plan) else "not fit now either"))
+        short = []
+        for gpu_type, need, tp, need_bytes in plan.type_needs():
+            if not self.free.fits(gpu_type, tp, need, need_bytes):
+                part = PlanOption(gpu_type, tp, 1, need // tp, need_bytes)
+                short.append(self.free.explain(part, self.cluster.healthy_span(gpu_type)))
+        if not short:
+            return f"needs {plan.describe()}; fits now"
+        return f"needs {plan.describe()}; its share " + "; its share ".join(short)
+
     def _ranked(self, job: QueuedJob, info: JobPlans) -> Placement | PendingReason:
         """MARP's order, first plan that fits now (``place_job`` on the pass's free GPUs)."""
-        i = _first_fit(self.free, info)
+        i = _first_fit(self.free, info, self._plans_if_mixed(job, info))
         if i is not None:
-            plan = job.plans[i]
-            nodes = self.free.choose(plan)
-            assert nodes is not None
-            return Placement(job_id=job.job_id, plan_index=i, plan=plan, nodes=nodes)
+            found = self.free.choose_plan(job.job_id, i, job.plans[i])
+            assert found is not None
+            return found
         if self.policy.explain or not job.plans:
             return self._explain(job.plans, info)
         return _NO_FIT_NOW
@@ -450,7 +499,8 @@ class _Pass:
             info.waits = sorted((r or 0.0, j, lid(b, t), n - 1)
                                 for (j, t, n, _, b), r in zip(info.rows, info.runtimes, strict=True))  # fmt: skip
             info.waits_for = self.cluster._capacity  # (``lid`` builds the list of a new number)
-        i = _first_fit(self.free, info)
+            # (a mixed plan's type has no GPUs: its list is empty, no wait is ever for it)
+        i = _first_fit(self.free, info, self._plans_if_mixed(job, info))
         # The plans a wait could be for: those ranked before the one that fits now (all
         # when none fits); the earliest estimated completion among them (ties: the better
         # ranked). Walked fastest first: a release is never before now, so once now + runtime
@@ -470,10 +520,10 @@ class _Pass:
             plan = job.plans[i]
             now_done = now + info.runtimes[i]  # type: ignore[operator]  # (timed: not None)
             if best_list is None or now_done - now <= (best_done - now) * slack:
-                self.releases.commit(plan, now_done)
-                nodes = self.free.choose(plan)
-                assert nodes is not None
-                return Placement(job_id=job.job_id, plan_index=i, plan=plan, nodes=nodes), None
+                self._commit(plan, now_done)
+                placed = self.free.choose_plan(job.job_id, i, plan)
+                assert placed is not None
+                return placed, None
             better = job.plans[best_i]
             best_list.commit(better.num_gpus, best_done)
             if self.wait_done is not None:
@@ -519,8 +569,16 @@ class _Pass:
         ), any_i
 
 
-def _first_fit(free: PassFree, info: JobPlans) -> int | None:
-    """Index of the first plan (ranked order) that fits ``free`` now, or None."""
+def _first_fit(free: PassFree, info: JobPlans, plans: tuple[PlanOption, ...] | None = None) -> int | None:
+    """Index of the first plan (ranked order) that fits ``free`` now, or None. ``plans``: the job's
+    plans, to weigh its mixed plans too (``PassFree.fits_plan``); None skips them (their type, the
+    '+'-joined types, has no GPUs)."""
+    if plans is not None:
+        fits_plan = free.fits_plan
+        for row in info.rows:
+            if fits_plan(plans[row[0]]):
+                return row[0]
+        return None
     total = free.total
     for gpu_type, least in info.least:
         if total.get(gpu_type, 0) >= least:

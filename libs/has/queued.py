@@ -98,7 +98,7 @@ class JobPlans:
     __slots__ = (
         "rows", "runtimes", "least", "fewest", "timed", "size", "ideal_run", "fifo_key", "short_key", "ideal_key", "by_slack",
         "short_first", "ideal_first", "seq", "job_id", "submitted_at", "has_plans", "priority",
-        "_shape", "ever", "sigs", "lean_for", "lean", "waits_for", "waits", "user", "most", "cut",
+        "_shape", "ever", "sigs", "lean_for", "lean", "waits_for", "waits", "user", "most", "cut", "mixed",
     )  # fmt: skip
 
     def __init__(self, job: QueuedJob) -> None:
@@ -120,6 +120,8 @@ class JobPlans:
                     cheapest, cheapest_run = r * n, r
                 sizes.append(r * n)
         self.rows = rows
+        # indices of its mixed plans (``PlanOption.parts``), which only the pass's mixed path places
+        self.mixed: tuple[int, ...] = tuple([i for i, p in enumerate(plans) if p.parts])
         self.runtimes = runtimes
         self.least = tuple(least.items())
         self.fewest = min(least.values(), default=0)  # GPUs of the job's smallest plan
@@ -162,13 +164,16 @@ class JobPlans:
         """(id of what the job's pending reason depends on, its GPU types): jobs with the same
         plan shapes — the same model and recipe, whatever their length — share one id."""
         if self._shape is None:
-            key = tuple((p.gpu_type, p.tp, p.pp, p.dp, p.bytes_per_gpu, p.label) for p in plans)
+            key: tuple[object, ...] = tuple(
+                (p.gpu_type, p.tp, p.pp, p.dp, p.bytes_per_gpu, p.label, p.parts) for p in plans
+            )
             if len(_SHAPES) > 100_000:  # bounded: distinct plan shapes seen by a long-lived process
                 _SHAPES.clear()
             shape = _SHAPES.get(key)
             if shape is None:
                 shape = _SHAPES[key] = next(_SHAPE_IDS)  # never reused, even after a clear
-            self._shape = (shape, tuple(sorted({p.gpu_type for p in plans})))
+            # (a mixed plan's reason depends on the free GPUs of each of its types)
+            self._shape = (shape, tuple(sorted({t for p in plans for t, _, _, _ in p.type_needs()})))
         return self._shape
 
     def candidate_signature(self, plans: tuple[PlanOption, ...], width_slack: float) -> tuple[int, tuple[int, ...]]:
@@ -202,7 +207,7 @@ class JobPlans:
         return out
 
 
-_SHAPES: dict[tuple[tuple[str, int, int, int, int, str], ...], int] = {}
+_SHAPES: dict[tuple[object, ...], int] = {}
 _SHAPE_IDS = itertools.count()
 
 

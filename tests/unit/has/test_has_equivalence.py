@@ -148,7 +148,7 @@ def to_ref_queue(queue: Sequence[QueuedJob]) -> list[ref.QueuedJob]:
     memo: dict[int, tuple[ref.PlanOption, ...]] = {}  # shared plan tuples stay shared
     out = []
     for j in queue:
-        plans = memo.setdefault(id(j.plans), tuple(ref.PlanOption(**dataclasses.asdict(p)) for p in j.plans))
+        plans = memo.setdefault(id(j.plans), tuple(_ref_plan(p) for p in j.plans))
         out.append(ref.QueuedJob(j.job_id, j.seq, j.submitted_at, plans))
     return out
 
@@ -156,19 +156,29 @@ def to_ref_queue(queue: Sequence[QueuedJob]) -> list[ref.QueuedJob]:
 def to_ref_policy(policy: QueuePolicy) -> ref.QueuePolicy:
     # The reference pass predates preemption; these tests never pass ``running``, so the
     # preemption knobs (on in frenzy-completion) cannot change a decision here. Nor the GPU
-    # quota (issue 34): off in these tests (tests/unit/has/test_has_quota.py has it).
+    # quota (issue 34): off in these tests (tests/unit/has/test_has_quota.py has it). Nor mixed
+    # plans (issue 33): these queues have none (tests/unit/has/test_has_mixed.py has them).
     assert not policy.max_gpus_per_user
     knobs = {k: v for k, v in dataclasses.asdict(policy).items()
-             if not k.startswith("preempt_") and k != "max_gpus_per_user"}
+             if not k.startswith("preempt_") and k not in ("max_gpus_per_user", "mixed_plans")}
     return ref.QueuePolicy(**knobs)
 
 
+def _plan(p: PlanOption | ref.PlanOption) -> tuple:
+    """A plan's single-type fields (the reference's PlanOption predates mixed plans' ``parts``)."""
+    return tuple(getattr(p, f) for f in ("gpu_type", "tp", "pp", "dp", "bytes_per_gpu", "label", "runtime_s"))
+
+
+def _ref_plan(p: PlanOption) -> ref.PlanOption:
+    return ref.PlanOption(*_plan(p))
+
+
 def plain(res: has.ScheduleResult | ref.ScheduleResult) -> tuple:
-    placements = [(p.job_id, p.plan_index, dataclasses.astuple(p.plan), p.nodes) for p in res.placements]
+    placements = [(p.job_id, p.plan_index, _plan(p.plan), p.nodes) for p in res.placements]
     pending = [(j, r.summary, r.per_plan, r.kind.value) for j, r in res.pending.items()]
     r = res.reservation
     reservation = (
-        None if r is None else (r.job_id, r.plan_index, dataclasses.astuple(r.plan), r.target, r.held)
+        None if r is None else (r.job_id, r.plan_index, _plan(r.plan), r.target, r.held)
     )
     return placements, pending, res.blocked_by, reservation
 
@@ -316,7 +326,7 @@ def test_drain_target_matches_the_reference_on_every_plan_list() -> None:
             plans = plans + tuple(dataclasses.replace(p, bytes_per_gpu=max(1, p.bytes_per_gpu - rng.randint(0, GiB)))
                                   for p in plans)
         got = drain_target(view, "starving", plans)
-        want = ref.drain_target(to_ref_cluster(view), "starving", [ref.PlanOption(**dataclasses.asdict(p)) for p in plans])
+        want = ref.drain_target(to_ref_cluster(view), "starving", [_ref_plan(p) for p in plans])
         norm = (lambda r: None if r is None else (r.plan_index, r.target, r.held))  # noqa: E731
         assert norm(got) == norm(want), f"seed {seed}"
         reserved += got is not None and bool(got.held)
@@ -340,7 +350,7 @@ def test_drain_target_picks_partial_groups_by_what_they_already_hold() -> None:
         need = rng.randint(full + 1, max(full + 1, len(nodes) * 8 // tp))
         plan = PlanOption("A100-80GB", tp, 1, need, 10 * GiB)
         got = drain_target(view, "s", (plan,))
-        want = ref.drain_target(to_ref_cluster(view), "s", [ref.PlanOption(**dataclasses.asdict(plan))])
+        want = ref.drain_target(to_ref_cluster(view), "s", [_ref_plan(plan)])
         assert (got.target, got.held) == (want.target, want.held), f"seed {seed}"  # type: ignore[union-attr]
         partial_cases += any(len(idx) % tp for _, idx in got.held)  # type: ignore[union-attr]
     assert partial_cases > 50

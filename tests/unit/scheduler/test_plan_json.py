@@ -45,3 +45,24 @@ def test_a_plan_without_a_layout_is_refused_by_both() -> None:
         plan_to_option(json_format.ParseDict(raw, types_pb2.Plan()))
     with pytest.raises(ValueError, match="tp must be >= 1"):
         option_from_json(raw)
+
+
+def test_a_mixed_plan_reads_into_its_parts_by_both() -> None:
+    """A mixed plan (issue 33) as stored: its stages' shares become the PlanOption's parts."""
+    from frenzy.predictor.planning import predict
+    from frenzy.v1 import predictor_pb2
+
+    pools = [types_pb2.GpuPool(gpu_type="A100-80GB", total_gpus=2, gpus_per_node=2),
+             types_pb2.GpuPool(gpu_type="L4", total_gpus=8, gpus_per_node=4)]
+    resp = predict(predictor_pb2.PredictRequest(model=types_pb2.ModelSpec(catalog_name="llama-2-13b"),
+                                                recipe=types_pb2.TrainingRecipe(seq_len=4096, global_batch=64),
+                                                pools=pools, mixed=True))
+    plan = resp.plans[0]
+    raw = json.loads(json.dumps(json_format.MessageToDict(plan)))
+    option = option_from_json(raw)
+    assert option == plan_to_option(plan)
+    assert option.gpu_type == "A100-80GB+L4" and option.num_gpus == 10
+    assert [(p.stage, p.gpu_type, p.gpus, p.tp) for p in option.parts] == [
+        (st.index, s.gpu_type, s.gpus, st.tp) for st in plan.stages for s in st.shares]
+    assert option.bytes_per_gpu == min(s.peak_bytes for st in plan.stages for s in st.shares)
+    assert dict((t, n) for t, n, _, _ in option.type_needs()) == {"A100-80GB": 2, "L4": 8}
