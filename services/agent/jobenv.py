@@ -131,6 +131,31 @@ def _what(name: str) -> str:
     return f"variables matching {name}" if name.endswith("*") else name
 
 
+def contract_env(contract: Mapping[str, str]) -> dict[str, str]:
+    """A mixed plan's launch contract as the job's environment: the five ``FRENZY_STAGE`` ..
+    ``FRENZY_LOSS_SCALE`` variables of the launch's layout (``LayoutEnv.contract``, checked whole
+    when the message was read), one value or one per local rank (``frenzy.train.contract``). Empty
+    for a single-type plan: a homogeneous job gets none of them (and its own env cannot set them:
+    ``FRENZY_*`` is reserved)."""
+    return dict(contract)
+
+
+def contract_placeholders(contract: Mapping[str, str]) -> dict[str, str]:
+    """``{stage_layers}`` and ``{local_micro_batch}`` for the command line of a node whose ranks
+    agree on them (``FIRST-LAST``, an integer); one whose ranks differ (two stages on one node) gets
+    neither, the placeholder stays as written, and the script reads the variable per rank. A
+    single-type plan: the whole model is one stage ({stage_layers} unset) and every rank runs the
+    plan's micro-batch (``placeholder_values`` gives ``{micro_batch}``)."""
+    from frenzy.train.contract import LOCAL_MICRO_BATCH, STAGE_LAYERS
+
+    out = {}
+    for key, name in (("stage_layers", STAGE_LAYERS), ("local_micro_batch", LOCAL_MICRO_BATCH)):
+        value = contract.get(name, "")
+        if value and "," not in value:
+            out[key] = value
+    return out
+
+
 CHECKPOINT_DIR_VAR = "FRENZY_CHECKPOINT_DIR"
 
 

@@ -92,6 +92,10 @@ def placeholder_values(msg: LaunchMessage) -> dict[str, str]:
         "rdzv_id": msg.rdzv_id,
         "job_id": msg.job_id,
         "attempt": str(msg.attempt),
+        # {stage_layers} {local_micro_batch}: a mixed plan's, where the node's ranks agree (else
+        # left as written; docs/mixed-plans.md); a single-type plan's micro-batch is every rank's
+        **(jobenv.contract_placeholders(lay.contract) if lay.contract
+           else {"local_micro_batch": str(lay.micro_batch)}),
     }
 
 
@@ -234,6 +238,7 @@ def build_env(msg: LaunchMessage, node: str, base: Mapping[str, str] | None = No
         "PET_MASTER_ADDR": msg.master_addr,
         "PET_MASTER_PORT": str(msg.master_port),
         "PET_RDZV_ID": msg.rdzv_id,
+        **jobenv.contract_env(lay.contract),  # a mixed plan's FRENZY_STAGE .. FRENZY_LOSS_SCALE
     })
     if run_dir:
         env["FRENZY_RUN_DIR"] = run_dir

@@ -287,14 +287,17 @@ class SchedulerLoop:
         meet = Rendezvous(store.node_addr(nodes[0]), port)
         uuids = {n: store.gpu_uuids(n, idxs) for n, idxs in placement.nodes}
         messages = render_launches(placement.job_id, attempt, fence, spec, plan, placement.nodes, meet, uuids,
-                                   user=store.queued_user(placement.job_id), node_dead_after_s=self.dead_after_s)
+                                   user=store.queued_user(placement.job_id), node_dead_after_s=self.dead_after_s,
+                                   parts=placement.parts)
         sealed = tuple(store.seal_for(m.node, m).model_dump_json() for m in messages)
         runtime = placement.plan.runtime_s
         # est_end: when these GPUs should free up again, what completion-time-aware plan choice
         # weighs against starting elsewhere now.
         return PlacementOrder(job_id=placement.job_id, attempt=attempt, fence=fence,
                               nodes=tuple((n, tuple(g)) for n, g in placement.nodes),
-                              need_bytes=int(plan.peak_bytes_per_gpu), port=port, master_addr=meet.addr,
+                              # (a mixed plan: the least any of its ranks needs; HAS checked each type's)
+                              need_bytes=int(placement.plan.bytes_per_gpu if placement.plan.parts
+                                             else plan.peak_bytes_per_gpu), port=port, master_addr=meet.addr,
                               gpu_type=plan.gpu_type, plan_json=json.dumps(stored[placement.plan_index]),
                               messages=sealed, est_end=None if runtime is None else now + runtime)
 

@@ -85,6 +85,21 @@ class LayoutEnv(_Msg):
     # MARP's predicted peak bytes per GPU (0: unknown). Fake GPUs report it as used memory
     # while the job runs there, as a real GPU would show the job's allocations.
     peak_bytes_per_gpu: int = Field(default=0, ge=0)
+    # A mixed plan's launch contract for this node's ranks (docs/mixed-plans.md): the five
+    # FRENZY_STAGE* / FRENZY_LOCAL_* / FRENZY_LOSS_SCALE variables as ``frenzy.train.contract.render``
+    # gives them (one value, or one per local rank). Empty: a single-type plan, no contract.
+    contract: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("contract")
+    @classmethod
+    def _whole_contract(cls, value: dict[str, str]) -> dict[str, str]:
+        from frenzy.train import contract
+
+        if value and set(value) != set(contract.NAMES):
+            raise ValueError(f"a launch contract sets all of {', '.join(contract.NAMES)} or none, got {sorted(value)}")
+        for rank in range(max((v.count(",") + 1 for v in value.values()), default=0)):  # every local rank's
+            contract.parse({**value, contract.LOCAL_RANK: str(rank)})  # well formed (ContractError: a ValueError)
+        return value
 
 
 class LaunchMessage(_Sealed):
