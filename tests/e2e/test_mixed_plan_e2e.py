@@ -21,6 +21,7 @@ import yaml
 from e2e.test_agents_e2e import DONE, Stack, make_stack  # noqa: F401 (the fixture)
 
 from frenzy.v1 import types_pb2
+from support.waiting import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -84,3 +85,11 @@ def test_a_job_no_single_pool_holds_runs_on_a_mixed_plan(make_stack: Callable[..
 def _prefix(gpu_type: str) -> str:
     """The node name prefix fragmented.yaml gives a type's nodes."""
     return {"A100-80GB": "a100", "L4": "l4", "A10G": "a10g"}[gpu_type]
+
+
+def test_under_frenzy_single_type_the_job_waits_and_says_why(make_stack: Callable[..., Stack]) -> None:  # noqa: F811
+    s = make_stack(yaml.safe_load(CLUSTER.read_text()), policy="frenzy-single-type")
+    job_id = s.submit([sys.executable, "-c", "print('never')"], **JOB)
+    job = wait_for(lambda: "mixed plans" in (j := s.job(job_id)).pending_reason and j, 30, "the pending reason")
+    assert job.state == types_pb2.JOB_STATE_PENDING  # type: ignore[union-attr]
+    assert "mixed plans are off (policy frenzy-single-type): it would fit now" in job.pending_reason  # type: ignore[union-attr]
