@@ -4,9 +4,11 @@ as single-type plans; ``frenzy-single-type`` skips it and says so."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from unit.has.has_builders import A100, L4, GiB, cluster, free_node, job, node, plan
 
-from has import PlanOption, PlanPart, QueuedJob, QueuePolicy, WaitKind, schedule
+from has import NodeView, PlanOption, PlanPart, QueuedJob, QueuePolicy, WaitKind, schedule
 
 A10G = "A10G"
 
@@ -82,8 +84,8 @@ def test_ranked_wait_waits_for_a_much_faster_single_plan_whose_gpus_free_soon():
     # 2 busy A100 free in 10 s; the job's best plan (2 A100, 50 s) is ranked first, the mixed plan
     # (1000 s) fits now: waiting finishes in 60 s, far sooner, so the job waits (the same rule)
     a100 = node("a100-0", A100, 2, busy=(0, 1))
-    busy = [g if g.owner is None else type(g)(**{**g.__dict__, "free_at": 10.0}) for g in a100.gpus]
-    view = cluster(type(a100)(name="a100-0", gpus=tuple(busy)), free_node("a100-1", 2, n=2),
+    busy = [dataclasses.replace(g, free_at=10.0) for g in a100.gpus]
+    view = cluster(NodeView(name="a100-0", gpus=tuple(busy)), free_node("a100-1", 2, n=2),
                    free_node("l4-0", 4, n=4, gpu_type=L4), free_node("l4-1", 4, n=4, gpu_type=L4))
     fast = PlanOption(A100, 2, 1, 2, 40 * GiB, runtime_s=50.0)  # 4 A100: two busy ones needed
     result = schedule(view, [job("j", 1, fast, pipeline(runtime=1000.0))], 0.0, QueuePolicy.frenzy())
