@@ -60,7 +60,7 @@ from frenzy.agent import cgroups, jobenv, launcher, safefile
 from frenzy.agent.cgroups import DEFAULT_PIDS_MAX, JobCgroups
 from frenzy.agent.codecache import CachePolicy, CodeCache, CodeUnavailable, PruneReport
 from frenzy.agent.exit_cause import FENCED, classify, last_lines
-from frenzy.agent.fencing import to_fence
+from frenzy.agent.fencing import redis_is_down, to_fence
 from frenzy.agent.gpus import GpuBackend, GpuInfo, NvmlBackend, node_health, processes_json
 from frenzy.agent.jobproc import JobProcess, append_line, append_trailer, ended
 from frenzy.agent.launch_check import GpuHolder, LaunchFacts, LaunchVerdict, check_launch, opens_rendezvous
@@ -220,8 +220,7 @@ class Agent:
         hb = threading.Thread(target=self._heartbeat_loop, args=(hb_stop,), name=f"heartbeat-{self.node}",
                               daemon=True)
         ship = threading.Thread(target=self._logs.run, args=(hb_stop,), name=f"logs-{self.node}", daemon=True)
-        # Apart from the heartbeat: behind a silent partition a Redis call waits for the network, and
-        # the watchdog must still act while the heartbeat thread is stuck in one.
+        # Apart from the heartbeat, which a silent partition can hold in one Redis call for long.
         fence = threading.Thread(target=self._fence_watchdog, args=(hb_stop,), name=f"fence-{self.node}",
                                  daemon=True)
         try:
@@ -419,9 +418,7 @@ class Agent:
             try:
                 sent = time.monotonic()
                 self._heartbeat_once()
-                # When it was sent, not when its reply came: behind a lossy link the reply can come
-                # seconds after Redis ran it, and the scheduler counts from when Redis ran it.
-                self._beat_ok_at = sent
+                self._beat_ok_at = sent  # not the reply's time: a lossy link delays it (fencing.py)
                 self._read_key()
                 if time.monotonic() - self._pruned_at >= PRUNE_EVERY_S:
                     # In a thread of its own: deleting big trees must not delay the next heartbeat.
@@ -433,6 +430,8 @@ class Agent:
             except redis.RedisError as exc:
                 (log.debug if failing else log.warning)("heartbeat failed: %s", exc)
                 failing = True
+                if redis_is_down(exc):  # down for everyone: nobody counts this silence (reaping.py)
+                    self._beat_ok_at = sent
             except Exception:  # keep the lease alive whatever else breaks; a dead thread kills the node
                 log.exception("heartbeat failed unexpectedly")
 

@@ -5,15 +5,26 @@ elsewhere. A node that is alive but cut off (a switch port, a partition) would o
 copy running beside the new one -- twice the GPUs, and a second writer of the job's checkpoints and
 output. Like Slurm's slurmd giving up its jobs and a Kubernetes kubelet's node lease, the agent
 fences itself: past a deadline without a heartbeat it stops each job, so that the SIGKILL after
-its cancel grace lands before the scheduler's deadline (with a heartbeat to spare). The launch
+its cancel grace lands before the scheduler's deadline (with a heartbeat to spare). A heartbeat
+counts from when it was sent, not when its reply came: behind a lossy link the reply can come
+seconds after Redis ran it, and the scheduler counts from when Redis ran it. The launch
 carries the scheduler's ``node_dead_after_s``, signed; a launch without it (an older scheduler) is
 never stopped this way.
+
+Redis itself down is not a partition: the scheduler cannot declare anyone dead then, and once Redis
+is back it counts every node's silence from that moment (``frenzy.scheduler.reaping``). An agent
+that is *refused* (the host answers, no server listens, or it is still loading its data) therefore
+does not count that time as silence (``redis_is_down``); only calls that hang or time out do, as
+behind a cut cable. A Redis host that dies outright looks like a partition to every agent: without
+a replica to fail over to (issue 37), their jobs are stopped and run again once it is back.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Protocol
+
+import redis
 
 
 class Fenceable(Protocol):
@@ -46,3 +57,18 @@ def to_fence(jobs: Iterable[Fenceable], silent_s: float, cancel_grace_s: float, 
         if deadline is not None and silent_s >= deadline:
             out.append(job)
     return out
+
+
+def redis_is_down(exc: BaseException) -> bool:
+    """Whether a failed Redis call says the server is down rather than out of reach: the connection
+    refused (the host answered), or Redis still loading its data after a restart."""
+    if isinstance(exc, redis.BusyLoadingError):
+        return True
+    seen: BaseException | None = exc
+    for _ in range(8):  # redis-py wraps the socket's error; a short, bounded walk down the chain
+        if seen is None:
+            return False
+        if isinstance(seen, ConnectionRefusedError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False

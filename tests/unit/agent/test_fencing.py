@@ -31,3 +31,22 @@ def test_only_running_jobs_past_their_deadline_not_stopped_already() -> None:
     chosen = to_fence([late, early, old_scheduler, done, stopping], silent_s=15.0, cancel_grace_s=3.0, heartbeat_s=1.0)
     assert chosen == [late]
     assert to_fence([late], silent_s=14.9, cancel_grace_s=3.0, heartbeat_s=1.0) == []
+
+
+def test_a_refused_connection_is_redis_down_a_timeout_is_not() -> None:
+    import socket
+
+    import redis
+
+    from frenzy.agent.fencing import redis_is_down
+
+    with socket.socket() as s:  # a port bound but not listening: the host refuses
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        try:
+            redis.Redis(port=port, socket_connect_timeout=2).ping()
+        except redis.RedisError as exc:
+            assert redis_is_down(exc)
+    assert redis_is_down(redis.BusyLoadingError("loading"))
+    assert not redis_is_down(redis.TimeoutError("Timeout reading from socket"))
+    assert not redis_is_down(redis.ConnectionError("Connection reset by peer"))
