@@ -179,6 +179,43 @@ def api_dependencies(extra: Sequence[Dependency] = ()) -> list[Dependency]:
     return [Depends(caller_token), *extra]
 
 
+# FastAPIOffline is FastAPI with /docs pointed at the Swagger UI files inside the fastapi-offline
+# package, served under /static-offline-docs (no CDN). No /redoc: ReDoc 2.5 always loads its sidebar
+# logo from cdn.redoc.ly, a request out of the cluster for every reader
+# (tests/e2e/test_dashboard_browser.py caught it). No validator badge: Swagger UI would send the
+# schema's URL to validator.swagger.io whenever the host is not loopback.
+OFFLINE_DOCS: dict[str, Any] = {"redoc_url": None, "swagger_ui_parameters": {"validatorUrl": None}}
+
+
+def _job_states(names: Sequence[str]) -> list[int]:
+    """``?state=`` values as JobState numbers; 400 naming an unknown one."""
+    states = []
+    for given in names:
+        name = f"JOB_STATE_{given.strip().upper()}"
+        if name not in types_pb2.JobState.keys() or name == "JOB_STATE_UNSPECIFIED":
+            allowed = ", ".join(n.removeprefix("JOB_STATE_") for n in types_pb2.JobState.keys()[1:])
+            raise HTTPException(400, detail=f"state: unknown state {given!r} (one of {allowed})")
+        states.append(types_pb2.JobState.Value(name))
+    return states
+
+
+def _logs_answer(job_id: str, chunks: Sequence[Any], meta: dict[str, Any], whole: bool) -> dict[str, Any]:
+    """GET /api/jobs/{id}/logs's body: the chunks, the caps the scheduler reported in its headers,
+    and (``whole``: every line asked for) each node and attempt whose first bytes are gone."""
+    dropped: list[dict[str, Any]] = []
+    if whole:
+        seen: set[tuple[str, int]] = set()
+        for c in chunks:
+            if (c.node, c.attempt) not in seen:
+                seen.add((c.node, c.attempt))
+                if c.offset > 0:
+                    dropped.append({"node": c.node, "attempt": c.attempt, "bytes": c.offset})
+    return {"job_id": job_id, "cap_bytes": _header_int(meta, "frenzy-log-cap-bytes"),
+            "file_cap_bytes": _header_int(meta, "frenzy-log-file-cap-bytes"), "dropped": dropped, "chunks": [
+        {"node": c.node, "attempt": c.attempt, "offset": c.offset, "text": c.text, "at": c.at} for c in chunks
+    ]}
+
+
 def create_app(scheduler_address: str, *, bind_host: str = "127.0.0.1", allowed_hosts: Sequence[str] = (),
                max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, dependencies: Sequence[Dependency] = (),
                scheduler_tls: ClientTls | None = None, metrics: ApiMetrics | None = None) -> FastAPI:
@@ -211,14 +248,8 @@ def create_app(scheduler_address: str, *, bind_host: str = "127.0.0.1", allowed_
         if "c" in channel:
             channel.pop("c").close()
 
-    # FastAPIOffline is FastAPI with /docs pointed at the Swagger UI files inside the
-    # fastapi-offline package, served under /static-offline-docs (no CDN). No /redoc: ReDoc 2.5
-    # always loads its sidebar logo from cdn.redoc.ly, a request out of the cluster for every
-    # reader (tests/e2e/test_dashboard_browser.py caught it). No validator badge: Swagger UI
-    # would send the schema's URL to validator.swagger.io whenever the host is not loopback.
     app = FastAPIOffline(
-        redoc_url=None, swagger_ui_parameters={"validatorUrl": None},
-        title="Frenzy", version="0.1.0", lifespan=lifespan,
+        **OFFLINE_DOCS, title="Frenzy", version="0.1.0", lifespan=lifespan,
         # (no address of the scheduler: the page is open to anyone who reaches the API, issue 34)
         description="Submit LLM training jobs by model and recipe; Frenzy picks the GPUs.",
     )
@@ -270,14 +301,8 @@ def create_app(scheduler_address: str, *, bind_host: str = "127.0.0.1", allowed_
             since_at = since_time(since)
         except ValueError as exc:
             raise HTTPException(400, detail=f"since: {exc}") from None
-        states = []
-        for s in state:
-            name = f"JOB_STATE_{s.strip().upper()}"
-            if name not in types_pb2.JobState.keys() or name == "JOB_STATE_UNSPECIFIED":
-                allowed = ", ".join(n.removeprefix("JOB_STATE_") for n in types_pb2.JobState.keys()[1:])
-                raise HTTPException(400, detail=f"state: unknown state {s!r} (one of {allowed})")
-            states.append(types_pb2.JobState.Value(name))
-        req = scheduler_pb2.ListJobsRequest(states=states, limit=limit, user=user, name=name, since=since_at)
+        req = scheduler_pb2.ListJobsRequest(states=_job_states(state), limit=limit, user=user, name=name,
+                                             since=since_at)
         resp = call(token, lambda st: st.ListJobs(req, timeout=READ_TIMEOUT_S))
         return job_list(resp.jobs)
 
@@ -340,18 +365,7 @@ def create_app(scheduler_address: str, *, bind_host: str = "127.0.0.1", allowed_
             return chunks, dict(stream.initial_metadata() or ())
 
         chunks, meta = call(token, read)
-        dropped: list[dict[str, Any]] = []
-        if not tail_lines:
-            seen: set[tuple[str, int]] = set()
-            for c in chunks:
-                if (c.node, c.attempt) not in seen:
-                    seen.add((c.node, c.attempt))
-                    if c.offset > 0:
-                        dropped.append({"node": c.node, "attempt": c.attempt, "bytes": c.offset})
-        return {"job_id": job_id, "cap_bytes": _header_int(meta, "frenzy-log-cap-bytes"),
-                "file_cap_bytes": _header_int(meta, "frenzy-log-file-cap-bytes"), "dropped": dropped, "chunks": [
-            {"node": c.node, "attempt": c.attempt, "offset": c.offset, "text": c.text, "at": c.at} for c in chunks
-        ]}
+        return _logs_answer(job_id, chunks, meta, whole=not tail_lines)
 
     @api.get("/nodes", tags=["nodes"])
     def list_nodes(token: Caller, include_dead: bool = False) -> dict[str, Any]:

@@ -13,15 +13,15 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import redis
 from google.protobuf import json_format
-from redis.commands.core import Script
 
 from frenzy.state import node_keys, scripts, signing
+from frenzy.state.calls import PlacementOrder, ScriptCall, Submission, Submitted
 from frenzy.state.job_states import ACTIVE, JobState, sources_of
 from frenzy.state.keys import SCHEDULER_GROUP, Keys
 from frenzy.state.messages import CancelMessage, Sealable, sealed
@@ -73,59 +73,6 @@ def _port_offset(job_id: str, span: int) -> int:
 def plans_to_json(plans: list[types_pb2.Plan]) -> str:
     """Plans as the job hash stores them (a JSON list of ``MessageToDict``)."""
     return json.dumps([json_format.MessageToDict(p) for p in plans])
-
-
-@dataclass(frozen=True)
-class ScriptCall:
-    """One Lua script's keys and arguments, and how its reply reads (``StateStore.run_calls``)."""
-
-    script: Script
-    keys: list[str]
-    args: list[Any]
-    read: Callable[[Any], Any]
-
-
-@dataclass(frozen=True)
-class Submission:
-    """A job about to be written (``StateStore.prepare_submission``)."""
-
-    job_id: str
-    at: float
-    spec: types_pb2.JobSpec
-    plans: list[types_pb2.Plan]
-    fields: dict[str, str]
-    history: str
-    user: str
-
-
-@dataclass(frozen=True)
-class Submitted:
-    """What a submission wrote: the job's id, whether an earlier job had its idempotency key, and
-    (when new) the record as written."""
-
-    job_id: str
-    duplicate: bool
-    record: JobRecord | None
-    # Refused by the queued-jobs quota: how many the user has queued (nothing was written).
-    over_quota: int | None = None
-
-
-@dataclass(frozen=True)
-class PlacementOrder:
-    """One job's placement, ready for ``place_jobs.lua``: the launches are signed (JSON), so the
-    fence and the port they name are chosen before the call and only checked in it."""
-
-    job_id: str
-    attempt: int
-    fence: int
-    nodes: tuple[tuple[str, tuple[int, ...]], ...]
-    need_bytes: int
-    port: int
-    master_addr: str
-    gpu_type: str
-    plan_json: str
-    messages: tuple[str, ...]  # one signed launch per node, same order as ``nodes``
-    est_end: float | None = None
 
 
 class StateStore:

@@ -12,19 +12,20 @@ _spec = importlib.util.spec_from_file_location("structure", ROOT / "scripts" / "
 structure = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
 _spec.loader.exec_module(structure)  # type: ignore[union-attr]
 
-# Over the limits when the check came in (session 15), at most this long; cut, then strike.
+# Over the limits when the check came in (session 15), at most this long (lowered as they shrink);
+# cut, then strike.
 KNOWN_FILES = {
     "libs/has/sim/baselines.py": 917,
     "libs/has/sim/engine.py": 928,
-    "services/agent/daemon.py": 914,
-    "services/state/store.py": 972,
+    "services/agent/daemon.py": 913,
+    "services/state/store.py": 939,
 }
 KNOWN_FUNCTIONS = {
     "libs/marp/activations.py:layer_coefficients": 156,
-    "libs/marp/plans.py:enumerate_plans": 171,
-    "services/agent/cli.py:agent_command": 179,
-    "services/api/app.py:create_app": 163,
-    "services/cli/cmd_predict.py:predict": 196,
+    "libs/marp/plans.py:enumerate_plans": 169,
+    "services/agent/cli.py:agent_command": 171,
+    "services/api/app.py:create_app": 160,
+    "services/cli/cmd_predict.py:predict": 180,
 }
 
 
