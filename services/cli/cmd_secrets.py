@@ -238,6 +238,11 @@ def tokens(
         for name, user, role, note in wanted:
             made = ensure_token(store, directory / name, user, role, note)
             typer.echo(f"{'made' if made else 'kept'} {directory / name} ({user}, {role.value})")
+        # Agents may only call Frenzy's scripts by hash (frenzy.state.acl): loaded here, with the
+        # operator's rights, so compose's agents register before any scheduler is up.
+        from frenzy.state.scripts import ensure_loaded
+
+        ensure_loaded(client)
     except redis.AuthenticationError:
         fail("Redis refused the credentials in --redis-url / REDIS_URL / REDIS_URL_FILE", 1)
     except redis.ConnectionError:

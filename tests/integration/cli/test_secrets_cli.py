@@ -36,8 +36,10 @@ from frenzy.cli.cmd_secrets import (
 from frenzy.cli.main import app
 from frenzy.devstack.redis_server import free_port, redis_binary
 from frenzy.state import acl, node_keys
+from frenzy.state import scripts as scripts_mod
 from frenzy.state.acl import RedisRole
 from frenzy.state.keys import AGENT_GROUP, SCHEDULER_GROUP, Keys
+from frenzy.state.scripts import ensure_loaded
 from support.waiting import wait_for
 
 NOPERM = redis.exceptions.NoPermissionError
@@ -200,6 +202,8 @@ def test_an_agent_works_its_own_node_and_no_other(acl_redis: AclRedis) -> None:
 def test_a_real_agent_runs_under_its_node_s_user_and_passes_its_health_check(acl_redis: AclRedis,
                                                                               tmp_path: Path) -> None:
     node_keys.create(acl_redis.client(RedisRole.OPERATOR), KEYS, "a")  # compose's node-keys service
+    # compose's bootstrap (`frenzy secrets tokens`) loads the scripts agents may call but not load
+    ensure_loaded(acl_redis.client(RedisRole.OPERATOR))
     agent = Agent(acl_redis.url(RedisRole.AGENT, "a"), "a", FakeBackend("A100-80GB:1", "a"), keys=KEYS,
                   log_dir=tmp_path / "logs", heartbeat_s=0.2, ttl_s=2.0, block_s=0.05)
     stop = threading.Event()
@@ -242,8 +246,12 @@ def test_tokens_made_once_kept_and_replaced_when_redis_lost_them(
         tmp_path: Path, redis_url: str, prefix: str, redis_client: redis.Redis) -> None:
     runner = CliRunner()
     argv = ["secrets", "tokens", "--dir", str(tmp_path), "--redis-url", redis_url, "--prefix", prefix]
+    redis_client.script_flush()  # (this worker's own Redis: every other client loads on NOSCRIPT)
     first = runner.invoke(app, argv)
     assert first.exit_code == 0 and [ln.split()[0] for ln in first.output.splitlines()] == ["made", "made"], first.output
+    # ... and the scripts agents may call but not load (compose's agents need them before a scheduler)
+    shas = [scripts_mod.sha1(name) for name in scripts_mod.AGENT_SCRIPTS]
+    assert all(redis_client.script_exists(*shas)), "frenzy secrets tokens left the agents' scripts unloaded"
     store = TokenStore(redis_client, Keys(prefix), cache_s=0)
     admin, worker = (tmp_path / ADMIN_TOKEN_FILE), (tmp_path / WORKER_TOKEN_FILE)
     for path in (admin, worker):
