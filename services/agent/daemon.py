@@ -446,12 +446,12 @@ class Agent:
         with self._lock:
             jobs = list(self._jobs.values())
         silent = now - self._beat_ok_at
-        for job in to_fence(jobs, silent, self.cancel_grace_s, self.heartbeat_s):
-            job.fenced = True
-            log.warning("job %s attempt %d: no heartbeat reached Redis for %.1fs (the scheduler runs this node's "
-                        "jobs elsewhere after %.1fs); stopping it here", job.job_id, job.attempt, silent,
-                        job.node_dead_after_s, extra=self._context(job.job_id, job.attempt))
-            # The SIGKILL too must land a heartbeat before the scheduler's deadline.
+        for job in to_fence(jobs, silent, self.cancel_grace_s, self.heartbeat_s, self.ttl_s):
+            job.fenced = not ended(job)  # (one that ended while cut off or frozen is reported as it ended)
+            if not job.fenced:
+                continue
+            log.warning("job %s attempt %d: no heartbeat reached Redis for %.1fs (its rerun elsewhere comes at "
+                        "%.1fs); stopping it here", *job.key, silent, job.node_dead_after_s, extra=self._context(*job.key))
             self._stop(job, min(self.cancel_grace_s, max(job.node_dead_after_s - silent - self.heartbeat_s, 0.0)))
 
     # ------------------------------------------------------------ the launch stream

@@ -35,25 +35,28 @@ class Fenceable(Protocol):
     def exited(self) -> object: ...
 
 
-def fence_deadline_s(node_dead_after_s: float, cancel_grace_s: float, heartbeat_s: float) -> float | None:
+def fence_deadline_s(node_dead_after_s: float, cancel_grace_s: float, heartbeat_s: float,
+                     lease_s: float = 0.0) -> float | None:
     """Seconds without a heartbeat after which a job is stopped here (None: never).
 
     SIGTERM at ``node_dead_after_s - cancel_grace_s - 2 * heartbeat_s``, so the SIGKILL that follows
     the grace still comes a heartbeat before the scheduler's deadline; never sooner than three
-    heartbeats, so one slow round trip stops nothing."""
+    heartbeats, so one slow round trip stops nothing, nor than the node's lease (``lease_s``), while
+    which no scheduler declares the node dead."""
     if node_dead_after_s <= 0:
         return None
-    return max(node_dead_after_s - cancel_grace_s - 2 * heartbeat_s, 3 * heartbeat_s)
+    return max(node_dead_after_s - cancel_grace_s - 2 * heartbeat_s, 3 * heartbeat_s, lease_s)
 
 
-def to_fence(jobs: Iterable[Fenceable], silent_s: float, cancel_grace_s: float, heartbeat_s: float) -> list:
+def to_fence(jobs: Iterable[Fenceable], silent_s: float, cancel_grace_s: float, heartbeat_s: float,
+             lease_s: float = 0.0) -> list:
     """The jobs, still running and not stopped for this already, whose deadline ``silent_s`` seconds
     without a heartbeat have passed."""
     out = []
     for job in jobs:
         if job.fenced or job.exited.is_set():  # type: ignore[attr-defined]
             continue
-        deadline = fence_deadline_s(job.node_dead_after_s, cancel_grace_s, heartbeat_s)
+        deadline = fence_deadline_s(job.node_dead_after_s, cancel_grace_s, heartbeat_s, lease_s)
         if deadline is not None and silent_s >= deadline:
             out.append(job)
     return out

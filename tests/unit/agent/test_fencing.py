@@ -50,3 +50,8 @@ def test_a_refused_connection_is_redis_down_a_timeout_is_not() -> None:
     assert redis_is_down(redis.BusyLoadingError("loading"))
     assert not redis_is_down(redis.TimeoutError("Timeout reading from socket"))
     assert not redis_is_down(redis.ConnectionError("Connection reset by peer"))
+
+
+def test_never_while_the_lease_still_holds() -> None:
+    # no scheduler declares a node dead while its lease lives: fencing sooner only loses work
+    assert fence_deadline_s(4.0, cancel_grace_s=1.0, heartbeat_s=0.25, lease_s=3.0) == 3.0
