@@ -28,8 +28,8 @@ from frenzy.agent.logship import LogShipper
 from frenzy.api.app import create_app
 from frenzy.devstack.redis_server import add_role_users, remove_role_users, start_redis
 from frenzy.state import scripts
-from frenzy.state.messages import LogChunk
 from frenzy.state.keys import Keys
+from frenzy.state.messages import LogChunk
 from frenzy.v1 import scheduler_pb2
 from support.servers import Servers, running_servers
 from support.state import add_node, make_spec
