@@ -101,6 +101,17 @@ def _ensure_account(name: str) -> str:
         return ""
 
 
+def _runs_python_as(account: str) -> bool:
+    """Whether ``account`` can start this interpreter (as the agents' jobs will, ``python`` being
+    the stack's on their PATH) and import Frenzy's job helper from it."""
+    try:
+        done = subprocess.run([sys.executable, "-c", "import frenzy.train"], user=account, cwd="/",
+                              capture_output=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return done.returncode == 0
+
+
 def _blocked_for(account: str | None, path: Path) -> str:
     """The first directory from / to ``path`` that ``account`` (None: an account in no group of the
     path's) may not enter ("" when none)."""
@@ -306,6 +317,10 @@ class LocalStack:
             # Not where the account could not reach the run directory (under pytest's 0700 tmp, say):
             # its jobs could not reach their own files. (Checked before an account is made for nothing.)
             account = "" if _blocked_for(None, self.run_dir.parent) else _ensure_account(JOB_ACCOUNT)
+            # Nor where it cannot run this Python (a venv on an interpreter under /root, 0700): every
+            # `python ...` job would fail to start. Asked of the account itself, not worked out.
+            if account and not _runs_python_as(account):
+                account = ""
         else:
             account = ""
         if account and os.geteuid() == 0:
