@@ -95,7 +95,11 @@ def test_submit_wait_of_a_job_out_of_memory_every_time_shows_why_after_max_oom_r
     # The reason once (the last state line says out of memory; no "cause:" line repeats it), and the
     # output of both attempts as it came (issue 30: `--wait` streams it).
     assert text.count("the job allows 1 re-plans") == 1 and "cause:" not in text, text
-    assert text.count("torch.OutOfMemoryError") == 2 and "attempt 2: L4" in text, text
+    # Both attempts' output as it came: twice. Three times when the output stream did not end within
+    # OUTPUT_AFTER_END_S of the job (a loaded machine): --wait cannot tell it saw everything, so it adds
+    # the failing node's last lines from the exit report.
+    assert text.count("torch.OutOfMemoryError") in (2, 3) and "attempt 2: L4" in text, text
+    assert text.count("attempt 1:") == 1, text  # never an attempt's output twice from the stream
     assert "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB." in text
     assert 'File "train.py", line 40' in text
     assert s.held_gpus() == []

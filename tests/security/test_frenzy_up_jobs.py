@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from frenzy.devstack.stack import JOB_ACCOUNT, LocalStack
+from frenzy.devstack.stack import JOB_ACCOUNT, LocalStack, _ensure_account
 
 PROBE = r'''
 import os, sys
@@ -57,9 +57,13 @@ def stack() -> Iterator[tuple[LocalStack, list[str]]]:
     from has.cluster_spec import parse_cluster
 
     said: list[str] = []
+    # The account named outright: by default the stack takes it only when it can start the stack's
+    # own Python, and on a machine whose venv sits on an interpreter under /root (0700) it cannot
+    # (test_demo_as_root.py); the jobs here run /usr/bin/python3, which it can.
+    assert _ensure_account(JOB_ACCOUNT) == JOB_ACCOUNT
     s = LocalStack.create(parse_cluster({"nodes": [{"gpu": "L4", "count": 1, "gpus_per_node": 1}]}),
                           run_dir=str(base / "run"), redis_url=None, prefix=f"up{os.getpid()}", with_worker=False,
-                          heartbeat_s=0.25, ttl_s=3.0)
+                          heartbeat_s=0.25, ttl_s=3.0, job_account=JOB_ACCOUNT)
     try:
         s.start(progress=said.append)
         yield s, said
