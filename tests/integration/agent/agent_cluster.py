@@ -6,6 +6,7 @@ waits on Redis with deadlines (never an unbounded loop).
 
 from __future__ import annotations
 
+import signal
 import sys
 import threading
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import redis
 
+from frenzy.agent import launcher
 from frenzy.agent.daemon import Agent
 from frenzy.agent.gpus import FakeBackend, GpuBackend
 from frenzy.state import node_keys
@@ -119,6 +121,18 @@ class Cluster:
             return next((e for e in self.events(job_id) if e.kind == kind), None)
 
         return wait_for(find, timeout, f"{kind} event of {job_id}")  # type: ignore[return-value]
+
+    def close(self) -> None:
+        """Stop every agent this cluster started and kill whatever their jobs left: no job may
+        outlive its test."""
+        for running in self.agents:
+            running.stop.set()
+        for running in self.agents:
+            running.thread.join(10)
+        for e in self.events():
+            if e.kind == EventKind.RUNNING and e.pid:
+                launcher.signal_group(e.pid, signal.SIGKILL)
+                launcher.kill_launch(f"{self.keys.prefix}/{e.node}/{e.job_id}/{e.attempt}", signal.SIGKILL)
 
     def pending(self, node: str = NODE) -> int:
         return int(self.client.xpending(self.keys.launch_stream(node), AGENT_GROUP)["pending"])

@@ -19,7 +19,6 @@ import pytest
 import redis
 from integration.agent.agent_cluster import Cluster
 
-from frenzy.agent import launcher
 from frenzy.devstack.redis_server import RedisProcess, start_redis
 from frenzy.state.keys import Keys
 from frenzy.state.messages import EventKind
@@ -43,13 +42,7 @@ def private(tmp_path: Path) -> Iterator[tuple[RedisProcess, Cluster]]:
     finally:
         if server.proc is not None:
             os.kill(server.proc.pid, signal.SIGCONT)
-        for running in cluster.agents:
-            running.stop.set()
-        for running in cluster.agents:
-            running.thread.join(10)
-        for e in cluster.events():
-            if e.kind == EventKind.RUNNING and e.pid:
-                launcher.signal_group(e.pid, signal.SIGKILL)
+        cluster.close()
         server.stop()
 
 

@@ -22,9 +22,7 @@ import pytest
 import redis
 from integration.agent.agent_cluster import Cluster
 
-from frenzy.agent import launcher
 from frenzy.state.keys import Keys
-from frenzy.state.messages import EventKind
 from frenzy.v1 import scheduler_pb2, types_pb2
 from support.servers import Servers, running_servers
 from support.waiting import wait_for
@@ -48,13 +46,7 @@ def stack(servers: Servers, redis_url: str, redis_client: redis.Redis, keys: Key
     wait_for(lambda: any(n.alive for n in servers.stub.ListNodes(scheduler_pb2.ListNodesRequest(), timeout=5).nodes),
              timeout=10, what="the agent's node to be seen alive")
     yield servers
-    for running in cluster.agents:
-        running.stop.set()
-    for running in cluster.agents:
-        running.thread.join(10)
-    for e in cluster.events():  # no job may outlive its test
-        if e.kind == EventKind.RUNNING and e.pid:
-            launcher.signal_group(e.pid, signal.SIGKILL)
+    cluster.close()
 
 
 def frenzy(servers: Servers, *args: str, cwd: Path | None = None, timeout: float = 60,

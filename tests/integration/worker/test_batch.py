@@ -22,9 +22,7 @@ from celery.contrib.testing.worker import start_worker
 from integration.agent.agent_cluster import Cluster
 from typer.testing import CliRunner
 
-from frenzy.agent import launcher
 from frenzy.state.keys import Keys
-from frenzy.state.messages import EventKind
 from frenzy.v1 import scheduler_pb2, types_pb2
 from frenzy.worker import app as worker_app
 from frenzy.worker import batch as B
@@ -374,13 +372,7 @@ def agents_and_worker(redis_url: str, prefix: str, redis_client: redis.Redis, ke
                               queues=[settings.queue], loglevel="WARNING", shutdown_timeout=10):
                 yield s
     finally:
-        for running in cluster.agents:
-            running.stop.set()
-        for running in cluster.agents:
-            running.thread.join(10)
-        for e in cluster.events():  # no job may outlive its test
-            if e.kind == EventKind.RUNNING and e.pid:
-                launcher.signal_group(e.pid, signal.SIGKILL)
+        cluster.close()
 
 
 def test_cli_wait_follows_the_jobs_to_their_end(
