@@ -78,23 +78,29 @@ RedisOpt = Annotated[str, typer.Option(
 PrefixOpt = Annotated[str, typer.Option(envvar="FRENZY_PREFIX", help="Redis key prefix.")]
 
 
-def operator_redis_url(redis_url: str) -> str:
-    """The Redis an operator command manages: ``redis_url`` (--redis-url, REDIS_URL), else the
-    credentials file's ``redis`` (`frenzy up` writes its own). No guess at 127.0.0.1:6379, which
-    may be another program's Redis."""
+def stack_redis_url(explicit: str, field: str, missing: str) -> str:
+    """``explicit`` (--redis-url, REDIS_URL), else the credentials file's ``field`` (`frenzy up` writes
+    its stack's), else the command ends with ``missing``, a "To fix". No guess at 127.0.0.1:6379,
+    which may be another program's Redis."""
     from frenzy.auth.credentials import CredentialsError, credentials_path, read_credentials
 
-    if redis_url:
-        return redis_url
+    if explicit:
+        return explicit
     try:
-        found = read_credentials().redis
+        found = getattr(read_credentials(), field)
     except CredentialsError as exc:
         fail(str(exc), 1)
     if not found:
-        fail(f"no Redis to manage: --redis-url and REDIS_URL are unset and {credentials_path()} names none. To fix: "
-             "set REDIS_URL to the cluster's Redis with the operator's credentials (redis://USER:PASSWORD@HOST:PORT/0), "
-             "or run `frenzy up`, which writes its own there", 1)
+        fail(f"{missing.format(credentials=credentials_path())}", 1)
     return found
+
+
+def operator_redis_url(redis_url: str) -> str:
+    """The Redis an operator command manages: the operator's (the credentials file's ``redis``)."""
+    return stack_redis_url(redis_url, "redis", (
+        "no Redis to manage: --redis-url and REDIS_URL are unset and {credentials} names none. To fix: set "
+        "REDIS_URL to the cluster's Redis with the operator's credentials (redis://USER:PASSWORD@HOST:PORT/0), "
+        "or run `frenzy up`, which writes its own there"))
 
 
 def operator_redis(redis_url: str) -> redis.Redis:

@@ -103,24 +103,15 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a t
 
 
 def batch_redis_url(explicit: str) -> str:
-    """The Redis `frenzy batch` talks to: --redis-url / REDIS_URL, else the credentials file's
-    ``batch_redis`` (`frenzy up` writes it). Never a default address: a batch sent to another
-    Redis that happens to answer on 127.0.0.1:6379 would wait for a worker that never comes."""
-    if explicit:
-        return explicit
-    from frenzy.auth.credentials import CredentialsError, credentials_path, read_credentials
+    """The Redis `frenzy batch` talks to: the worker's (the credentials file's ``batch_redis``). Never
+    a default address: a batch sent to another Redis that happens to answer on 127.0.0.1:6379 would
+    wait for a worker that never comes."""
+    from frenzy.cli.output import stack_redis_url
 
-    try:
-        found = read_credentials().batch_redis
-    except CredentialsError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from None
-    if not found:
-        typer.echo(f"error: no Redis for batches: --redis-url and REDIS_URL are unset and the credentials file "
-                   f"({credentials_path()}) names none. To fix: run `frenzy up` (it writes one there), or pass "
-                   "--redis-url / set REDIS_URL to the stack's Redis (the worker's redis:// URL)", err=True)
-        raise typer.Exit(1)
-    return found
+    return stack_redis_url(explicit, "batch_redis", (
+        "no Redis for batches: --redis-url and REDIS_URL are unset and the credentials file ({credentials}) names "
+        "none. To fix: run `frenzy up` (it writes one there), or pass --redis-url / set REDIS_URL to the stack's "
+        "Redis (the worker's redis:// URL)"))
 
 
 def _connect(redis_url: str, prefix: str | None) -> redis.Redis:
