@@ -37,10 +37,10 @@ def dashboard(
     except CredentialsError as exc:
         fail(str(exc), 1)
     address = (os.environ.get("FRENZY_API") or creds.api or "").rstrip("/")
+    if not address and (url or not token):
+        fail(f"no dashboard address: FRENZY_API is unset and {credentials_path()} names none. To fix: start the "
+             "stack with `frenzy up` (its API serves the dashboard), or set FRENZY_API=http://HOST:PORT", 1)
     if url or token:
-        if url and not address:
-            fail(f"no dashboard address: FRENZY_API is unset and {credentials_path()} names none. To fix: start "
-                 "the stack with `frenzy up` (it serves one), or set FRENZY_API=http://HOST:PORT", 1)
         if token and not secret:
             fail("no API token: FRENZY_TOKEN, FRENZY_TOKEN_FILE and the credentials file give none. To fix: "
                  "ask an operator for one (`frenzy token create --user NAME`)", 1)
@@ -50,9 +50,6 @@ def dashboard(
             typer.echo(secret)
         return
     con = render.console()
-    if not address:
-        fail(f"no dashboard address: FRENZY_API is unset and {credentials_path()} names none. To fix: start the "
-             "stack with `frenzy up` (its API serves the dashboard), or set FRENZY_API=http://HOST:PORT", 1)
     con.print(f"dashboard: [bold]{address}/[/]", highlight=False)
     con.print(f"REST API:  {address}/api/ (OpenAPI: {address}/docs)", highlight=False)
     if secret:
