@@ -139,6 +139,75 @@ def _softmax_bytes(model: ModelSpec, e: int, amp: bool, fused: bool) -> tuple[in
     return e, e, 0
 
 
+@dataclass(frozen=True)
+class _Layer:
+    """What every group of one layer's terms reads: its widths and element sizes under a policy."""
+
+    model: ModelSpec
+    e: int  # activation element bytes
+    amp: bool
+    drop: bool  # dropout on
+    flash: bool
+    fused: bool
+    q_w: int  # attention widths: Q, K, V and the attention output
+    k_w: int
+    v_w: int
+    o_w: int
+    residual: int  # element bytes of the residual stream
+    norm: float  # one norm and its output (``_norm_coef``)
+    stats: int  # one norm's fp32 statistics per token
+    qkv_casts: float  # autocast's bf16 copies of the norm output for q, k and v (beyond ``norm``'s one)
+    mlp_casts: float  # the same for the MLP's gate and up
+    ffn: int  # the MLP's inner width (an expert's in a MoE layer)
+    p_bytes: int  # eager softmax, bytes per score element (``_softmax_bytes``): its saved output,
+    d_bytes: int  # its input,
+    c_bytes: int  # its low-precision copy for P @ V
+
+    @property
+    def h(self) -> int:
+        return self.model.hidden
+
+    @property
+    def a(self) -> int:
+        return self.model.heads
+
+    @property
+    def pv_bytes(self) -> int:
+        """Eager attention with dropout: bytes per score of the dropout output P @ V saves (the
+        low-precision copy's dtype where softmax upcasts, else the compute dtype)."""
+        return self.c_bytes if self.c_bytes else self.e
+
+
+def _layer(model: ModelSpec, policy: str, flash: bool, dropout: float, fused: bool, kv_repeat: bool) -> _Layer:
+    e = element_bytes(policy)
+    amp = policy.startswith("amp-")
+    h = model.hidden
+    # GQA (Ainslie et al. 2023): K and V are kv_dim wide, unless repeated to all heads first --
+    # repeat_kv in HF eager attention and in torchtitan's / torchtune's Llama, repeat_interleave
+    # in Megatron's unfused attention -- when the matmuls (or SDPA) save the h-wide copies and the
+    # kv-wide originals are freed.
+    kv = h if (kv_repeat or not flash) else model.kv_dim
+    # Attention widths: Q, K, V and the attention output. Multi-head latent attention has its own
+    # per-head sizes (K and V expanded from the latent per head, so never repeated).
+    q_w, k_w, v_w, o_w = (model.q_width, model.k_width, model.v_width, model.o_width) if model.mla else (h, kv, kv, h)
+    residual = 4 if (amp or policy == "fp32") else e  # the residual stream (fp32 under autocast)
+    # Per token, each norm also saves fp32 statistics: LayerNorm its mean and rstd (aten
+    # native_layer_norm), RMSNorm its rsqrt.
+    stats = 8 if (model.norm == "layernorm" or fused) else 4
+    qkv_casts = mlp_casts = 0.0
+    if amp and not fused:
+        # Autocast caches casts of weights only (autocast_mode.cpp cached_cast: leaf tensors that
+        # require grad), so every linear reading the fp32 norm output makes and saves its own bf16
+        # copy: q, k and v (one fused c_attn for GPT-2), gate and up for SwiGLU. One is in ``norm``.
+        qkv_casts = 2.0 * h * (0 if gpt2_style(model) else 2)
+        mlp_casts = 2.0 * h * (1 if model.mlp == "swiglu" else 0)
+    p_bytes, d_bytes, c_bytes = _softmax_bytes(model, e, amp, fused)
+    return _Layer(model=model, e=e, amp=amp, drop=dropout > 0.0, flash=flash, fused=fused, q_w=q_w, k_w=k_w,
+                  v_w=v_w, o_w=o_w, residual=residual, norm=_norm_coef(model, e, amp, fused), stats=stats,
+                  qkv_casts=qkv_casts, mlp_casts=mlp_casts, ffn=model.expert_ffn if model.experts else model.ffn,
+                  p_bytes=p_bytes, d_bytes=d_bytes, c_bytes=c_bytes)  # fmt: skip
+
+
 def layer_coefficients(
     model: ModelSpec, policy: str, flash: bool, dropout: float, fused: bool = False, kv_repeat: bool = False
 ) -> LayerCoefficients:
@@ -149,41 +218,39 @@ def layer_coefficients(
     repeated to every query head before attention (see ``TrainingRecipe.kv_repeat``); eager
     attention always repeats them.
     """
-    e = element_bytes(policy)
-    amp = policy.startswith("amp-")
-    drop = dropout > 0.0
-    h, a = model.hidden, model.heads
-    # GQA (Ainslie et al. 2023): K and V are kv_dim wide, unless repeated to all heads first --
-    # repeat_kv in HF eager attention and in torchtitan's / torchtune's Llama, repeat_interleave
-    # in Megatron's unfused attention -- when the matmuls (or SDPA) save the h-wide copies and the
-    # kv-wide originals are freed.
-    kv = h if (kv_repeat or not flash) else model.kv_dim
-    # Attention widths: Q, K, V and the attention output. Multi-head latent attention has its own
-    # per-head sizes (K and V expanded from the latent per head, so never repeated).
-    q_w, k_w, v_w, o_w = (model.q_width, model.k_width, model.v_width, model.o_width) if model.mla else (h, kv, kv, h)
-    residual = 4 if (amp or policy == "fp32") else e  # the residual stream (fp32 under autocast)
-    norm = _norm_coef(model, e, amp, fused)
+    lay = _layer(model, policy, flash, dropout, fused, kv_repeat)
+    rep, par, score = _norms_and_attention(lay)
+    mlp, dispatch = _mlp_saved(lay)
+    par += mlp - dispatch
+    emb, final = _stage_ends(lay)
+    mlp1_rep, mlp1_par, mlp2_rep, mlp_inner, attn_rep, attn_par, bwd_score = _backward(lay, mlp)
+    h = model.hidden
+    # Full recompute keeps the layer input only (Korthikanti sec. 4.2: 2sbh per layer at 16 bits,
+    # 4sbh with the fp32 residual stream of AMP / fp32, memory-notes B.5 "full checkpointing").
+    ckpt = lay.residual * h
+    return LayerCoefficients(
+        rep=rep, par=par, score=score, sac_rep=lay.residual * h, sac_par=_selective_saved(lay), ckpt_rep=ckpt,
+        weight_cache_per_param=2.0 if lay.amp else 0.0, emb=emb, final=final, ckpt_alias=_checkpoint_is_saved(lay),
+        bwd_mlp_rep=mlp1_rep, bwd_mlp_par=mlp1_par, bwd_act_rep=mlp2_rep, bwd_act_par=mlp_inner, bwd_attn_rep=attn_rep, bwd_attn_par=attn_par,
+        bwd_score=bwd_score, dispatch=dispatch,
+    )  # fmt: skip
 
+
+def _norms_and_attention(lay: _Layer) -> tuple[float, float, float]:
+    """(rep, par, score) of everything the layer saves but its MLP: the norms, dropout masks and
+    autocast copies (replicated), the attention's tensors (TP-sharded) and its scores (per key)."""
+    model, e, h, a = lay.model, lay.e, lay.h, lay.a
     # Replicated: two norms (+ outputs) and, with dropout, two hidden-dropout masks of 1 B
-    # (bool masks; Korthikanti's "sbh" dropout-mask terms).
-    # Per token, each norm also saves fp32 statistics: LayerNorm its mean and rstd (aten
-    # native_layer_norm), RMSNorm its rsqrt.
-    stats = 8 if (model.norm == "layernorm" or fused) else 4
-    rep = h * (2 * norm + (2 if drop else 0)) + 2 * stats
-    qkv_casts = mlp_casts = 0.0
-    if amp and not fused:
-        # Autocast caches casts of weights only (autocast_mode.cpp cached_cast: leaf tensors that
-        # require grad), so every linear reading the fp32 norm output makes and saves its own bf16
-        # copy: q, k and v (one fused c_attn for GPT-2), gate and up for SwiGLU. One is in ``norm``.
-        qkv_casts = 2.0 * h * (0 if gpt2_style(model) else 2)
-        mlp_casts = 2.0 * h * (1 if model.mlp == "swiglu" else 0)
-        rep += qkv_casts + mlp_casts
+    # (bool masks; Korthikanti's "sbh" dropout-mask terms), and each norm's statistics.
+    rep = h * (2 * lay.norm + (2 if lay.drop else 0)) + 2 * lay.stats
+    if lay.amp and not lay.fused:
+        rep += lay.qkv_casts + lay.mlp_casts  # (see _layer)
 
     # TP-sharded: Q, K, V, and the attention output, which is also the out-projection's input.
     # Rotary embeddings (q * cos + rotate_half(q) * sin) keep nothing of q or k: cos and sin do
     # not require grad, and autograd's mul saves an operand only for the other's gradient
     # (tools/autograd/derivatives.yaml, mul.Tensor) -- so the rotated Q and K are all there is.
-    par = e * (q_w + k_w + v_w) + e * o_w
+    par = e * (lay.q_w + lay.k_w + lay.v_w) + e * lay.o_w
     if model.mla:
         # The latents, replicated (Megatron's MLA down projections are not split): the K/V latent and
         # the decoupled RoPE key, the query latent, each latent's RMSNorm output and fp32 rstd
@@ -192,54 +259,64 @@ def layer_coefficients(
         rep += e * (2 * model.kv_lora_rank + model.qk_rope_head_dim + 2 * model.q_lora_rank)
         rep += 4 * (2 if model.q_lora_rank else 1)
     score = 0.0
-    p_bytes, d_bytes, c_bytes = _softmax_bytes(model, e, amp, fused)
-    if flash:
+    if lay.flash:
         par += 4 * a  # flash keeps only the fp32 log-sum-exp per head (Dao et al. 2022)
     else:
         # Eager: the softmax output and its low-precision copy for P @ V; with attention dropout
         # the 1 B mask and the dropout output, which P @ V saves instead of the copy (dropout does
         # not save its input): Korthikanti's 5as/h at 16 bits.
-        low = c_bytes if c_bytes else e
-        score = a * (p_bytes + 1 + low) if drop else a * (p_bytes + c_bytes)
-    ffn = model.expert_ffn if model.experts else model.ffn
-    mlp = _mlp_coef(model, e, ffn, fused)
+        score = a * (lay.p_bytes + 1 + lay.pv_bytes) if lay.drop else a * (lay.p_bytes + lay.c_bytes)
+    return rep, par, score
+
+
+def _mlp_saved(lay: _Layer) -> tuple[float, float]:
+    """(mlp, dispatch): what the MLP saves per token (a MoE layer's routed experts, router and
+    shared expert), and the part of it that is token-dispatch copies (``LayerCoefficients.dispatch``)."""
+    model, e = lay.model, lay.e
+    mlp = _mlp_coef(model, e, lay.ffn, lay.fused)
     dispatch = 0.0
     if model.experts:
         mlp = model.top_k * mlp + _moe_extra(model, e)
         if model.shared_ffn:
-            mlp += _mlp_coef(model, e, model.shared_ffn, fused)  # the shared expert, every token
+            mlp += _mlp_coef(model, e, model.shared_ffn, lay.fused)  # the shared expert, every token
         dispatch = 2.0 * model.top_k * e * model.hidden  # _moe_extra's token copies
-    par += mlp - dispatch
+    return mlp, dispatch
 
-    # op-level SAC (torchtitan, "selective op" policy): the checkpointed layer input plus the
-    # outputs of every other matmul (1st, 3rd, ...) and of the attention kernel are saved; the
-    # rest is recomputed in backward.
+
+def _selective_saved(lay: _Layer) -> float:
+    """``sac_par``: op-level SAC (torchtitan, "selective op" policy): the checkpointed layer input
+    plus the outputs of every other matmul (1st, 3rd, ...) and of the attention kernel are saved;
+    the rest is recomputed in backward."""
+    model, e, h, ffn = lay.model, lay.e, lay.h, lay.ffn
     # (Matmul outputs: K and V are kv_dim wide whether or not they are repeated afterwards.)
     kvm = model.kv_dim
-    mm_widths = [q_w, kvm if not model.mla else k_w, kvm if not model.mla else v_w, h]
+    mm_widths = [lay.q_w, kvm if not model.mla else lay.k_w, kvm if not model.mla else lay.v_w, h]
     mm_widths += [ffn, ffn, h] if model.mlp == "swiglu" else [ffn, h]
-    sac_par = e * sum(mm_widths[0::2]) + e * h + (4 * a if flash else 0)
+    sac_par = e * sum(mm_widths[0::2]) + e * h + (4 * lay.a if lay.flash else 0)
     if model.experts:
         sac_par += e * (model.top_k - 1) * ffn
-    # Full recompute keeps the layer input only (Korthikanti sec. 4.2: 2sbh per layer at 16 bits,
-    # 4sbh with the fp32 residual stream of AMP / fp32, memory-notes B.5 "full checkpointing").
-    ckpt = residual * h
-    # Is the checkpointed input one of the tensors the rebuilt layer saves? A (pre-)LayerNorm and a
-    # fused norm save their input as is; HF RMSNorm saves its fp32 upcast, the input itself when it
-    # is already fp32; BERT's post-LN block saves its input through q/k/v unless autocast casts it.
-    if fused:
-        alias = True
-    elif model.arch == "encoder":
-        alias = not amp
-    else:
-        alias = model.norm == "layernorm" or residual == 4
+    return sac_par
 
-    # Non-layer terms. First stage: the embedding output (input of layer 1: counted by the layer
-    # as its residual input) plus the embedding-dropout mask; an encoder adds its embedding
-    # LayerNorm input and output. Last stage: the final norm (decoders) and the head input.
+
+def _checkpoint_is_saved(lay: _Layer) -> bool:
+    """Is the checkpointed input one of the tensors the rebuilt layer saves? A (pre-)LayerNorm and a
+    fused norm save their input as is; HF RMSNorm saves its fp32 upcast, the input itself when it
+    is already fp32; BERT's post-LN block saves its input through q/k/v unless autocast casts it."""
+    if lay.fused:
+        return True
+    if lay.model.arch == "encoder":
+        return not lay.amp
+    return lay.model.norm == "layernorm" or lay.residual == 4
+
+
+def _stage_ends(lay: _Layer) -> tuple[float, float]:
+    """(emb, final): the non-layer terms. First stage: the embedding output (input of layer 1:
+    counted by the layer as its residual input) plus the embedding-dropout mask; an encoder adds its
+    embedding LayerNorm input and output. Last stage: the final norm (decoders) and the head input."""
+    model, e, h, norm = lay.model, lay.e, lay.h, lay.norm
     # An encoder's embedding LayerNorm is saved like a block's second norm (input, statistics, its
     # output as layer 1's q/k/v save it: three bf16 casts under autocast).
-    emb = (h if drop else 0) + (norm * h + stats + qkv_casts if model.arch == "encoder" else 0)
+    emb = (h if lay.drop else 0) + (norm * h + lay.stats + lay.qkv_casts if model.arch == "encoder" else 0)
     if model.arch == "decoder":
         final = norm * h
     elif model.head == "lm":
@@ -249,24 +326,30 @@ def layer_coefficients(
         # last block's output, which keeps the whole output alive (counted by the block as its
         # second norm's output); under autocast it saves a bf16 cast of the row only, and the
         # block output (and the casts a next block would have made) are never kept.
-        final = -(e * h + qkv_casts) if amp and not fused else 0.0
+        final = -(e * h + lay.qkv_casts) if lay.amp and not lay.fused else 0.0
+    return emb, final
 
-    # ---- one layer's backward (phase B), beyond its saved tensors ----
+
+def _backward(lay: _Layer, mlp: float) -> tuple[float, float, float, float, float, float, float]:
+    """One layer's backward (phase B), beyond its saved tensors: the ``bwd_*`` coefficients in
+    field order (mlp_rep, mlp_par, act_rep, act_par, attn_rep, attn_par, score). ``mlp``: what the
+    MLP saved (``_mlp_saved``), freed by the time the attention's backward runs."""
+    model, e, h, a, ffn, norm, stats = lay.model, lay.e, lay.h, lay.a, lay.ffn, lay.norm, lay.stats
     # Incoming residual gradient, in the residual dtype; under autocast also its bf16 cast into the
     # block's last linear (the engine casts a gradient to its input's dtype), freed by that linear.
-    dres = residual * h
+    dres = lay.residual * h
     # MLP backward: GeLU holds d(fc2 input) and d(fc1 output) while the GeLU output is already
     # freed, net + e f; SwiGLU at the product's backward holds d(product), d(silu) and d(up) with
     # the product freed, net + 2 e f. A post-LN block (BERT) runs its LN2 backward first: the
     # block output (which the next block or the head saved, already back-propagated) and LN2's
     # input and statistics are gone.
     mlp_inner = (2 if model.mlp == "swiglu" else 1) * e * ffn * max(model.top_k, 1)
-    norm2_all = norm * h + stats + qkv_casts  # post-LN: LN2 in/out + the next block's casts of it
+    norm2_all = norm * h + stats + lay.qkv_casts  # post-LN: LN2 in/out + the next block's casts of it
     # Two moments: the down projection's backward holds the branch gradient (the autocast cast, or
     # hidden dropout's backward output, grad x mask x scale: e h, one or the other) and its input
     # gradient (e f); by the activation's backward both are freed.
-    relief_mlp = norm2_all + (h if drop else 0) if model.arch == "encoder" else 0
-    mlp1_rep = dres + (e * h if (amp or drop) else 0) - relief_mlp
+    relief_mlp = norm2_all + (h if lay.drop else 0) if model.arch == "encoder" else 0
+    mlp1_rep = dres + (e * h if (lay.amp or lay.drop) else 0) - relief_mlp
     mlp1_par = e * ffn * max(model.top_k, 1)
     mlp2_rep = dres - relief_mlp
     # Attention backward, after the MLP's tensors, the second norm's (post-LN: both norms') and,
@@ -275,26 +358,22 @@ def layer_coefficients(
     # softmax's backward runs on its saved output p, its gradient (p) and the input gradient it
     # produces (d), the low-precision copy (c) already freed: a (p + d - c) per key.
     if model.arch == "encoder":
-        relief_rep = 2 * (norm * h + stats) + qkv_casts + mlp_casts + (2 * h if drop else 0)
+        relief_rep = 2 * (norm * h + stats) + lay.qkv_casts + lay.mlp_casts + (2 * h if lay.drop else 0)
     else:
-        relief_rep = norm * h + stats + mlp_casts + (h if drop else 0)
-    if flash:
-        attn_par = e * o_w + e * (q_w + k_w + v_w) + 4 * a - mlp
+        relief_rep = norm * h + stats + lay.mlp_casts + (h if lay.drop else 0)
+    if lay.flash:
+        attn_par = e * lay.o_w + e * (lay.q_w + lay.k_w + lay.v_w) + 4 * a - mlp
         bwd_score = 0.0
     else:
-        attn_par = e * v_w - mlp - e * o_w
-        if drop:
+        attn_par = e * lay.v_w - mlp - e * lay.o_w
+        if lay.drop:
             # The saved dropout output (low) is freed by P @ V's backward, its gradient and the
             # dropout's input gradient are made, the mask freed, then softmax's backward as above.
-            bwd_score = a * max(low, p_bytes + d_bytes - low - 1)
+            low = lay.pv_bytes
+            bwd_score = a * max(low, lay.p_bytes + lay.d_bytes - low - 1)
         else:
-            bwd_score = a * (p_bytes + d_bytes - c_bytes)
-    return LayerCoefficients(
-        rep=rep, par=par, score=score, sac_rep=residual * h, sac_par=sac_par, ckpt_rep=ckpt,
-        weight_cache_per_param=2.0 if amp else 0.0, emb=emb, final=final, ckpt_alias=alias,
-        bwd_mlp_rep=mlp1_rep, bwd_mlp_par=mlp1_par, bwd_act_rep=mlp2_rep, bwd_act_par=mlp_inner, bwd_attn_rep=dres - relief_rep, bwd_attn_par=attn_par,
-        bwd_score=bwd_score, dispatch=dispatch,
-    )  # fmt: skip
+            bwd_score = a * (lay.p_bytes + lay.d_bytes - lay.c_bytes)
+    return mlp1_rep, mlp1_par, mlp2_rep, mlp_inner, dres - relief_rep, attn_par, bwd_score
 
 
 __all__ = ["LayerCoefficients", "element_bytes", "gpt2_style", "layer_coefficients"]

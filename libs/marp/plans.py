@@ -307,6 +307,35 @@ def enumerate_plans(
     the memory; when no type fits, a last line names the nearest plan that would fit (more GPUs).
     ``mixed`` also ranks plans over two GPU types at a time (``_mixed_candidates``; off by default).
     """
+    _check_options(safety_margin, max_plans, mfu, inter_node_gbps, time_margin, min_scaling_eff, rank_by)
+    _check_recipe(model, recipe)
+    if pools is None:
+        pools = [GpuPool(g.name, DEFAULT_MAX_GPUS, DEFAULT_GPUS_PER_NODE) for g in list_gpus()]
+    search = _PoolSearch(model, recipe, safety_margin, mfu, inter_node_gbps, rank_by)
+    candidates: list[tuple[tuple[float, ...], Plan]] = []
+    rejected: list[str] = []
+    for pool in pools:
+        found = search.candidates_on(pool)
+        if isinstance(found, str):
+            rejected.append(found)
+        else:
+            candidates += found
+
+    candidates += _mixed_candidates(model, recipe, pools, candidates, safety_margin, mfu, inter_node_gbps, rank_by, mixed)
+    if rank_by == "time" and candidates:
+        candidates = _rank_by_time(candidates, time_margin, min_scaling_eff)
+    ranked = sorted(candidates, key=lambda kp: (kp[0], kp[1].gpu_type))
+    if max_plans is not None:
+        ranked = ranked[:max_plans]
+    plans = [replace(plan, rank=r) for r, (_, plan) in enumerate(ranked, start=1)]
+    if not plans and rejected and (recipe.max_gpus is not None or any(p.total_gpus < 1024 for p in pools)):
+        rejected.append(_nearest_fit_line(model, recipe, pools, safety_margin, mfu, inter_node_gbps))
+    return PlanSet(plans=plans, rejected=rejected)
+
+
+def _check_options(safety_margin: float, max_plans: int | None, mfu: float | None, inter_node_gbps: float | None,
+                   time_margin: float, min_scaling_eff: float, rank_by: str) -> None:  # fmt: skip
+    """``enumerate_plans``' own arguments: MarpError naming the first one out of range."""
     if isinstance(safety_margin, bool) or not isinstance(safety_margin, int | float) or not 0.0 <= safety_margin < 1.0:
         raise MarpError("safety_margin", f"must be in [0, 1), got {safety_margin!r}.")
     if max_plans is not None:
@@ -321,6 +350,12 @@ def enumerate_plans(
         raise MarpError("min_scaling_eff", f"must be in [0, 1], got {min_scaling_eff!r}.")
     if rank_by not in RANK_BY:
         raise MarpError("rank_by", f"must be one of {', '.join(RANK_BY)}, got {rank_by!r}.")
+
+
+def _check_recipe(model: ModelSpec, recipe: TrainingRecipe) -> None:
+    """What the planner refuses of a recipe for this model (InvalidRecipeError naming the field):
+    the sequence length, expert parallelism without experts, a pipeline split that does not cover
+    the layers or pipelines an fsdp-bf16 job."""
     check_seq_len(model, recipe)
     if recipe.ep > 1 and (not model.experts or model.experts % recipe.ep):
         raise InvalidRecipeError(
@@ -341,67 +376,100 @@ def enumerate_plans(
             raise InvalidRecipeError("recipe.pp_layers", "the planner does not pipeline fsdp-bf16 jobs (FSDP "
                                      "under pipeline parallelism is not modelled yet).",
                                      "predict the layout in single-layout mode, or use a master-* policy.")
-    if pools is None:
-        pools = [GpuPool(g.name, DEFAULT_MAX_GPUS, DEFAULT_GPUS_PER_NODE) for g in list_gpus()]
-    megatron = recipe.megatron_style
 
-    grids: dict[tuple[int, int], dict[str, NDArray[np.int64]]] = {}
-    shapes: dict[tuple[int, int], StepShape] = {}  # the step time's GPU-independent part, per grid
-    mems: dict[tuple[tuple[int, int], tuple[int, bool]], dict[str, NDArray[np.int64]]] = {}
-    candidates: list[tuple[tuple[float, ...], Plan]] = []
-    rejected: list[str] = []
-    for pool in pools:
+
+def _rank_key(plan: Plan, rank_by: str) -> tuple[float, ...]:
+    """A plan's sort key, before ``_rank_by_time`` re-keys the time ranking."""
+    if rank_by == "time":
+        return (plan.completion_s, plan.gpu_hours, float(plan.num_gpus), -float(plan.headroom_bytes))
+    return (plan.gpu_hours, float(plan.num_gpus), plan.completion_s, -float(plan.headroom_bytes))
+
+
+class _PoolSearch:
+    """One ``enumerate_plans`` call's walk over its pools. The layout grid and the step time's GPU-
+    independent part depend on a pool's size only, the memory prediction on its size and memory
+    class (``_memory_class``): each is computed once and shared by the pools that agree."""
+
+    def __init__(self, model: ModelSpec, recipe: TrainingRecipe, safety_margin: float, mfu: float | None,
+                 inter_node_gbps: float | None, rank_by: str) -> None:  # fmt: skip
+        self.model, self.recipe, self.safety_margin = model, recipe, safety_margin
+        self.mfu, self.inter_node_gbps, self.rank_by = mfu, inter_node_gbps, rank_by
+        self.megatron = recipe.megatron_style
+        self.grids: dict[tuple[int, int], dict[str, NDArray[np.int64]]] = {}
+        self.shapes: dict[tuple[int, int], StepShape] = {}  # the step time's GPU-independent part, per grid
+        self.mems: dict[tuple[tuple[int, int], tuple[int, bool]], dict[str, NDArray[np.int64]]] = {}
+
+    def _layout(self, grid: dict[str, NDArray[np.int64]], i: int) -> Layout:
+        recipe = self.recipe
+        return _layout_at(grid, i, self.megatron, recipe.ep, recipe.pp_layers, recipe.etp)
+
+    def candidates_on(self, pool: GpuPool) -> list[tuple[tuple[float, ...], Plan]] | str:
+        """The best fitting layout per GPU count on ``pool``, as ranking candidates, or the line
+        that says why the pool's GPU type holds none."""
+        model, recipe = self.model, self.recipe
         if not isinstance(pool, GpuPool):
             raise MarpError("pools", f"must be a list of GpuPool, got {type(pool).__name__}.")
         gpu = get_gpu(pool.gpu_type)
         if not gpu.supports(recipe.precision):
-            rejected.append(f"{gpu.name}: no {recipe.precision} support (use an fp16 or fp32 precision policy)")
-            continue
+            return f"{gpu.name}: no {recipe.precision} support (use an fp16 or fp32 precision policy)"
         if recipe.float8 and not gpu.supports_fp8:
-            rejected.append(f"{gpu.name}: no fp8 support for float8 linears (drop float8 for this GPU type)")
-            continue
+            return f"{gpu.name}: no fp8 support for float8 linears (drop float8 for this GPU type)"
         cap = pool.total_gpus if recipe.max_gpus is None else min(pool.total_gpus, recipe.max_gpus)
         gkey = (cap, pool.gpus_per_node)
-        if gkey not in grids:
-            grids[gkey] = _candidate_grid(model, recipe, cap, pool.gpus_per_node)
-        grid = grids[gkey]
+        if gkey not in self.grids:
+            self.grids[gkey] = _candidate_grid(model, recipe, cap, pool.gpus_per_node)
+        grid = self.grids[gkey]
         if grid["tp"].size == 0:
-            rejected.append(
+            return (
                 f"{gpu.name}: no valid layout on {pool.total_gpus} GPU(s) (global batch {recipe.global_batch}, "
                 f"zero stages {list(recipe.zero_stages)}, max_gpus {recipe.max_gpus}"
                 + (f", min_gpus {recipe.min_gpus}" if recipe.min_gpus is not None else "") + ")"
             )
-            continue
-        mkey = (gkey, _memory_class(gpu))
-        if mkey not in mems:
-            sp = (grid["tp"] > 1) & megatron
-            mems[mkey] = memory_grid(model, recipe, grid["tp"], grid["pp"], grid["dp"], grid["zero"], grid["mb"],
-                                     grid["ga"], False, gpu, recompute=grid["rc"], sp=sp, ep=grid.get("ep", recipe.ep),
-                                     vpp=grid.get("vpp", 1), stage_layers=grid.get("stage", 0),
-                                     chunk_layers=grid.get("chunk", 0), etp=recipe.etp)  # fmt: skip
-        mem = mems[mkey]
-        usable = gpu.memory_bytes * (1.0 - safety_margin)
+        mem = self._memory(gkey, grid, gpu)
+        usable = gpu.memory_bytes * (1.0 - self.safety_margin)
         fit_mask = mem["total"] <= usable
         if not fit_mask.any():
             i = int(np.argmin(mem["total"]))
-            rejected.append(
+            return (
                 f"{gpu.name}: needs at least {_gib(mem['total'][i])} per GPU "
-                f"({_describe(_layout_at(grid, i, megatron, recipe.ep, split, recipe.etp))}) > {_gib(usable)} usable "
-                f"({_gib(gpu.memory_bytes)} x {1.0 - safety_margin:.2f})"
+                f"({_describe(self._layout(grid, i))}) > {_gib(usable)} usable "
+                f"({_gib(gpu.memory_bytes)} x {1.0 - self.safety_margin:.2f})"
             )
-            continue
-        if gkey not in shapes:
-            shapes[gkey] = StepShape.of(model, recipe, grid["tp"], grid["pp"], grid["dp"], grid["zero"], grid["mb"],
-                                        grid["ga"], False, pool.gpus_per_node, recompute=grid["rc"],
-                                        vpp=grid.get("vpp", 1), fp8=recipe.float8, compiled=recipe.compile)  # fmt: skip
-        gbps = inter_node_gbps if inter_node_gbps is not None else pool.inter_node_gbps
-        step = shapes[gkey].seconds_on(gpu, recipe.precision, mfu, gbps)
+        if gkey not in self.shapes:
+            self.shapes[gkey] = StepShape.of(
+                model, recipe, grid["tp"], grid["pp"], grid["dp"], grid["zero"], grid["mb"], grid["ga"], False,
+                pool.gpus_per_node, recompute=grid["rc"], vpp=grid.get("vpp", 1), fp8=recipe.float8,
+                compiled=recipe.compile)  # fmt: skip
+        gbps = self.inter_node_gbps if self.inter_node_gbps is not None else pool.inter_node_gbps
+        step = self.shapes[gkey].seconds_on(gpu, recipe.precision, self.mfu, gbps)
+        return self._best_per_count(gpu, grid, mem, fit_mask, usable, step)
+
+    def _memory(self, gkey: tuple[int, int], grid: dict[str, NDArray[np.int64]],
+                gpu: GpuType) -> dict[str, NDArray[np.int64]]:  # fmt: skip
+        """Every layout's predicted memory on ``gpu`` (shared by the GPU types of its memory class)."""
+        mkey = (gkey, _memory_class(gpu))
+        if mkey not in self.mems:
+            model, recipe = self.model, self.recipe
+            sp = (grid["tp"] > 1) & self.megatron
+            self.mems[mkey] = memory_grid(model, recipe, grid["tp"], grid["pp"], grid["dp"], grid["zero"], grid["mb"],
+                                          grid["ga"], False, gpu, recompute=grid["rc"], sp=sp,
+                                          ep=grid.get("ep", recipe.ep), vpp=grid.get("vpp", 1),
+                                          stage_layers=grid.get("stage", 0), chunk_layers=grid.get("chunk", 0),
+                                          etp=recipe.etp)  # fmt: skip
+        return self.mems[mkey]
+
+    def _best_per_count(self, gpu: GpuType, grid: dict[str, NDArray[np.int64]], mem: dict[str, NDArray[np.int64]],
+                        fit_mask: NDArray[np.bool_], usable: float,
+                        step: NDArray[np.float64]) -> list[tuple[tuple[float, ...], Plan]]:  # fmt: skip
+        """The best-ranked fitting layout per GPU count as a plan, each explained: its headroom, and
+        the better-ranked layout that did not fit, if any."""
+        recipe = self.recipe
         n_gpus = grid["tp"] * grid["pp"] * grid["dp"]
         completion = step * recipe.train_steps
         hours = n_gpus * completion / 3600.0
         headroom = gpu.memory_bytes - mem["total"]
         # Rank keys, least significant first (np.lexsort's convention).
-        if rank_by == "time":
+        if self.rank_by == "time":
             keys = (grid["rc"], grid["zero"], -headroom, n_gpus, hours, completion)
         else:
             keys = (grid["rc"], grid["zero"], -headroom, completion, n_gpus, hours)
@@ -415,40 +483,21 @@ def enumerate_plans(
         first.sort()
         best_unfit = _lex_argmin(keys, np.flatnonzero(~fit_mask))
         unfit_key = tuple(float(k[best_unfit]) for k in reversed(keys)) if best_unfit is not None else None
+        out = []
         for j in fit_order[first].tolist():
-            layout = _layout_at(grid, j, megatron, recipe.ep, split, recipe.etp)
             why = f"{_gib(headroom[j])} headroom"
             if unfit_key is not None and unfit_key < tuple(float(k[j]) for k in reversed(keys)):
-                why += (f"; better-ranked {_describe(_layout_at(grid, best_unfit, megatron, recipe.ep, split, recipe.etp))} on "
+                why += (f"; better-ranked {_describe(self._layout(grid, best_unfit))} on "
                         f"{int(n_gpus[best_unfit])} GPUs rejected: needs {_gib(mem['total'][best_unfit])} "
                         f"> {_gib(usable)} usable")  # fmt: skip
             plan = Plan(
-                gpu_type=gpu.name, layout=layout, memory=breakdown_at(mem, j), step_time_s=float(step[j]),
-                tokens_per_s=recipe.tokens_per_step / float(step[j]), gpu_hours=float(hours[j]),
-                headroom_bytes=int(headroom[j]), rank=0, completion_s=float(completion[j]), explanation=why,
+                gpu_type=gpu.name, layout=self._layout(grid, j), memory=breakdown_at(mem, j),
+                step_time_s=float(step[j]), tokens_per_s=recipe.tokens_per_step / float(step[j]),
+                gpu_hours=float(hours[j]), headroom_bytes=int(headroom[j]), rank=0, completion_s=float(completion[j]),
+                explanation=why,
             )  # fmt: skip
-            if rank_by == "time":
-                key = (plan.completion_s, plan.gpu_hours, float(plan.num_gpus), -float(plan.headroom_bytes))
-            else:
-                key = (plan.gpu_hours, float(plan.num_gpus), plan.completion_s, -float(plan.headroom_bytes))
-            candidates.append((key, plan))
-
-    candidates += _mixed_candidates(model, recipe, pools, candidates, safety_margin, mfu, inter_node_gbps, rank_by, mixed)
-    if rank_by == "time" and candidates:
-        candidates = _rank_by_time(candidates, time_margin, min_scaling_eff)
-    ranked = sorted(candidates, key=lambda kp: (kp[0], kp[1].gpu_type))
-    if max_plans is not None:
-        ranked = ranked[:max_plans]
-    plans = [replace(plan, rank=r) for r, (_, plan) in enumerate(ranked, start=1)]
-    if not plans and rejected and (recipe.max_gpus is not None or any(p.total_gpus < 1024 for p in pools)):
-        nearest = _nearest_fit(model, recipe, pools, safety_margin, mfu, inter_node_gbps)
-        if nearest is not None:
-            rejected.append(f"nearest plan that would fit: {nearest.gpu_type} x {nearest.num_gpus} "
-                            f"({_describe(nearest.layout)}), {_gib(nearest.memory.total)} per GPU")  # fmt: skip
-        else:
-            rejected.append("no plan would fit even with 1024 GPUs of these types; lower the micro batch or "
-                            "the sequence length, or use GPUs with more memory")  # fmt: skip
-    return PlanSet(plans=plans, rejected=rejected)
+            out.append((_rank_key(plan, self.rank_by), plan))
+        return out
 
 
 def _rank_by_time(candidates: list[tuple[tuple[float, ...], Plan]], time_margin: float,
@@ -514,11 +563,7 @@ def _mixed_candidates(
     out = []
     for lay in best.values():
         plan = mixed_plan(lay, recipe)
-        if rank_by == "time":
-            key = (plan.completion_s, plan.gpu_hours, float(plan.num_gpus), -float(plan.headroom_bytes))
-        else:
-            key = (plan.gpu_hours, float(plan.num_gpus), plan.completion_s, -float(plan.headroom_bytes))
-        out.append((key, plan))
+        out.append((_rank_key(plan, rank_by), plan))
     return out
 
 
@@ -555,6 +600,18 @@ def _nearest_fit(
     found = enumerate_plans(model, relaxed, wide, margin, None, mfu=mfu, inter_node_gbps=inter_node_gbps,
                             rank_by="gpu_hours").plans  # fmt: skip
     return min(found, key=lambda p: (p.num_gpus, p.gpu_hours)) if found else None
+
+
+def _nearest_fit_line(model: ModelSpec, recipe: TrainingRecipe, pools: list[GpuPool], margin: float,
+                      mfu: float | None, inter_node_gbps: float | None) -> str:  # fmt: skip
+    """The last rejection line when no GPU type fits: the nearest plan that would (more GPUs), or
+    what to change when not even 1,024 GPUs of a type would hold the job."""
+    nearest = _nearest_fit(model, recipe, pools, margin, mfu, inter_node_gbps)
+    if nearest is not None:
+        return (f"nearest plan that would fit: {nearest.gpu_type} x {nearest.num_gpus} "
+                f"({_describe(nearest.layout)}), {_gib(nearest.memory.total)} per GPU")  # fmt: skip
+    return ("no plan would fit even with 1024 GPUs of these types; lower the micro batch or "
+            "the sequence length, or use GPUs with more memory")  # fmt: skip
 
 
 __all__ = ["DEFAULT_GPUS_PER_NODE", "DEFAULT_MAX_GPUS", "DEFAULT_MIN_SCALING_EFF", "DEFAULT_TIME_MARGIN", "RANK_BY", "GpuPool", "Plan", "PlanSet", "enumerate_plans", "mixed_plan"]
