@@ -15,8 +15,6 @@ _spec.loader.exec_module(structure)  # type: ignore[union-attr]
 # Over the limits when the check came in (session 15), at most this long (lowered as they shrink);
 # cut, then strike.
 KNOWN_FILES = {
-    "libs/has/sim/baselines.py": 917,
-    "libs/has/sim/engine.py": 928,
     "services/agent/daemon.py": 913,
     "services/state/store.py": 939,
 }
