@@ -6,7 +6,9 @@
       - {gpu: L4, count: 3, gpus_per_node: 4, name_prefix: l4}
 
 Optional per entry: ``name_prefix`` (default: the GPU name lower-cased),
-``intra_node_link`` ("nvlink" | "pcie"), ``inter_node_gbps`` (float, GB/s).
+``intra_node_link`` ("nvlink" | "pcie"), ``inter_node_gbps`` (float, GB/s),
+``price_per_gpu_hour`` (dollars per GPU-hour, >= 0: the operator's own rate, over the
+GPU catalog's list price; docs/cost.md).
 This module only parses and validates the shape (pure); whether a GPU name
 is in the catalog is checked by the caller, which owns the catalog.
 """
@@ -31,6 +33,7 @@ class NodeGroup:
     name_prefix: str
     intra_node_link: str | None = None
     inter_node_gbps: float | None = None
+    price_per_gpu_hour: float | None = None  # None: the GPU catalog's list price
 
     def node_names(self) -> list[str]:
         return [f"{self.name_prefix}-{i}" for i in range(self.count)]
@@ -48,8 +51,19 @@ class ClusterSpec:
         """(node name, its group) for every node, in file order."""
         return [(name, g) for g in self.groups for name in g.node_names()]
 
+    def price_overrides(self) -> dict[str, float]:
+        """GPU type (as written) -> the price its groups set; where several groups of one type set
+        different prices, the highest (a plan of that type may land on any of them, and a budget is
+        a limit)."""
+        out: dict[str, float] = {}
+        for g in self.groups:
+            if g.price_per_gpu_hour is not None:
+                out[g.gpu] = max(out.get(g.gpu, 0.0), g.price_per_gpu_hour)
+        return out
 
-_ALLOWED = {"gpu", "count", "gpus_per_node", "name_prefix", "intra_node_link", "inter_node_gbps"}
+
+_ALLOWED = {"gpu", "count", "gpus_per_node", "name_prefix", "intra_node_link", "inter_node_gbps",
+            "price_per_gpu_hour"}
 
 
 def _positive_int(entry: dict[str, Any], key: str, where: str, default: int | None = None) -> int:
@@ -95,6 +109,12 @@ def parse_cluster(data: Any) -> ClusterSpec:
         if gbps is not None and (isinstance(gbps, bool) or not isinstance(gbps, int | float)
                                  or not 0 < gbps <= sys.float_info.max):
             raise ClusterSpecError(f"{where}.inter_node_gbps: must be a positive number (got {gbps!r})")
+        price = entry.get("price_per_gpu_hour")
+        if price is not None and (isinstance(price, bool) or not isinstance(price, int | float)
+                                  or not 0 <= price <= 1e6):
+            raise ClusterSpecError(f"{where}.price_per_gpu_hour: must be a number of dollars per GPU-hour, "
+                                   f"0 to 1e6 (got {price!r})")
         groups.append(NodeGroup(gpu=gpu.strip(), count=count, gpus_per_node=per_node, name_prefix=prefix,
-                                intra_node_link=link, inter_node_gbps=float(gbps) if gbps is not None else None))
+                                intra_node_link=link, inter_node_gbps=float(gbps) if gbps is not None else None,
+                                price_per_gpu_hour=float(price) if price is not None else None))
     return ClusterSpec(tuple(groups))

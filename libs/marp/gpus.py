@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import difflib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from marp._check import check_choice, check_int, check_number
 from marp.errors import UnknownGpuError, UnsupportedPrecisionError
+from marp.prices import list_price
 from marp.recipe import compute_dtype
 
 MiB = 1024**2
@@ -49,6 +50,9 @@ class GpuType:
     intra_node_gbps: float
     nvml_names: tuple[str, ...]
     fp8_tflops: float = 0.0
+    # On-demand list price, US dollars per GPU-hour (marp.prices: source and date; docs/cost.md). A
+    # cluster file's price_per_gpu_hour overrides it (marp.objectives.price_table).
+    price_per_gpu_hour: float = 0.0
 
     def __post_init__(self) -> None:
         err = UnknownGpuError
@@ -57,6 +61,7 @@ class GpuType:
         check_int(self.memory_bytes, "gpu_type.memory_bytes", err)
         check_number(self.bf16_tflops, "gpu_type.bf16_tflops", err, 0.0, 1e6)
         check_number(self.fp8_tflops, "gpu_type.fp8_tflops", err, 0.0, 1e6)
+        check_number(self.price_per_gpu_hour, "gpu_type.price_per_gpu_hour", err, 0.0, 1e6)
         for attr in ("fp16_tflops", "fp32_tflops", "mem_bw_gbps", "intra_node_gbps"):
             check_number(getattr(self, attr), f"gpu_type.{attr}", err, 1e-9, 1e6)
         check_choice(self.intra_node_link, "gpu_type.intra_node_link", err, LINKS)
@@ -105,7 +110,7 @@ class GpuType:
             "fp16_tflops": self.fp16_tflops, "fp32_tflops": self.fp32_tflops,
             "mem_bw_gbps": self.mem_bw_gbps, "intra_node_link": self.intra_node_link,
             "intra_node_gbps": self.intra_node_gbps, "nvml_names": list(self.nvml_names),
-            "fp8_tflops": self.fp8_tflops,
+            "fp8_tflops": self.fp8_tflops, "price_per_gpu_hour": self.price_per_gpu_hour,
         }  # fmt: skip
 
 
@@ -193,6 +198,8 @@ _GPUS: tuple[GpuType, ...] = (
     GpuType("MI300X", 196288 * MiB, 1307.4, 1307.4, 163.4, 5300.0, "xgmi", 448.0,
             ("AMD Instinct MI300X", "AMD Instinct MI300X VF"), fp8_tflops=2614.9),
 )  # fmt: skip
+# Every type's list price (marp.prices keeps them with their source and date).
+_GPUS = tuple(replace(g, price_per_gpu_hour=list_price(g.name)) for g in _GPUS)
 
 
 def _norm(text: str) -> str:

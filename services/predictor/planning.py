@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import marp
 from frenzy.rpc import convert
-from frenzy.rpc.spec_limits import check_limits, check_model, check_pools, check_recipe
+from frenzy.rpc.spec_limits import check_goal, check_limits, check_model, check_pools, check_recipe
 from frenzy.v1 import predictor_pb2
+
+DEFAULT_MAX_PLANS = 50  # marp.enumerate_plans' default
 
 
 def predict(request: predictor_pb2.PredictRequest) -> predictor_pb2.PredictResponse:
@@ -19,6 +21,7 @@ def predict(request: predictor_pb2.PredictRequest) -> predictor_pb2.PredictRespo
         check_recipe(request.recipe)
         check_limits(request.limits)
         check_pools(list(request.pools))
+        check_goal(request.goal)
     except ValueError as exc:
         raise marp.InvalidRecipeError(str(exc), field=str(exc).partition(":")[0]) from None
     if request.max_plans < 0:
@@ -38,8 +41,22 @@ def predict(request: predictor_pb2.PredictRequest) -> predictor_pb2.PredictRespo
     # types; otherwise the very call of before issue 33, so single-type answers are unchanged.
     if request.mixed and pools is not None and len({p.gpu_type for p in pools}) >= 2:
         kwargs["mixed"] = True
+    goal = convert.goal_from_proto(request.goal)
+    if goal.objective == "gpu-hours":
+        kwargs["rank_by"] = "gpu_hours"
+    if not goal.is_default and not request.max_plans:
+        kwargs["max_plans"] = None  # the goal drops and orders all; the cap applies after it
     plan_set = marp.enumerate_plans(model, recipe, pools, **kwargs)
+    # Every plan is priced (catalog list prices, or the pools' own); a goal drops and orders them.
+    prices = convert.pool_prices(list(request.pools))
+    kept = marp.objectives.apply_goal(plan_set.plans, goal, prices)
+    cap = request.max_plans or DEFAULT_MAX_PLANS
+    protos = []
+    for p in kept.plans[:cap]:
+        proto = convert.plan_to_proto(p)
+        proto.cost_usd = marp.objectives.plan_cost(p, prices)
+        protos.append(proto)
     return predictor_pb2.PredictResponse(
-        plans=[convert.plan_to_proto(p) for p in plan_set.plans], rejected=list(plan_set.rejected),
-        model_name=model.name, parameter_count=model.param_count(),
+        plans=protos, rejected=list(plan_set.rejected), model_name=model.name,
+        parameter_count=model.param_count(), dropped=[d.reason for d in kept.dropped],
     )

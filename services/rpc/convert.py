@@ -44,6 +44,38 @@ CHOICE_FIELDS: dict[str, tuple[str, ...]] = {
 }
 CHOICE_DEFAULTS: dict[str, str] = {f.name: str(f.default) for f in dataclasses.fields(marp.TrainingRecipe)
                                    if f.name in CHOICE_FIELDS}  # fmt: skip
+# A job's objective (marp.objectives.OBJECTIVES) on the wire.
+OBJECTIVE_BY_NAME = {"time": types_pb2.OBJECTIVE_TIME, "cost": types_pb2.OBJECTIVE_COST,
+                     "gpu-hours": types_pb2.OBJECTIVE_GPU_HOURS}
+_OBJECTIVE = {types_pb2.OBJECTIVE_UNSPECIFIED: "time", **{v: k for k, v in OBJECTIVE_BY_NAME.items()}}
+
+
+def goal_to_proto(goal: marp.objectives.Goal) -> types_pb2.JobGoal:
+    """The wire form of a job's goal (0: no deadline / no budget)."""
+    return types_pb2.JobGoal(objective=OBJECTIVE_BY_NAME[goal.objective], deadline_s=goal.deadline_s or 0.0,
+                             budget_usd=goal.budget_usd or 0.0)
+
+
+def goal_from_proto(goal: types_pb2.JobGoal) -> marp.objectives.Goal:
+    """A job's goal from the wire; MarpError naming ``goal.*`` for an unknown objective or a bad limit."""
+    name = _OBJECTIVE.get(goal.objective)
+    if name is None:
+        raise marp.InvalidRecipeError(f"goal.objective: unknown value {goal.objective}", field="goal.objective")
+    try:
+        return marp.objectives.Goal(name, goal.deadline_s or None, goal.budget_usd or None)
+    except marp.MarpError as exc:
+        raise marp.InvalidRecipeError(f"goal.{exc}", field=f"goal.{exc.field}") from None
+
+
+def pool_prices(pools: list[types_pb2.GpuPool]) -> dict[str, float]:
+    """GPU type -> dollars per GPU-hour: the catalog's list prices, over them the pools' own
+    (``price_per_gpu_hour`` > 0; the highest where two pools of one type differ)."""
+    own: dict[str, float] = {}
+    for p in pools:
+        if p.price_per_gpu_hour > 0:
+            name = marp.get_gpu(p.gpu_type).name
+            own[name] = max(own.get(name, 0.0), p.price_per_gpu_hour)
+    return marp.objectives.price_table(own)
 
 
 def model_from_proto(model: types_pb2.ModelSpec) -> marp.ModelSpec:

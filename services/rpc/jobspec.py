@@ -38,6 +38,7 @@ from frenzy.rpc.convert import (
     DEFAULT_LORA_RANK,
     DEFAULT_LORA_TARGETS,
     FINETUNE_BY_NAME,
+    OBJECTIVE_BY_NAME,
     OPTIMIZER_BY_NAME,
     PRECISION_BY_NAME,
 )
@@ -194,6 +195,15 @@ class JobEntry(BaseModel):
     resumable: bool = Field(default=False, description="the command saves checkpoints and resumes from the latest "
                                                        "when started again: the scheduler may stop it once for much "
                                                        "shorter jobs and start it again later")
+    objective: Literal["time", "cost", "gpu-hours"] = Field(
+        default="time", description="what the plan minimises among those that fit: time (completion), cost "
+                                    "(dollars: GPUs x price per GPU-hour x runtime) or gpu-hours (docs/cost.md)")
+    deadline: float | str | None = Field(
+        default=None, description="the job must finish within this long of its submission: a duration with a "
+                                  "unit (12h, 90m, 1h30m, 2d) or a number of seconds; plans that cannot are dropped")
+    budget: float | str | None = Field(
+        default=None, description="dollars the job may cost at most (its plan's GPUs x price per GPU-hour x "
+                                  "runtime), e.g. 250 or \"$250\"; plans that cost more are dropped")
 
     @field_validator("model", mode="before")
     @classmethod
@@ -227,6 +237,28 @@ class JobEntry(BaseModel):
         if isinstance(v, float) and not abs(v) < 2**53:
             raise ValueError(f"out of range: at most {_INT_BOUNDS[info.field_name or '']}")
         return v
+
+    @field_validator("deadline", mode="before")
+    @classmethod
+    def _deadline_seconds(cls, v: object) -> float | None:
+        from marp.errors import MarpError
+        from marp.objectives import parse_duration
+
+        try:
+            return None if v is None else parse_duration(v)
+        except MarpError as exc:
+            raise ValueError(exc.problem) from None
+
+    @field_validator("budget", mode="before")
+    @classmethod
+    def _budget_dollars(cls, v: object) -> float | None:
+        from marp.errors import MarpError
+        from marp.objectives import parse_budget
+
+        try:
+            return None if v is None else parse_budget(v)
+        except MarpError as exc:
+            raise ValueError(exc.problem) from None
 
     @field_validator("pp_layers", mode="before")
     @classmethod
@@ -337,7 +369,7 @@ class JobEntry(BaseModel):
         for name, default in CHOICE_DEFAULTS.items():
             if getattr(self, name) != default:  # the default stays empty on the wire
                 setattr(recipe, name, getattr(self, name))
-        return types_pb2.JobSpec(
+        spec = types_pb2.JobSpec(
             name=self.name, model=model, recipe=recipe, command=self.command, env=self.env, workdir=self.workdir,
             limits=types_pb2.JobLimits(max_gpus=self.max_gpus, min_gpus=self.min_gpus,
                                        allowed_gpu_types=self.gpu_types),
@@ -346,6 +378,11 @@ class JobEntry(BaseModel):
             priority=self.priority,
             resumable=self.resumable,
         )
+        if self.objective != "time" or self.deadline is not None or self.budget is not None:
+            spec.goal.CopyFrom(types_pb2.JobGoal(objective=OBJECTIVE_BY_NAME[self.objective],
+                                                 deadline_s=float(self.deadline or 0.0),
+                                                 budget_usd=float(self.budget or 0.0)))
+        return spec
 
 
 def check_reserved_env(env: Iterable[str]) -> None:

@@ -32,11 +32,13 @@ from frenzy.rpc.jobspec import (
     check_reserved_env,
 )
 from frenzy.v1 import types_pb2
+from marp.objectives import MAX_BUDGET_USD, MAX_DEADLINE_S
 
 MAX_ZERO_STAGES = 8  # the planner knows stages 0-3; a few repeats are harmless
 MAX_POOLS = 256
 MAX_POOL_GPUS = 1 << 20
 MAX_IDEMPOTENCY_KEY_CHARS = 200
+MAX_PRICE = 1e6  # dollars per GPU-hour (has.cluster_spec's bound)
 
 
 def check_recipe(recipe: types_pb2.TrainingRecipe, prefix: str = "recipe") -> None:
@@ -96,6 +98,22 @@ def check_pools(pools: list[types_pb2.GpuPool]) -> None:
         if not 0 <= pool.gpus_per_node <= pool.total_gpus <= MAX_POOL_GPUS:
             raise ValueError(f"pools[{i}]: need 0 <= gpus_per_node <= total_gpus <= {MAX_POOL_GPUS} "
                              f"(got {pool.gpus_per_node} per node, {pool.total_gpus} in all)")
+        if not 0 <= pool.price_per_gpu_hour <= MAX_PRICE:  # also refuses NaN
+            raise ValueError(f"pools[{i}].price_per_gpu_hour: must be 0..{MAX_PRICE:.0e} dollars "
+                             f"(got {pool.price_per_gpu_hour})")
+
+
+def check_goal(goal: types_pb2.JobGoal, where: str = "goal") -> None:
+    """A job's objective and limits: a known objective, a deadline of 0 (none) to ten years, a budget
+    of 0 (none) to 1e12 dollars."""
+    if goal.objective not in types_pb2.Objective.values():
+        raise ValueError(f"{where}.objective: unknown value {goal.objective}")
+    if not 0 <= goal.deadline_s <= MAX_DEADLINE_S:
+        raise ValueError(f"{where}.deadline_s: must be 0 (none) to {MAX_DEADLINE_S:.0f} seconds "
+                         f"(got {goal.deadline_s})")
+    if not 0 <= goal.budget_usd <= MAX_BUDGET_USD:
+        raise ValueError(f"{where}.budget_usd: must be 0 (none) to {MAX_BUDGET_USD:.0e} dollars "
+                         f"(got {goal.budget_usd})")
 
 
 def check_spec(spec: types_pb2.JobSpec) -> None:
@@ -107,6 +125,7 @@ def check_spec(spec: types_pb2.JobSpec) -> None:
     check_limits(spec.limits, "spec.limits")
     if spec.HasField("max_oom_retries") and not 0 <= spec.max_oom_retries <= MAX_OOM_RETRIES:
         raise ValueError(f"spec.max_oom_retries: {spec.max_oom_retries}; must be 0..{MAX_OOM_RETRIES}")
+    check_goal(spec.goal, "spec.goal")
     if not MIN_PRIORITY <= spec.priority <= MAX_PRIORITY:
         raise ValueError(f"spec.priority: {spec.priority}; must be {MIN_PRIORITY}..{MAX_PRIORITY} (0: normal)")
     size = sum(len(a.encode()) + 1 for a in spec.command) + sum(

@@ -162,7 +162,9 @@ class Client:
         git would commit, at most ``max_code_mib``) and each node runs the command in a fresh copy
         of it; ``code_dir=None`` or a ``workdir`` on the nodes (a shared filesystem) sends no code.
         ``recipe``: micro_batch, precision, optimizer, train_steps, name, env, max_gpus, min_gpus,
-        gpu_types, idempotency_key, finetune, ... (``frenzy.rpc.jobspec.JobEntry``)."""
+        gpu_types, idempotency_key, finetune, ... (``frenzy.rpc.jobspec.JobEntry``), and the goal:
+        ``objective`` ("time" | "cost" | "gpu-hours"), ``deadline`` ("12h" or seconds) and ``budget``
+        (dollars), as `frenzy submit --objective/--deadline/--budget` (docs/cost.md)."""
         spec = build_spec(model, seq_len, global_batch, command, workdir, priority=priority, **recipe)
         packed = pack_code(code_dir, workdir, max_code_mib)
         if packed is not None:
@@ -236,7 +238,8 @@ class Client:
     def predict(self, model: str, seq_len: int, global_batch: int, on_cluster: bool = True,
                 **recipe: Any) -> Prediction:
         """MARP's ranked plans for this job: on the live cluster's GPUs (``on_cluster``), else on the
-        GPU catalog's defaults. Runs here, as `frenzy predict` does; nothing is submitted."""
+        GPU catalog's defaults. Runs here, as `frenzy predict` does; nothing is submitted. ``objective``,
+        ``deadline`` and ``budget`` (as ``submit`` takes them) drop and order the plans (docs/cost.md)."""
         return predict_plans(model, seq_len, global_batch, self.pools() if on_cluster else [], **recipe)
 
     def nodes(self) -> list[dict[str, Any]]:
@@ -274,11 +277,11 @@ def predict_plans(model: str, seq_len: int, global_batch: int, pools: list[types
     spec = build_spec(model, seq_len, global_batch, ["-"], **recipe)
     try:
         resp = run_predict(predictor_pb2.PredictRequest(model=spec.model, recipe=spec.recipe, limits=spec.limits,
-                                                        pools=pools))
+                                                        pools=pools, goal=spec.goal))
     except (marp.MarpError, ValueError) as exc:
         raise InvalidSpec(f"INVALID_ARGUMENT: {exc}") from None
     return Prediction(resp.model_name, resp.parameter_count, [Plan.from_proto(p) for p in resp.plans],
-                      list(resp.rejected))
+                      list(resp.rejected), list(resp.dropped))
 
 
 __all__ = ["Client", "FrenzyError", "build_spec", "pack_code", "predict_plans"]

@@ -15,6 +15,8 @@ if TYPE_CHECKING:
     from frenzy.sdk.client import Client
 
 TERMINAL_STATES = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
+OBJECTIVE_NAMES = {types_pb2.OBJECTIVE_TIME: "time", types_pb2.OBJECTIVE_COST: "cost",
+                   types_pb2.OBJECTIVE_GPU_HOURS: "gpu-hours"}
 
 
 def state_name(value: int) -> str:
@@ -52,11 +54,17 @@ class Plan:
     completion_s: float
     rank: int
     explanation: str = ""
+    cost_usd: float = 0.0  # the whole run at its GPUs' prices per GPU-hour (docs/cost.md); 0: not priced
+
+    @property
+    def runtime_s(self) -> float:
+        """The predicted run time (``completion_s``), the name `frenzy predict --json` gives it too."""
+        return self.completion_s
 
     @classmethod
     def from_proto(cls, p: types_pb2.Plan) -> Plan:
         return cls(p.gpu_type, p.num_gpus, Layout.from_proto(p.layout), p.peak_bytes_per_gpu, p.gpu_memory_bytes,
-                   p.step_time_s, p.tokens_per_s, p.gpu_hours, p.completion_s, p.rank, p.explanation)
+                   p.step_time_s, p.tokens_per_s, p.gpu_hours, p.completion_s, p.rank, p.explanation, p.cost_usd)
 
 
 @dataclass(frozen=True)
@@ -137,6 +145,9 @@ class Job:
     code_sha256: str = ""
     command: list[str] = field(default_factory=list)
     priority: int = 0  # -100..100, higher starts first
+    objective: str = "time"  # time | cost | gpu-hours (docs/cost.md)
+    deadline_s: float | None = None  # must finish within this long of submitted_at
+    budget_usd: float | None = None  # may cost at most this many dollars
     _client: Client | None = field(default=None, repr=False, compare=False)
 
     @classmethod
@@ -149,7 +160,8 @@ class Job:
             history=[Transition.from_proto(t) for t in p.history], attempts=_attempts(p, plan),
             exit_codes=dict(p.exit_codes), pending_reason=p.pending_reason, failed_node=p.failed_node,
             failed_exit_code=p.failed_exit_code, code_sha256=p.spec.code_sha256, command=list(p.spec.command),
-            priority=p.spec.priority, _client=client)
+            priority=p.spec.priority, objective=OBJECTIVE_NAMES.get(p.spec.goal.objective, "time"),
+            deadline_s=p.spec.goal.deadline_s or None, budget_usd=p.spec.goal.budget_usd or None, _client=client)
 
     @property
     def done(self) -> bool:
@@ -185,3 +197,4 @@ class Prediction:
     parameter_count: int
     plans: list[Plan]
     rejected: list[str]
+    dropped: list[str] = field(default_factory=list)  # plans the deadline or budget dropped, with why

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from frenzy.v1 import types_pb2 as frenzy_dot_v1_dot_types__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x66renzy/v1/predictor.proto\x12\tfrenzy.v1\x1a\x15\x66renzy/v1/types.proto\"\xe2\x01\n\x0ePredictRequest\x12#\n\x05model\x18\x01 \x01(\x0b\x32\x14.frenzy.v1.ModelSpec\x12)\n\x06recipe\x18\x02 \x01(\x0b\x32\x19.frenzy.v1.TrainingRecipe\x12$\n\x06limits\x18\x03 \x01(\x0b\x32\x14.frenzy.v1.JobLimits\x12!\n\x05pools\x18\x04 \x03(\x0b\x32\x12.frenzy.v1.GpuPool\x12\x15\n\rsafety_margin\x18\x05 \x01(\x01\x12\x11\n\tmax_plans\x18\x06 \x01(\x05\x12\r\n\x05mixed\x18\x07 \x01(\x08\"p\n\x0fPredictResponse\x12\x1e\n\x05plans\x18\x01 \x03(\x0b\x32\x0f.frenzy.v1.Plan\x12\x10\n\x08rejected\x18\x02 \x03(\t\x12\x12\n\nmodel_name\x18\x03 \x01(\t\x12\x17\n\x0fparameter_count\x18\x04 \x01(\x03\x32M\n\tPredictor\x12@\n\x07Predict\x12\x19.frenzy.v1.PredictRequest\x1a\x1a.frenzy.v1.PredictResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x66renzy/v1/predictor.proto\x12\tfrenzy.v1\x1a\x15\x66renzy/v1/types.proto\"\x84\x02\n\x0ePredictRequest\x12#\n\x05model\x18\x01 \x01(\x0b\x32\x14.frenzy.v1.ModelSpec\x12)\n\x06recipe\x18\x02 \x01(\x0b\x32\x19.frenzy.v1.TrainingRecipe\x12$\n\x06limits\x18\x03 \x01(\x0b\x32\x14.frenzy.v1.JobLimits\x12!\n\x05pools\x18\x04 \x03(\x0b\x32\x12.frenzy.v1.GpuPool\x12\x15\n\rsafety_margin\x18\x05 \x01(\x01\x12\x11\n\tmax_plans\x18\x06 \x01(\x05\x12\r\n\x05mixed\x18\x07 \x01(\x08\x12 \n\x04goal\x18\x08 \x01(\x0b\x32\x12.frenzy.v1.JobGoal\"\x81\x01\n\x0fPredictResponse\x12\x1e\n\x05plans\x18\x01 \x03(\x0b\x32\x0f.frenzy.v1.Plan\x12\x10\n\x08rejected\x18\x02 \x03(\t\x12\x12\n\nmodel_name\x18\x03 \x01(\t\x12\x17\n\x0fparameter_count\x18\x04 \x01(\x03\x12\x0f\n\x07\x64ropped\x18\x05 \x03(\t2M\n\tPredictor\x12@\n\x07Predict\x12\x19.frenzy.v1.PredictRequest\x1a\x1a.frenzy.v1.PredictResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,9 +33,9 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'frenzy.v1.predictor_pb2', _
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_PREDICTREQUEST']._serialized_start=64
-  _globals['_PREDICTREQUEST']._serialized_end=290
-  _globals['_PREDICTRESPONSE']._serialized_start=292
-  _globals['_PREDICTRESPONSE']._serialized_end=404
-  _globals['_PREDICTOR']._serialized_start=406
-  _globals['_PREDICTOR']._serialized_end=483
+  _globals['_PREDICTREQUEST']._serialized_end=324
+  _globals['_PREDICTRESPONSE']._serialized_start=327
+  _globals['_PREDICTRESPONSE']._serialized_end=456
+  _globals['_PREDICTOR']._serialized_start=458
+  _globals['_PREDICTOR']._serialized_end=535
 # @@protoc_insertion_point(module_scope)

@@ -34,6 +34,13 @@ class Finetune(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     FINETUNE_LORA: _ClassVar[Finetune]
     FINETUNE_QLORA: _ClassVar[Finetune]
 
+class Objective(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    OBJECTIVE_UNSPECIFIED: _ClassVar[Objective]
+    OBJECTIVE_TIME: _ClassVar[Objective]
+    OBJECTIVE_COST: _ClassVar[Objective]
+    OBJECTIVE_GPU_HOURS: _ClassVar[Objective]
+
 class JobState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     JOB_STATE_UNSPECIFIED: _ClassVar[JobState]
@@ -62,6 +69,10 @@ FINETUNE_UNSPECIFIED: Finetune
 FINETUNE_FULL: Finetune
 FINETUNE_LORA: Finetune
 FINETUNE_QLORA: Finetune
+OBJECTIVE_UNSPECIFIED: Objective
+OBJECTIVE_TIME: Objective
+OBJECTIVE_COST: Objective
+OBJECTIVE_GPU_HOURS: Objective
 JOB_STATE_UNSPECIFIED: JobState
 JOB_STATE_PENDING: JobState
 JOB_STATE_RESERVED: JobState
@@ -131,6 +142,16 @@ class TrainingRecipe(_message.Message):
     main_grad_dtype: str
     def __init__(self, seq_len: _Optional[int] = ..., global_batch: _Optional[int] = ..., micro_batch: _Optional[int] = ..., precision: _Optional[_Union[Precision, str]] = ..., optimizer: _Optional[_Union[Optimizer, str]] = ..., allow_recompute: _Optional[bool] = ..., flash_attention: _Optional[bool] = ..., train_steps: _Optional[int] = ..., zero_stages: _Optional[_Iterable[int]] = ..., finetune: _Optional[_Union[Finetune, str]] = ..., lora_rank: _Optional[int] = ..., weight_decay: _Optional[float] = ..., ep: _Optional[int] = ..., pp_layers: _Optional[_Iterable[int]] = ..., etp: _Optional[int] = ..., lora_targets: _Optional[_Iterable[str]] = ..., compile: _Optional[bool] = ..., float8: _Optional[bool] = ..., lora_dropout: _Optional[float] = ..., lora_adapter_dtype: _Optional[str] = ..., fsdp_reshard: _Optional[str] = ..., qlora_backend: _Optional[str] = ..., main_grad_dtype: _Optional[str] = ...) -> None: ...
 
+class JobGoal(_message.Message):
+    __slots__ = ("objective", "deadline_s", "budget_usd")
+    OBJECTIVE_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_S_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_USD_FIELD_NUMBER: _ClassVar[int]
+    objective: Objective
+    deadline_s: float
+    budget_usd: float
+    def __init__(self, objective: _Optional[_Union[Objective, str]] = ..., deadline_s: _Optional[float] = ..., budget_usd: _Optional[float] = ...) -> None: ...
+
 class JobLimits(_message.Message):
     __slots__ = ("max_gpus", "allowed_gpu_types", "min_gpus")
     MAX_GPUS_FIELD_NUMBER: _ClassVar[int]
@@ -142,7 +163,7 @@ class JobLimits(_message.Message):
     def __init__(self, max_gpus: _Optional[int] = ..., allowed_gpu_types: _Optional[_Iterable[str]] = ..., min_gpus: _Optional[int] = ...) -> None: ...
 
 class JobSpec(_message.Message):
-    __slots__ = ("name", "model", "recipe", "command", "env", "workdir", "limits", "idempotency_key", "code_sha256", "priority", "max_oom_retries", "resumable")
+    __slots__ = ("name", "model", "recipe", "command", "env", "workdir", "limits", "idempotency_key", "code_sha256", "priority", "max_oom_retries", "resumable", "goal")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -162,6 +183,7 @@ class JobSpec(_message.Message):
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     MAX_OOM_RETRIES_FIELD_NUMBER: _ClassVar[int]
     RESUMABLE_FIELD_NUMBER: _ClassVar[int]
+    GOAL_FIELD_NUMBER: _ClassVar[int]
     name: str
     model: ModelSpec
     recipe: TrainingRecipe
@@ -174,7 +196,8 @@ class JobSpec(_message.Message):
     priority: int
     max_oom_retries: int
     resumable: bool
-    def __init__(self, name: _Optional[str] = ..., model: _Optional[_Union[ModelSpec, _Mapping]] = ..., recipe: _Optional[_Union[TrainingRecipe, _Mapping]] = ..., command: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., workdir: _Optional[str] = ..., limits: _Optional[_Union[JobLimits, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., code_sha256: _Optional[str] = ..., priority: _Optional[int] = ..., max_oom_retries: _Optional[int] = ..., resumable: _Optional[bool] = ...) -> None: ...
+    goal: JobGoal
+    def __init__(self, name: _Optional[str] = ..., model: _Optional[_Union[ModelSpec, _Mapping]] = ..., recipe: _Optional[_Union[TrainingRecipe, _Mapping]] = ..., command: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., workdir: _Optional[str] = ..., limits: _Optional[_Union[JobLimits, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., code_sha256: _Optional[str] = ..., priority: _Optional[int] = ..., max_oom_retries: _Optional[int] = ..., resumable: _Optional[bool] = ..., goal: _Optional[_Union[JobGoal, _Mapping]] = ...) -> None: ...
 
 class Layout(_message.Message):
     __slots__ = ("tp", "pp", "dp", "zero_stage", "micro_batch", "grad_accum", "recompute", "vpp")
@@ -227,7 +250,7 @@ class MemoryBreakdown(_message.Message):
     def __init__(self, parameters: _Optional[int] = ..., gradients: _Optional[int] = ..., optimizer_states: _Optional[int] = ..., activations: _Optional[int] = ..., logits: _Optional[int] = ..., runtime_reserve: _Optional[int] = ..., total: _Optional[int] = ..., buffers: _Optional[int] = ..., transient: _Optional[int] = ..., fragmentation: _Optional[int] = ..., peak_allocated: _Optional[int] = ..., reserved: _Optional[int] = ..., phase: _Optional[str] = ...) -> None: ...
 
 class Plan(_message.Message):
-    __slots__ = ("gpu_type", "num_gpus", "layout", "memory", "peak_bytes_per_gpu", "gpu_memory_bytes", "headroom_bytes", "step_time_s", "tokens_per_s", "gpu_hours", "rank", "completion_s", "explanation", "gpus_by_type", "kind", "micro_batches", "stages")
+    __slots__ = ("gpu_type", "num_gpus", "layout", "memory", "peak_bytes_per_gpu", "gpu_memory_bytes", "headroom_bytes", "step_time_s", "tokens_per_s", "gpu_hours", "rank", "completion_s", "explanation", "gpus_by_type", "kind", "micro_batches", "stages", "cost_usd")
     class GpusByTypeEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -252,6 +275,7 @@ class Plan(_message.Message):
     KIND_FIELD_NUMBER: _ClassVar[int]
     MICRO_BATCHES_FIELD_NUMBER: _ClassVar[int]
     STAGES_FIELD_NUMBER: _ClassVar[int]
+    COST_USD_FIELD_NUMBER: _ClassVar[int]
     gpu_type: str
     num_gpus: int
     layout: Layout
@@ -269,7 +293,8 @@ class Plan(_message.Message):
     kind: str
     micro_batches: int
     stages: _containers.RepeatedCompositeFieldContainer[PlanStage]
-    def __init__(self, gpu_type: _Optional[str] = ..., num_gpus: _Optional[int] = ..., layout: _Optional[_Union[Layout, _Mapping]] = ..., memory: _Optional[_Union[MemoryBreakdown, _Mapping]] = ..., peak_bytes_per_gpu: _Optional[int] = ..., gpu_memory_bytes: _Optional[int] = ..., headroom_bytes: _Optional[int] = ..., step_time_s: _Optional[float] = ..., tokens_per_s: _Optional[float] = ..., gpu_hours: _Optional[float] = ..., rank: _Optional[int] = ..., completion_s: _Optional[float] = ..., explanation: _Optional[str] = ..., gpus_by_type: _Optional[_Mapping[str, int]] = ..., kind: _Optional[str] = ..., micro_batches: _Optional[int] = ..., stages: _Optional[_Iterable[_Union[PlanStage, _Mapping]]] = ...) -> None: ...
+    cost_usd: float
+    def __init__(self, gpu_type: _Optional[str] = ..., num_gpus: _Optional[int] = ..., layout: _Optional[_Union[Layout, _Mapping]] = ..., memory: _Optional[_Union[MemoryBreakdown, _Mapping]] = ..., peak_bytes_per_gpu: _Optional[int] = ..., gpu_memory_bytes: _Optional[int] = ..., headroom_bytes: _Optional[int] = ..., step_time_s: _Optional[float] = ..., tokens_per_s: _Optional[float] = ..., gpu_hours: _Optional[float] = ..., rank: _Optional[int] = ..., completion_s: _Optional[float] = ..., explanation: _Optional[str] = ..., gpus_by_type: _Optional[_Mapping[str, int]] = ..., kind: _Optional[str] = ..., micro_batches: _Optional[int] = ..., stages: _Optional[_Iterable[_Union[PlanStage, _Mapping]]] = ..., cost_usd: _Optional[float] = ...) -> None: ...
 
 class PlanStage(_message.Message):
     __slots__ = ("index", "first_layer", "last_layer", "tp", "shares")
@@ -300,14 +325,16 @@ class TypeShare(_message.Message):
     def __init__(self, gpu_type: _Optional[str] = ..., gpus: _Optional[int] = ..., micro_batch: _Optional[int] = ..., grad_accum: _Optional[int] = ..., peak_bytes: _Optional[int] = ...) -> None: ...
 
 class GpuPool(_message.Message):
-    __slots__ = ("gpu_type", "total_gpus", "gpus_per_node")
+    __slots__ = ("gpu_type", "total_gpus", "gpus_per_node", "price_per_gpu_hour")
     GPU_TYPE_FIELD_NUMBER: _ClassVar[int]
     TOTAL_GPUS_FIELD_NUMBER: _ClassVar[int]
     GPUS_PER_NODE_FIELD_NUMBER: _ClassVar[int]
+    PRICE_PER_GPU_HOUR_FIELD_NUMBER: _ClassVar[int]
     gpu_type: str
     total_gpus: int
     gpus_per_node: int
-    def __init__(self, gpu_type: _Optional[str] = ..., total_gpus: _Optional[int] = ..., gpus_per_node: _Optional[int] = ...) -> None: ...
+    price_per_gpu_hour: float
+    def __init__(self, gpu_type: _Optional[str] = ..., total_gpus: _Optional[int] = ..., gpus_per_node: _Optional[int] = ..., price_per_gpu_hour: _Optional[float] = ...) -> None: ...
 
 class StateTransition(_message.Message):
     __slots__ = ("state", "at", "reason")
