@@ -16,7 +16,7 @@ import logging
 import socket
 import stat
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -31,6 +31,7 @@ from frenzy.cli.service_opts import (
     setup_logging,
     start_metrics,
 )
+from frenzy.cli.typed_options import options_command
 
 if TYPE_CHECKING:  # annotations only: the agent's parts are imported when the command runs
     from frenzy.agent.daemon import Agent
@@ -82,119 +83,117 @@ def _from_command_line(ctx: typer.Context, name: str) -> bool:
     return source is not None and source.name == "COMMANDLINE"  # not REDIS_URL / FRENZY_PREFIX or a default
 
 
-def agent_command(
-    ctx: typer.Context,
-    redis_url: Annotated[str, typer.Option(envvar="REDIS_URL", help="Redis holding the cluster state.")]
-    = "redis://127.0.0.1:6379/0",
-    node: Annotated[str | None, typer.Option(help="Node name (unique in the cluster). Default: hostname.")]
-    = None,
+@dataclass(frozen=True)
+class AgentOptions:
+    """Every option of ``frenzy agent`` (a field is an option: ``heartbeat_s`` is ``--heartbeat-s``)."""
+
+    redis_url: Annotated[str, typer.Option(
+        envvar="REDIS_URL", help="Redis holding the cluster state.")] = "redis://127.0.0.1:6379/0"
+    node: Annotated[str | None, typer.Option(help="Node name (unique in the cluster). Default: hostname.")] = None
     join_file: Annotated[Path | None, typer.Option(
         "--join-file", dir_okay=False,
         help="The file `frenzy node join NODE` wrote (mode 0600): gives the node name, Redis URL and prefix "
-        "instead of --node, --redis-url and --prefix.")] = None,
+        "instead of --node, --redis-url and --prefix.")] = None
     fake_gpus: Annotated[str | None, typer.Option(
         "--fake-gpus", metavar="TYPE:N,...",
-        help='Pretend to have these catalog GPUs instead of asking NVML, e.g. "A100-80GB:4,L4:2".')] = None,
+        help='Pretend to have these catalog GPUs instead of asking NVML, e.g. "A100-80GB:4,L4:2".')] = None
     fake_gpus_file: Annotated[Path | None, typer.Option(
         "--fake-gpus-file", exists=True, dir_okay=False,
-        help="YAML/JSON file with fake GPUs: {gpus: [{type: A100-80GB, count: 4}]}.")] = None,
-    addr: Annotated[str, typer.Option(help="Address other nodes use to reach this host (rendezvous).")]
-    = "127.0.0.1",
-    heartbeat_s: Annotated[float, typer.Option(help="Seconds between heartbeats.")] = 2.0,
+        help="YAML/JSON file with fake GPUs: {gpus: [{type: A100-80GB, count: 4}]}.")] = None
+    addr: Annotated[str, typer.Option(help="Address other nodes use to reach this host (rendezvous).")] = "127.0.0.1"
+    heartbeat_s: Annotated[float, typer.Option(help="Seconds between heartbeats.")] = 2.0
     ttl_s: Annotated[float, typer.Option(
-        help="Lease TTL: the node counts as dead this long after its last heartbeat.")] = 10.0,
+        help="Lease TTL: the node counts as dead this long after its last heartbeat.")] = 10.0
     log_dir: Annotated[Path, typer.Option(
-        help="Job logs go to LOG_DIR/JOB/attempt-N/NODE.log.")] = Path("./var/logs"),
+        help="Job logs go to LOG_DIR/JOB/attempt-N/NODE.log.")] = Path("./var/logs")
     prefix: Annotated[str | None, typer.Option(
-        envvar="FRENZY_PREFIX", help="Redis key prefix (one per Frenzy stack). Default: frenzy.")] = None,
+        envvar="FRENZY_PREFIX", help="Redis key prefix (one per Frenzy stack). Default: frenzy.")] = None
     cancel_grace_s: Annotated[float, typer.Option(
-        help="On cancel: seconds between SIGTERM and SIGKILL.")] = 10.0,
+        help="On cancel: seconds between SIGTERM and SIGKILL.")] = 10.0
     kill_on_exit: Annotated[bool, typer.Option(
         "--kill-on-exit", help="Stop the running jobs when the agent stops (default: leave them; "
-        "a restarted agent adopts them).")] = False,
+        "a restarted agent adopts them).")] = False
     verify_fence: Annotated[bool, typer.Option(
-        help="Refuse launches whose fencing token no longer matches the GPUs' reservation.")] = True,
+        help="Refuse launches whose fencing token no longer matches the GPUs' reservation.")] = True
     spawner: Annotated[bool, typer.Option(
         help="Fork each job's shim from one small spawner process (about 1 ms a job). --no-spawner "
         "starts a new Python interpreter per job instead (about 25 ms of CPU), as the agent falls "
-        "back to by itself where the spawner cannot run.")] = True,
+        "back to by itself where the spawner cannot run.")] = True
     env: Annotated[list[str] | None, typer.Option(
         "--env", metavar="KEY=VALUE",
         help="Add to every job's environment on this host (repeat), e.g. NCCL_SOCKET_IFNAME=ib0. "
-        "A job's own env wins.")] = None,
+        "A job's own env wins.")] = None
     pass_env: Annotated[list[str] | None, typer.Option(
         "--pass-env", metavar="NAME",
         help="Pass this variable of the agent's environment on to jobs (repeat; a trailing * matches a prefix, "
         "e.g. NCCL_*). Jobs get only PATH, HOME, LANG, LANGUAGE, LC_*, TZ, USER, LOGNAME, SHELL, TMPDIR, TERM "
         "and LD_LIBRARY_PATH otherwise; credentials (REDIS_URL, FRENZY_TOKEN, *PASSWORD*, *SECRET*, *TOKEN*) "
-        "are refused.")] = None,
+        "are refused.")] = None
     workdir_root: Annotated[list[Path] | None, typer.Option(
         "--workdir-root", metavar="PATH",
         help="A directory jobs may use as working directory, with what is below it (repeat). Default: the "
-        "home of the user jobs run as, the agent's current directory and the system temp directory.")] = None,
+        "home of the user jobs run as, the agent's current directory and the system temp directory.")] = None
     run_as: Annotated[str | None, typer.Option(
         "--run-as", metavar="USER",
-        help="Run jobs as this user (name or uid): its uid, groups and HOME. Needs the agent to run as root.")]
-    = None,
+        help="Run jobs as this user (name or uid): its uid, groups and HOME. Needs the agent to run as root.")] = None
     user_map: Annotated[Path | None, typer.Option(
         "--user-map", metavar="FILE",
         help="Run each Frenzy user's jobs as their own Unix account: lines 'FRENZY_USER ACCOUNT' (# comments). "
-        "Root and system accounts (uid below --min-job-uid) are refused. Re-read when it changes. Needs root.")]
-    = None,
+        "Root and system accounts (uid below --min-job-uid) are refused. Re-read when it changes. Needs root.")] = None
     min_job_uid: Annotated[int, typer.Option(
-        "--min-job-uid", min=1, help="The lowest uid a --user-map account may have (system accounts are below).")]
-    = 1000,
+        "--min-job-uid", min=1,
+        help="The lowest uid a --user-map account may have (system accounts are below).")] = 1000
     unmapped: Annotated[str, typer.Option(
         "--unmapped", metavar="refuse|run-as",
         help="With --user-map: refuse jobs of users the map does not name (default), or run them as the "
-        "--run-as account (they then share it).")] = "refuse",
+        "--run-as account (they then share it).")] = "refuse"
     cgroup_root: Annotated[str, typer.Option(
         "--cgroup-root", metavar="auto|off|PATH",
         help="A cgroup v2 per job under PATH/NODE (auto: 'frenzy' at the top of the cgroup2 mount): one kill "
         "for all it started, and the limits below. Where the host does not allow it, the agent says so "
-        "once and runs jobs without.")] = "auto",
+        "once and runs jobs without.")] = "auto"
     job_memory_max: Annotated[str, typer.Option(
         "--job-memory-max", metavar="BYTES",
         help="memory.max of each job's cgroup (8G, 512M; 'none': no limit). The whole job is killed when "
-        "it is out of memory.")] = "none",
+        "it is out of memory.")] = "none"
     job_pids_max: Annotated[int, typer.Option(
-        "--job-pids-max", min=0, help="pids.max of each job's cgroup (0: no limit): a fork bomb stops there.")]
-    = 16384,
+        "--job-pids-max", min=0, help="pids.max of each job's cgroup (0: no limit): a fork bomb stops there.")] = 16384
     checkpoint_root: Annotated[Path | None, typer.Option(
         "--checkpoint-root", metavar="PATH", envvar="FRENZY_CHECKPOINT_ROOT",
         help="Give every job FRENZY_CHECKPOINT_DIR=PATH/<job id>, the same directory for all its attempts "
         "(made by the agent), so a job re-planned after an out-of-memory exit or a lost node resumes from "
         "its checkpoint. An absolute path on a filesystem every node shares. Default: no checkpoint "
-        "directory.")] = None,
+        "directory.")] = None
     state_dir: Annotated[Path | None, typer.Option(
         help="Where the agent keeps its ledger of running jobs (default: LOG_DIR/.agent). Must survive "
-        "agent restarts.")] = None,
+        "agent restarts.")] = None
     code_cache_gib: Annotated[float, typer.Option(
         min=0, help="Keep at most this much unpacked job code (STATE_DIR/code), dropping the least recently "
-        "used first.")] = CachePolicy.max_bytes / 2**30,
+        "used first.")] = CachePolicy.max_bytes / 2**30
     code_cache_days: Annotated[float, typer.Option(
-        min=0.001, help="Drop unpacked job code no job started from for this long.")] = CachePolicy.max_age_s / 86400,
+        min=0.001, help="Drop unpacked job code no job started from for this long.")] = CachePolicy.max_age_s / 86400
     workdir_days: Annotated[float, typer.Option(
         min=0.001, help="Remove a job attempt's working directory (STATE_DIR/work: its copy of the code and what "
-        "it wrote there) this long after it last ran here; never while it runs.")]
-    = CachePolicy.work_max_age_s / 86400,
-    log_poll_s: Annotated[float, typer.Option(help="Seconds between shipping new job output to Redis.")] = 0.25,
+        "it wrote there) this long after it last ran here; never while it runs.")] = CachePolicy.work_max_age_s / 86400
+    log_poll_s: Annotated[float, typer.Option(help="Seconds between shipping new job output to Redis.")] = 0.25
     log_stream_maxlen: Annotated[int, typer.Option(
-        min=100, help="Cap on the entries of a job's Redis log stream (the file on disk is complete).")] = 10_000,
+        min=100, help="Cap on the entries of a job's Redis log stream (the file on disk is complete).")] = 10_000
     log_retention_s: Annotated[float, typer.Option(
-        help="A job's log stream expires this long after its last output (0: never).")] = 7 * 24 * 3600.0,
+        help="A job's log stream expires this long after its last output (0: never).")] = 7 * 24 * 3600.0
     drain: Annotated[bool, typer.Option(
         "--drain", help="Do not run an agent: mark NODE draining (no new jobs; running ones finish) and wait "
-        "until none is left.")] = False,
-    undrain: Annotated[bool, typer.Option("--undrain", help="Do not run an agent: let NODE take jobs again.")]
-    = False,
-    wait: Annotated[bool, typer.Option(help="With --drain: wait for the running jobs to finish.")] = True,
+        "until none is left.")] = False
+    undrain: Annotated[bool, typer.Option("--undrain", help="Do not run an agent: let NODE take jobs again.")] = False
+    wait: Annotated[bool, typer.Option(help="With --drain: wait for the running jobs to finish.")] = True
     drain_timeout_s: Annotated[float, typer.Option(
-        help="With --drain: give up (exit 1) after this long; 0 waits forever.")] = 0.0,
-    log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING or ERROR.")] = "INFO",
-    log_format: LogFormatOpt = "text",
-    metrics_address: MetricsAddressOpt = "",
-) -> None:
+        help="With --drain: give up (exit 1) after this long; 0 waits forever.")] = 0.0
+    log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING or ERROR.")] = "INFO"
+    log_format: LogFormatOpt = "text"
+    metrics_address: MetricsAddressOpt = ""
+
+
+@options_command(AgentOptions)
+def agent_command(ctx: typer.Context, opts: AgentOptions) -> None:
     """Run the node agent: register this host's GPUs, heartbeat, and launch the jobs the scheduler sends.
 
     \b
@@ -214,45 +213,53 @@ def agent_command(
     a restarted agent adopts them. If the agent stays away longer than the
     scheduler's node timeout, the node is declared dead and its jobs are requeued.
     """
-    from frenzy.agent.daemon import Agent
     from frenzy.agent.drain import drain as drain_node
     from frenzy.state.keys import Keys
 
-    setup_logging(log_level, log_format)
-    check_metrics_address(metrics_address)
-    if join_file is not None:
-        node, redis_url, prefix = _joined(ctx, join_file)  # over REDIS_URL / FRENZY_PREFIX
-    node = node or socket.gethostname()
+    setup_logging(opts.log_level, opts.log_format)
+    check_metrics_address(opts.metrics_address)
+    if opts.join_file is not None:
+        node, redis_url, prefix = _joined(ctx, opts.join_file)  # over REDIS_URL / FRENZY_PREFIX
+        opts = replace(opts, node=node, redis_url=redis_url, prefix=prefix)
+    node = opts.node or socket.gethostname()
     # An agent is one node: each JSON log line carries it, about a job or not (GPU health, Redis).
     logs.set_context(node=node)
-    if drain or undrain:
-        if drain and undrain:
+    if opts.drain or opts.undrain:
+        if opts.drain and opts.undrain:
             typer.echo("error: give --drain or --undrain, not both", err=True)
             raise typer.Exit(2)
-        raise typer.Exit(drain_node(redis_url, Keys(prefix), node, undrain=undrain, wait=wait,
-                                    timeout_s=drain_timeout_s, say=typer.echo))
-    extra_env = _env_option(env or [])
+        raise typer.Exit(drain_node(opts.redis_url, Keys(opts.prefix), node, undrain=opts.undrain, wait=opts.wait,
+                                    timeout_s=opts.drain_timeout_s, say=typer.echo))
+    _run_until_stopped(_agent(opts, node), node, opts.metrics_address)
+
+
+def _agent(opts: AgentOptions, node: str) -> Agent:
+    """The agent ``opts`` describe, on ``node``; exit 2 naming a bad value (an --env, a byte size, a
+    fake GPU spec, a user map that cannot be read)."""
+    from frenzy.agent.daemon import Agent
+    from frenzy.state.keys import Keys
+
+    extra_env = _env_option(opts.env or [])
     try:
         from frenzy.agent.cgroups import parse_bytes
 
-        memory_max = parse_bytes(job_memory_max)
-        backend = _gpu_backend(fake_gpus, fake_gpus_file, node)
-        agent = Agent(redis_url, node, backend, keys=Keys(prefix), addr=addr, heartbeat_s=heartbeat_s,
-                      ttl_s=ttl_s, log_dir=log_dir, cancel_grace_s=cancel_grace_s,
-                      kill_on_exit=kill_on_exit, verify_fence=verify_fence, state_dir=state_dir,
-                      extra_env=extra_env, log_poll_s=log_poll_s, log_stream_maxlen=log_stream_maxlen,
-                      log_retention_s=log_retention_s, pass_env=list(pass_env or []),
-                      workdir_roots=list(workdir_root) if workdir_root else None, run_as=run_as,
-                      checkpoint_root=checkpoint_root, use_spawner=spawner,
-                      user_map=user_map, min_job_uid=min_job_uid, unmapped=unmapped, cgroup_root=cgroup_root,
-                      job_memory_max=memory_max, job_pids_max=job_pids_max or None,
-                      cache_policy=CachePolicy(int(code_cache_gib * 2**30), code_cache_days * 86400,
-                                               workdir_days * 86400))
+        memory_max = parse_bytes(opts.job_memory_max)
+        backend = _gpu_backend(opts.fake_gpus, opts.fake_gpus_file, node)
+        return Agent(opts.redis_url, node, backend, keys=Keys(opts.prefix), addr=opts.addr,
+                     heartbeat_s=opts.heartbeat_s, ttl_s=opts.ttl_s, log_dir=opts.log_dir,
+                     cancel_grace_s=opts.cancel_grace_s, kill_on_exit=opts.kill_on_exit,
+                     verify_fence=opts.verify_fence, state_dir=opts.state_dir, extra_env=extra_env,
+                     log_poll_s=opts.log_poll_s, log_stream_maxlen=opts.log_stream_maxlen,
+                     log_retention_s=opts.log_retention_s, pass_env=list(opts.pass_env or []),
+                     workdir_roots=list(opts.workdir_root) if opts.workdir_root else None, run_as=opts.run_as,
+                     checkpoint_root=opts.checkpoint_root, use_spawner=opts.spawner, user_map=opts.user_map,
+                     min_job_uid=opts.min_job_uid, unmapped=opts.unmapped, cgroup_root=opts.cgroup_root,
+                     job_memory_max=memory_max, job_pids_max=opts.job_pids_max or None,
+                     cache_policy=CachePolicy(int(opts.code_cache_gib * 2**30), opts.code_cache_days * 86400,
+                                              opts.workdir_days * 86400))
     except (ValueError, OSError) as exc:  # (OSError: the user map cannot be read)
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
-
-    _run_until_stopped(agent, node, metrics_address)
 
 
 def _gpu_backend(fake_gpus: str | None, fake_gpus_file: Path | None, node: str) -> GpuBackend:
