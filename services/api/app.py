@@ -216,6 +216,35 @@ def _logs_answer(job_id: str, chunks: Sequence[Any], meta: dict[str, Any], whole
     ]}
 
 
+class SchedulerLink:
+    """An app's one gRPC channel to the scheduler, opened at its first use and closed with the app;
+    calls go out as the caller (their token), their gRPC errors come back as HTTP ones."""
+
+    def __init__(self, address: str, tls: ClientTls | None) -> None:
+        self.address, self.tls = address, tls
+        self._channel: grpc.Channel | None = None
+
+    def channel(self) -> grpc.Channel:
+        if self._channel is None:
+            self._channel = open_channel(self.address, self.tls)
+        return self._channel
+
+    def stub(self, token: str) -> scheduler_pb2_grpc.SchedulerStub:
+        return scheduler_pb2_grpc.SchedulerStub(with_token(self.channel(), token))
+
+    def call(self, token: str, fn: Callable[[scheduler_pb2_grpc.SchedulerStub], T]) -> T:
+        """``fn`` on a stub that calls as the caller (their token), gRPC errors as HTTP ones."""
+        try:
+            return fn(self.stub(token))
+        except grpc.RpcError as exc:
+            raise _http_error(exc) from None
+
+    def close(self) -> None:
+        if self._channel is not None:
+            channel, self._channel = self._channel, None
+            channel.close()
+
+
 def create_app(scheduler_address: str, *, bind_host: str = "127.0.0.1", allowed_hosts: Sequence[str] = (),
                max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, dependencies: Sequence[Dependency] = (),
                scheduler_tls: ClientTls | None = None, metrics: ApiMetrics | None = None) -> FastAPI:
@@ -225,28 +254,12 @@ def create_app(scheduler_address: str, *, bind_host: str = "127.0.0.1", allowed_
     ``allowed_hosts``. Bodies over ``max_body_bytes`` are refused (413). ``dependencies`` run
     before every /api route. Every request is counted in ``metrics`` (``app.state.metrics``;
     a new ``ApiMetrics`` when None), which ``frenzy api --metrics-address`` serves."""
-    channel: dict[str, grpc.Channel] = {}
-
-    def get_channel() -> grpc.Channel:
-        if "c" not in channel:
-            channel["c"] = open_channel(scheduler_address, scheduler_tls)
-        return channel["c"]
-
-    def stub(token: str) -> scheduler_pb2_grpc.SchedulerStub:
-        return scheduler_pb2_grpc.SchedulerStub(with_token(get_channel(), token))
-
-    def call(token: str, fn: Callable[[scheduler_pb2_grpc.SchedulerStub], T]) -> T:
-        """``fn`` on a stub that calls as the caller (their token), gRPC errors as HTTP ones."""
-        try:
-            return fn(stub(token))
-        except grpc.RpcError as exc:
-            raise _http_error(exc) from None
+    link = SchedulerLink(scheduler_address, scheduler_tls)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> Iterator[None]:  # type: ignore[misc]
         yield
-        if "c" in channel:
-            channel.pop("c").close()
+        link.close()
 
     app = FastAPIOffline(
         **OFFLINE_DOCS, title="Frenzy", version="0.1.0", lifespan=lifespan,
@@ -260,6 +273,15 @@ def create_app(scheduler_address: str, *, bind_host: str = "127.0.0.1", allowed_
     app.state.metrics = metrics or ApiMetrics()
     app.add_middleware(RequestMetrics, metrics=app.state.metrics)
     api = APIRouter(prefix="/api", dependencies=api_dependencies(dependencies))
+    _add_pages(app, link)
+    _add_job_routes(api, link)
+    _add_node_routes(api, link)
+    app.include_router(api)
+    return app
+
+
+def _add_pages(app: FastAPI, link: SchedulerLink) -> None:
+    """What is outside /api: the error handler of last resort, the dashboard and /healthz."""
 
     @app.exception_handler(Exception)
     async def internal_error(_: Request, exc: Exception) -> JSONResponse:
@@ -274,7 +296,7 @@ def create_app(scheduler_address: str, *, bind_host: str = "127.0.0.1", allowed_
     def healthz() -> JSONResponse:
         """200 when the scheduler answers SERVING to a gRPC health check, else 503."""
         try:
-            resp = health_pb2_grpc.HealthStub(get_channel()).Check(
+            resp = health_pb2_grpc.HealthStub(link.channel()).Check(
                 health_pb2.HealthCheckRequest(service=""), timeout=3)
             serving = resp.status == health_pb2.HealthCheckResponse.SERVING
             why = health_pb2.HealthCheckResponse.ServingStatus.Name(resp.status)
@@ -284,6 +306,10 @@ def create_app(scheduler_address: str, *, bind_host: str = "127.0.0.1", allowed_
         # (no scheduler address: /healthz is open to anyone who reaches the API, issue 34)
         body = {"ok": serving, "scheduler_status": why}
         return JSONResponse(body, status_code=200 if serving else 503)
+
+
+def _add_job_routes(api: APIRouter, link: SchedulerLink) -> None:
+    """/api/jobs: list, read, submit, cancel and read a job's output."""
 
     @api.get("/jobs", tags=["jobs"])
     def list_jobs(token: Caller,
@@ -303,12 +329,12 @@ def create_app(scheduler_address: str, *, bind_host: str = "127.0.0.1", allowed_
             raise HTTPException(400, detail=f"since: {exc}") from None
         req = scheduler_pb2.ListJobsRequest(states=_job_states(state), limit=limit, user=user, name=name,
                                              since=since_at)
-        resp = call(token, lambda st: st.ListJobs(req, timeout=READ_TIMEOUT_S))
+        resp = link.call(token, lambda st: st.ListJobs(req, timeout=READ_TIMEOUT_S))
         return job_list(resp.jobs)
 
     @api.get("/jobs/{job_id}", tags=["jobs"])
     def get_job(token: Caller, job_id: str = JobIdPath) -> dict[str, Any]:
-        job = call(token, lambda st: st.GetJob(scheduler_pb2.GetJobRequest(job_id=job_id), timeout=READ_TIMEOUT_S))
+        job = link.call(token, lambda st: st.GetJob(scheduler_pb2.GetJobRequest(job_id=job_id), timeout=READ_TIMEOUT_S))
         return job_detail(job)
 
     @api.post("/jobs", tags=["jobs"], openapi_extra={"requestBody": {
@@ -324,7 +350,7 @@ def create_app(scheduler_address: str, *, bind_host: str = "127.0.0.1", allowed_
         except JobSpecError as exc:
             raise HTTPException(400, detail=str(exc)) from None
         req = scheduler_pb2.SubmitJobRequest(spec=spec)
-        resp = await run_in_threadpool(call, token, lambda st: st.SubmitJob(req, timeout=SUBMIT_TIMEOUT_S))
+        resp = await run_in_threadpool(link.call, token, lambda st: st.SubmitJob(req, timeout=SUBMIT_TIMEOUT_S))
         return {**job_detail(resp.job), "duplicate": resp.duplicate}
 
     @api.post("/jobs/{job_id}/cancel", tags=["jobs"])
@@ -339,7 +365,7 @@ def create_app(scheduler_address: str, *, bind_host: str = "127.0.0.1", allowed_
             if len(body.get("reason", "")) > MAX_REASON_CHARS:
                 raise HTTPException(400, detail=f"reason: at most {MAX_REASON_CHARS} characters")
             reason = body.get("reason", "")
-        resp = await run_in_threadpool(call, token, lambda st: st.CancelJob(
+        resp = await run_in_threadpool(link.call, token, lambda st: st.CancelJob(
             scheduler_pb2.CancelJobRequest(job_id=job_id, reason=reason), timeout=READ_TIMEOUT_S))
         return job_detail(resp.job)
 
@@ -364,15 +390,16 @@ def create_app(scheduler_address: str, *, bind_host: str = "127.0.0.1", allowed_
             chunks = list(stream)
             return chunks, dict(stream.initial_metadata() or ())
 
-        chunks, meta = call(token, read)
+        chunks, meta = link.call(token, read)
         return _logs_answer(job_id, chunks, meta, whole=not tail_lines)
+
+
+def _add_node_routes(api: APIRouter, link: SchedulerLink) -> None:
+    """/api/nodes."""
 
     @api.get("/nodes", tags=["nodes"])
     def list_nodes(token: Caller, include_dead: bool = False) -> dict[str, Any]:
         """Nodes and their GPUs; `owner` is the job id holding a GPU ("" when free)."""
-        resp = call(token, lambda st: st.ListNodes(scheduler_pb2.ListNodesRequest(include_dead=include_dead),
+        resp = link.call(token, lambda st: st.ListNodes(scheduler_pb2.ListNodesRequest(include_dead=include_dead),
                                             timeout=READ_TIMEOUT_S))
         return {"nodes": [to_json(n) for n in resp.nodes]}
-
-    app.include_router(api)
-    return app
