@@ -15,21 +15,70 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from frenzy.cli import render
 from frenzy.cli.output import JsonOpt, echo_json, fail
+from frenzy.cli.predict_options import (  # noqa: F401 - DEFAULT_MIN_SCALING_EFF: read by the CLI tests
+    DEFAULT_MIN_SCALING_EFF,
+    AttentionOpt,
+    BudgetOpt,
+    ClusterOpt,
+    CompiledOpt,
+    CpOpt,
+    DeadlineOpt,
+    DpOpt,
+    DropoutOpt,
+    EpOpt,
+    EtpOpt,
+    FinetuneOpt,
+    FlashOpt,
+    Float8Opt,
+    FsdpReshardOpt,
+    GlobalBatchOpt,
+    GpuOpt,
+    GpuTypesOpt,
+    InterNodeGbpsOpt,
+    LocalMicroBatchOpt,
+    LoraAdapterDtypeOpt,
+    LoraDropoutOpt,
+    LoraRankOpt,
+    LoraTargetsOpt,
+    LossOpt,
+    MainGradDtypeOpt,
+    MaxGpusOpt,
+    MicroBatchOpt,
+    MinScalingEffOpt,
+    MixedOpt,
+    ModelOpt,
+    NoRecomputeOpt,
+    ObjectiveOpt,
+    OptimizerImplOpt,
+    OptimizerOpt,
+    PpLayersOpt,
+    PpOpt,
+    PrecisionOpt,
+    PredictArgs,
+    QloraBackendOpt,
+    RankByOpt,
+    RecomputeOpt,
+    SeqLenOpt,
+    SequenceParallelOpt,
+    StageOpt,
+    TopOpt,
+    TpOpt,
+    TrainStepsOpt,
+    VppOpt,
+    WeightDecayOpt,
+    ZeroOpt,
+)
 
 if TYPE_CHECKING:  # annotations only; imported where it runs
     import marp
 
 # MARP error fields -> the flag a user typed, so every message names the flag.
-# marp.plans.DEFAULT_MIN_SCALING_EFF, named in --help without importing MARP (numpy) for every
-# `frenzy` command; tests/unit/cli/test_cli_registry.py checks the two agree.
-DEFAULT_MIN_SCALING_EFF = 0.7
-
 FLAG_OF_FIELD: dict[str, str] = {
     "model": "--model", "recipe.seq_len": "--seq-len", "recipe.global_batch": "--global-batch",
     "recipe.micro_batch": "--micro-batch", "recipe.precision": "--precision", "recipe.optimizer": "--optimizer",
@@ -54,13 +103,6 @@ SINGLE_PRECISIONS: dict[str, str] = {
 RECOMPUTE_CHOICES = ("none", "selective", "full", "op-sac")
 
 
-STAGE_HELP = ("Single layout: pipeline stage reported, first | last | max. Or a mixed layout over GPU types, one "
-              "GPUS:LAYERS[:tpK] per stage in pipeline order, GPUS NxTYPE or a data-parallel group NxTYPE+MxTYPE "
-              "(e.g. --stage 4xA100-80GB:24 --stage 16xL4:16).")
-LOCAL_HELP = "Mixed layout: TYPE=N, the micro batch of that GPU type's ranks (repeat; default --micro-batch)."
-MIXED_HELP = ("Ranked mode: also rank plans over two GPU types at a time (default: on with a --cluster file of "
-              "several types).")
-
 PANEL = "Plan a job"
 
 
@@ -82,83 +124,55 @@ def _choice(value: str, flag: str, choices: tuple[str, ...] | list[str]) -> str:
 
 
 def predict(
-    model: Annotated[str, typer.Option(help="Catalog name (frenzy models), a config.json path, or inline JSON "
-                                       "(HF config or Frenzy's neutral spec).")],
-    seq_len: Annotated[int, typer.Option(help="Tokens per sample.")],
-    global_batch: Annotated[int, typer.Option(help="Samples per optimizer step, across all GPUs "
-                                              "(single-layout mode: default dp x micro batch).")] = 0,
-    micro_batch: Annotated[int, typer.Option(help="Samples per GPU per forward pass (0: planner chooses).")] = 0,
-    precision: Annotated[str, typer.Option(help="fp32 | amp-fp16 | amp-bf16 | master-fp16 | master-bf16 | bf16 | "
-                                           "fsdp-bf16. Single-layout mode: bf16 = everything in bf16; ranked "
-                                           "mode keeps bf16 / fp16 as the master-* policies (job spec names).")
-                         ] = "bf16",
-    optimizer: Annotated[str, typer.Option(help="adamw | adam | sgd | sgd-momentum | adam8bit.")] = "adamw",
-    optimizer_impl: Annotated[str | None, typer.Option(help="foreach | fused | forloop (default: the "
-                                                       "policy's usual one).")] = None,
-    train_steps: Annotated[int, typer.Option(help="Optimizer steps (for completion time and GPU-hours).")] = 1000,
-    recompute: Annotated[str | None, typer.Option(help="none | selective | full | op-sac. Ranked mode: 'none' "
-                                                  "forbids recomputation.")] = None,
-    no_recompute: Annotated[bool, typer.Option("--no-recompute", help="Ranked mode: forbid recomputation.")] = False,
-    attention: Annotated[str | None, typer.Option(help="flash | eager (materialised s x s scores).")] = None,
-    flash: Annotated[bool, typer.Option(help="Flash attention (same as --attention flash).")] = True,
-    dropout: Annotated[float | None, typer.Option(help="Dropout probability (default: the model config's).")
-                       ] = None,
-    loss: Annotated[str | None, typer.Option(help="torch | fused | chunked | megatron-fused | inplace | fused-copy (Megatron 2023, max subtracted out of place).")] = None,
-    finetune: Annotated[str, typer.Option(help="full | lora | qlora (frozen base, trained adapters; qlora: "
-                                          "NF4 base).")] = "full",
-    lora_rank: Annotated[int, typer.Option(help="Rank of the LoRA / QLoRA adapters.")] = 16,
-    lora_dropout: Annotated[float, typer.Option(help="peft's lora_dropout on the adapters' inputs, in [0, 1) "
-                                                "(above 0 each adapted linear keeps a dropped-out copy).")] = 0.0,
-    lora_adapter_dtype: Annotated[str, typer.Option(help="fp32 | compute: the adapters' dtype; peft upcasts them "
-                                                    "to fp32 (default), torchtune keeps the base's. Matters under "
-                                                    "pure bf16: fp32 states and fp32 input copies.")] = "fp32",
-    fsdp_reshard: Annotated[str, typer.Option(help="keep-last | all: FSDP2 blocks resharded after their forward; "
-                                              "torchtitan keeps the last gathered (default), torchtune reshards "
-                                              "all (one block less at the loss).")] = "keep-last",
-    qlora_backend: Annotated[str, typer.Option(help="bitsandbytes | torchao: QLoRA's NF4 base; peft's bitsandbytes "
-                                               "(default) keeps the block constants whole on every FSDP / ZeRO-3 "
-                                               "rank, torchtune's torchao shards them.")] = "bitsandbytes",
-    main_grad_dtype: Annotated[str, typer.Option(help="fp32 | half: Megatron's main-grad buffer under master-fp16 / "
-                                                 "master-bf16 (fp16 / bf16 in ranked mode); half is --fp16's "
-                                                 "default, fp32 --accumulate-allreduce-grads-in-fp32 (forced "
-                                                 "under --bf16).")] = "fp32",
-    weight_decay: Annotated[float | None, typer.Option(help="Optimizer weight decay (default: the optimizer's "
-                                                       "own, AdamW 0.01, others 0).")] = None,
-    ep: Annotated[int, typer.Option(help="Expert-parallel degree (mixture-of-experts models; divides dp).")] = 1,
-    pp_layers: Annotated[str | None, typer.Option(help="Layers of each pipeline stage, e.g. 2,4,4,2 (with --vpp: "
-                                                  "of each virtual stage; default: an even split).")] = None,
-    etp: Annotated[int | None, typer.Option(help="Expert-tensor-parallel degree (mixture-of-experts models; "
-                                            "default: tp).")] = None,
-    lora_targets: Annotated[str | None, typer.Option(help="Linears with LoRA / QLoRA adapters, e.g. "
-                                                     "q,k,v,o,gate,up,down (default: q,k,v,o).")] = None,
-    compiled: Annotated[bool, typer.Option("--compile", help="The model runs under torch.compile (pointwise "
-                                           "ops fused and recomputed: fewer saved activations).")] = False,
-    float8: Annotated[bool, typer.Option("--float8", help="Float8 linears (torchao / Transformer Engine); only "
-                                         "GPUs with fp8 tensor cores.")] = False,
-    dp: Annotated[int | None, typer.Option(help="Single layout: data-parallel degree.")] = None,
-    tp: Annotated[int | None, typer.Option(help="Single layout: tensor-parallel degree.")] = None,
-    pp: Annotated[int | None, typer.Option(help="Single layout: pipeline-parallel degree.")] = None,
-    vpp: Annotated[int | None, typer.Option(help="Single layout: interleaved 1F1B chunks per pipeline rank.")
-                   ] = None,
-    cp: Annotated[int | None, typer.Option(help="Single layout: context-parallel degree.")] = None,
-    zero: Annotated[int | None, typer.Option(help="Single layout: ZeRO stage 0-3.")] = None,
-    sequence_parallel: Annotated[bool, typer.Option("--sequence-parallel",
-                                                    help="Single layout: Megatron sequence parallelism.")] = False,
-    stage: Annotated[list[str] | None, typer.Option(help=STAGE_HELP)] = None,
-    local_micro_batch: Annotated[list[str] | None, typer.Option("--local-micro-batch", help=LOCAL_HELP)] = None,
-    mixed: Annotated[bool | None, typer.Option("--mixed/--no-mixed", help=MIXED_HELP)] = None,
-    gpu: Annotated[str | None, typer.Option(help="Single layout: the GPU type (frenzy gpus).")] = None,
-    cluster: Annotated[Path | None, typer.Option(help="Plan for this cluster file's GPU types.")] = None,
-    gpu_types: Annotated[list[str] | None, typer.Option("--gpu-type", help="Only these GPU types (repeat).")] = None,
-    max_gpus: Annotated[int, typer.Option(help="At most this many GPUs (0: no limit).")] = 0,
-    rank_by: Annotated[str, typer.Option(help="Ranked mode: time (completion time) | gpu_hours.")] = "time",
-    inter_node_gbps: Annotated[float | None, typer.Option(
-        "--inter-node-gbps", help="GB/s per GPU between nodes, for the step time (default: the cluster file's, "
-        "else the GPU generation's: 50 for H100/H200/B200, 25 for A100).")] = None,
-    min_scaling_eff: Annotated[float | None, typer.Option(
-        "--min-scaling-eff", help="Ranked mode: plans whose GPU-hours exceed the cheapest plan of their GPU type's "
-        f"by more than 1 / this rank last (default {DEFAULT_MIN_SCALING_EFF}; 0: off).")] = None,
-    top: Annotated[int, typer.Option(help="Rows to show in the table.")] = 20,
+    model: ModelOpt,
+    seq_len: SeqLenOpt,
+    global_batch: GlobalBatchOpt = 0,
+    micro_batch: MicroBatchOpt = 0,
+    precision: PrecisionOpt = "bf16",
+    optimizer: OptimizerOpt = "adamw",
+    optimizer_impl: OptimizerImplOpt = None,
+    train_steps: TrainStepsOpt = 1000,
+    recompute: RecomputeOpt = None,
+    no_recompute: NoRecomputeOpt = False,
+    attention: AttentionOpt = None,
+    flash: FlashOpt = True,
+    dropout: DropoutOpt = None,
+    loss: LossOpt = None,
+    finetune: FinetuneOpt = "full",
+    lora_rank: LoraRankOpt = 16,
+    lora_dropout: LoraDropoutOpt = 0.0,
+    lora_adapter_dtype: LoraAdapterDtypeOpt = "fp32",
+    fsdp_reshard: FsdpReshardOpt = "keep-last",
+    qlora_backend: QloraBackendOpt = "bitsandbytes",
+    main_grad_dtype: MainGradDtypeOpt = "fp32",
+    weight_decay: WeightDecayOpt = None,
+    ep: EpOpt = 1,
+    pp_layers: PpLayersOpt = None,
+    etp: EtpOpt = None,
+    lora_targets: LoraTargetsOpt = None,
+    compiled: CompiledOpt = False,
+    float8: Float8Opt = False,
+    dp: DpOpt = None,
+    tp: TpOpt = None,
+    pp: PpOpt = None,
+    vpp: VppOpt = None,
+    cp: CpOpt = None,
+    zero: ZeroOpt = None,
+    sequence_parallel: SequenceParallelOpt = False,
+    stage: StageOpt = None,
+    local_micro_batch: LocalMicroBatchOpt = None,
+    mixed: MixedOpt = None,
+    gpu: GpuOpt = None,
+    cluster: ClusterOpt = None,
+    gpu_types: GpuTypesOpt = None,
+    max_gpus: MaxGpusOpt = 0,
+    rank_by: RankByOpt = "time",
+    objective: ObjectiveOpt = "time",
+    deadline: DeadlineOpt = None,
+    budget: BudgetOpt = None,
+    inter_node_gbps: InterNodeGbpsOpt = None,
+    min_scaling_eff: MinScalingEffOpt = None,
+    top: TopOpt = 20,
     as_json: JsonOpt = False,
 ) -> None:
     """Predict memory per GPU: for one layout, or the ranked plans over GPU types.
@@ -169,80 +183,129 @@ def predict(
 
         frenzy predict --model llama-3-8b --seq-len 8192 --micro-batch 2 --precision fsdp-bf16 \\
             --dp 8 --tp 1 --pp 1 --zero 3 --recompute op-sac --gpu H100-80GB --json
-    """
-    import marp
 
-    stage_specs, stage_pick = _stage_args(stage, local_micro_batch, {"--dp": dp, "--tp": tp, "--pp": pp, "--vpp": vpp,
-                                          "--cp": cp, "--gpu": gpu, "--sequence-parallel": sequence_parallel or None,
-                                          "--mixed": mixed, "--min-scaling-eff": min_scaling_eff,
-                                          "--gpu-type": gpu_types or None, "--max-gpus": max_gpus or None})
-    single = any(v is not None for v in (dp, tp, pp, vpp, cp, zero, stage_pick, gpu)) or sequence_parallel
-    if recompute is not None:
-        _choice(recompute, "--recompute", RECOMPUTE_CHOICES)
-    if attention is not None:
-        _choice(attention, "--attention", ("flash", "eager"))
-        if not flash and attention == "flash":
-            fail("--attention: flash contradicts --no-flash.", 2)
-        flash = attention == "flash"
-    if optimizer_impl is not None:
-        _choice(optimizer_impl, "--optimizer-impl", marp.recipe.OPTIMIZER_IMPLS)
-    if loss is not None:
-        _choice(loss, "--loss", marp.recipe.LOSSES)
-    _choice(rank_by, "--rank-by", marp.plans.RANK_BY)
-    _choice(finetune, "--finetune", marp.recipe.FINETUNES)
-    if lora_rank < 1:
-        fail(f"--lora-rank: must be >= 1, got {lora_rank}.", 2)
-    if not 0.0 <= lora_dropout < 1.0:  # also refuses NaN
-        fail(f"--lora-dropout: must be in [0, 1), got {lora_dropout}.", 2)
-    _choice(lora_adapter_dtype, "--lora-adapter-dtype", marp.recipe.LORA_ADAPTER_DTYPES)
-    _choice(fsdp_reshard, "--fsdp-reshard", marp.recipe.FSDP_RESHARDS)
-    _choice(qlora_backend, "--qlora-backend", marp.recipe.QLORA_BACKENDS)
-    _choice(main_grad_dtype, "--main-grad-dtype", marp.recipe.MAIN_GRAD_DTYPES)
-    if ep < 1:
-        fail(f"--ep: must be >= 1, got {ep}.", 2)
-    if weight_decay is not None and not 0.0 <= weight_decay < 1000.0:
-        fail(f"--weight-decay: must be in [0, 1000), got {weight_decay}.", 2)
-    split = _split(pp_layers)
-    if etp is not None and etp < 1:
-        fail(f"--etp: must be >= 1, got {etp}.", 2)
-    tuning: dict[str, Any] = {"finetune": finetune, "lora_rank": lora_rank, "weight_decay": weight_decay, "ep": ep,
-                              "pp_layers": split, "etp": etp, "compile": compiled, "float8": float8,
-                              "lora_dropout": lora_dropout, "lora_adapter_dtype": lora_adapter_dtype,
-                              "fsdp_reshard": fsdp_reshard, "qlora_backend": qlora_backend,
-                              "main_grad_dtype": main_grad_dtype}  # fmt: skip
-    if lora_targets is not None:
-        tuning["lora_targets"] = _targets(lora_targets)
-    if split is not None and pp is None and single:
-        per_rank = vpp or 1
-        if len(split) % per_rank:
-            fail(f"--pp-layers: {len(split)} stages do not split into --vpp {per_rank} chunks per pipeline rank.", 2)
-        pp = len(split) // per_rank
-    if inter_node_gbps is not None and not 0.0 < inter_node_gbps < 1e6:
-        fail(f"--inter-node-gbps: must be a positive number of GB/s per GPU, got {inter_node_gbps}.", 2)
+        frenzy predict --model llama-3.1-8b --seq-len 4096 --global-batch 64 --objective cost \\
+            --deadline 12h --budget 500 --cluster examples/cluster.yaml
+    """
+    run(PredictArgs(**locals()))
+
+
+def run(a: PredictArgs) -> None:
+    """`frenzy predict` with its options checked: a mixed layout, one layout, or the ranked plans."""
+    stage_specs, stage_pick = _stage_args(a.stage, a.local_micro_batch, {
+        "--dp": a.dp, "--tp": a.tp, "--pp": a.pp, "--vpp": a.vpp, "--cp": a.cp, "--gpu": a.gpu,
+        "--sequence-parallel": a.sequence_parallel or None, "--mixed": a.mixed, "--min-scaling-eff": a.min_scaling_eff,
+        "--gpu-type": a.gpu_types or None, "--max-gpus": a.max_gpus or None, **_goal_flags(a)})  # fmt: skip
+    single = any(v is not None for v in (a.dp, a.tp, a.pp, a.vpp, a.cp, a.zero, stage_pick, a.gpu)) or a.sequence_parallel
+    tuning = _recipe_tuning(a)
+    pp = a.pp
+    if tuning["pp_layers"] is not None and pp is None and single:
+        per_rank = a.vpp or 1
+        if len(tuning["pp_layers"]) % per_rank:
+            fail(f"--pp-layers: {len(tuning['pp_layers'])} stages do not split into --vpp {per_rank} chunks per "
+                 "pipeline rank.", 2)  # fmt: skip
+        pp = len(tuning["pp_layers"]) // per_rank
+    if a.inter_node_gbps is not None and not 0.0 < a.inter_node_gbps < 1e6:
+        fail(f"--inter-node-gbps: must be a positive number of GB/s per GPU, got {a.inter_node_gbps}.", 2)
     if stage_specs:
-        _mixed_layout(model, seq_len, global_batch, micro_batch, precision, optimizer, optimizer_impl, train_steps,
-                      recompute or "none", flash, dropout, loss, 0 if zero is None else zero, stage_specs,
-                      local_micro_batch or [], cluster, no_recompute, tuning, as_json, inter_node_gbps)  # fmt: skip
+        _mixed_layout(a.model, a.seq_len, a.global_batch, a.micro_batch, a.precision, a.optimizer, a.optimizer_impl,
+                      a.train_steps, a.recompute or "none", a.flash, a.dropout, a.loss, 0 if a.zero is None else a.zero,
+                      stage_specs, a.local_micro_batch or [], a.cluster, a.no_recompute, tuning, a.as_json,
+                      a.inter_node_gbps)  # fmt: skip
         return
     if single:
-        if mixed is not None:
-            fail("--mixed: ranks plans; it contradicts the single-layout flags (--dp/--tp/--pp/--gpu...).", 2)
-        if min_scaling_eff is not None:
-            fail("--min-scaling-eff: ranks plans; it contradicts the single-layout flags (--dp/--tp/--pp/--gpu...).",
-                 2)  # fmt: skip
-        _single(model, seq_len, global_batch, micro_batch, precision, optimizer, optimizer_impl, train_steps,
-                recompute or "none", flash, dropout, loss, dp or 1, tp or 1, pp or 1, vpp or 1, cp or 1,
-                0 if zero is None else zero, sequence_parallel, stage_pick or "max", gpu, cluster, gpu_types, max_gpus,
-                no_recompute, tuning, as_json, inter_node_gbps)  # fmt: skip
+        for flag, value in {"--mixed": a.mixed, "--min-scaling-eff": a.min_scaling_eff, **_goal_flags(a)}.items():
+            if value is not None:
+                fail(f"{flag}: ranks plans; it contradicts the single-layout flags (--dp/--tp/--pp/--gpu...).", 2)
+        _single(a.model, a.seq_len, a.global_batch, a.micro_batch, a.precision, a.optimizer, a.optimizer_impl,
+                a.train_steps, a.recompute or "none", a.flash, a.dropout, a.loss, a.dp or 1, a.tp or 1, pp or 1,
+                a.vpp or 1, a.cp or 1, 0 if a.zero is None else a.zero, a.sequence_parallel, stage_pick or "max", a.gpu,
+                a.cluster, a.gpu_types, a.max_gpus, a.no_recompute, tuning, a.as_json, a.inter_node_gbps)  # fmt: skip
         return
-    if not global_batch:
+    _ranked(a, tuning)
+
+
+def _goal_flags(a: PredictArgs) -> dict[str, str | None]:
+    """The ranked-mode goal flags that were given (None: not given; --objective time is the default)."""
+    return {"--objective": a.objective if a.objective != "time" else None, "--deadline": a.deadline,
+            "--budget": a.budget}
+
+
+def _goal(a: PredictArgs) -> marp.objectives.Goal:
+    """--objective / --deadline / --budget (and the older --rank-by) as a Goal; exit 2 naming the flag."""
+    import marp
+
+    _choice(a.rank_by, "--rank-by", marp.plans.RANK_BY)
+    _choice(a.objective, "--objective", marp.objectives.OBJECTIVES)
+    objective = a.objective
+    if a.rank_by == "gpu_hours":
+        if objective not in ("time", "gpu-hours"):
+            fail(f"--rank-by gpu_hours contradicts --objective {objective} (use --objective alone).", 2)
+        objective = "gpu-hours"
+    try:
+        deadline = None if a.deadline is None else marp.objectives.parse_duration(a.deadline, "--deadline")
+        budget = None if a.budget is None else marp.objectives.parse_budget(a.budget, "--budget")
+    except marp.MarpError as exc:
+        fail(str(exc), 2)
+    return marp.objectives.Goal(objective, deadline, budget)
+
+
+def _recipe_tuning(a: PredictArgs) -> dict[str, Any]:
+    """The recipe flags checked (exit 2 naming the flag), as TrainingRecipe's tuning fields."""
+    import marp
+
+    if a.recompute is not None:
+        _choice(a.recompute, "--recompute", RECOMPUTE_CHOICES)
+    if a.attention is not None:
+        _choice(a.attention, "--attention", ("flash", "eager"))
+        if not a.flash and a.attention == "flash":
+            fail("--attention: flash contradicts --no-flash.", 2)
+        a.flash = a.attention == "flash"
+    if a.optimizer_impl is not None:
+        _choice(a.optimizer_impl, "--optimizer-impl", marp.recipe.OPTIMIZER_IMPLS)
+    if a.loss is not None:
+        _choice(a.loss, "--loss", marp.recipe.LOSSES)
+    _choice(a.finetune, "--finetune", marp.recipe.FINETUNES)
+    if a.lora_rank < 1:
+        fail(f"--lora-rank: must be >= 1, got {a.lora_rank}.", 2)
+    if not 0.0 <= a.lora_dropout < 1.0:  # also refuses NaN
+        fail(f"--lora-dropout: must be in [0, 1), got {a.lora_dropout}.", 2)
+    _choice(a.lora_adapter_dtype, "--lora-adapter-dtype", marp.recipe.LORA_ADAPTER_DTYPES)
+    _choice(a.fsdp_reshard, "--fsdp-reshard", marp.recipe.FSDP_RESHARDS)
+    _choice(a.qlora_backend, "--qlora-backend", marp.recipe.QLORA_BACKENDS)
+    _choice(a.main_grad_dtype, "--main-grad-dtype", marp.recipe.MAIN_GRAD_DTYPES)
+    if a.ep < 1:
+        fail(f"--ep: must be >= 1, got {a.ep}.", 2)
+    if a.weight_decay is not None and not 0.0 <= a.weight_decay < 1000.0:
+        fail(f"--weight-decay: must be in [0, 1000), got {a.weight_decay}.", 2)
+    split = _split(a.pp_layers)
+    if a.etp is not None and a.etp < 1:
+        fail(f"--etp: must be >= 1, got {a.etp}.", 2)
+    tuning: dict[str, Any] = {"finetune": a.finetune, "lora_rank": a.lora_rank, "weight_decay": a.weight_decay,
+                              "ep": a.ep, "pp_layers": split, "etp": a.etp, "compile": a.compiled, "float8": a.float8,
+                              "lora_dropout": a.lora_dropout, "lora_adapter_dtype": a.lora_adapter_dtype,
+                              "fsdp_reshard": a.fsdp_reshard, "qlora_backend": a.qlora_backend,
+                              "main_grad_dtype": a.main_grad_dtype}  # fmt: skip
+    if a.lora_targets is not None:
+        tuning["lora_targets"] = _targets(a.lora_targets)
+    return tuning
+
+
+def _ranked(a: PredictArgs, tuning: dict[str, Any]) -> None:
+    """Ranked mode: through the predictor's job-spec path where it has a field for every flag, else MARP
+    directly; both priced, and dropped / ordered by the goal."""
+    import marp
+
+    goal = _goal(a)
+    if not a.global_batch:
         fail("--global-batch: global_batch must be >= 1; it is required without layout flags (the ranked plans "
              "need it).", 2)
-    allow_recompute = not no_recompute and recompute != "none"
-    if min_scaling_eff is not None and not 0.0 <= min_scaling_eff <= 1.0:
-        fail(f"--min-scaling-eff: must be in [0, 1], got {min_scaling_eff}.", 2)
+    allow_recompute = not a.no_recompute and a.recompute != "none"
+    if a.min_scaling_eff is not None and not 0.0 <= a.min_scaling_eff <= 1.0:
+        fail(f"--min-scaling-eff: must be in [0, 1], got {a.min_scaling_eff}.", 2)
     try:
-        pools = _pools(cluster, gpu_types)
+        pools = _pools(a.cluster, a.gpu_types)
+        prices = _prices(a.cluster)
     except (marp.MarpError, ValueError) as exc:
         fail(_flag_error(exc) if isinstance(exc, marp.MarpError) else str(exc), 2)
     # The predictor service's pools carry no link speed: a cluster file that declares one (and the
@@ -250,62 +313,61 @@ def predict(
     links = any(p.inter_node_gbps is not None for p in pools or [])
     # Mixed plans: on by default with a cluster file of several GPU types (small pools may hold together
     # what none holds alone); planned with MARP directly (the predictor service has no field for them).
-    mixed = mixed if mixed is not None else cluster is not None and len({p.gpu_type for p in pools or []}) >= 2
-    legacy = (not mixed and inter_node_gbps is None and min_scaling_eff is None and not links
-              and precision in ("fp32", "fp16", "bf16") and optimizer in ("adamw", "adam", "sgd")
-              and optimizer_impl is None and loss is None and dropout is None and rank_by == "time")  # fmt: skip
+    mixed = a.mixed if a.mixed is not None else a.cluster is not None and len({p.gpu_type for p in pools or []}) >= 2
+    legacy = (not mixed and a.inter_node_gbps is None and a.min_scaling_eff is None and not links
+              and a.precision in ("fp32", "fp16", "bf16") and a.optimizer in ("adamw", "adam", "sgd")
+              and a.optimizer_impl is None and a.loss is None and a.dropout is None and goal.is_default)  # fmt: skip
     if legacy:
-        _ranked_via_predictor(model, seq_len, global_batch, micro_batch, precision, optimizer, train_steps,
-                              allow_recompute, flash, cluster, gpu_types, max_gpus, top, as_json, tuning)  # fmt: skip
+        _ranked_via_predictor(a, allow_recompute, tuning, prices)
         return
-    _ranked_direct(model, seq_len, global_batch, micro_batch, precision, optimizer, optimizer_impl, loss, dropout,
-                   allow_recompute, flash, train_steps, max_gpus, tuning, min_scaling_eff, pools, rank_by,
-                   inter_node_gbps, mixed, as_json, top, cluster, gpu_types)  # fmt: skip
+    _ranked_direct(a, tuning, allow_recompute, pools, mixed, goal, prices)
 
 
-def _ranked_direct(
-    model: str, seq_len: int, global_batch: int, micro_batch: int, precision: str, optimizer: str,
-    optimizer_impl: str | None, loss: str | None, dropout: float | None, allow_recompute: bool, flash: bool,
-    train_steps: int, max_gpus: int, tuning: dict[str, Any], min_scaling_eff: float | None,
-    pools: list[marp.GpuPool] | None, rank_by: str, inter_node_gbps: float | None, mixed: bool, as_json: bool,
-    top: int, cluster: Path | None, gpu_types: list[str] | None,
-) -> None:  # fmt: skip
+def _ranked_direct(a: PredictArgs, tuning: dict[str, Any], allow_recompute: bool, pools: list[marp.GpuPool] | None,
+                   mixed: bool, goal: marp.objectives.Goal, prices: dict[str, float]) -> None:  # fmt: skip
     """Ranked mode with MARP directly (the flags and the plans the predictor service has no field for:
-    link speeds, the ranking's knobs, mixed plans)."""
+    link speeds, the ranking's knobs, mixed plans, a goal), priced, then dropped and ordered by the goal."""
     import marp
     from frenzy.cli import predict_fixes
 
+    rank_by = "gpu_hours" if goal.objective == "gpu-hours" else "time"
+    ranking: dict[str, Any] = {} if a.min_scaling_eff is None else {"min_scaling_eff": a.min_scaling_eff}
+    if not goal.is_default:
+        ranking["max_plans"] = None  # a goal drops and orders every plan: none is cut before it
     try:
-        spec = marp.resolve_model(model)
+        spec = marp.resolve_model(a.model)
         recipe = marp.TrainingRecipe(
-            seq_len=seq_len, global_batch=global_batch, micro_batch=micro_batch or None, precision=precision,  # type: ignore[arg-type]
-            optimizer=optimizer, optimizer_impl=optimizer_impl, loss=loss, dropout=dropout,  # type: ignore[arg-type]
-            allow_recompute=allow_recompute, flash_attention=flash, train_steps=train_steps,
-            max_gpus=max_gpus or None, **tuning,  # type: ignore[arg-type]
+            seq_len=a.seq_len, global_batch=a.global_batch, micro_batch=a.micro_batch or None,
+            precision=a.precision, optimizer=a.optimizer, optimizer_impl=a.optimizer_impl,  # type: ignore[arg-type]
+            loss=a.loss, dropout=a.dropout, allow_recompute=allow_recompute, flash_attention=a.flash,  # type: ignore[arg-type]
+            train_steps=a.train_steps, max_gpus=a.max_gpus or None, **tuning,  # type: ignore[arg-type]
         )  # fmt: skip
-        ranking: dict[str, Any] = {} if min_scaling_eff is None else {"min_scaling_eff": min_scaling_eff}
-        plan_set = marp.enumerate_plans(spec, recipe, pools, rank_by=rank_by, inter_node_gbps=inter_node_gbps,
+        plan_set = marp.enumerate_plans(spec, recipe, pools, rank_by=rank_by, inter_node_gbps=a.inter_node_gbps,
                                         mixed=mixed, **ranking)  # fmt: skip
     except (marp.MarpError, ValueError) as exc:
         fail(_flag_error(exc) if isinstance(exc, marp.MarpError) else str(exc), 2)
-
-    if as_json:
-        echo_json([_plan_json(p) for p in plan_set.plans])
+    kept = marp.objectives.apply_goal(plan_set.plans, goal, prices)
+    if a.as_json:
+        echo_json([_plan_json(p, prices) for p in kept.plans])
+        for d in kept.dropped:  # stdout stays the JSON list
+            render.console(stderr=True).print(f"[yellow]dropped[/] {d.reason}")
     else:
-        _print_ranked(spec.name, spec.param_count(), [_plan_proto(p, label=True) for p in plan_set.plans],
-                      plan_set.rejected, seq_len, global_batch, precision, optimizer, top, rank_by)  # fmt: skip
-        _print_mixed(plan_set.plans[:top])
+        _print_ranked(spec.name, spec.param_count(), [_plan_proto(p, label=True, prices=prices) for p in kept.plans],
+                      plan_set.rejected, a, goal.describe(), [d.reason for d in kept.dropped])  # fmt: skip
+        _print_mixed(kept.plans[:a.top])
+    if plan_set.plans and not kept.plans:
+        fail(marp.objectives.unmet_text(kept.dropped, goal, "--deadline", "--budget"), 3)
     if not plan_set.plans:
         def attempt(ov: dict[str, Any]) -> str | None:
             again = marp.enumerate_plans(
                 spec, replace(recipe, **_recipe_overrides(ov)), None if ov.get("all_gpu_types") else pools,
-                rank_by=rank_by, inter_node_gbps=inter_node_gbps, **ranking)  # fmt: skip
+                rank_by=rank_by, inter_node_gbps=a.inter_node_gbps, **ranking)  # fmt: skip
             return _marp_plan_text(again.plans[0]) if again.plans else None
 
         found = predict_fixes.ranked_fixes(
-            attempt, restricted_types=_restricting_flag(cluster, gpu_types), max_gpus=max_gpus,
-            micro_batch=micro_batch, recompute_forbidden=not allow_recompute, seq_len=seq_len)  # fmt: skip
-        fail(_no_plan_text(plan_set.rejected, as_json) + predict_fixes.ranked_fix_text(found), 3)
+            attempt, restricted_types=_restricting_flag(a.cluster, a.gpu_types), max_gpus=a.max_gpus,
+            micro_batch=a.micro_batch, recompute_forbidden=not allow_recompute, seq_len=a.seq_len)  # fmt: skip
+        fail(_no_plan_text(plan_set.rejected, a.as_json) + predict_fixes.ranked_fix_text(found), 3)
 
 
 def _stage_args(stage: list[str] | None, local: list[str] | None, others: dict[str, Any]) -> tuple[list[str], str | None]:
@@ -326,31 +388,36 @@ def _stage_args(stage: list[str] | None, local: list[str] | None, others: dict[s
     return specs, (stage[0] if stage and not specs else None)
 
 
-def _plan_json(p: marp.Plan) -> dict[str, Any]:
-    """A ranked plan in --json: the predictor's dialect, gpus_by_type, and a mixed plan's stages."""
-    entry = {**render.to_dict(_plan_proto(p)), "gpus_by_type": p.gpus_by_type, "explanation": p.explanation,
-             "completion_s": p.completion_s}  # fmt: skip
+def _plan_json(p: marp.Plan, prices: dict[str, float]) -> dict[str, Any]:
+    """A ranked plan in --json: the predictor's dialect (with cost_usd), runtime_s, gpus_by_type, and a mixed
+    plan's stages."""
+    entry = {**render.to_dict(_plan_proto(p, prices=prices)), "gpus_by_type": p.gpus_by_type,
+             "explanation": p.explanation, "completion_s": p.completion_s, "runtime_s": p.completion_s}  # fmt: skip
     if p.mixed is not None:
         entry["mixed"] = p.mixed.to_dict()
     return entry
 
 
-def _plan_proto(p: marp.Plan, label: bool = False) -> Any:
-    """The plan as the predictor's proto (render.plan_table and the JSON dialect read it). A mixed
-    plan's ``gpu_type`` is its '+'-joined types (``label``: ``4x A100-80GB + 16x L4``, for the table),
-    its memory the tightest rank's, its GPU memory that rank's type's."""
+def _plan_proto(p: marp.Plan, label: bool = False, prices: dict[str, float] | None = None) -> Any:
+    """The plan as the predictor's proto (render.plan_table and the JSON dialect read it), priced at
+    ``prices`` (cost_usd). A mixed plan's ``gpu_type`` is its '+'-joined types (``label``: ``4x A100-80GB
+    + 16x L4``, for the table), its memory the tightest rank's, its GPU memory that rank's type's."""
+    import marp
     from frenzy.rpc import convert
     from frenzy.v1 import types_pb2
 
+    cost = marp.objectives.plan_cost(p, prices) if prices is not None else 0.0
     if p.mixed is None:
-        return convert.plan_to_proto(p)
+        proto = convert.plan_to_proto(p)
+        proto.cost_usd = cost
+        return proto
     tight = p.mixed.tightest
     return types_pb2.Plan(
         gpu_type=p.label if label else p.gpu_type, num_gpus=p.num_gpus, layout=convert.layout_to_proto(p.layout),
         memory=convert.memory_to_proto(p.memory), peak_bytes_per_gpu=p.memory.total,
         gpu_memory_bytes=tight.gpu_memory_bytes, headroom_bytes=p.headroom_bytes, step_time_s=p.step_time_s,
         tokens_per_s=p.tokens_per_s, gpu_hours=p.gpu_hours, rank=p.rank, completion_s=p.completion_s,
-        explanation=p.explanation,
+        explanation=p.explanation, cost_usd=cost,
     )  # fmt: skip
 
 
@@ -450,6 +517,19 @@ def _pools(cluster: Path | None, gpu_types: list[str] | None) -> list[marp.GpuPo
         return [marp.GpuPool(marp.get_gpu(t).name, marp.plans.DEFAULT_MAX_GPUS, marp.plans.DEFAULT_GPUS_PER_NODE)
                 for t in gpu_types]  # fmt: skip
     return None
+
+
+def _prices(cluster: Path | None) -> dict[str, float]:
+    """GPU type -> dollars per GPU-hour: the catalog's list prices, the cluster file's
+    ``price_per_gpu_hour`` over them (the highest where groups of one type differ)."""
+    import marp
+
+    if cluster is None:
+        return marp.objectives.price_table()
+    from frenzy.devstack.stack import load_cluster_file
+
+    own = load_cluster_file(str(cluster)).price_overrides()
+    return marp.objectives.price_table({marp.get_gpu(t).name: v for t, v in own.items()})
 
 
 def _mixed_layout(
@@ -661,45 +741,53 @@ def prediction_dict(
     }
 
 
-def _print_ranked(name: str, n_params: int, plans: list, rejected: list[str], seq_len: int, global_batch: int,
-                  precision: str, optimizer: str, top: int, rank_by: str) -> None:  # fmt: skip
+def _print_ranked(name: str, n_params: int, plans: list, rejected: list[str], a: PredictArgs, order: str,
+                  dropped: list[str]) -> None:  # fmt: skip
+    """The plan table (``order``: the goal's words), the best plan's memory, and why each GPU type that
+    holds no plan and each plan the goal dropped is not there."""
+    import time
+
     con = render.console()
     con.print(f"[bold]{name}[/]: {n_params / 1e9:.3f} B parameters; "
-              f"seq {seq_len}, global batch {global_batch}, {precision}, {optimizer}")
-    order = "fastest completion first" if rank_by == "time" else "fewest GPU-hours first"
+              f"seq {a.seq_len}, global batch {a.global_batch}, {a.precision}, {a.optimizer}")
     if plans:
         con.print(render.plan_table(plans, title=f"Ranked plans ({order}; {len(plans)} fit)", chosen=plans[0],
-                                    limit=top))  # fmt: skip
+                                    limit=a.top, now=time.time()))  # fmt: skip
         con.print(render.memory_table(plans[0]))
     for line in rejected:
         con.print(f"[yellow]no fit[/] {line}")
+    for line in dropped[:a.top]:
+        con.print(f"[yellow]dropped[/] {line}")
+    if len(dropped) > a.top:
+        con.print(f"[yellow]dropped[/] ... and {len(dropped) - a.top} more plans (--top shows more)")
 
 
-def _ranked_via_predictor(
-    model: str, seq_len: int, global_batch: int, micro_batch: int, precision: str, optimizer: str,
-    train_steps: int, recompute: bool, flash: bool, cluster: Path | None, gpu_types: list[str] | None,
-    max_gpus: int, top: int, as_json: bool, tuning: dict[str, Any],
-) -> None:  # fmt: skip
-    """The job-spec path (same validation and JSON as the predictor service)."""
+def _ranked_via_predictor(a: PredictArgs, recompute: bool, tuning: dict[str, Any], prices: dict[str, float]) -> None:
+    """The job-spec path (same validation and JSON as the predictor service), the pools at ``prices``."""
+
     import marp
     from frenzy.cli import predict_fixes
     from frenzy.predictor.planning import predict as run_predict
     from frenzy.rpc.jobspec import JobSpecError, parse_entry
     from frenzy.v1 import predictor_pb2, types_pb2
 
+    model, seq_len, global_batch, micro_batch, cluster = a.model, a.seq_len, a.global_batch, a.micro_batch, a.cluster
+    gpu_types, max_gpus = a.gpu_types, a.max_gpus
+
     def request(ov: dict[str, Any]) -> predictor_pb2.PredictResponse:
         """The predictor's answer, with ranked_fixes' overrides (none: the user's job)."""
         entry = parse_entry({"model": model, "seq_len": ov.get("seq_len", seq_len), "global_batch": global_batch,
-                             "micro_batch": ov.get("micro_batch", micro_batch), "precision": precision,
-                             "optimizer": optimizer, "train_steps": train_steps,
-                             "allow_recompute": ov.get("allow_recompute", recompute), "flash_attention": flash,
+                             "micro_batch": ov.get("micro_batch", micro_batch), "precision": a.precision,
+                             "optimizer": a.optimizer, "train_steps": a.train_steps,
+                             "allow_recompute": ov.get("allow_recompute", recompute), "flash_attention": a.flash,
                              "command": ["-"], "max_gpus": ov.get("max_gpus", max_gpus),
                              "gpu_types": [] if ov.get("all_gpu_types") else gpu_types or [],
                              **{k: list(v) if isinstance(v, tuple) else v for k, v in tuning.items() if v is not None}})
         spec = entry.to_proto()
         pools = []
         if cluster is not None and not ov.get("all_gpu_types"):
-            pools = [types_pb2.GpuPool(gpu_type=p.gpu_type, total_gpus=p.total_gpus, gpus_per_node=p.gpus_per_node)
+            pools = [types_pb2.GpuPool(gpu_type=p.gpu_type, total_gpus=p.total_gpus, gpus_per_node=p.gpus_per_node,
+                                       price_per_gpu_hour=prices.get(p.gpu_type, 0.0))
                      for p in (_pools(cluster, None) or [])]  # fmt: skip
         return run_predict(predictor_pb2.PredictRequest(model=spec.model, recipe=spec.recipe, limits=spec.limits,
                                                         pools=pools))
@@ -708,11 +796,12 @@ def _ranked_via_predictor(
         resp = request({})
     except (JobSpecError, marp.MarpError, ValueError) as exc:
         fail(_flag_error(exc) if isinstance(exc, marp.MarpError) else str(exc), 2)
-    if as_json:
-        echo_json([{**render.to_dict(p), "gpus_by_type": {p.gpu_type: p.num_gpus}} for p in resp.plans])
+    if a.as_json:
+        echo_json([{**render.to_dict(p), "gpus_by_type": {p.gpu_type: p.num_gpus}, "runtime_s": p.completion_s}
+                   for p in resp.plans])  # fmt: skip
     else:
-        _print_ranked(resp.model_name, resp.parameter_count, list(resp.plans), list(resp.rejected), seq_len,
-                      global_batch, precision, optimizer, top, "time")  # fmt: skip
+        _print_ranked(resp.model_name, resp.parameter_count, list(resp.plans), list(resp.rejected), a,
+                      "fastest completion first", [])  # fmt: skip
     if not resp.plans:
         def attempt(ov: dict[str, Any]) -> str | None:
             try:
@@ -728,6 +817,6 @@ def _ranked_via_predictor(
         found = predict_fixes.ranked_fixes(
             attempt, restricted_types=_restricting_flag(cluster, gpu_types), max_gpus=max_gpus,
             micro_batch=micro_batch, recompute_forbidden=not recompute, seq_len=seq_len)  # fmt: skip
-        fail(_no_plan_text(list(resp.rejected), as_json) + predict_fixes.ranked_fix_text(found), 3)
+        fail(_no_plan_text(list(resp.rejected), a.as_json) + predict_fixes.ranked_fix_text(found), 3)
 
 __all__ = ["prediction_dict", "predict", "register"]

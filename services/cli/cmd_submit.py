@@ -62,6 +62,14 @@ def submit(
         help="The command saves checkpoints and resumes from the latest when started again: the scheduler "
              "may stop it once (SIGTERM, then SIGKILL after the agents' grace) for waiting jobs much shorter "
              "than what it has left, and start it again later; the stop does not count as an attempt.")] = False,
+    objective: Annotated[str, typer.Option(help="time | cost | gpu-hours: what the plan minimises among those "
+                                           "that fit (cost: GPUs x price per GPU-hour x runtime; docs/cost.md).")
+                         ] = "time",
+    deadline: Annotated[str | None, typer.Option(help="The job must finish within this long of its submission, "
+                                                 "e.g. 12h, 90m, 1h30m, 2d; plans that cannot are dropped.")
+                        ] = None,
+    budget: Annotated[str | None, typer.Option(help="Dollars the job may cost at most (e.g. 250); dearer plans "
+                                               "are dropped.")] = None,
     wait: Annotated[bool, typer.Option(help="Print the job's state changes and output until it ends; exit 0 if it "
                                        "SUCCEEDED, else 1. Ctrl-C stops following, not the job.")] = False,
     finetune: Annotated[str, typer.Option(help="full | lora | qlora (planned as it will run).")] = "full",
@@ -125,6 +133,7 @@ def submit(
                             "gpu_types": gpu_types or [], "max_gpus": max_gpus,
                             "min_gpus": min_gpus, "idempotency_key": idempotency_key,
                             "max_oom_retries": max_oom_retries, "priority": priority, "resumable": resumable,
+                            "objective": objective, "deadline": deadline, "budget": budget,
                             **_recipe_flags(
                                 finetune=finetune, lora_rank=lora_rank, lora_targets=lora_targets,
                                 weight_decay=weight_decay, ep=ep, etp=etp, pp_layers=pp_layers, compile=compiled,

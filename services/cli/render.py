@@ -96,12 +96,34 @@ def duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
+def money(usd: float) -> str:
+    """Dollars for a table cell: ``$12.34``, ``$12,345``; "-" for 0 (no price known)."""
+    if not usd:
+        return "-"
+    return f"${usd:,.2f}" if usd < 10_000 else f"${usd:,.0f}"
+
+
+def finish_by(seconds: float, now: float) -> str:
+    """When a run of ``seconds`` started at ``now`` ends, local time: ``14:05`` today, ``Tue 14:05``
+    within the week, else the date; "-" past ten years."""
+    if not 0 <= seconds <= 10 * 366 * 86400:
+        return "-"
+    at = dt.datetime.fromtimestamp(now + seconds)
+    start = dt.datetime.fromtimestamp(now)
+    if at.date() == start.date():
+        return at.strftime("%H:%M")
+    return at.strftime("%a %H:%M") if (at.date() - start.date()).days < 7 else at.strftime("%Y-%m-%d")
+
+
 def plan_table(plans: Iterable[types_pb2.Plan], title: str = "Plans", chosen: types_pb2.Plan | None = None,
-               limit: int | None = None) -> Table:
+               limit: int | None = None, now: float | None = None) -> Table:
+    """Ranked plans. ``$`` is each plan's cost_usd; ``now`` adds FINISH BY (a start at ``now`` plus the
+    predicted completion)."""
     table = Table(title=title, title_justify="left")
     for col, just in [("#", "right"), ("GPU", "left"), ("GPUs", "right"), ("TP", "right"), ("PP", "right"),
                       ("DP", "right"), ("ZeRO", "right"), ("MB", "right"), ("GA", "right"), ("RECOMP", "left"),
-                      ("PEAK/GPU GiB", "right"), ("OF GiB", "right"), ("STEP", "right"), ("GPU-h", "right")]:
+                      ("PEAK/GPU GiB", "right"), ("OF GiB", "right"), ("STEP", "right"), ("GPU-h", "right"),
+                      ("$", "right"), *((("FINISH BY", "right"),) if now is not None else ())]:
         table.add_column(col, justify=just)
     if chosen is not None:
         table.add_column("CHOSEN", justify="center")
@@ -111,7 +133,10 @@ def plan_table(plans: Iterable[types_pb2.Plan], title: str = "Plans", chosen: ty
         lay = p.layout
         row = [str(p.rank or i + 1), p.gpu_type, str(p.num_gpus), str(lay.tp), str(lay.pp), str(lay.dp),
                str(lay.zero_stage), str(lay.micro_batch), str(lay.grad_accum), lay.recompute or "none",
-               gib(p.peak_bytes_per_gpu), gib(p.gpu_memory_bytes), duration(p.step_time_s), f"{p.gpu_hours:.2f}"]
+               gib(p.peak_bytes_per_gpu), gib(p.gpu_memory_bytes), duration(p.step_time_s), f"{p.gpu_hours:.2f}",
+               money(p.cost_usd)]
+        if now is not None:
+            row.append(finish_by(p.completion_s, now))
         if chosen is not None:
             same = (p.gpu_type == chosen.gpu_type and p.num_gpus == chosen.num_gpus
                     and p.layout == chosen.layout)

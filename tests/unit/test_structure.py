@@ -23,7 +23,6 @@ KNOWN_FUNCTIONS = {
     "libs/marp/plans.py:enumerate_plans": 169,
     "services/agent/cli.py:agent_command": 171,
     "services/api/app.py:create_app": 160,
-    "services/cli/cmd_predict.py:predict": 180,
 }
 
 
