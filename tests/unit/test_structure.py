@@ -19,10 +19,6 @@ KNOWN_FILES = {
     "services/state/store.py": 939,
 }
 KNOWN_FUNCTIONS = {
-    "libs/marp/activations.py:layer_coefficients": 156,
-    "libs/marp/plans.py:enumerate_plans": 169,
-    "services/agent/cli.py:agent_command": 171,
-    "services/api/app.py:create_app": 160,
 }
 
 
