@@ -18,8 +18,7 @@ KNOWN_FILES = {
     "services/agent/daemon.py": 913,
     "services/state/store.py": 939,
 }
-KNOWN_FUNCTIONS = {
-}
+KNOWN_FUNCTIONS: dict[str, int] = {}  # none left: every function is within the limit
 
 
 def _over(found: dict[str, int], known: dict[str, int], what: str) -> list[str]:
