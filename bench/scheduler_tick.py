@@ -305,9 +305,9 @@ class Churn:
 def tick(store: StateStore, policy: QueuePolicy) -> tuple[dict[str, float], list[QueuedJob], ClusterView, int]:
     """One tick without side effects: queue, cluster, schedule. -> (ms per phase, queue, view, placed)"""
     t0 = time.perf_counter()
-    queue = store.queue()
+    queue = store.queue().jobs
     t1 = time.perf_counter()
-    view = store.cluster()
+    view = store.cluster().view
     t2 = time.perf_counter()
     result = schedule(view, queue, time.time(), policy)
     t3 = time.perf_counter()
@@ -357,7 +357,7 @@ def run_size(client: redis.Redis, gpus: int, reps: int, seed: int) -> tuple[list
     full_ms = []
     for _ in range(reps):
         t0 = time.perf_counter()
-        view = store.cluster()
+        view = store.cluster().view
         full_ms.append((time.perf_counter() - t0) * 1000.0)
         check_view(view, churn.owner, churn.ends, sim.total_gpus)
     store.full_read_s = every

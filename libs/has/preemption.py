@@ -5,6 +5,11 @@ whose arrival order was a matter of seconds.
 ``preempt`` runs once at the end of a pass, on the pass's state (its free GPUs, the jobs still
 pending, the completion estimates it made) and returns at most one ``PreemptionChoice``; the
 pass applies it. Pure: it decides, the caller changes its state.
+
+Also the rules every caller of ``schedule`` shares, so the live scheduler and the simulator
+hand the pass the same running jobs and credit a stopped job the same way: ``may_weigh``
+(which running jobs preemption may weigh) and ``credit_progress`` / ``runtime_left`` (how
+much of a stopped job's work is counted done, and what its plans' runtimes become).
 """
 
 from __future__ import annotations
@@ -16,12 +21,65 @@ from typing import final
 from has.cluster import ClusterView, GpuSlot
 from has.pass_state import PassFree
 from has.placement import PendingReason, Placement
-from has.policy import Preemption, QueuePolicy, RunningJob
+from has.policy import PlanChoice, Preemption, QueuePolicy, RunningJob
 from has.queue_order import QueueRow, as_job, starves
 from has.queued import JobPlans, QueuedJob
 
 _INF = float("inf")
 MAX_VICTIMS = 4  # running jobs a pass weighs for preemption (the most recently started)
+# The most of its estimated work a job stopped part-way is credited with: an estimate that ran
+# over still leaves the job some work, not none (``credit_progress``).
+MAX_DONE_FRACTION = 0.9
+
+
+def weighs_running(policy: QueuePolicy) -> bool:
+    """Whether ``policy`` weighs running jobs at all: the rule for just-started jobs
+    (``preempt_within_s`` > 0 under the "completion" plan choice) or the long-job stop
+    (``preempt_long_gain`` > 0 under "ranked-wait") is on. Where neither is, a caller need not
+    read or build running jobs: ``schedule`` would not look at them."""
+    return (policy.preempt_within_s > 0 and policy.plan_choice is PlanChoice.COMPLETION) or (
+        policy.preempt_long_gain > 0 and policy.plan_choice is PlanChoice.RANKED_WAIT
+    )
+
+
+def may_weigh(policy: QueuePolicy, now: float, submitted_at: float, resumable: bool) -> bool:
+    """Whether preemption may weigh a running job submitted at ``submitted_at``: the one rule the
+    live scheduler (``SchedulerLoop.tick``) and the simulator (``FrenzyPolicy.decide``) both use to
+    choose the ``running`` they hand ``schedule``.
+
+    * Just-started jobs (``preempt``): under the "completion" plan choice with
+      ``preempt_within_s`` > 0, a job submitted at most that long ago (it can have no checkpoint
+      yet: stopping it loses its progress, which the rule weighs).
+    * The long-job stop (``stop_long``): under "ranked-wait" with ``preempt_long_gain`` > 0, any
+      job that resumes from a checkpoint (``resumable``: the job spec says so live; every
+      simulated job keeps its progress when stopped), however long ago it was submitted: a stop
+      keeps its progress (``Preemption.lost_s`` 0), which only a resumable job has.
+
+    A job that does not resume is never handed to the long-job stop, whatever the window says
+    (before this rule the live scheduler also handed it just-started jobs that do not resume)."""
+    if (policy.preempt_within_s > 0 and policy.plan_choice is PlanChoice.COMPLETION
+            and 0.0 <= now - submitted_at <= policy.preempt_within_s):
+        return True
+    return resumable and policy.preempt_long_gain > 0 and policy.plan_choice is PlanChoice.RANKED_WAIT
+
+
+def credit_progress(done_before: float, ran_s: float, completion_s: float) -> float:
+    """The share of its work a job stopped part-way is counted as having done: what it had
+    (``done_before``) plus the share of its plan's whole runtime (``completion_s``, the estimate
+    for the job from the start) that this attempt ran (``ran_s``), at most
+    ``MAX_DONE_FRACTION``. A plan with no estimate credits nothing new. (The simulator counts a
+    stopped job's steps exactly and needs no estimate; the live scheduler only has this one.)"""
+    if completion_s <= 0.0:
+        return done_before
+    return min(MAX_DONE_FRACTION, done_before + max(0.0, ran_s) / completion_s)
+
+
+def runtime_left(runtime_s: float | None, done_fraction: float) -> float | None:
+    """A plan's runtime estimate for a job credited with ``done_fraction`` of its work (None stays
+    None: no estimate)."""
+    if runtime_s is None or done_fraction <= 0.0:
+        return runtime_s
+    return runtime_s * (1.0 - done_fraction)
 
 
 @final

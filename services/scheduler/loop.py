@@ -70,15 +70,14 @@ from frenzy.state.code_store import CodeStore
 from frenzy.state.job_states import ACTIVE, JobState
 from frenzy.state.keys import Keys
 from frenzy.state.messages import AgentEvent, BadMessage, event_from, payload
+from frenzy.state.outcomes import ExitCounted, ExitStatus, LateStatus, Moved
 from frenzy.state.records import JobRecord, exit_note
 from frenzy.state.signing import Refusal, Verifier
 from frenzy.state.store import DEFAULT_MASTER_PORTS, PlacementOrder, ScriptCall, StateStore
 from frenzy.v1 import types_pb2
 from has import Placement, QueuePolicy, schedule
 from has.oom import plans_that_may_fit
-
-# The most of its estimated work a resumable job stopped part-way is credited with (preempt).
-MAX_DONE_FRACTION = 0.9
+from has.preemption import credit_progress, weighs_running
 
 log = logging.getLogger(__name__)
 
@@ -144,6 +143,7 @@ class SchedulerLoop:
         self._pending_checked = False
         self._orphans: dict[OrphanKey, float] = {}  # each orphan GPU or port -> when first seen
         self._last_reap = 0.0
+        self._queue_read = False  # a tick read the queue (the code it names is known: renew_code)
         # Jobs' packed code: its TTL (FRENZY_CODE_TTL_S unless ``code_ttl_s``) is renewed by the reaper.
         self.code = CodeStore(client, keys, ttl_s=code_ttl_s)
         self._code_renewed = float("-inf")
@@ -159,17 +159,20 @@ class SchedulerLoop:
 
     def tick(self, now: float | None = None) -> TickReport:
         now = time.time() if now is None else now
-        queue = self.store.queue()
+        read = self.store.queue()
+        self._queue_read = True
+        queue = read.jobs
         self.seen.queue_length = len(queue)
         if not queue:
             return TickReport([], [], 0)
-        if self.store.hold is not None:
+        if read.hold is not None:
             if now - self._last_explained >= self.explain_every_s:
                 self._last_explained = now
-                self.store.set_pending_reasons({q.job_id: f"the queue is held: {self.store.hold}. "
+                self.store.set_pending_reasons({q.job_id: f"the queue is held: {read.hold}. "
                                                           "To release: frenzy queue release" for q in queue})
             return TickReport([], [], len(queue))
-        cluster = self.store.cluster()
+        snap = self.store.cluster()
+        cluster = snap.view
         self.seen.view = (time.time(), cluster)
         # Pending reasons cost several times the decision itself (docs/simulator.md), and
         # people read them at human speed: build them at most once a second.
@@ -177,17 +180,14 @@ class SchedulerLoop:
         policy = self.policy if explain == self.policy.explain else replace(self.policy, explain=explain)
         # Preemption weighs the jobs that started moments ago (QueuePolicy.preempt_within_s) and,
         # for the long-job stop (QueuePolicy.preempt_long_gain), the running jobs that resume
-        # from a checkpoint (JobSpec.resumable).
-        within, long_stop = policy.preempt_within_s, policy.preempt_long_gain > 0
+        # from a checkpoint (JobSpec.resumable): has.preemption.may_weigh, the simulator's rule too.
         # One preemption at a time: until the last victim's GPUs are back (its agents report
         # the exit) no other job is stopped — the simulator's stop and start are one instant,
         # and a second victim for the same waiting job would be lost work.
-        weigh = within > 0 or long_stop
-        busy = weigh and bool(self.store.stopping_victims())
-        running = self.store.running_jobs(now, within, resumable=long_stop) if weigh and not busy else []
+        running = snap.weighed(policy, now) if weighs_running(policy) and not snap.stopping else []
         # The per-user GPU quota (QueuePolicy.max_gpus_per_user) counts the GPUs each user's jobs
         # hold, from the owners the cluster read named (no read of its own).
-        held = self.store.gpus_held_by_user() if policy.max_gpus_per_user else None
+        held = snap.gpus_by_user if policy.max_gpus_per_user else None
         result = schedule(cluster, queue, now, policy, running, held)
         placed, conflicts, preempted = [], [], []
         # A preemption stops its victim now; the GPUs come back when the victim's agents report
@@ -245,7 +245,7 @@ class SchedulerLoop:
         store = self.store
         rings = store.node_keys.rings({n for p in placements for n, _ in p.nodes})
         store.load_ports(p.nodes[0][0] for p in placements)
-        fences = store.fences(len(placements))
+        fences = store.fences.take(len(placements))
         now = time.time()
         out: list[tuple[Placement, bool, str]] = []
         orders: list[tuple[Placement, PlacementOrder]] = []
@@ -256,9 +256,9 @@ class SchedulerLoop:
             else:
                 orders.append((placement, order))
         results = store.place([o for _, o in orders])
-        for (placement, order), (ok, why) in zip(orders, results, strict=True):
-            out.append((placement, ok, why))
-            if ok:
+        for (placement, order), outcome in zip(orders, results, strict=True):
+            out.append((placement, outcome.placed, outcome.why))
+            if outcome.placed:
                 log.info("job %s attempt %d launched on %s (rendezvous %s:%d)", order.job_id, order.attempt,
                          [n for n, _ in order.nodes], order.master_addr, order.port,
                          extra={"job_id": order.job_id, "attempt": order.attempt, "node": order.nodes[0][0]})
@@ -280,14 +280,14 @@ class SchedulerLoop:
         if not 0 <= placement.plan_index < len(stored):
             return f"plan {placement.plan_index} is gone (the job has {len(stored)} plans now)"
         plan = plan_from_stored(stored[placement.plan_index])
-        port = store.pick_port(nodes[0], placement.job_id, self.master_ports)
+        port = store.ports.pick(nodes[0], placement.job_id, self.master_ports)
         if port is None:
             first, last = self.master_ports
             return f"no free rendezvous port on {nodes[0]}: all {last - first + 1} ports from {first} are in use"
         meet = Rendezvous(store.node_addr(nodes[0]), port)
         uuids = {n: store.gpu_uuids(n, idxs) for n, idxs in placement.nodes}
         messages = render_launches(placement.job_id, attempt, fence, spec, plan, placement.nodes, meet, uuids,
-                                   user=store.queued_user(placement.job_id), node_dead_after_s=self.dead_after_s,
+                                   user=store.queued.user(placement.job_id), node_dead_after_s=self.dead_after_s,
                                    parts=placement.parts)
         sealed = tuple(store.seal_for(m.node, m).model_dump_json() for m in messages)
         runtime = placement.plan.runtime_s
@@ -310,7 +310,7 @@ class SchedulerLoop:
         report = ReapReport([], [], [], 0)
         snapshot = self._reap_snapshot()
         # After a queue read (the first reap of a tenure comes before it): its specs name the code.
-        if self.store.queued_view is not None and time.monotonic() - self._code_renewed >= self.code_renew_interval():
+        if self._queue_read and time.monotonic() - self._code_renewed >= self.code_renew_interval():
             self._code_renewed = time.monotonic()
             self.renew_code(snapshot.jobs.values())
         settings = ReapSettings(self.dead_after_s, self.orphan_release_s)
@@ -367,7 +367,7 @@ class SchedulerLoop:
         path and also covers a job that waits for days: renewing at placement would come too late
         for it (its code gone at day 7), and a job re-planned after an OOM is queued again, so the
         next renewal covers it. Agents cannot renew (they only read code keys: frenzy.state.acl)."""
-        shas = self.store.queued_code()
+        shas = self.store.queued.codes()
         shas.update(j.spec.code_sha256 for j in jobs if j is not None and j.state in ACTIVE and j.spec.code_sha256)
         renewed = self.code.renew(shas)
         if shas:
@@ -414,12 +414,10 @@ class SchedulerLoop:
         plan = job.plan
         ran = max(0.0, time.time() - job.reserved_at)
         if resumes and plan is not None and plan.completion_s > 0:
-            # Its work done so far, as the plan's runtime estimate measures it: the time this
-            # attempt ran covers that share of the whole job (capped: an estimate that ran over
-            # still leaves the job some work, not none).
-            done_fraction = min(MAX_DONE_FRACTION, job.done_fraction + ran / plan.completion_s)
-            fields = {"done_fraction": f"{done_fraction:.6f}"}
-        done, state = self.store.requeue(job, [], why, limit, None, preempted=True, fields=fields)
+            # Its work done so far, as the plan's runtime estimate measures it (capped:
+            # has.preemption.credit_progress); the queue read scales its plans' runtimes to the rest.
+            fields = {"done_fraction": f"{credit_progress(job.done_fraction, ran, plan.completion_s):.6f}"}
+        done = self.store.requeue(job, [], why, limit, None, preempted=True, fields=fields).done
         if done:
             log.info("job %s preempted for %s (it ran %.0f s; requeued for attempt %d)", job_id, for_job, ran,
                      job.attempt + 1)
@@ -449,9 +447,10 @@ class SchedulerLoop:
         if plans and job.oom_threshold is not None:
             # Plans an earlier out-of-memory exit ruled out stay out (None: its stored plans, already filtered).
             plans = plans_that_may_fit(plans, job.oom_threshold, plan_share) or None
-        done, state = self.store.requeue(job, lost, why, limit, plans,
-                                         cause=("node lost" if lost else "") if cause is None else cause)
-        if not done:
+        moved = self.store.requeue(job, lost, why, limit, plans,
+                                   cause=("node lost" if lost else "") if cause is None else cause)
+        state = moved.state.value if moved.state is not None else "missing"
+        if not moved.done:
             log.info("requeue of %s skipped: it is %s now", job.id, state, extra={"job_id": job.id})
             return ""
         if state == JobState.PENDING.value:
@@ -487,13 +486,12 @@ class SchedulerLoop:
             limit, plans = self.attempt_limit(job, counted=False), decision.plans
         else:  # at the limit now: requeue_job ends it FAILED
             limit, plans = job.attempt, None
-        done, state = self.store.requeue(job, [event.node], decision.why, limit, plans, exit_report=report,
-                                         fields=fields)
-        if not done:
-            log.info("job %s moved on before its out-of-memory exit was handled (%s now)", job.id, state)
+        moved = self.store.requeue(job, [event.node], decision.why, limit, plans, exit_report=report, fields=fields)
+        if not moved.done:
+            log.info("job %s moved on before its out-of-memory exit was handled (%s now)", job.id, moved.state)
             return False
-        (log.warning if state == JobState.PENDING.value else log.error)("job %s: %s -> %s", job.id, decision.why,
-                                                                         state)
+        (log.warning if moved.state == JobState.PENDING else log.error)("job %s: %s -> %s", job.id, decision.why,
+                                                                       moved.state)
         self.wake.set()
         return True
 
@@ -652,11 +650,10 @@ class SchedulerLoop:
         if isinstance(meaning, Started) and meaning.to_running is not None:
             started = meaning
 
-            def after_start(reply: tuple[bool, str]) -> None:
-                moved, _ = reply
-                if not moved and started.fields:  # (it moved on meanwhile: the pid and log still count)
+            def after_start(reply: Moved) -> None:
+                if not reply.done and started.fields:  # (it moved on meanwhile: the pid and log still count)
                     self.store.set_fields(job.id, **started.fields)
-                if moved and job.submitted_at > 0:
+                if reply.done and job.submitted_at > 0:
                     self.metrics.submit_to_running.observe(max(0.0, time.time() - job.submitted_at))
 
             # the pid and log path land with the state change: one script
@@ -666,8 +663,8 @@ class SchedulerLoop:
             ended = meaning
             note = exit_note(job, event.node, ended.code, ended.cause, ended.tail, ended.peak, ended.peak_measured)
 
-            def after_exit(reply: tuple[str, str]) -> None:
-                self._exit_recorded(job, event, ended, *reply)
+            def after_exit(reply: ExitCounted) -> None:
+                self._exit_recorded(job, event, ended, reply)
 
             return (self.store.record_exit_call(job, event.attempt, event.node, ended.code, ended.reason,
                                                 told_to_stop=ended.told_to_stop, note=note), after_exit)
@@ -680,16 +677,16 @@ class SchedulerLoop:
 
     def _late_success(self, job: JobRecord, event: AgentEvent, late: LateSuccess) -> None:
         """Count a late exit 0 of the attempt a requeue ended; the last one finishes the job."""
-        status, state = "retry", job.state.value
-        for _ in range(3):  # "retry": the current attempt moved on between our read and the script
-            status, state = self.store.finish_from_earlier_attempt(job, late.attempt, late.fence, event.node)
-            if status != "retry":
+        status = LateStatus.RETRY
+        for _ in range(3):  # RETRY: the current attempt moved on between our read and the script
+            status = self.store.finish_from_earlier_attempt(job, late.attempt, late.fence, event.node).status
+            if status != LateStatus.RETRY:
                 break
             fresh = self.store.get(job.id)
             if fresh is None or not isinstance(interpret(event, fresh), LateSuccess):
                 break
             job = fresh
-        if status == "finished":
+        if status == LateStatus.FINISHED:
             log.warning("job %s: attempt %d succeeded late (its node %s was declared dead, its copy ran to the "
                         "end); SUCCEEDED, attempt %d stopped", job.id, late.attempt, event.node, job.attempt)
             self.wake.set()
@@ -700,32 +697,32 @@ class SchedulerLoop:
         if self.store.release_stale(job.id, event.node, late.fence):
             self.wake.set()
 
-    def _exit_recorded(self, job: JobRecord, event: AgentEvent, ended: Exited, status: str, state: str) -> None:
+    def _exit_recorded(self, job: JobRecord, event: AgentEvent, ended: Exited, counted: ExitCounted) -> None:
         """After ``record_exit.lua`` counted (or ignored) one node's exit: log it, and stop the
         job's other nodes when a rank failed and the job goes on."""
-        log.info("job %s: %s -> %s (%s)", job.id, ended.reason, state, status,
+        log.info("job %s: %s -> %s (%s)", job.id, ended.reason, counted.state or "missing", counted.status.value,
                  extra={"job_id": job.id, "attempt": event.attempt, "node": event.node})
-        if status == "recorded" and ended.stop_others:
+        if counted.status == ExitStatus.RECORDED and ended.stop_others:
             job = self.store.get(job.id) or job
             self.store.request_cancel(job, f"node {event.node} (node rank {job.node_rank(event.node)}) failed "
                                       f"with code {ended.code}", user=False)
 
     # ---- cancel --------------------------------------------------------------------------------
 
-    def cancel(self, job: JobRecord, reason: str) -> tuple[bool, str]:
-        """Cancel a job in any non-terminal state. -> (accepted, state or why not)"""
+    def cancel(self, job: JobRecord, reason: str) -> Moved:
+        """Cancel a job in any non-terminal state. -> accepted, and the job's state (CANCELLED, the
+        one it is stopping from, or the one that refused the cancel)"""
         if job.state == JobState.PENDING or job.state == JobState.RESERVED:
             # Only from the state it was read in: a job placed meanwhile has launches out and is
             # stopped through its agents (below), never marked CANCELLED while its processes start.
-            moved, state = self.store.transition(job, JobState.CANCELLED, f"cancelled: {reason}", release=True,
-                                                 from_states=(job.state,))
-            if moved:
-                return True, JobState.CANCELLED.value
+            moved = self.store.transition(job, JobState.CANCELLED, f"cancelled: {reason}", release=True,
+                                          from_states=(job.state,))
+            if moved.done:
+                return moved
             job = self.store.get(job.id) or job  # it moved on meanwhile; try the running path
         if job.state in (JobState.LAUNCHING, JobState.RUNNING):
-            ok, state = self.store.request_cancel(job, reason, user=True)
-            return ok, state
-        return False, job.state.value
+            return self.store.request_cancel(job, reason, user=True)
+        return Moved(False, job.state)
 
     # ---- threads -------------------------------------------------------------------------------
 

@@ -373,9 +373,10 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
 
     def CancelJob(self, request: scheduler_pb2.CancelJobRequest, context: grpc.ServicerContext):
         job = self._job(request.job_id, context)
-        ok, state = self.loop.cancel(job, request.reason or "requested by user")
-        if not ok:
-            context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"job_id: job {job.id} is already {state}")
+        moved = self.loop.cancel(job, request.reason or "requested by user")
+        if not moved.done:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                          f"job_id: job {job.id} is already {moved.state or 'gone'}")
         self.loop.nudge()
         updated = self.store.get(job.id)
         assert updated is not None

@@ -103,7 +103,7 @@ class ClusterPools:
 
     def _read_locked(self) -> ClusterView:
         at = self.clock()
-        view = self.store.cluster()
+        view = self.store.cluster().view
         self.reads += 1
         self._own = (at, view)
         return view

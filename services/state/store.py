@@ -1,9 +1,13 @@
-"""Job and cluster state in Redis: the scheduler's only I/O with state.
+"""Job and cluster state in Redis: the scheduler's I/O with state.
 
-Every multi-key change goes through one Lua script (services/state/lua), so
-a crash or a concurrent scheduler can never leave half a change behind. Reads
-build plain values (``JobRecord``) and HAS's pure ``ClusterView``; the policy
-itself lives in ``has`` and never sees Redis.
+Every change to a job goes through one Lua script (services/state/lua), so a crash or a
+concurrent scheduler can never leave half a change behind; each script's answer comes back as a
+typed outcome (``outcomes.py``), never a ``(bool, str)`` pair. Reads hand their replies to the
+read models, which keep what a tick reuses and return snapshot values: ``queue_read.py`` (the
+queue as HAS sees it) and ``cluster_read.py`` (HAS's ``ClusterView`` and the running jobs);
+records are decoded by their codecs in ``records.py``. The rendezvous ports and fencing tokens
+handed out are the ``PortAllocator`` (``ports.py``) and the ``FenceBlock`` (``fences.py``). The
+policy itself lives in ``has`` and never sees Redis.
 """
 
 from __future__ import annotations
@@ -14,7 +18,6 @@ import math
 import time
 import uuid
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
 from typing import Any
 
 import redis
@@ -22,52 +25,35 @@ from google.protobuf import json_format
 
 from frenzy.state import node_keys, scripts, signing
 from frenzy.state.calls import PlacementOrder, ScriptCall, Submission, Submitted
-from frenzy.state.job_states import ACTIVE, JobState, sources_of
+from frenzy.state.cluster_read import ClusterReadModel, ClusterSnapshot
+from frenzy.state.fences import FenceBlock
+from frenzy.state.job_states import JobState, sources_of
 from frenzy.state.keys import SCHEDULER_GROUP, Keys
 from frenzy.state.messages import CancelMessage, Sealable, sealed
 from frenzy.state.node_keys import NodeKeyMissing
-from frenzy.state.plan_options import option_from_json as option_from_json
-from frenzy.state.plan_options import plan_to_option as plan_to_option
+from frenzy.state.outcomes import ExitCounted, LateCounted, Moved, PlaceOutcome
+from frenzy.state.ports import DEFAULT_MASTER_PORTS as DEFAULT_MASTER_PORTS
+from frenzy.state.ports import PortAllocator
+from frenzy.state.queue_read import QueueReadModel, QueueSnapshot
 from frenzy.state.records import (
     JobRecord,
     NodeRecord,
     attempt_base,
     decode_job,
     decode_node,
-    fraction,
     gpu_count,
     history_entry,
-    scheduled_gpu,
 )
 from frenzy.state.streams import ack_and_trim, ensure_group
 from frenzy.v1 import types_pb2
-from has import ClusterView, GpuSlot, NodeView, QueuedJob, RunningJob
 
 log = logging.getLogger(__name__)
 
 STREAM_MAXLEN = 10_000
-# torchrun rendezvous ports handed out per master node; below Linux's ephemeral
-# range (32768+), so an outgoing connection never holds one by chance.
-DEFAULT_MASTER_PORTS = (29500, 32767)
 
 
 def _as_is(reply: Any) -> Any:
     return reply
-
-
-def _priority(raw: str | None) -> int:
-    """A job hash's ``priority`` field (checked at submission): absent (a job written before
-    priorities) or unreadable is 0, normal."""
-    try:
-        return int(raw or 0)
-    except ValueError:
-        return 0
-
-
-def _port_offset(job_id: str, span: int) -> int:
-    """Where in the port range the search for ``job_id``'s rendezvous port starts: derived from the
-    job id, so jobs of different stacks (prefixes) sharing a host rarely probe the same ports."""
-    return int(uuid.uuid5(uuid.NAMESPACE_URL, job_id).int % span)
 
 
 def plans_to_json(plans: list[types_pb2.Plan]) -> str:
@@ -94,48 +80,25 @@ class StateStore:
         self._finish_earlier = scripts.register(client, "finish_from_earlier_attempt")
         self._release_stale = scripts.register(client, "release_stale")
         self._declare_dead = scripts.register(client, "declare_node_dead")
-        self._set_draining = scripts.register(client, "set_draining")
         self._release_port = scripts.register(client, "release_port")
         self._read_nodes = scripts.register(client, "read_nodes")
         self._read_hashes = scripts.register(client, "read_hashes")
         # What the last tick read, reused while Redis says it has not changed (``queue`` and
         # ``cluster`` run on every tick; parsing 1,000 jobs' plans or building 10,000 GPU slots
         # again each time cost more than the decision itself).
-        self._queued: dict[str, tuple[tuple[str, str, int], QueuedJob]] = {}
-        self._nodes: dict[str, tuple[tuple[bool, str, list[list[str | None]]], frozenset[str], NodeView]] = {}
-        self._ends: dict[str, float] = {}
-        self._view: ClusterView | None = None
-        # node → (rev, GPU count, its GPU rows, the jobs owning them) as last read; the rows are
-        # re-read only when rev moved
-        self._gpu_rows: dict[str, tuple[str, str, list[list[str | None]], frozenset[str]]] = {}
-        # GPU owner -> (submitted, reserved, preemptions, priority, resumable)
-        self._owners: dict[str, tuple[float, float, int, int, bool]] = {}
-        # GPU owner -> its user, and node -> {owner: GPUs it holds there} (counted only for the
-        # nodes re-read): what the per-user GPU quota counts (``gpus_held_by_user``)
-        self._owner_users: dict[str, str] = {}
-        self._owned: dict[str, dict[str, int]] = {}
-        self._stopping: set[str] = set()
+        self.queued = QueueReadModel()
+        self.nodes = ClusterReadModel()
         self.full_read_s = full_read_s
         self._last_full_read = -math.inf
-        self._unreadable: set[str] = set()  # jobs whose stored plans did not parse (logged once)
-        self.hold: str | None = None  # as the last ``queue()`` read it: why an operator holds the queue
         self._heads_read: tuple[float, list[str], list[Any]] | None = None  # node names and heads read with the queue
-        # As the last ``queue()`` read it: (time.monotonic() when the read began, PENDING jobs per
-        # user, their ids), replaced whole so another thread never sees half of one read.
-        self.queued_view: tuple[float, dict[str, int], frozenset[str]] | None = None
-        # What a launch is rendered from, read with the plans when a job enters the queue
-        # (job id -> (attempt as stored, spec JSON, the stored plans)): placing costs no read.
-        self._sources: dict[str, tuple[str, str, list[dict[str, Any]]]] = {}
-        self._addrs: dict[str, str] = {}  # node -> address, from the last cluster() read
-        self._ports_used: dict[str, set[int]] = {}  # node -> rendezvous ports taken, as last read or taken here
-        self._fences: list[int] = []  # fencing tokens taken from the counter (INCRBY), not used yet
+        self.ports = PortAllocator()  # rendezvous ports in use, as last read or taken here
+        self.fences = FenceBlock(lambda n: int(self.r.incrby(self.k.seq(), n)))
         self._place = scripts.register(client, "place_jobs")
         self._events_trimmed_to = ""  # the MINID the events stream was last trimmed to
         # The leader lease value this store's scheduler holds ("" without one): the fenced scripts
         # (placing, declaring nodes dead) refuse to act for a lease that has passed to another.
         self.lease = ""
         self._set_reasons = scripts.register(client, "set_pending_reasons")
-        self._reasons: dict[str, tuple[object, str]] = {}  # job -> (queued stamp, reason) as last written
         # Nodes' signing keys, re-read every few seconds: sealing a message costs no round trip.
         self.node_keys = signing.KeyCache(lambda nodes: node_keys.read_many(self.r, self.k, nodes), time.monotonic)
 
@@ -207,10 +170,6 @@ class StateStore:
             max_attempts=int(sub.fields.get("max_attempts", 0)))
         return Submitted(job_id, False, record)
 
-    def queued_of(self, user: str) -> int:
-        """How many of ``user``'s jobs wait in the queue (one HGET; lib/queue_users keeps it exact)."""
-        return int(self.r.hget(self.k.queue_users(), user) or 0)
-
     def recount_queue_users(self) -> int:
         """Rebuild the per-user queued counts from the queue (``recount_queue_users.lua``). -> jobs queued."""
         return int(self._recount_queue_users(keys=[self.k.queue(), self.k.queue_users()],
@@ -270,103 +229,49 @@ class StateStore:
                 break
         return out
 
-    def queue(self) -> list[QueuedJob]:
-        """The PENDING jobs in FIFO order, as HAS sees them.
+    def queue(self) -> QueueSnapshot:
+        """The PENDING jobs in FIFO order, as HAS sees them, and the queue's hold (read model:
+        ``queue_read.QueueReadModel``).
 
         One round trip (``read_hashes.lua``) for every queued job's state; plans are parsed only for
         jobs not seen before, or whose attempt changed (a requeue may bring new plans). The same
         ``QueuedJob`` object is handed out while a job waits, so HAS's per-job caches hold.
         """
+        model = self.queued
         pipe = self.r.pipeline(transaction=False)
         pipe.zrange(self.k.queue(), 0, -1, withscores=True)
         pipe.get(self.k.queue_hold())
         # While jobs wait, the tick reads the cluster next: the node names and heads come with the
         # queue's reads, two round trips less (cluster() takes them if at most NAMES_REUSE_S old,
         # once). An empty or held queue is not placed: its ticks read no node.
-        prefetch = bool(self._queued) and self.hold is None
+        prefetch = model.waiting()
         if prefetch:
             pipe.smembers(self.k.nodes())
         entries, hold, *names_read = pipe.execute()
-        self.hold = hold  # the operator's reason while the queue is held, else None
         read_at = time.monotonic()
         calls = []
         if entries:
             calls.append(ScriptCall(self._read_hashes, [self.k.job(job_id) for job_id, _ in entries],
-                                    ["attempt", "submitted_at", "state", "user"], _as_is))
+                                    list(model.HEAD_FIELDS), _as_is))
         names = sorted(names_read[0]) if prefetch and entries and hold is None else None
         if names is not None:
             calls.append(self._node_heads_call(names))
         replies = self.read_calls(calls)
         self._heads_read = (read_at, names, replies[1]) if names is not None else None
-        heads = replies[0] if entries else []
-        pending: list[tuple[str, tuple[str, str, int]]] = []
-        users: dict[str, int] = {}
-        user_of: dict[str, str] = {}
-        for (job_id, seq), (attempt, submitted_at, state, user) in zip(entries, heads, strict=True):
-            if state == JobState.PENDING:
-                pending.append((job_id, (attempt or "", submitted_at or "", int(seq))))
-                users[user or ""] = users.get(user or "", 0) + 1
-                user_of[job_id] = user or ""
-        # What admission control counts against a user's queued-jobs quota without a read of its own.
-        self.queued_view = (read_at, users, frozenset(job_id for job_id, _ in pending))
-        cached = self._queued
-        # (also a job whose launch source went with a placement and that is PENDING again at the
-        # same attempt, which no script does today: read again rather than placed without one)
-        missing = [job_id for job_id, stamp in pending
-                   if cached.get(job_id, ((),))[0] != stamp or job_id not in self._sources]
+        pending = model.pending(entries, replies[0] if entries else [], hold)
+        missing = model.missing(pending)
         if missing:
             pipe = self.r.pipeline(transaction=False)
             for job_id in missing:
-                pipe.hmget(self.k.job(job_id), "plans", "attempt", "submitted_at", "spec", "priority", "done_fraction")
-            stamps = dict(pending)
-            for job_id, (raw, attempt, submitted_at, spec, priority, done) in zip(missing, pipe.execute(),
-                                                                                   strict=True):
-                stamp = stamps[job_id]
-                if (attempt or "", submitted_at or "") != stamp[:2]:
-                    continue  # changed between the two reads: left for the next tick
-                try:
-                    stored = json.loads(raw or "[]")
-                    options = tuple(option_from_json(p) for p in stored)
-                    left = 1.0 - fraction(done)  # a resumable job stopped part-way: what is left of it
-                    if left < 1.0:
-                        options = tuple(o if o.runtime_s is None else replace(o, runtime_s=o.runtime_s * left)
-                                        for o in options)
-                except (ValueError, TypeError, AttributeError) as exc:  # not what submit writes
-                    if job_id not in self._unreadable:
-                        self._unreadable.add(job_id)
-                        log.error("job %s: stored plans unreadable (%s); it is not scheduled", job_id, exc)
-                    continue
-                cached[job_id] = (stamp, QueuedJob(job_id=job_id, seq=stamp[2], submitted_at=float(submitted_at or 0),
-                                                   plans=options, priority=_priority(priority),
-                                                   user=user_of.get(job_id, "")))
-                self._sources[job_id] = (attempt or "1", spec or "{}", stored)
-        out = [cached[job_id][1] for job_id, stamp in pending if cached.get(job_id, ((),))[0] == stamp]
-        if len(cached) > 2 * len(pending) + 64:  # forget jobs that left the queue, now and then
-            keep = {job_id for job_id, _ in pending}
-            self._queued = {j: v for j, v in cached.items() if j in keep}
-            self._sources = {j: v for j, v in self._sources.items() if j in keep}
-        return out
-
-    def queue_hold(self) -> str | None:
-        """Why the queue is held now, or None."""
-        return self.r.get(self.k.queue_hold())
+                pipe.hmget(self.k.job(job_id), *model.BODY_FIELDS)
+            model.admit(pending, dict(zip(missing, pipe.execute(), strict=True)))
+        return model.snapshot(pending, hold, read_at)
 
     def set_pending_reasons(self, reasons: dict[str, str]) -> None:
         """Write each job's pending reason, only where it differs from what this store last wrote
         for the same queued attempt (no read: with 10,000 jobs waiting, reasons written once a
-        second must not cost 10,000 reads). A reason another writer changed meanwhile (a requeue,
-        a placement) belongs to a new attempt or to a job that left the queue."""
-        if not reasons:
-            return
-        written = self._reasons
-        changed: dict[str, str] = {}
-        for job_id, reason in reasons.items():
-            stamp = self._queued.get(job_id, ((),))[0]
-            if written.get(job_id) != (stamp, reason):
-                written[job_id] = (stamp, reason)
-                changed[job_id] = reason
-        if len(written) > 2 * len(self._queued) + 64:
-            self._reasons = {j: v for j, v in written.items() if j in self._queued}
+        second must not cost 10,000 reads)."""
+        changed = self.queued.changed_reasons(reasons) if reasons else {}
         if changed:
             self._set_reasons(keys=[self.k.job(j) for j in changed], args=list(changed.values()))
 
@@ -375,78 +280,23 @@ class StateStore:
     def launch_source(self, job_id: str) -> tuple[int, types_pb2.JobSpec, list[dict[str, Any]]] | None:
         """What a launch of ``job_id`` is rendered from, as the queue read it: (attempt, spec, stored
         plans). None when the job is not in the last ``queue()`` read."""
-        hit = self._sources.get(job_id)
+        hit = self.queued.source(job_id)
         if hit is None:
             return None
         attempt, spec, plans = hit
         return int(attempt), json_format.Parse(spec, types_pb2.JobSpec(), ignore_unknown_fields=True), plans
 
-    def queued_user(self, job_id: str) -> str:
-        """The submitter of ``job_id`` as the last ``queue()`` read it ("" when it is not there):
-        its launches name it, so an agent with a user map runs the job as that user's account."""
-        hit = self._queued.get(job_id)
-        return hit[1].user if hit is not None else ""
-
-    def queued_code(self) -> set[str]:
-        """The code sha256 of every job in the last ``queue()`` read that runs in packed code, from
-        the specs that read kept (no Redis read; a job that left the queue since may be among them
-        until the read forgets it: its code lives a little longer, nothing more)."""
-        shas: set[str] = set()
-        for _attempt, spec, _plans in self._sources.values():
-            if "ha256" not in spec:  # no "codeSha256" (or "code_sha256"): nothing to parse
-                continue
-            try:
-                raw = json.loads(spec)
-            except ValueError:
-                continue
-            sha = raw.get("codeSha256") or raw.get("code_sha256") if isinstance(raw, dict) else None
-            if isinstance(sha, str) and sha:
-                shas.add(sha)
-        return shas
-
-    def fences(self, count: int, block: int = 512) -> list[int]:
-        """``count`` fencing tokens never handed out before, from a block taken with one INCRBY on the
-        shared counter (a round trip per ``block`` placements, not per placement). Unique across
-        schedulers; tokens of a block not used are skipped, never reused."""
-        short = count - len(self._fences)
-        if short > 0:
-            take = max(block, short)
-            top = int(self.r.incrby(self.k.seq(), take))
-            self._fences.extend(range(top - take + 1, top + 1))
-        out, self._fences = self._fences[:count], self._fences[count:]
-        return out
-
     def load_ports(self, nodes: Iterable[str]) -> None:
-        """Read the port tables of ``nodes`` not known yet (one pipelined round trip)."""
-        missing = sorted({n for n in nodes if n not in self._ports_used})
+        """Read the port tables of ``nodes`` the allocator does not know yet (one pipelined round trip)."""
+        missing = sorted({n for n in nodes if not self.ports.known(n)})
         if missing:
-            self.port_tables(missing)  # (it records what it read for pick_port)
+            self.port_tables(missing)  # (it hands what it read to the allocator)
 
-    def pick_port(self, node: str, job_id: str, ports: tuple[int, int] = DEFAULT_MASTER_PORTS) -> int | None:
-        """A rendezvous port on ``node`` that is free as far as this scheduler knows (``load_ports`` first),
-        starting at one derived from the job id so stacks sharing a host rarely probe the same
-        ports. Counted as taken from now on (two jobs of one batch never get the same port); the
-        script checks it again. None when the whole range is taken."""
-        first, last = ports
-        span = last - first + 1
-        used = self._ports_used.setdefault(node, set())
-        start = _port_offset(job_id, span)
-        for step in range(span):
-            port = first + (start + step) % span
-            if port not in used:
-                used.add(port)
-                return port
-        return None
-
-    def forget_ports(self, node: str) -> None:
-        """Read ``node``'s port table again before its next placement (a port it thought free was not)."""
-        self._ports_used.pop(node, None)
-
-    def place(self, orders: list[PlacementOrder], chunk: int = 128) -> list[tuple[bool, str]]:
+    def place(self, orders: list[PlacementOrder], chunk: int = 128) -> list[PlaceOutcome]:
         """Reserve and launch each order, all or nothing per job, in one ``place_jobs`` call per
         ``chunk`` jobs (a script blocks Redis while it runs: a chunk takes a few ms).
-        -> (placed, why not) per order, in order."""
-        results: list[tuple[bool, str]] = []
+        -> each order's outcome, in order."""
+        results: list[PlaceOutcome] = []
         now = time.time()
         for start in range(0, len(orders), chunk):
             part = orders[start:start + chunk]
@@ -467,24 +317,24 @@ class StateStore:
                          *o.messages]
             flat = self._place(keys=keys, args=args)
             for o, ok, why in zip(part, flat[0::2], flat[1::2], strict=True):
-                placed = int(ok) == 1
-                results.append((placed, str(why)))
+                outcome = PlaceOutcome(True) if int(ok) == 1 else PlaceOutcome(False, str(why))
+                results.append(outcome)
                 master = o.nodes[0][0]
-                if placed:
-                    self._ports_used.setdefault(master, set()).add(o.port)
-                    self._sources.pop(o.job_id, None)
-                elif str(why).startswith("port taken"):
-                    self.forget_ports(master)
+                if outcome.placed:
+                    self.ports.taken(master, o.port)
+                    self.queued.placed(o.job_id)
+                elif outcome.why.startswith("port taken"):
+                    self.ports.forget(master)
                 else:
-                    self._ports_used.get(master, set()).discard(o.port)
+                    self.ports.unused(master, o.port)
         return results
 
     def transition(
         self, job: JobRecord, to: JobState, reason: str = "", release: bool = False,
         from_states: Iterable[JobState] | None = None, **fields: str,
-    ) -> tuple[bool, str]:
+    ) -> Moved:
         """Move ``job`` to ``to`` if it is in one of ``from_states`` (default: every state the state
-        machine lets move to ``to``) and the move is allowed. -> (moved, previous or current state)"""
+        machine lets move to ``to``) and the move is allowed. -> done and the state it is in now"""
         return self.run_call(  # type: ignore[no-any-return]
             self.transition_call(job, to, reason, release, from_states, **fields))
 
@@ -502,21 +352,16 @@ class StateStore:
         argv.insert(5, "1" if release else "0")
         return ScriptCall(self._transition, [self.k.job(job.id), self.k.job_history(job.id), self.k.queue(),
                                              self.k.ports(job.master_node or "-"), *gpu_keys], argv,
-                          lambda res: (int(res[0]) == 1, str(res[1])))
+                          Moved.to(to))
 
-    def record_exit(self, job: JobRecord, attempt: int, node: str, exit_code: int, reason: str,
-                    told_to_stop: bool = False, note: str = "") -> tuple[str, str]:
-        """Count one node's exit; the last one finishes the job. -> (ignored|recorded|finished, state)
+    def record_exit_call(self, job: JobRecord, attempt: int, node: str, exit_code: int, reason: str,
+                         told_to_stop: bool = False, note: str = "") -> ScriptCall:
+        """Count one node's exit (``record_exit.lua``); the last one finishes the job. Its reply
+        reads as an ``ExitCounted``.
 
         ``told_to_stop``: the node ended because it was cancelled, so its exit code
         is not the job's failure. ``note``: the node's report for the attempt's record (``exit_note``;
         "": the plan's record only)."""
-        return self.run_call(  # type: ignore[no-any-return]
-            self.record_exit_call(job, attempt, node, exit_code, reason, told_to_stop, note))
-
-    def record_exit_call(self, job: JobRecord, attempt: int, node: str, exit_code: int, reason: str,
-                         told_to_stop: bool = False, note: str = "") -> ScriptCall:
-        """``record_exit`` as a call ``run_calls`` can send with others."""
         return ScriptCall(
             self._record_exit,
             [self.k.job(job.id), self.k.job_history(job.id), self.k.ports(job.master_node or "-"),
@@ -524,7 +369,7 @@ class StateStore:
             [job.id, str(attempt), node, str(exit_code), len(job.placement), repr(time.time()), reason,
              job.node_rank(node), "1" if told_to_stop else "0",
              note or json.dumps({"base": attempt_base(job.attempt, job.plan)})],
-            lambda res: (str(res[0]), str(res[1])))
+            ExitCounted.of)
 
     def run_call(self, call: ScriptCall) -> Any:
         """One call, on its own: its reply as ``call.read`` gives it. Redis errors raise."""
@@ -573,11 +418,11 @@ class StateStore:
             pipe.evalsha(c.script.sha, len(c.keys), *c.keys, *c.args)
         return list(pipe.execute(raise_on_error=False))
 
-    def finish_from_earlier_attempt(self, job: JobRecord, attempt: int, fence: int, node: str) -> tuple[str, str]:
+    def finish_from_earlier_attempt(self, job: JobRecord, attempt: int, fence: int, node: str) -> LateCounted:
         """Count ``node``'s late exit 0 of ``attempt`` (the one the last requeue ended, under
         ``fence``); once every node of it has one, the job ends SUCCEEDED and its current attempt
-        (as ``job`` was read) is stopped. -> (ignored|recorded|retry|finished, state); "retry":
-        the current attempt moved on since ``job`` was read (read it again)."""
+        (as ``job`` was read) is stopped. ``LateStatus.RETRY``: the current attempt moved on since
+        ``job`` was read (read it again)."""
         res = self._finish_earlier(
             keys=[self.k.job(job.id), self.k.job_history(job.id), self.k.queue(), self.k.ports(job.master_node or "-"),
                   *job.gpu_keys(self.k), *[self.k.launch_stream(n) for n, _ in job.placement]],
@@ -586,11 +431,11 @@ class StateStore:
                   self._cancels(job, f"attempt {attempt} of the job already succeeded"), STREAM_MAXLEN,
                   *[n for n, idxs in job.placement for _ in idxs]],
         )
-        return str(res[0]), str(res[1])
+        return LateCounted.of(res)
 
     def requeue(self, job: JobRecord, lost: list[str], why: str, max_attempts: int,
                 plans: list[types_pb2.Plan] | None = None, preempted: bool = False, cause: str = "",
-                exit_report: dict[str, Any] | None = None, fields: dict[str, str] | None = None) -> tuple[bool, str]:
+                exit_report: dict[str, Any] | None = None, fields: dict[str, str] | None = None) -> Moved:
         """Stop the job's attempt everywhere and queue the next one (or fail it at the limit).
 
         ``preempted``: HAS stopped it for a shorter job; its ``preemptions`` count goes up in
@@ -599,7 +444,7 @@ class StateStore:
         ``exit``: give that node in ``lost`` too, its process is gone); ``fields`` are set on the
         job in the same step (its out-of-memory threshold).
 
-        -> (done, new state: PENDING or FAILED; or the current state when nothing was done)."""
+        -> done, and the new state (PENDING, or FAILED at the limit; the current one when not done)."""
         res = self._requeue(
             keys=[self.k.job(job.id), self.k.job_history(job.id), self.k.queue(), self.k.ports(job.master_node or "-"),
                   *job.gpu_keys(self.k), *[self.k.launch_stream(n) for n, _ in job.placement]],
@@ -612,7 +457,7 @@ class StateStore:
                               **({"exit": exit_report} if exit_report else {}),
                               **({"fields": fields} if fields else {})})],
         )
-        return int(res[0]) == 1, str(res[1])
+        return Moved.of(res)
 
     def release_stale(self, job_id: str, node: str, fence: int) -> int:
         """Free the GPUs of ``node`` still held by an ended reservation (``fence``) of ``job_id``."""
@@ -644,10 +489,6 @@ class StateStore:
         """Block until a wake token arrives (taking it) or ``timeout_s`` passes. -> woken"""
         return self.r.blpop([self.k.wake()], timeout=max(0.01, timeout_s)) is not None
 
-    def set_draining(self, node: str, draining: bool) -> bool:
-        """An operator's drain / undrain. -> False when the node does not exist."""
-        return int(self._set_draining(keys=[self.k.node(node)], args=["1" if draining else "0"])) == 1
-
     def redis_time(self) -> float:
         """The Redis server clock: heartbeat times are written with it, so ages are computed with it too."""
         sec, usec = self.r.time()
@@ -657,7 +498,7 @@ class StateStore:
         """Free a rendezvous port entry if it still names ``job_id`` (a leak sweep; single-key check-and-delete)."""
         return int(self._release_port(keys=[self.k.ports(node)], args=[port, job_id])) == 1
 
-    def request_cancel(self, job: JobRecord, reason: str, user: bool = True) -> tuple[bool, str]:
+    def request_cancel(self, job: JobRecord, reason: str, user: bool = True) -> Moved:
         """Send a cancel command to every node of a LAUNCHING/RUNNING job.
 
         ``user=True`` marks a user cancel (the job ends CANCELLED); ``False`` is
@@ -668,7 +509,7 @@ class StateStore:
             args=[repr(now), history_entry(job.state, f"cancel requested: {reason}", now), STREAM_MAXLEN,
                   self._cancels(job, reason), "cancel_requested" if user else "stop_requested"],
         )
-        return int(res[0]) == 1, str(res[1])
+        return Moved.of(res)
 
     def seal_for(self, node: str, msg: Sealable) -> Sealable:
         """``msg`` signed with ``node``'s key (for its launch stream). Raises NodeKeyMissing."""
@@ -735,162 +576,40 @@ class StateStore:
             nodes.append(decode_node(info, alive, [g for g in (next(flat) for _ in range(count)) if g]))
         return nodes
 
-    def _read_owners(self, job_ids: set[str]) -> dict[str, float]:
-        """For the jobs holding GPUs, one round trip (``read_hashes.lua``): job id -> when MARP expects it to finish
-        (set at reservation; jobs without one are left out). Also what preemption needs: into
-        ``self._owners`` (submitted_at, reserved_at, preemptions, priority, resumable) of each live one, into
-        ``self._stopping`` the preempted jobs whose GPUs are not back yet."""
-        ids = sorted(job_ids)
-        rows = self._read_hashes(keys=[self.k.job(j) for j in ids],
-                                 args=("est_end", "submitted_at", "reserved_at", "preemptions", "state", "priority",
-                                       "resumable", "user")
-                                 ) if ids else []
-        ends: dict[str, float] = {}
-        owners: dict[str, tuple[float, float, int, int, bool]] = {}
-        stopping: set[str] = set()
-        users: dict[str, str] = {}
-        for job_id, (end, submitted, reserved, preempted, state, priority, resumable, user) in zip(ids, rows,
-                                                                                                   strict=True):
-            if user:
-                users[job_id] = user
-            if end:
-                ends[job_id] = float(end)
-            if state in ACTIVE and submitted and reserved:
-                owners[job_id] = (float(submitted), float(reserved), int(preempted or 0), _priority(priority),
-                                  resumable == "1")
-            elif state == JobState.PENDING.value and int(preempted or 0) > 0:
-                stopping.add(job_id)  # requeued by a preemption, its processes still stopping
-        self._owners, self._stopping, self._owner_users = owners, stopping, users
-        return ends
-
-    def gpus_held_by_user(self) -> dict[str, int]:
-        """GPUs each user's jobs hold (reserved, launching, running, or stopping after a
-        preemption), on any node, healthy or not, as the last ``cluster()`` read them: what the
-        per-user GPU quota counts (``QueuePolicy.max_gpus_per_user``). No Redis read: the owners'
-        users come with the owners' read, the counts per node with the nodes re-read."""
-        users = self._owner_users
-        out: dict[str, int] = {}
-        for counts in self._owned.values():
-            for job_id, n in counts.items():
-                user = users.get(job_id)
-                if user is not None:
-                    out[user] = out.get(user, 0) + n
-        return out
-
-    def stopping_victims(self) -> set[str]:
-        """Preempted jobs still holding GPUs in the last ``cluster()`` read (their agents have not
-        reported the exit yet). Read from Redis, so it survives a scheduler restart."""
-        return set(self._stopping)
-
-    def running_jobs(self, now: float, within_s: float, resumable: bool = False) -> list[RunningJob]:
-        """The jobs holding GPUs in the last ``cluster()`` read that were submitted at most
-        ``within_s`` ago (``QueuePolicy.preempt_within_s``), and with ``resumable`` those whose
-        spec says they resume from a checkpoint (``JobSpec.resumable``; the long-job stop,
-        ``QueuePolicy.preempt_long_gain``), as preemption sees them: ``stops`` is how often HAS
-        stopped it already (the policy decides whether a job is stopped again:
-        ``QueuePolicy.preempt_long_every_s``; by default never), ``started_at`` this attempt's
-        reservation."""
-        out = []
-        for job_id, (submitted, reserved, preempted, priority, can_resume) in sorted(self._owners.items()):
-            recent = 0.0 <= now - submitted <= within_s
-            if recent or (resumable and can_resume):
-                out.append(RunningJob(job_id, reserved, submitted, priority=priority, stops=preempted))
-        return out
-
-    # The GPU fields a ClusterView is built from (not utilization or processes: they change on
-    # every heartbeat and the scheduler never reads them).
-    _GPU_FIELDS = ("index", "type", "memory_total", "memory_free", "owner", "healthy", "uuid")
-
     def forget_nodes(self, nodes: Iterable[str]) -> None:
         """Re-read these nodes' GPUs on the next ``cluster()`` whatever their ``rev`` says (the
         loop calls it when a reservation on them lost a race: the view may be stale there)."""
-        for node in nodes:
-            self._gpu_rows.pop(node, None)
+        self.nodes.forget(nodes)
 
-    def cluster(self) -> ClusterView:
-        """The cluster as HAS sees it, built from the previous tick's view.
+    def cluster(self) -> ClusterSnapshot:
+        """The cluster as HAS sees it, built from the previous tick's view (read model:
+        ``cluster_read.ClusterReadModel``), with the jobs holding its GPUs.
 
         Reads: every node's head (name, GPU count, draining, liveness, ``rev``) in one
         read-only script, then the GPUs of only the nodes whose ``rev`` moved since the last
         read (every script that changes what the view is built from bumps it; keys.py), in
-        another — O(nodes + changed GPUs) per tick, not O(GPUs). Every ``full_read_s`` all
-        GPUs are read again. Building: a node whose GPU fields, liveness, draining flag and
-        jobs' expected ends are as they were keeps its ``NodeView``, and
-        ``ClusterView.updated`` re-indexes only the others."""
-        # Two read-only scripts, one round trip each: one command per GPU through a pipeline
-        # cost ~30 µs a GPU in redis-py, 10,000 GPUs a tick. (The first of them usually came
-        # with the tick's queue read.)
-        names, raw_heads = self._recent_heads()
-        heads = [((name, count, draining), rev, bool(alive)) for name, count, draining, rev, alive, _ in raw_heads]
-        self._addrs = {n: head[5] or "127.0.0.1" for n, head in zip(names, raw_heads, strict=True)}
+        another, then the jobs owning GPUs in a third — O(nodes + changed GPUs + owners) per tick,
+        not O(GPUs). Every ``full_read_s`` all GPUs are read again."""
+        # Read-only scripts, one round trip each: one command per GPU through a pipeline cost
+        # ~30 µs a GPU in redis-py, 10,000 GPUs a tick. (The first of them usually came with the
+        # tick's queue read.)
+        model = self.nodes
+        names, heads = self._recent_heads()
         now = time.monotonic()
         full = now - self._last_full_read >= self.full_read_s
         if full:
             self._last_full_read = now
-        known = self._gpu_rows
-        # A node is re-read when its rev or GPU count moved, or it has no rev (not written by
-        # the scripts: nothing to compare).
-        stale_set: set[str] = set()
-        gpu_keys = []
-        for n, ((_, count, _), rev, _) in zip(names, heads, strict=True):
-            hit = known.get(n)
-            if full or rev is None or hit is None or hit[0] != rev or hit[1] != count:
-                stale_set.add(n)
-                gpu_keys.extend(self.k.gpu(n, g) for g in range(gpu_count(count)))
-        rows = iter(self._read_hashes(keys=gpu_keys, args=self._GPU_FIELDS) if gpu_keys else [])
-        fresh_rows: dict[str, tuple[str, str, list[list[str | None]], frozenset[str]]] = {}
-        per_node = []
-        owners: set[str] = set()
-        owned, fresh_owned = self._owned, {}
-        for member, ((name, count, draining), rev, alive) in zip(names, heads, strict=True):
-            if member in stale_set:
-                gpus = [row for row in (next(rows) for _ in range(gpu_count(count))) if row[0]]
-                jobs = frozenset(row[4] for row in gpus if row[4])
-                held: dict[str, int] = {}
-                for row in gpus:
-                    if row[4]:
-                        held[row[4]] = held.get(row[4], 0) + 1
-                fresh_owned[member] = held
-            else:  # (unchanged rows: their owners as well, without a walk over the GPUs)
-                _, _, gpus, jobs = known[member]
-                fresh_owned[member] = owned.get(member, {})
-            fresh_rows[member] = (rev, count, gpus, jobs)
-            if name is None and not gpus:
-                continue  # registered name without a node hash (being removed): nothing to place on
-            owners |= jobs
-            per_node.append((name or member, alive, draining or "", gpus, jobs))
-        self._gpu_rows = fresh_rows
-        self._owned = fresh_owned
-        ends = self._read_owners(owners)
-        moved = {j for j in ends.keys() | self._ends.keys() if ends.get(j) != self._ends.get(j)}
-        self._ends = ends
-        cache = self._nodes
-        fresh: dict[str, tuple[tuple[bool, str, list[list[str | None]]], frozenset[str], NodeView]] = {}
-        views = []
-        for name, alive, draining, gpus, jobs in per_node:
-            key = (alive, draining, gpus)
-            hit = cache.get(name)
-            if hit is not None and hit[0] == key and hit[1].isdisjoint(moved):
-                fresh[name] = hit
-                views.append(hit[2])
-                continue
-            # (what an agent wrote that the scheduler does not know: that GPU unhealthy, not the read failed)
-            slots = tuple(
-                GpuSlot(node=name, index=read[0], gpu_type=read[1], memory_total=read[2], memory_free=read[3],
-                        owner=owner or None, healthy=read[4], free_at=ends.get(owner or ""))
-                for index, gpu_type, total, free, owner, healthy, _uuid in gpus
-                if (read := scheduled_gpu(index, gpu_type, total, free, healthy)) is not None
-            )
-            view = NodeView(name=name, gpus=slots, alive=alive, draining=draining == "1")
-            fresh[name] = (key, jobs, view)
-            views.append(view)
-        self._nodes = fresh
-        self._view = ClusterView(views) if self._view is None else self._view.updated(views)
-        return self._view
+        stale = model.stale(names, heads, full)
+        by_name = dict(zip(names, heads, strict=True))
+        gpu_keys = [self.k.gpu(n, g) for n in stale for g in range(gpu_count(by_name[n][1]))]
+        rows = self._read_hashes(keys=gpu_keys, args=model.GPU_FIELDS) if gpu_keys else []
+        owners = sorted(model.take_rows(names, heads, stale, rows))
+        owner_rows = self._read_hashes(keys=[self.k.job(j) for j in owners], args=model.OWNER_FIELDS) if owners else []
+        return model.build(owners, owner_rows)
 
     def node_addr(self, node: str) -> str:
         """The node's address as the last ``cluster()`` read it (asked of Redis for a node it did not see)."""
-        known = self._addrs.get(node)
+        known = self.nodes.addrs.get(node)
         return known if known is not None else (self.r.hget(self.k.node(node), "addr") or "127.0.0.1")
 
     def gpu_uuids(self, node: str, indices: Iterable[int]) -> list[str]:
@@ -898,22 +617,21 @@ class StateStore:
         so the agent can tell the GPU the scheduler reserved from one that took its index. From
         the last ``cluster()`` read (a GPU's uuid does not change while its node's rev holds)."""
         wanted = list(indices)
-        rows = self._gpu_rows.get(node)
-        by_index = {str(row[0]): row[6] for row in rows[2]} if rows is not None else {}
+        by_index = self.nodes.uuids(node) or {}
         if all(str(i) in by_index for i in wanted):
             return [by_index[str(i)] or "" for i in wanted]
         return [self.r.hget(self.k.gpu(node, i), "uuid") or "" for i in wanted]
 
     def port_tables(self, nodes: Iterable[str]) -> dict[str, dict[str, str]]:
         """Each node's rendezvous ports in use: node -> {port: job id} (one pipelined round trip; it
-        also refreshes what ``pick_port`` knows of those nodes)."""
+        also refreshes what the port allocator knows of those nodes)."""
         names = list(nodes)
         pipe = self.r.pipeline(transaction=False)
         for node in names:
             pipe.hgetall(self.k.ports(node))
         tables = dict(zip(names, pipe.execute(), strict=True)) if names else {}
         for node, table in tables.items():
-            self._ports_used[node] = {int(p) for p in table if str(p).isdigit()}
+            self.ports.learn(node, table)
         return tables
 
     # ---- agent events -----------------------------------------------------------------------

@@ -166,7 +166,7 @@ def test_an_unknown_gpu_type_on_one_node_fails_nobody_s_submission(redis_url: st
             assert "H900-1TB" in nodes["a"].health_reason and "not scheduled" in nodes["a"].health_reason
             assert not nodes["a"].gpus[0].healthy and nodes["b"].health_reason == ""
             # The node's other GPU, with memory the scheduler cannot read, is not placed on either.
-            view = StateStore(redis_client, keys).cluster()
+            view = StateStore(redis_client, keys).cluster().view
             a = next(n for n in view.nodes if n.name == "a")
             assert [(g.gpu_type, g.healthy) for g in a.gpus] == [("", False), ("", False)]
     finally:

@@ -16,7 +16,6 @@ _spec.loader.exec_module(structure)  # type: ignore[union-attr]
 # cut, then strike.
 KNOWN_FILES = {
     "services/agent/daemon.py": 913,
-    "services/state/store.py": 939,
 }
 KNOWN_FUNCTIONS: dict[str, int] = {}  # none left: every function is within the limit
 

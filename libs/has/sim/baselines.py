@@ -18,14 +18,14 @@ system would see them) into Start/Stop actions.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import marp
 from has import POLICY_NAMES as QUEUE_POLICY_NAMES
-from has import PlanChoice, QueuedJob, QueuePolicy, RunningJob, schedule
+from has import QueuedJob, QueuePolicy, RunningJob, schedule
 from has.oom import memory_share, oom_threshold, plans_that_may_fit
 from has.placement import Placement, PlanOption
+from has.preemption import may_weigh, weighs_running
 from has.sim.competitors import (
     GavelPolicy,
     HadarPolicy,
@@ -127,18 +127,17 @@ class FrenzyPolicy:
         if not queue:
             return []
         running: list[RunningJob] = []
-        within = self.queue_policy.preempt_within_s
-        if self.queue_policy.preempt_long_gain > 0 and self.queue_policy.plan_choice is PlanChoice.RANKED_WAIT:
-            within = math.inf  # the long-job stop weighs every running job, whenever submitted
-        if within > 0:
+        policy = self.queue_policy
+        if weighs_running(policy):
             # What the live scheduler knows of a running job: when it was submitted, when it
-            # started (this attempt), and how many times HAS stopped it. Only jobs
-            # submitted within the window can be stopped: the others are left out.
+            # started (this attempt), and how many times HAS stopped it; which of them the pass
+            # may weigh is the live scheduler's rule too (``has.preemption.may_weigh``; every
+            # simulated job resumes from its progress when stopped).
             # (one RunningJob per job kept while it runs the same attempt: at 10,000 GPUs, hundreds
             # of jobs can be within the window, and building them was a third of a decision)
             cache = self._running
             for j in view.running:
-                if j.started_at is None or view.now - j.submitted_at > within:
+                if j.started_at is None or not may_weigh(policy, view.now, j.submitted_at, True):
                     continue
                 r = cache.get(j.job_id)
                 stops = self._preempted.get(j.job_id, 0)

@@ -16,6 +16,7 @@ from frenzy.scheduler.loop import SchedulerLoop
 from frenzy.state.job_states import JobState
 from frenzy.state.keys import Keys
 from frenzy.state.messages import AgentEvent, EventKind, decode_command
+from frenzy.state.outcomes import LateCounted, LateStatus
 from frenzy.state.records import JobRecord
 from support.placed import place
 from support.state import add_node, make_plan, make_spec, send_event
@@ -149,9 +150,10 @@ def test_late_exits_that_do_not_show_the_work_done_change_nothing(loop: Schedule
         assert not any(k.startswith("prev_exit:") for k in redis_client.hkeys(keys.job(job.id)))
     assert len(loop.store.get(job.id).history) == len(third.history)
     # the script itself, asked directly: nothing for an attempt two back or a wrong fence
-    assert loop.store.finish_from_earlier_attempt(third, 1, job.fence, "a")[0] == "ignored"
-    assert loop.store.finish_from_earlier_attempt(third, 2, second.fence + 1, second.placement[0][0])[0] == "ignored"
-    assert loop.store.finish_from_earlier_attempt(third, 2, second.fence, "a")[0] == "ignored"  # not its node
+    assert loop.store.finish_from_earlier_attempt(third, 1, job.fence, "a").status == LateStatus.IGNORED
+    assert loop.store.finish_from_earlier_attempt(third, 2, second.fence + 1,
+                                                  second.placement[0][0]).status == LateStatus.IGNORED
+    assert loop.store.finish_from_earlier_attempt(third, 2, second.fence, "a").status == LateStatus.IGNORED  # not its node
 
 
 def test_the_script_retries_when_the_next_attempt_moved_on_since_it_was_read(
@@ -161,10 +163,12 @@ def test_the_script_retries_when_the_next_attempt_moved_on_since_it_was_read(
     job = _running(loop, redis_client, keys, [("a", [0])])
     queued = _requeued(loop, redis_client, keys, "a", job)
     assert loop.tick().placed == [job.id]  # placed after the caller read it queued
-    assert loop.store.finish_from_earlier_attempt(queued, 1, job.fence, "a") == ("retry", JobState.LAUNCHING.value)
+    assert loop.store.finish_from_earlier_attempt(queued, 1, job.fence, "a") == LateCounted(LateStatus.RETRY,
+                                                                                            JobState.LAUNCHING)
     assert not redis_client.hexists(keys.job(job.id), "prev_exit:a")  # nothing written
     fresh = loop.store.get(job.id)
-    assert loop.store.finish_from_earlier_attempt(fresh, 1, job.fence, "a") == ("finished", JobState.SUCCEEDED.value)
+    assert loop.store.finish_from_earlier_attempt(fresh, 1, job.fence, "a") == LateCounted(LateStatus.FINISHED,
+                                                                                           JobState.SUCCEEDED)
 
 
 def test_a_multi_node_job_finishes_only_when_every_node_of_the_attempt_ended_with_0(

@@ -55,11 +55,11 @@ def test_a_deposed_leader_places_nothing_and_declares_no_node_dead(redis_client:
     old.lease = lease.value
     redis_client.delete(keys.leader())  # its lease expired while it stalled ...
     assert LeaderLease(redis_client, keys, "new", ttl_s=5.0).hold()  # ... and a standby took over
-    (fence,) = old.fences(1)
+    (fence,) = old.fences.take(1)
     (result,) = old.place([PlacementOrder(job_id=job_id, attempt=1, fence=fence, nodes=(("n0", (0,)),),
                                           need_bytes=GiB, port=30001, master_addr="127.0.0.1",
                                           gpu_type="A100-80GB", plan_json="{}", messages=("{}",))])
-    assert result[0] is False and "not the leader" in result[1]
+    assert not result.placed and "not the leader" in result.why
     assert old.get(job_id).state == JobState.PENDING and redis_client.xlen(keys.launch_stream("n0")) == 0
     redis_client.delete(keys.node_alive("n0"))
     heartbeat = redis_client.hget(keys.node("n0"), "heartbeat_at")

@@ -23,14 +23,14 @@ def test_reservation_records_expected_end_and_cluster_reports_free_at(
     plan = make_plan("A100-80GB", dp=2)
     plan.completion_s = 3600.0
     job_id, _ = loop.store.submit(make_spec(), [plan], "gpt2-124m", 1)
-    assert loop.store.queue()[0].plans[0].runtime_s == 3600.0
+    assert loop.store.queue().jobs[0].plans[0].runtime_s == 3600.0
     before = time.time()
     report = loop.tick()
     assert report.placed == [job_id]
     assert loop.store.get(job_id).state == JobState.LAUNCHING
     est_end = float(redis_client.hget(keys.job(job_id), "est_end"))
     assert before + 3600 <= est_end <= time.time() + 3600
-    slots = [g for n in loop.store.cluster().nodes for g in n.gpus]
+    slots = [g for n in loop.store.cluster().view.nodes for g in n.gpus]
     assert {g.owner for g in slots} == {job_id}
     assert {g.free_at for g in slots} == {est_end}
 

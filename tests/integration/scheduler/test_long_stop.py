@@ -83,13 +83,13 @@ def test_the_default_policy_stops_a_resumable_long_job_for_a_burst_of_short_ones
 
     for job_id in shorts:
         job = store.get(job_id)
-        assert job is not None and store.record_exit(job, job.attempt, "a-0", 0, "done")[0] == "finished"
+        assert job is not None
+        assert store.run_call(store.record_exit_call(job, job.attempt, "a-0", 0, "done")).status == "finished"
     assert loop.tick().placed == [long_id]
     rerun = store.get(long_id)
     assert rerun is not None and rerun.attempt == 2
     # stopped once, never again: a second burst waits for it
-    store.cluster()
-    assert [(r.job_id, r.stops) for r in store.running_jobs(rerun.reserved_at + 1, 0.0, resumable=True)] == [
+    assert [(r.job_id, r.stops) for r in store.cluster().weighed(loop.policy, rerun.reserved_at + 1)] == [
         (long_id, 1)]
     store.submit(_spec("late"), [_plan(2, 0.1 * HOUR)], "gpt2-124m", 1)
     assert loop.tick().preempted == []
@@ -100,8 +100,7 @@ def test_a_long_job_that_is_not_resumable_is_never_stopped(redis_client: redis.R
     loop = SchedulerLoop(redis_client, keys)
     long_id, shorts = _long_then_burst(loop, resumable=False)
     store = loop.store
-    store.cluster()
-    assert store.running_jobs(store.get(long_id).reserved_at + 1, 0.0, resumable=True) == []  # type: ignore[union-attr]
+    assert store.cluster().weighed(loop.policy, store.get(long_id).reserved_at + 1) == []  # type: ignore[union-attr]
     report = loop.tick()
     assert report.preempted == [] and report.placed == []
     assert store.get(long_id).state == JobState.LAUNCHING  # type: ignore[union-attr]
@@ -130,7 +129,7 @@ def test_a_stopped_resumable_job_queues_again_with_what_it_has_left(redis_client
     assert loop.preempt(long_id, "someone-shorter", resumes=True)
     job = store.get(long_id)
     assert job is not None and job.done_fraction == pytest.approx(0.4, abs=1e-3)
-    [queued] = [q for q in store.queue() if q.job_id == long_id]
+    [queued] = [q for q in store.queue().jobs if q.job_id == long_id]
     assert queued.plans[0].runtime_s == pytest.approx(6 * HOUR, rel=1e-3)
     # a stop without a checkpoint (the short-window preemption) credits nothing more
     fence = int(redis_client.hget(keys.gpu("a-0", 0), "fence"))
@@ -152,7 +151,7 @@ def test_the_credit_is_capped_and_garbage_reads_as_none(redis_client: redis.Redi
     redis_client.hset(keys.job(long_id), "reserved_at", repr(time.time() - 30 * HOUR))  # ran far over its estimate
     assert loop.preempt(long_id, "x", resumes=True)
     assert store.get(long_id).done_fraction == pytest.approx(0.9)  # type: ignore[union-attr]
-    [queued] = [q for q in store.queue() if q.job_id == long_id]
+    [queued] = [q for q in store.queue().jobs if q.job_id == long_id]
     assert queued.plans[0].runtime_s == pytest.approx(0.1 * HOUR)  # never "nothing left"
     redis_client.hset(keys.job(long_id), "done_fraction", "lots")
     assert store.get(long_id).done_fraction == 0.0  # type: ignore[union-attr]

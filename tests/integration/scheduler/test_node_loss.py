@@ -12,6 +12,7 @@ import time
 import pytest
 import redis
 
+from frenzy.agent.drain import drain
 from frenzy.scheduler.loop import SchedulerLoop
 from frenzy.state.job_states import JobState
 from frenzy.state.keys import Keys
@@ -88,15 +89,17 @@ def test_jobs_on_one_master_node_get_distinct_ports_and_free_them(loop: Schedule
 
 
 def test_a_draining_node_is_refused_even_when_the_view_was_stale(loop: SchedulerLoop, redis_client: redis.Redis,
-                                                                 keys: Keys) -> None:
+                                                                 redis_url: str, keys: Keys) -> None:
     add_node(redis_client, keys, "a", "A100-80GB", 1)
     job_id, _ = loop.store.submit(make_spec(), [make_plan("A100-80GB")], "m", 1)
-    assert loop.store.set_draining("a", True) and not loop.store.set_draining("ghost", True)
+    # (the operator's frenzy agent --drain: 4 for a node that never registered)
+    assert drain(redis_url, keys, "a", wait=False, say=lambda _: None) == 0
+    assert drain(redis_url, keys, "ghost", wait=False, say=lambda _: None) == 4
     assert not redis_client.exists(keys.node("ghost"))
     ok, why = place(loop, job_id, [("a", [0])])
     assert not ok and "draining" in why and _owners(redis_client, keys, "a", 1) == [""]
     assert redis_client.xlen(keys.launch_stream("a")) == 0
-    assert loop.store.set_draining("a", False)
+    assert drain(redis_url, keys, "a", undrain=True, say=lambda _: None) == 0
     assert place(loop, job_id, [("a", [0])])[0]
 
 

@@ -10,6 +10,7 @@ from frenzy.scheduler.loop import SchedulerLoop
 from frenzy.state.job_states import JobState
 from frenzy.state.keys import Keys
 from frenzy.state.messages import AgentEvent, EventKind, LaunchMessage, decode_command
+from frenzy.state.outcomes import PlaceOutcome
 from frenzy.state.store import PlacementOrder, StateStore
 from support.state import GiB, add_node, make_plan, make_spec, send_event
 
@@ -67,7 +68,7 @@ def test_each_job_is_all_or_nothing_and_later_jobs_see_earlier_ones(redis_client
     b, _ = store.submit(make_spec("b"), [make_plan("A100-80GB", dp=1)], "gpt2-124m", 1)
     store.queue()
     store.cluster()
-    fence_a, fence_b = store.fences(2)
+    fence_a, fence_b = store.fences.take(2)
 
     def order(job_id: str, fence: int, gpus: tuple[int, ...], port: int) -> PlacementOrder:
         return PlacementOrder(job_id=job_id, attempt=1, fence=fence, nodes=(("n0", gpus),), need_bytes=GiB,
@@ -76,8 +77,8 @@ def test_each_job_is_all_or_nothing_and_later_jobs_see_earlier_ones(redis_client
 
     # b wants GPU 1, which a (first in the batch) takes: b is refused and writes nothing.
     results = store.place([order(a, fence_a, (0, 1), 30001), order(b, fence_b, (1,), 30002)])
-    assert results[0] == (True, "")
-    assert results[1][0] is False and "is held by " + a in results[1][1]
+    assert results[0] == PlaceOutcome(True)
+    assert not results[1].placed and "is held by " + a in results[1].why
     assert store.get(b).state == JobState.PENDING and redis_client.hget(keys.ports("n0"), "30002") is None
     assert redis_client.zscore(keys.queue(), b) is not None
 
@@ -87,12 +88,12 @@ def test_a_job_requeued_since_the_queue_read_is_not_launched(redis_client: redis
     store = StateStore(redis_client, keys)
     job_id, _ = store.submit(make_spec(), [make_plan("A100-80GB")], "gpt2-124m", 1)
     store.queue()
-    (fence,) = store.fences(1)
+    (fence,) = store.fences.take(1)
     redis_client.hset(keys.job(job_id), "attempt", "2")  # requeued (and re-planned) meanwhile
     (result,) = store.place([PlacementOrder(job_id=job_id, attempt=1, fence=fence, nodes=(("n0", (0,)),),
                                             need_bytes=GiB, port=30001, master_addr="127.0.0.1",
                                             gpu_type="A100-80GB", plan_json="{}", messages=("{}",))])
-    assert result[0] is False and "attempt 2" in result[1]
+    assert not result.placed and "attempt 2" in result.why
     assert redis_client.hget(keys.gpu("n0", 0), "owner") == "" and redis_client.xlen(keys.launch_stream("n0")) == 0
 
 
@@ -104,7 +105,7 @@ def test_a_fence_never_handed_out_is_refused(redis_client: redis.Redis, keys: Ke
     (result,) = store.place([PlacementOrder(job_id=job_id, attempt=1, fence=forged, nodes=(("n0", (0,)),),
                                             need_bytes=GiB, port=30001, master_addr="127.0.0.1",
                                             gpu_type="A100-80GB", plan_json="{}", messages=("{}",))])
-    assert result[0] is False and "never handed out" in result[1]
+    assert not result.placed and "never handed out" in result.why
 
 
 def test_a_port_taken_behind_the_schedulers_back_is_a_conflict_then_avoided(redis_client: redis.Redis,
@@ -113,8 +114,8 @@ def test_a_port_taken_behind_the_schedulers_back_is_a_conflict_then_avoided(redi
     loop = _loop(redis_client, keys)
     job_id, _ = loop.store.submit(make_spec(), [make_plan("A100-80GB")], "gpt2-124m", 1)
     loop.store.load_ports(["n0"])  # the scheduler's table: empty
-    port = loop.store.pick_port("n0", job_id, loop.master_ports)
-    loop.store.forget_ports("n0")
+    port = loop.store.ports.pick("n0", job_id, loop.master_ports)
+    loop.store.ports.forget("n0")
     loop.store.load_ports(["n0"])
     redis_client.hset(keys.ports("n0"), str(port), "someone-else")  # taken after the scheduler read the table
     first = loop.tick()

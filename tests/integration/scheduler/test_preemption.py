@@ -41,9 +41,9 @@ def test_a_just_started_long_job_is_stopped_for_a_much_shorter_one(redis_client:
     assert loop.tick().placed == [long_id]
     first = store.get(long_id)
     assert first is not None and first.state == JobState.LAUNCHING and first.reserved_at > 0
-    store.cluster()  # running_jobs answers for the GPU owners of the last cluster read
-    assert [(r.job_id, r.stops) for r in store.running_jobs(first.reserved_at + 1, 60.0)] == [(long_id, 0)]
-    assert store.running_jobs(first.submitted_at + 61, 60.0) == []  # out of the window
+    snap = store.cluster()  # the jobs holding GPUs, as preemption may weigh them
+    assert [(r.job_id, r.stops) for r in snap.weighed(PREEMPTING, first.reserved_at + 1)] == [(long_id, 0)]
+    assert snap.weighed(PREEMPTING, first.submitted_at + 61) == []  # out of the window
 
     short_id, _ = store.submit(make_spec("short"), [_plan(0.1 * HOUR)], "gpt2-124m", 1)
     report = loop.tick()
@@ -71,12 +71,11 @@ def test_a_just_started_long_job_is_stopped_for_a_much_shorter_one(redis_client:
     # The short job ends; the long one runs again and can no longer be preempted.
     short = store.get(short_id)
     assert short is not None
-    assert store.record_exit(short, short.attempt, "a-0", 0, "done")[0] == "finished"
+    assert store.run_call(store.record_exit_call(short, short.attempt, "a-0", 0, "done")).status == "finished"
     assert loop.tick().placed == [long_id]
     rerun = store.get(long_id)
     assert rerun is not None and rerun.attempt == 2
-    store.cluster()
-    assert [(r.job_id, r.stops) for r in store.running_jobs(rerun.reserved_at + 1, 60.0)] == [(long_id, 1)]
+    assert [(r.job_id, r.stops) for r in store.cluster().weighed(PREEMPTING, rerun.reserved_at + 1)] == [(long_id, 1)]
     third, _ = store.submit(make_spec("short2"), [_plan(0.1 * HOUR)], "gpt2-124m", 1)
     report = loop.tick()
     assert report.preempted == [] and store.get(long_id).state == JobState.LAUNCHING  # type: ignore[union-attr]
@@ -115,14 +114,14 @@ def test_one_preemption_at_a_time_until_the_victims_gpus_are_back(redis_client: 
     assert len(loop.tick().preempted) == 1
     assert loop.tick().preempted == []  # the first victim still holds its GPUs: no second one
     # a restarted scheduler knows it too (it is read from Redis, not kept in memory)
-    assert store.stopping_victims() and SchedulerLoop(redis_client, keys, policy=PREEMPTING).tick().preempted == []
+    assert store.cluster().stopping and SchedulerLoop(redis_client, keys, policy=PREEMPTING).tick().preempted == []
     victim = next(j for j in longs if store.get(j).state == JobState.PENDING)  # type: ignore[union-attr]
     held = [n for n in ("a-0", "a-1") if redis_client.hget(keys.gpu(n, 0), "owner") == victim][0]
     fence = int(redis_client.hget(keys.gpu(held, 0), "fence"))
     loop.handle_event(AgentEvent(kind=EventKind.EXITED, job_id=victim, attempt=1, node=held, fence=fence,
                                  exit_code=-15, cancelled=True))
     report = loop.tick()  # GPUs back: the first short job starts, and preemption is possible again
-    assert len(report.placed) == 1 and store.stopping_victims() == set()
+    assert len(report.placed) == 1 and store.cluster().stopping == frozenset()
     # (the other short job now waits 0.1 h for the first one instead: stopping the second long
     # job would cost more than that wait saves, so HAS leaves it running)
     assert report.preempted == []

@@ -11,6 +11,7 @@ import redis
 from frenzy.scheduler.loop import SchedulerLoop
 from frenzy.state.job_states import JobState
 from frenzy.state.keys import Keys
+from frenzy.state.outcomes import Moved
 from support.placed import place
 from support.state import GiB, add_node, make_plan, make_spec
 
@@ -53,7 +54,7 @@ def test_a_job_cancelled_since_the_queue_read_is_not_placed(redis_client: redis.
     loop = _loop(redis_client, keys)
     a, _ = loop.store.submit(make_spec(), [make_plan("A100-80GB")], "m", 1)
     loop.store.queue()
-    assert loop.cancel(loop.store.get(a), "user") == (True, JobState.CANCELLED.value)  # type: ignore[arg-type]
+    assert loop.cancel(loop.store.get(a), "user") == Moved(True, JobState.CANCELLED)  # type: ignore[arg-type]
     ok, why = place(loop, a, [("n0", [0])], read_queue=False)
     assert not ok and "CANCELLED" in why
     assert redis_client.hget(keys.gpu("n0", 0), "owner") == ""

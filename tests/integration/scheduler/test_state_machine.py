@@ -23,6 +23,7 @@ from frenzy.scheduler.loop import SchedulerLoop
 from frenzy.state import scripts
 from frenzy.state.job_states import ALLOWED, JobState
 from frenzy.state.keys import Keys
+from frenzy.state.outcomes import Moved
 from frenzy.state.records import JobRecord
 from frenzy.state.store import PlacementOrder, StateStore
 from support.state import add_node, make_plan, make_spec
@@ -62,7 +63,7 @@ def _placed_second_attempt(loop: SchedulerLoop) -> tuple[str, int]:
     assert loop.tick().placed == [job_id]
     first = store.get(job_id)
     assert first is not None
-    assert store.requeue(first, [NODE], "node a lost", 5) == (True, JobState.PENDING.value)
+    assert store.requeue(first, [NODE], "node a lost", 5) == Moved(True, JobState.PENDING)
     assert loop.tick().placed == [job_id]
     return job_id, first.fence
 
@@ -84,7 +85,7 @@ def _place_jobs(fresh: Fresh, start: JobState) -> list[Seen]:
     store = fresh().store
     job_id, _ = store.submit(make_spec("p"), [make_plan("A100-80GB")], "gpt2-124m", 1)
     _force(store, job_id, start)
-    order = PlacementOrder(job_id=job_id, attempt=1, fence=store.fences(1)[0], nodes=((NODE, (0,)),), need_bytes=1,
+    order = PlacementOrder(job_id=job_id, attempt=1, fence=store.fences.take(1)[0], nodes=((NODE, (0,)),), need_bytes=1,
                            port=30050, master_addr="127.0.0.1", gpu_type="A100-80GB", plan_json="{}",
                            messages=("launch",))
     return [_call("place_jobs", "free GPU, live node", start, store, job_id, store.place, [order])]
@@ -112,8 +113,8 @@ def _record_exit(fresh: Fresh, start: JobState) -> list[Seen]:
             loop.store.r.hset(loop.store.k.job(job_id), "cancel_requested", "1")
         job = _force(loop.store, job_id, start)
         out.append(_call("record_exit", variant, start, loop.store, job_id,
-                         loop.store.record_exit, job, job.attempt, NODE, code, "exited",
-                         told_to_stop=cancel))
+                         loop.store.run_call, loop.store.record_exit_call(job, job.attempt, NODE, code, "exited",
+                                                                          told_to_stop=cancel)))
     return out
 
 
@@ -207,6 +208,6 @@ def test_a_cancel_of_a_job_placed_since_it_was_read_goes_through_its_agents(redi
     read = loop.store.get(job_id)
     assert read is not None and read.state == JobState.PENDING
     assert loop.tick().placed == [job_id]
-    assert loop.cancel(read, "by the user") == (True, JobState.LAUNCHING.value)
+    assert loop.cancel(read, "by the user") == Moved(True, JobState.LAUNCHING)
     job = loop.store.get(job_id)
     assert job is not None and job.state == JobState.LAUNCHING and job.cancel_requested

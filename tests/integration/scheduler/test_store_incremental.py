@@ -14,6 +14,7 @@ import redis
 from frenzy.scheduler.loop import SchedulerLoop
 from frenzy.state.job_states import JobState
 from frenzy.state.keys import Keys
+from frenzy.state.outcomes import Moved
 from frenzy.state.store import StateStore
 from has import ClusterView
 from support.placed import place
@@ -50,22 +51,22 @@ def test_the_cluster_view_follows_every_change_and_reuses_untouched_nodes(
     for n in ("a0", "a1", "a2"):
         add_node(r, keys, n, "A100-80GB", 4)
     add_node(r, keys, "l0", "L4", 2, memory=24 * GiB)
-    first = store.cluster()
-    _same_view(first, _fresh(r, keys).cluster())
-    assert store.cluster() is first  # nothing changed: the very same view
+    first = store.cluster().view
+    _same_view(first, _fresh(r, keys).cluster().view)
+    assert store.cluster().view is first  # nothing changed: the very same view
 
     job, _ = store.submit(make_spec(), [make_plan("A100-80GB", dp=2)], "m", 1)
     _place(r, keys, job, "a1", [0, 1])
-    second = store.cluster()
-    _same_view(second, _fresh(r, keys).cluster())
+    second = store.cluster().view
+    _same_view(second, _fresh(r, keys).cluster().view)
     assert second.free_count("A100-80GB") == 10
     assert second.node("a0") is first.node("a0") and second.node("l0") is first.node("l0")
     assert second.node("a1") is not first.node("a1")
 
     # The expected end arrives in a separate write (after the reservation): it must show.
     store.set_fields(job, est_end="5000.5")
-    third = store.cluster()
-    _same_view(third, _fresh(r, keys).cluster())
+    third = store.cluster().view
+    _same_view(third, _fresh(r, keys).cluster().view)
     assert [g.free_at for g in third.node("a1").gpus if g.owner] == [5000.5, 5000.5]
     assert third.release_times("A100-80GB", 1, 0.0)[-2:] == [5000.5, 5000.5]
 
@@ -82,11 +83,11 @@ def test_the_cluster_view_follows_every_change_and_reuses_untouched_nodes(
         lambda: r.hset(keys.node("a2"), "draining", "0") and r.sadd(keys.nodes(), "a2"),  # back
         lambda: add_node(r, keys, "h0", "H100-80GB", 8),  # a new GPU type
     ]
-    before = store.cluster()
+    before = store.cluster().view
     for change in changes:
         change()
-        now = store.cluster()
-        _same_view(now, _fresh(r, keys).cluster())
+        now = store.cluster().view
+        _same_view(now, _fresh(r, keys).cluster().view)
         untouched = [n.name for n in before.nodes if n.name in {x.name for x in now.nodes} and n == now.node(n.name)]
         # a node whose state did not change keeps its object (nothing rebuilt for it)
         assert all(now.node(name) is before.node(name) for name in untouched if name != "a1"), change
@@ -98,31 +99,29 @@ def test_the_queue_keeps_parsed_jobs_and_picks_up_requeues_with_new_plans(
 ) -> None:
     a, _ = store.submit(make_spec("a"), [make_plan("A100-80GB", dp=2)], "m", 1)
     b, _ = store.submit(make_spec("b"), [make_plan("L4")], "m", 1)
-    first = store.queue()
+    first = store.queue().jobs
     assert [j.job_id for j in first] == [a, b]
-    again = store.queue()
+    again = store.queue().jobs
     assert all(x is y for x, y in zip(first, again, strict=True))  # parsed once
-    assert again == _fresh(redis_client, keys).queue()
+    assert again == _fresh(redis_client, keys).queue().jobs
 
     add_node(redis_client, keys, "n0", "A100-80GB", 4)
     _place(redis_client, keys, a, "n0", [0, 1])
-    assert [j.job_id for j in store.queue()] == [b]
+    assert [j.job_id for j in store.queue().jobs] == [b]
 
     # Node loss: the job is requeued for attempt 2 with plans for what is left.
     job = store.get(a)
     assert job is not None
-    done, state = store.requeue(job, ["n0"], "node n0 lost", 3, plans=[make_plan("L4", dp=4)])
-    assert done and state == "PENDING"
-    queue = store.queue()
-    assert queue == _fresh(redis_client, keys).queue()
+    assert store.requeue(job, ["n0"], "node n0 lost", 3, plans=[make_plan("L4", dp=4)]) == Moved(True, JobState.PENDING)
+    queue = store.queue().jobs
+    assert queue == _fresh(redis_client, keys).queue().jobs
     requeued = next(j for j in queue if j.job_id == a)
     assert [(p.gpu_type, p.num_gpus) for p in requeued.plans] == [("L4", 4)]
     assert next(j for j in queue if j.job_id == b) is next(j for j in first if j.job_id == b)
 
     # A cancelled job leaves the queue; the cache does not bring it back.
-    moved, _ = store.transition(store.get(b), JobState.CANCELLED, "cancelled by the user")  # type: ignore[arg-type]
-    assert moved
-    assert [j.job_id for j in store.queue()] == [a]
+    assert store.transition(store.get(b), JobState.CANCELLED, "cancelled by the user").done  # type: ignore[arg-type]
+    assert [j.job_id for j in store.queue().jobs] == [a]
 
 
 def test_a_job_with_unreadable_plans_is_skipped_not_fatal(
@@ -131,6 +130,6 @@ def test_a_job_with_unreadable_plans_is_skipped_not_fatal(
     a, _ = store.submit(make_spec("a"), [make_plan("L4")], "m", 1)
     b, _ = store.submit(make_spec("b"), [make_plan("L4")], "m", 1)
     redis_client.hset(keys.job(a), "plans", '[{"gpuType": "L4", "layout": {"tp": "x"}}]')
-    assert [j.job_id for j in store.queue()] == [b]
+    assert [j.job_id for j in store.queue().jobs] == [b]
     redis_client.hset(keys.job(a), "plans", "not json")
-    assert [j.job_id for j in _fresh(redis_client, keys).queue()] == [b]
+    assert [j.job_id for j in _fresh(redis_client, keys).queue().jobs] == [b]

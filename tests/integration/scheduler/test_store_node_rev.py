@@ -15,6 +15,7 @@ from frenzy.scheduler.loop import SchedulerLoop
 from frenzy.state import scripts
 from frenzy.state.job_states import JobState
 from frenzy.state.keys import Keys
+from frenzy.state.outcomes import ExitCounted, ExitStatus, Moved
 from frenzy.state.store import StateStore
 from has import ClusterView
 from support.placed import place
@@ -22,8 +23,8 @@ from support.state import GiB, add_node, make_plan, make_spec
 
 
 def _same(cached: StateStore, client: redis.Redis, keys: Keys) -> ClusterView:
-    view = cached.cluster()
-    fresh = StateStore(client, keys).cluster()
+    view = cached.cluster().view
+    fresh = StateStore(client, keys).cluster().view
     assert view.nodes == fresh.nodes
     return view
 
@@ -57,7 +58,7 @@ def test_every_script_that_changes_a_gpu_is_seen_by_a_store_that_cached_the_node
         add_node(r, keys, n, "A100-80GB", 4)
     store.full_read_s = 1e9  # only rev may trigger a re-read in this test
     first = _same(store, r, keys)
-    assert store.cluster() is first
+    assert store.cluster().view is first
 
     # place_jobs
     done = _reserved(store, "a0", [0, 1])
@@ -66,22 +67,20 @@ def test_every_script_that_changes_a_gpu_is_seen_by_a_store_that_cached_the_node
     # record_exit: the last node's exit releases the job's GPUs
     job = store.get(done)
     assert job is not None
-    state, final = store.record_exit(job, job.attempt, "a0", 0, "done")
-    assert (state, final) == ("finished", "SUCCEEDED")
+    assert store.run_call(store.record_exit_call(job, job.attempt, "a0", 0, "done")) == ExitCounted(
+        ExitStatus.FINISHED, JobState.SUCCEEDED)
     assert _same(store, r, keys).free_count("A100-80GB") == 8
 
     # transition_job with release (what a cancel of a job holding GPUs before its launch released)
     cancelled = _reserved(store, "a1", [0])
     assert _same(store, r, keys).free_count("A100-80GB") == 7
-    moved, _ = store.transition(store.get(cancelled), JobState.CANCELLED, "cancelled", release=True)  # type: ignore[arg-type]
-    assert moved
+    assert store.transition(store.get(cancelled), JobState.CANCELLED, "cancelled", release=True).done  # type: ignore[arg-type]
     assert _same(store, r, keys).free_count("A100-80GB") == 8
 
     # requeue_job: GPUs on the lost node are released; the job is pending again
     lost = _reserved(store, "a1", [0, 1, 2, 3])
     assert _same(store, r, keys).free_count("A100-80GB") == 4
-    ok, state = store.requeue(store.get(lost), ["a1"], "node lost", 3)  # type: ignore[arg-type]
-    assert (ok, state) == (True, "PENDING")
+    assert store.requeue(store.get(lost), ["a1"], "node lost", 3) == Moved(True, JobState.PENDING)  # type: ignore[arg-type]
     assert _same(store, r, keys).free_count("A100-80GB") == 8
 
     # release_stale: a requeue leaves a still-stopping node's GPUs held under the old fence;
@@ -89,8 +88,7 @@ def test_every_script_that_changes_a_gpu_is_seen_by_a_store_that_cached_the_node
     stopping = _reserved(store, "a0", [2, 3])
     job = store.get(stopping)
     assert job is not None
-    ok, _ = store.requeue(job, [], "launch failed on the host", 3)
-    assert ok
+    assert store.requeue(job, [], "launch failed on the host", 3).done
     assert _same(store, r, keys).free_count("A100-80GB") == 6  # still held: not released yet
     assert store.release_stale(stopping, "a0", job.fence) == 2
     assert _same(store, r, keys).free_count("A100-80GB") == 8
@@ -121,13 +119,13 @@ def test_a_write_that_bypassed_the_scripts_heals_on_a_lost_race_or_the_next_full
     r = redis_client
     add_node(r, keys, "a0", "A100-80GB", 2)
     store.full_read_s = 1e9
-    assert store.cluster().free_count("A100-80GB") == 2
+    assert store.cluster().view.free_count("A100-80GB") == 2
     r.hset(keys.gpu("a0", 0), "owner", "intruder")  # no rev bump: the store cannot know
-    assert store.cluster().free_count("A100-80GB") == 2  # stale, by design of the contract
+    assert store.cluster().view.free_count("A100-80GB") == 2  # stale, by design of the contract
     store.forget_nodes(["a0"])  # what the loop does when a reservation there lost a race
-    assert store.cluster().free_count("A100-80GB") == 1
+    assert store.cluster().view.free_count("A100-80GB") == 1
 
     r.hset(keys.gpu("a0", 1), "owner", "intruder")
-    assert store.cluster().free_count("A100-80GB") == 1
+    assert store.cluster().view.free_count("A100-80GB") == 1
     store.full_read_s = 0.0  # the periodic full read comes due
-    assert store.cluster().free_count("A100-80GB") == 0
+    assert store.cluster().view.free_count("A100-80GB") == 0

@@ -15,6 +15,7 @@ import grpc
 import pytest
 import redis
 
+from frenzy.agent.drain import drain
 from frenzy.predictor.server import serve as serve_predictor
 from frenzy.rpc.server import stop_server
 from frenzy.scheduler.loop import SchedulerLoop
@@ -150,7 +151,7 @@ def _eventually_pools(servicer, expected: dict, timeout_s: float = 3.0) -> None:
 
 
 def test_pools_follow_nodes_dying_draining_and_joining(
-        redis_client: redis.Redis, keys: Keys, predictor_addr: str) -> None:
+        redis_client: redis.Redis, redis_url: str, keys: Keys, predictor_addr: str) -> None:
     add_node(redis_client, keys, "a", "A100-80GB", 8)
     add_node(redis_client, keys, "b", "A100-80GB", 4)
     add_node(redis_client, keys, "l", "L4", 2)
@@ -162,10 +163,10 @@ def test_pools_follow_nodes_dying_draining_and_joining(
     # Draining: no new work there, so not planned on once the view is max_age old (and the read
     # that a submission then starts in the background has landed: it is served the older view
     # meanwhile rather than wait).
-    assert servicer.store.set_draining("a", True)
+    assert drain(redis_url, keys, "a", wait=False, say=lambda _: None) == 0  # frenzy agent --drain
     time.sleep(max_age + 0.05)
     _eventually_pools(servicer, {"A100-80GB": (4, 4), "L4": (2, 2)})
-    assert servicer.store.set_draining("a", False)
+    assert drain(redis_url, keys, "a", undrain=True, say=lambda _: None) == 0
     time.sleep(max_age + 0.05)
     _eventually_pools(servicer, {"A100-80GB": (12, 8), "L4": (2, 2)})
 

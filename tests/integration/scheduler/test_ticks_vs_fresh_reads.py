@@ -25,6 +25,7 @@ from frenzy.state.keys import Keys
 from frenzy.state.messages import AgentEvent, EventKind
 from frenzy.state.store import StateStore
 from has import schedule
+from has.preemption import weighs_running
 from support.state import GiB, add_node, make_plan, make_spec, set_gpu
 
 NODES = [("a0", "A100-80GB", 4), ("a1", "A100-80GB", 4), ("a2", "A100-80GB", 8), ("l0", "L4", 2), ("l1", "L4", 2)]
@@ -44,12 +45,10 @@ def _expected(client: redis.Redis, keys: Keys, loop: SchedulerLoop, now: float) 
     """What the tick should decide: ``schedule`` on a store with no history, with the running
     jobs and the one-victim-at-a-time rule read the way ``SchedulerLoop.tick`` reads them."""
     fresh = StateStore(client, keys)
-    queue = fresh.queue()
-    cluster = fresh.cluster()
-    within = loop.policy.preempt_within_s
-    busy = within > 0 and bool(fresh.stopping_victims())
-    running = fresh.running_jobs(now, within) if within > 0 and not busy else []
-    res = schedule(cluster, queue, now, loop.policy, running)
+    queue = fresh.queue().jobs
+    snap = fresh.cluster()
+    running = snap.weighed(loop.policy, now) if weighs_running(loop.policy) and not snap.stopping else []
+    res = schedule(snap.view, queue, now, loop.policy, running)
     later = {p.for_job for p in res.preemptions}
     placed = [(p.job_id, p.nodes) for p in res.placements if p.job_id not in later]
     return placed, [f"{p.job_id} for {p.for_job}" for p in res.preemptions]
@@ -72,7 +71,7 @@ def test_every_tick_decides_as_a_fresh_read_would(redis_client: redis.Redis, key
         running = store.list({JobState.LAUNCHING, JobState.RUNNING}, limit=1000)
         if running and rng.random() < 0.4:  # a job ends (single-node jobs: one exit)
             job = rng.choice(running)
-            store.record_exit(job, job.attempt, job.placement[0][0], 0, "done")
+            store.run_call(store.record_exit_call(job, job.attempt, job.placement[0][0], 0, "done"))
         if running and rng.random() < 0.3:  # its estimated end moves
             store.set_fields(rng.choice(running).id, est_end=repr(time.time() + rng.uniform(10, 20_000)))
         if rng.random() < 0.2:  # a free GPU goes unhealthy, or comes back
@@ -80,7 +79,8 @@ def test_every_tick_decides_as_a_fresh_read_would(redis_client: redis.Redis, key
             index = rng.randrange(count)
             if not redis_client.hget(keys.gpu(name, index), "owner"):
                 set_gpu(redis_client, keys, name, index, healthy=rng.choice(["0", "1"]))
-        for victim in sorted(store.stopping_victims()):  # a preempted job's agent reports its exit
+        # a preempted job's agent reports its exit
+        for victim in sorted(StateStore(redis_client, keys).cluster().stopping):
             job = store.get(victim)
             assert job is not None
             held = [(n, i) for n, _, c in NODES for i in range(c) if redis_client.hget(keys.gpu(n, i), "owner") == victim]

@@ -9,6 +9,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from frenzy.state.cluster_read import ClusterSnapshot, LiveJob
+from frenzy.state.queue_read import QueueSnapshot
 from has import ClusterView, GpuSlot, NodeView, PlanOption, QueuedJob, QueuePolicy, RunningJob, schedule
 from has.cluster_spec import parse_cluster
 from has.sim.baselines import FrenzyPolicy, make_policy
@@ -158,23 +160,16 @@ class _FakeStore:
     def __init__(self, queue: list[QueuedJob], cluster: ClusterView, running: Sequence[RunningJob] = ()) -> None:
         self._queue, self._cluster, self._running = queue, cluster, list(running)
         self.reasons: dict[str, str] = {}
-        self.hold: str | None = None  # the queue is open
 
-    def queue(self) -> list[QueuedJob]:
-        return self._queue
+    def queue(self) -> QueueSnapshot:
+        return QueueSnapshot(tuple(self._queue), None, 0.0)  # (the queue is open)
 
-    def cluster(self) -> ClusterView:
-        return self._cluster
+    def cluster(self) -> ClusterSnapshot:
+        # every job resumable, as the simulator assumes (the real store reads JobSpec.resumable)
+        return ClusterSnapshot(self._cluster, tuple(LiveJob(r, True) for r in self._running))
 
     def set_pending_reasons(self, reasons: dict[str, str]) -> None:
         self.reasons.update(reasons)  # (per job, as the store writes each job's field)
-
-    def running_jobs(self, now: float, within_s: float, resumable: bool = False) -> list[RunningJob]:
-        # every job resumable, as the simulator assumes (the real store asks JobSpec.resumable)
-        return [r for r in self._running if now - r.submitted_at <= within_s or resumable]
-
-    def stopping_victims(self) -> set[str]:
-        return set()
 
 
 def _service(loop_class: type, store: _FakeStore, policy: QueuePolicy | None = None) -> Any:
