@@ -21,7 +21,7 @@ before; anything else is refused before any other check, acknowledged, logged (o
 warning naming the node, the job and why) and counted in the node hash's
 ``refused_launches``. The agent signs its own events with the same key. It reads the
 key from Redis at start (no key: it does not start, ``NodeKeyMissing``) and again
-with every heartbeat, so a rotation reaches it without a restart.
+with every heartbeat, so a rotation reaches it without a restart (``node_seal.NodeSeal``).
 
 Whether a launch may run here is judged by ``launch_check.check_launch`` (pure)
 over facts this module gathers (GPUs, the rendezvous port, owner and fence of
@@ -67,12 +67,13 @@ from frenzy.agent.launch_check import GpuHolder, LaunchFacts, LaunchVerdict, che
 from frenzy.agent.ledger import Ledger
 from frenzy.agent.logship import LogShipper
 from frenzy.agent.metrics import AgentMetrics, refusal_label
+from frenzy.agent.node_seal import NodeSeal
 from frenzy.agent.peak import job_gpu_bytes
 from frenzy.agent.run_as import JobUser
 from frenzy.agent.run_as import resolve as resolve_user
 from frenzy.agent.spawning import Spawner
 from frenzy.agent.usermap import DEFAULT_MIN_UID, UnmappedUser, UserMap
-from frenzy.state import node_keys, scripts
+from frenzy.state import scripts
 from frenzy.state.code_store import CodeReader
 from frenzy.state.keys import AGENT_GROUP, Keys
 from frenzy.state.messages import (
@@ -84,13 +85,11 @@ from frenzy.state.messages import (
     EventKind,
     LaunchMessage,
     command_from,
-    encode,
     is_safe_name,
     payload,
-    sealed,
 )
 from frenzy.state.node_keys import NodeKeyMissing
-from frenzy.state.signing import EVENT_TTL_S, KeyRing, Refusal, Verifier
+from frenzy.state.signing import Refusal
 from frenzy.state.streams import ensure_group, xreadgroup_entries
 
 log = logging.getLogger(__name__)
@@ -204,9 +203,7 @@ class Agent:
         self._lock = threading.Lock()
         self._detached = threading.Event()  # set on stop: this run no longer reports anything
         self._threads: list[threading.Thread] = []
-        self._ring: KeyRing | None = None  # this node's signing keys (re-read every heartbeat)
-        self._key_read_at = float("-inf")  # monotonic time of the last read
-        self._verifier = Verifier()  # the launch stream's seals: signature, expiry, replay
+        self._seal = NodeSeal(self._redis, self.keys, node)  # this node's keys: launch seals, event seals
         # Prometheus (frenzy.agent.metrics): the CLI serves metrics.registry with --metrics-address.
         self.metrics = AgentMetrics(node)
         self.metrics.watch(lambda: self._gpus, lambda: len(self._jobs))
@@ -224,9 +221,9 @@ class Agent:
         fence = threading.Thread(target=self._fence_watchdog, args=(hb_stop,), name=f"fence-{self.node}",
                                  daemon=True)
         try:
-            if not self._until_done(stop, self._read_key, "read the node key"):
+            if not self._until_done(stop, self._seal.read, "read the node key"):
                 return
-            if self._ring is None:
+            if self._seal.ring is None:
                 raise NodeKeyMissing(self.node)
             if not self._until_done(stop, self._register, "register"):
                 return
@@ -384,20 +381,6 @@ class Agent:
         for job in jobs:
             self._stop(job)
 
-    def _read_key(self) -> None:
-        """Read this node's key ring (cheap: one HMGET). A key removed while running is kept in use
-        (one warning): only ``frenzy node key create --force`` or a rotation replaces it."""
-        ring = node_keys.read(self._redis, self.keys, self.node)
-        self._key_read_at = time.monotonic()
-        if ring is None:
-            if self._ring is not None:
-                log.warning("node %s: its signing key is gone from Redis; still using the last one read. "
-                            "To fix: frenzy node key create %s", self.node, self.node)
-            return
-        if self._ring is not None and ring.current != self._ring.current:
-            log.info("node %s: signing key rotated", self.node)
-        self._ring = ring
-
     def prune(self) -> PruneReport:
         """Remove old or surplus code trees and the working directories of attempts not running here
         (``CodeCache.prune``, by ``cache_policy``)."""
@@ -419,7 +402,7 @@ class Agent:
                 sent = time.monotonic()
                 self._heartbeat_once()
                 self._beat_ok_at = sent  # not the reply's time: a lossy link delays it (fencing.py)
-                self._read_key()
+                self._seal.read()
                 if time.monotonic() - self._pruned_at >= PRUNE_EVERY_S:
                     # In a thread of its own: deleting big trees must not delay the next heartbeat.
                     self._pruned_at = time.monotonic()
@@ -506,7 +489,7 @@ class Agent:
         else:
             try:
                 obj = payload(fields)
-                refusal = self._verify(obj, entry_id)
+                refusal = self._seal.check(obj, entry_id)
                 cmd = command_from(obj) if refusal is None else None
             except BadMessage as exc:
                 log.warning("launch stream %s: skipping bad entry %s: %s", stream, entry_id, exc)
@@ -527,14 +510,6 @@ class Agent:
                 elif isinstance(cmd, CancelMessage):
                     self._cancel(cmd)
         self._redis.xack(stream, AGENT_GROUP, entry_id)
-
-    def _verify(self, obj: dict, entry_id: str) -> Refusal | None:
-        """Whether a launch-stream entry is sealed with this node's key, in time and new."""
-        refusal = self._verifier.check(obj, self._ring, entry_id)
-        if refusal == Refusal.FORGED and time.monotonic() - self._key_read_at >= 1.0:
-            self._read_key()  # perhaps rotated since the last heartbeat (at most one read a second)
-            refusal = self._verifier.check(obj, self._ring, entry_id)
-        return refusal
 
     def _refuse(self, obj: dict, entry_id: str, refusal: Refusal) -> None:
         """An entry not signed for this node: nothing of it is acted on; logged and counted."""
@@ -883,10 +858,8 @@ class Agent:
         return AgentEvent(kind=kind, job_id=job_id, attempt=attempt, node=self.node, **fields)
 
     def _emit(self, event: AgentEvent) -> None:
-        """Send ``event``, sealed now with this node's key (a retry after an outage is sealed afresh)."""
-        assert self._ring is not None  # run() does not get this far without a key
-        now = time.time()
-        data = encode(sealed(event, self._ring.signing_key(now), now, ttl_s=EVENT_TTL_S))
+        """Send ``event``, sealed now with this node's key (``NodeSeal.seal``)."""
+        data = self._seal.seal(event)
         ack = self._ack_with_event
         if ack is not None and ack[2] == threading.get_ident():
             pipe = self._redis.pipeline(transaction=False)

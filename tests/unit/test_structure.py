@@ -14,9 +14,7 @@ _spec.loader.exec_module(structure)  # type: ignore[union-attr]
 
 # Over the limits when the check came in (session 15), at most this long (lowered as they shrink);
 # cut, then strike.
-KNOWN_FILES = {
-    "services/agent/daemon.py": 913,
-}
+KNOWN_FILES: dict[str, int] = {}  # none left: every file is within the limit
 KNOWN_FUNCTIONS: dict[str, int] = {}  # none left: every function is within the limit
 
 
