@@ -255,22 +255,6 @@ def event_from(obj: dict[str, Any]) -> AgentEvent:
         raise BadMessage(f"invalid agent event: {_first_error(exc)}") from exc
 
 
-def decode_command(fields: dict) -> LaunchMessage | CancelMessage:
-    """Parse a launch-stream entry; raises BadMessage naming what is wrong."""
-    try:
-        return _command_adapter.validate_json(_payload(fields))
-    except (ValidationError, json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise BadMessage(f"invalid agent command: {_first_error(exc)}") from exc
-
-
-def decode_event(fields: dict) -> AgentEvent:
-    """Parse an events-stream entry; raises BadMessage naming what is wrong."""
-    try:
-        return AgentEvent.model_validate_json(_payload(fields))
-    except (ValidationError, json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise BadMessage(f"invalid agent event: {_first_error(exc)}") from exc
-
-
 def decode_log_chunk(fields: dict) -> LogChunk:
     """Parse a job-log stream entry; raises BadMessage naming what is wrong."""
     try:

@@ -23,8 +23,6 @@ from frenzy.state.messages import (
     LayoutEnv,
     LogChunk,
     command_from,
-    decode_command,
-    decode_event,
     decode_log_chunk,
     event_from,
     payload,
@@ -89,7 +87,15 @@ entries = st.one_of(
     st.builds(lambda v: {b"data": v}, data_values),
     st.dictionaries(st.one_of(st.text(max_size=8), st.binary(max_size=8)), data_values, max_size=3),
 )
-DECODERS = (decode_command, decode_event, decode_log_chunk)
+def _command(fields: dict) -> object:
+    return command_from(payload(fields))  # what the agent reads a launch-stream entry with
+
+
+def _event(fields: dict) -> object:
+    return event_from(payload(fields))  # what the scheduler reads an events-stream entry with
+
+
+DECODERS = (_command, _event, decode_log_chunk)
 KINDS = (LaunchMessage, CancelMessage, AgentEvent, LogChunk)
 
 

@@ -25,8 +25,9 @@ from frenzy.state.messages import (
     EventKind,
     LaunchMessage,
     LayoutEnv,
-    decode_event,
     encode,
+    event_from,
+    payload,
     sealed,
 )
 from support.waiting import wait_for  # noqa: F401 - re-exported for the tests
@@ -113,7 +114,7 @@ class Cluster:
         return msg
 
     def events(self, job_id: str | None = None) -> list[AgentEvent]:
-        out = [decode_event(f) for _id, f in self.client.xrange(self.keys.events_stream())]
+        out = [event_from(payload(f)) for _id, f in self.client.xrange(self.keys.events_stream())]
         return [e for e in out if job_id is None or e.job_id == job_id]
 
     def wait_event(self, job_id: str, kind: EventKind, timeout: float = 10.0) -> AgentEvent:

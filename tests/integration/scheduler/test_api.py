@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from frenzy.state.keys import AGENT_GROUP, Keys
-from frenzy.state.messages import AgentEvent, EventKind, decode_command
+from frenzy.state.messages import AgentEvent, EventKind, command_from, payload
 from frenzy.state.store import StateStore
 from frenzy.v1 import scheduler_pb2, types_pb2
 from support.servers import Servers, running_servers
@@ -128,7 +128,7 @@ def test_launch_run_exit_cycle_and_cancel(servers: Servers, redis_client: redis.
     # The launch message is on the node's stream, readable by the agent's consumer group.
     redis_client.xgroup_create(keys.launch_stream("a-0"), AGENT_GROUP, id="0", mkstream=True)
     entries = redis_client.xreadgroup(AGENT_GROUP, "a-0", {keys.launch_stream("a-0"): ">"}, count=10)[0][1]
-    launch = decode_command(entries[0][1])
+    launch = command_from(payload(entries[0][1]))
     assert launch.kind == "launch" and launch.job_id == job.id and launch.nnodes == 1
     assert sorted(launch.gpu_indices) == sorted(job.placement[0].gpu_indices)
     assert launch.layout.tp * launch.layout.dp * launch.layout.pp == job.plan.num_gpus
@@ -142,7 +142,7 @@ def test_launch_run_exit_cycle_and_cancel(servers: Servers, redis_client: redis.
     resp = stub.CancelJob(scheduler_pb2.CancelJobRequest(job_id=job.id, reason="test"), timeout=5)
     assert resp.job.state == types_pb2.JOB_STATE_RUNNING  # stopping: waits for the agent's exit report
     entries = redis_client.xreadgroup(AGENT_GROUP, "a-0", {keys.launch_stream("a-0"): ">"}, count=10)[0][1]
-    assert decode_command(entries[0][1]).kind == "cancel"
+    assert command_from(payload(entries[0][1])).kind == "cancel"
     _event(redis_client, keys, kind=EventKind.EXITED, job_id=job.id, attempt=1, node="a-0", exit_code=-15,
            cancelled=True)
     job = _wait(stub, job.id, DONE)
@@ -187,7 +187,7 @@ def test_one_rank_failing_fails_the_job_and_stops_the_others(
     while time.monotonic() < deadline and not redis_client.xlen(keys.launch_stream(nodes[0])) >= 2:
         time.sleep(0.05)
     last = redis_client.xrevrange(keys.launch_stream(nodes[0]), count=1)[0][1]
-    assert decode_command(last).kind == "cancel"
+    assert command_from(payload(last)).kind == "cancel"
     _event(redis_client, keys, kind=EventKind.EXITED, job_id=job.id, attempt=1, node=nodes[0], exit_code=-15,
            cancelled=True)
     job = _wait(stub, job.id, DONE)

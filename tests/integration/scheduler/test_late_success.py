@@ -15,7 +15,7 @@ import redis
 from frenzy.scheduler.loop import SchedulerLoop
 from frenzy.state.job_states import JobState
 from frenzy.state.keys import Keys
-from frenzy.state.messages import AgentEvent, EventKind, decode_command
+from frenzy.state.messages import AgentEvent, EventKind, command_from, payload
 from frenzy.state.outcomes import LateCounted, LateStatus
 from frenzy.state.records import JobRecord
 from support.placed import place
@@ -116,7 +116,7 @@ def test_a_late_exit_0_stops_the_attempt_running_elsewhere(loop: SchedulerLoop, 
     done = loop.store.get(job.id)
     assert done.state == JobState.SUCCEEDED
     # attempt 2 is told to stop, as a cancel; its GPU stays held under its fence until b reports the exit
-    cancel = decode_command(redis_client.xrevrange(keys.launch_stream("b"), count=1)[0][1])
+    cancel = command_from(payload(redis_client.xrevrange(keys.launch_stream("b"), count=1)[0][1]))
     assert (cancel.kind, cancel.job_id, cancel.attempt) == ("cancel", job.id, 2)
     assert _owners(redis_client, keys, "b", 1) == [job.id]
     assert redis_client.hgetall(keys.ports("b")) == {}  # its rendezvous port is free

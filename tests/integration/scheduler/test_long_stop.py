@@ -17,7 +17,7 @@ import redis
 from frenzy.scheduler.loop import SchedulerLoop
 from frenzy.state.job_states import JobState
 from frenzy.state.keys import Keys
-from frenzy.state.messages import AgentEvent, EventKind, decode_command
+from frenzy.state.messages import AgentEvent, EventKind, command_from, payload
 from frenzy.v1 import types_pb2
 from has import QueuePolicy
 from support.state import add_node, make_plan, make_spec
@@ -71,7 +71,7 @@ def test_the_default_policy_stops_a_resumable_long_job_for_a_burst_of_short_ones
     for job_id in shorts:  # every taker of its GPUs waits for the exit, none is placed on busy GPUs
         reason = store.get(job_id).pending_reason  # type: ignore[union-attr]
         assert reason.startswith(f"starting once {long_id} has stopped"), reason
-    cancel = decode_command(redis_client.xrange(keys.launch_stream("a-0"))[-1][1])
+    cancel = command_from(payload(redis_client.xrange(keys.launch_stream("a-0"))[-1][1]))
     assert (cancel.job_id, cancel.attempt) == (long_id, 1)
     assert _owners(redis_client, keys) == {long_id}
     assert loop.tick().preempted == []  # no second victim while the first one stops

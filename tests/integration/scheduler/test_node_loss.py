@@ -16,7 +16,7 @@ from frenzy.agent.drain import drain
 from frenzy.scheduler.loop import SchedulerLoop
 from frenzy.state.job_states import JobState
 from frenzy.state.keys import Keys
-from frenzy.state.messages import AgentEvent, EventKind, decode_command
+from frenzy.state.messages import AgentEvent, EventKind, command_from, payload
 from frenzy.state.records import JobRecord
 from frenzy.v1 import types_pb2
 from support.placed import place
@@ -68,7 +68,7 @@ def test_jobs_on_one_master_node_get_distinct_ports_and_free_them(loop: Schedule
     ports = [j.master_port for j in jobs]
     assert sorted(ports) == [30000, 30001, 30002, 30003]  # the whole range, no port twice
     assert all(j.master_addr == "127.0.0.1" and j.master_node == "a" for j in jobs)
-    launch = decode_command(redis_client.xrange(keys.launch_stream("a"))[0][1])
+    launch = command_from(payload(redis_client.xrange(keys.launch_stream("a"))[0][1]))
     assert (launch.master_port, launch.rdzv_id) == (jobs[0].master_port, f"{jobs[0].id}-1")
     # A fifth job finds the range exhausted: refused with the numbers, nothing written.
     add_node(redis_client, keys, "b", "A100-80GB", 1)
@@ -113,7 +113,7 @@ def test_the_first_real_failure_is_kept_with_node_rank_and_code(loop: SchedulerL
     loop.handle_event(_ev(EventKind.EXITED, job, "b", exit_code=3))
     # The others are told to stop (a cancel on their streams) and exit by signal: not the failure.
     for node in ("a", "c"):
-        assert decode_command(redis_client.xrevrange(keys.launch_stream(node), count=1)[0][1]).kind == "cancel"
+        assert command_from(payload(redis_client.xrevrange(keys.launch_stream(node), count=1)[0][1])).kind == "cancel"
     loop.handle_event(_ev(EventKind.EXITED, job, "c", exit_code=-15, cancelled=True))
     loop.handle_event(_ev(EventKind.EXITED, job, "a", exit_code=-9, cancelled=True))
     done = loop.store.get(job.id)
@@ -155,7 +155,7 @@ def test_a_dead_node_is_declared_and_its_job_requeued_replanned_and_stopped_else
     assert again.history[-1]["reason"].startswith("requeued for attempt 2 of 3: node a is dead")
     # Both nodes were told to stop attempt 1 (a's agent reads it if it ever comes back).
     for node in ("a", "b"):
-        cancel = decode_command(redis_client.xrevrange(keys.launch_stream(node), count=1)[0][1])
+        cancel = command_from(payload(redis_client.xrevrange(keys.launch_stream(node), count=1)[0][1]))
         assert (cancel.kind, cancel.job_id, cancel.attempt) == ("cancel", job.id, 1)
     # The dead node's GPUs are free; b's stay held under the old fence until b reports the exit.
     assert _owners(redis_client, keys, "a", 2) == ["", ""]

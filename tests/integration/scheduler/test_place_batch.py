@@ -9,7 +9,7 @@ import redis
 from frenzy.scheduler.loop import SchedulerLoop
 from frenzy.state.job_states import JobState
 from frenzy.state.keys import Keys
-from frenzy.state.messages import AgentEvent, EventKind, LaunchMessage, decode_command
+from frenzy.state.messages import AgentEvent, EventKind, LaunchMessage, command_from, payload
 from frenzy.state.outcomes import PlaceOutcome
 from frenzy.state.store import PlacementOrder, StateStore
 from support.state import GiB, add_node, make_plan, make_spec, send_event
@@ -28,7 +28,7 @@ class CountingConnection(redis.Connection):
 def _launches(client: redis.Redis, keys: Keys, node: str) -> list[LaunchMessage]:
     out = []
     for _, fields in client.xrange(keys.launch_stream(node)):
-        cmd = decode_command(fields)
+        cmd = command_from(payload(fields))
         if isinstance(cmd, LaunchMessage):
             out.append(cmd)
     return out

@@ -12,7 +12,7 @@ import redis
 from frenzy.scheduler.loop import SchedulerLoop
 from frenzy.state.job_states import JobState
 from frenzy.state.keys import Keys
-from frenzy.state.messages import AgentEvent, EventKind, decode_command
+from frenzy.state.messages import AgentEvent, EventKind, command_from, payload
 from frenzy.v1 import types_pb2
 from has import QueuePolicy
 from support.state import add_node, make_plan, make_spec
@@ -55,7 +55,7 @@ def test_a_just_started_long_job_is_stopped_for_a_much_shorter_one(redis_client:
     assert store.get(short_id).pending_reason.startswith(f"starting once {long_id} has stopped")  # type: ignore[union-attr]
     # its agent is told to stop; its GPUs stay held under the old fence until it has
     stream = redis_client.xrange(keys.launch_stream("a-0"))
-    cancel = decode_command(stream[-1][1])
+    cancel = command_from(payload(stream[-1][1]))
     assert (cancel.job_id, cancel.attempt) == (long_id, 1)
     assert _owners(redis_client, keys) == {long_id}
     again = loop.tick()
