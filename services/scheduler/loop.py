@@ -71,9 +71,10 @@ from frenzy.state.job_states import ACTIVE, JobState
 from frenzy.state.keys import Keys
 from frenzy.state.messages import AgentEvent, BadMessage, event_from, payload
 from frenzy.state.outcomes import ExitCounted, ExitStatus, LateStatus, Moved
+from frenzy.state.ports import DEFAULT_MASTER_PORTS
 from frenzy.state.records import JobRecord, exit_note
 from frenzy.state.signing import Refusal, Verifier
-from frenzy.state.store import DEFAULT_MASTER_PORTS, PlacementOrder, ScriptCall, StateStore
+from frenzy.state.store import PlacementOrder, ScriptCall, StateStore
 from frenzy.v1 import types_pb2
 from has import Placement, QueuePolicy, schedule
 from has.oom import plans_that_may_fit

@@ -76,8 +76,9 @@ from frenzy.state.code_store import CodeError, CodeStore, max_code_bytes_from_en
 from frenzy.state.job_states import JobState
 from frenzy.state.keys import Keys
 from frenzy.state.messages import SAFE_NAME_RE, BadMessage, LogChunk, decode_log_chunk
+from frenzy.state.ports import DEFAULT_MASTER_PORTS
 from frenzy.state.records import JobRecord, gpu_type_problem
-from frenzy.state.store import DEFAULT_MASTER_PORTS, StateStore, plans_to_json
+from frenzy.state.store import StateStore, plans_to_json
 from frenzy.v1 import predictor_pb2, predictor_pb2_grpc, scheduler_pb2, scheduler_pb2_grpc, types_pb2
 from has import QueuePolicy
 

@@ -32,7 +32,6 @@ from frenzy.state.keys import SCHEDULER_GROUP, Keys
 from frenzy.state.messages import CancelMessage, Sealable, sealed
 from frenzy.state.node_keys import NodeKeyMissing
 from frenzy.state.outcomes import ExitCounted, LateCounted, Moved, PlaceOutcome
-from frenzy.state.ports import DEFAULT_MASTER_PORTS as DEFAULT_MASTER_PORTS
 from frenzy.state.ports import PortAllocator
 from frenzy.state.queue_read import QueueReadModel, QueueSnapshot
 from frenzy.state.records import (

@@ -13,7 +13,7 @@ from frenzy.agent import launcher
 from frenzy.predictor.planning import predict
 from frenzy.scheduler.placing import Rendezvous, rank_contracts, render_launches
 from frenzy.state.messages import LaunchMessage, LayoutEnv
-from frenzy.state.store import plan_to_option
+from frenzy.state.plan_options import plan_to_option
 from frenzy.train import contract
 from frenzy.v1 import predictor_pb2, types_pb2
 from has import ClusterView, GpuSlot, NodeView, QueuedJob, QueuePolicy, schedule

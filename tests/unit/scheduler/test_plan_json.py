@@ -8,7 +8,7 @@ import random
 import pytest
 from google.protobuf import json_format
 
-from frenzy.state.store import option_from_json, plan_to_option
+from frenzy.state.plan_options import option_from_json, plan_to_option
 from frenzy.v1 import types_pb2
 
 

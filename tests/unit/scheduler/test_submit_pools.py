@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from frenzy.scheduler.submit_pools import ClusterPools, Predictions, pools_of
+from frenzy.state.cluster_read import ClusterSnapshot
 from frenzy.v1 import predictor_pb2, types_pb2
 from has import ClusterView, GpuSlot, NodeView
 
@@ -42,9 +43,9 @@ class Reads:
         self.views = list(views)
         self.reads = 0
 
-    def cluster(self) -> ClusterView:
+    def cluster(self) -> ClusterSnapshot:
         self.reads += 1
-        return self.views.pop(0)
+        return ClusterSnapshot(self.views.pop(0))
 
 
 class Clock:
