@@ -8,16 +8,20 @@ to Redis 6.2 features (EVAL, Streams, XAUTOCLAIM) so every option runs the same 
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import random
 import secrets
 import shutil
 import socket
+import stat
 import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote, urlsplit, urlunsplit
@@ -34,29 +38,86 @@ from frenzy.state import acl, scripts
 # "Address already in use" starting `frenzy up` with 100 agents) — and below the rendezvous
 # ports jobs get (29500-32767).
 SERVICE_PORTS = (15000, 29000)
-_given: set[int] = set()
+# A port is picked in one process and bound in another, later (a service the stack spawns takes
+# its --address / --metrics-address a second or more after the pick), so "free now" is not enough:
+# another process picking in that window -- another xdist worker's stack, a second `frenzy up` --
+# could be handed the same port, and one of the two services then fails to bind it (seen: a
+# predictor that could not bind its --metrics-address). Every pick is therefore also a reservation,
+# made under one lock in a ledger every process of this user on this machine shares: a port handed
+# out is handed out to nobody else for RESERVE_S, long after any service has bound it (a bound port
+# fails the bind check anyway).
+RESERVE_S = 600.0
+_given: set[int] = set()  # this process's picks, ever (also where the ledger cannot be used)
 _given_lock = threading.Lock()
 
 
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port free now, never handed out before by this process (two services of one stack
-    never get the same one), from ``SERVICE_PORTS``; the OS's pick if that range is exhausted."""
+    never get the same one) nor by another process of this user in the last ``RESERVE_S`` seconds,
+    from ``SERVICE_PORTS``; the OS's pick if that range is exhausted."""
     lo, hi = SERVICE_PORTS
-    with _given_lock:
+    with _given_lock, _reservations() as ledger:
+        now = time.time()
         for _ in range(500):
             port = random.randrange(lo, hi)
-            if port in _given:
+            if port in _given or ledger.reserved(port, now) or not _bindable(host, port):
                 continue
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-                try:
-                    s.bind((host, port))
-                except OSError:
-                    continue
             _given.add(port)
+            ledger.reserve(port, now + RESERVE_S)
             return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
+
+
+def _bindable(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+class _Ledger:
+    """Until when each port of ``SERVICE_PORTS`` is reserved: 4 bytes a port (seconds since the epoch,
+    0 or missing: never) in a file every process of this user on this machine shares, read and written
+    under an exclusive lock. ``fd`` None: no ledger (nothing is reserved, nothing recorded)."""
+
+    def __init__(self, fd: int | None) -> None:
+        self.fd = fd
+
+    def reserved(self, port: int, now: float) -> bool:
+        if self.fd is None:
+            return False
+        raw = os.pread(self.fd, 4, 4 * (port - SERVICE_PORTS[0]))
+        return len(raw) == 4 and int.from_bytes(raw, "little") > now
+
+    def reserve(self, port: int, until: float) -> None:
+        if self.fd is not None:
+            os.pwrite(self.fd, int(until).to_bytes(4, "little"), 4 * (port - SERVICE_PORTS[0]))
+
+
+@contextmanager
+def _reservations() -> Iterator[_Ledger]:
+    """The machine's port ledger, locked. It lives in a 0700 directory of this user's in the temp
+    directory; where that cannot be had safely (another user's directory, a link, no temp directory)
+    there is none: this process's own picks are then all that is avoided, as before the ledger."""
+    directory = Path(tempfile.gettempdir()) / f"frenzy-ports-{os.getuid()}"
+    try:
+        directory.mkdir(mode=0o700, exist_ok=True)
+        st = directory.lstat()
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+            raise PermissionError(f"{directory}: not a private directory of this user's")
+        fd = os.open(directory / "reserved", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError:
+        yield _Ledger(None)
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield _Ledger(fd)
+    finally:
+        os.close(fd)  # (releases the lock)
 
 
 def redis_binary() -> str:
@@ -127,6 +188,10 @@ def _write_config(workdir: str, password: str) -> str:
     return path
 
 
+class PortTaken(RuntimeError):
+    """Another program answered on, or held, the port a server was to listen on."""
+
+
 def start_redis(
     port: int | None = None, workdir: str | None = None, appendonly: bool = False, timeout_s: float = 10.0,
     password: str | None = None, binary: str | None = None,
@@ -135,17 +200,32 @@ def start_redis(
 
     Never open: no client can be the ``default`` user and the one user, ``frenzy``, has ``password``
     (a fresh random one when not given); the returned URL carries both. ``binary``: a redis-server
-    to run instead of ``redis_binary()``'s (tests run the embedded 6.2 next to a newer one)."""
+    to run instead of ``redis_binary()``'s (tests run the embedded 6.2 next to a newer one).
+    Without a ``port``, one from ``free_port``; Redis cannot listen on port 0 and say which it got, so
+    when a program that does not go through ``free_port`` takes the port before Redis binds it, the
+    server is started again on another (three tries)."""
     binary = binary or redis_binary()
-    port = port or free_port()
     own = workdir is None
     workdir = os.path.abspath(workdir or tempfile.mkdtemp(prefix="frenzy-redis-"))
     os.makedirs(workdir, exist_ok=True)
     password = password or secrets.token_urlsafe(24)
+    for attempt in range(3):
+        try:
+            return _run_redis(binary, port or free_port(), workdir, own, password, appendonly, timeout_s)
+        except PortTaken:
+            if port is not None or attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _run_redis(binary: str, port: int, workdir: str, own: bool, password: str, appendonly: bool,
+               timeout_s: float) -> RedisProcess:  # fmt: skip
+    log = os.path.join(workdir, "redis.log")
+    seen = os.path.getsize(log) if os.path.exists(log) else 0  # (a given workdir may keep an older log)
     args = [
         binary, _write_config(workdir, password), "--port", str(port), "--bind", "127.0.0.1", "--dir", workdir,
         "--save", "", "--appendonly", "yes" if appendonly else "no", "--daemonize", "no", "--loglevel", "warning",
-        "--logfile", os.path.join(workdir, "redis.log"),
+        "--logfile", log,
     ]
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
                             preexec_fn=die_with_parent)
@@ -158,15 +238,26 @@ def start_redis(
                 break
         except redis.AuthenticationError as exc:  # another Redis answered on that port
             proc.kill()
-            raise RuntimeError(f"port {port} answered with another Redis") from exc
+            raise PortTaken(f"port {port} answered with another Redis") from exc
         except redis.ConnectionError:
             pass
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
-            raise RuntimeError(f"redis-server ({binary}) did not start on port {port}; see {workdir}/redis.log")
+            proc.wait()
+            message = f"redis-server ({binary}) did not start on port {port}; see {workdir}/redis.log"
+            raise PortTaken(message) if "Address already in use" in _read_from(log, seen) else RuntimeError(message)
         time.sleep(0.05)
     client.close()
     return RedisProcess(url=url, proc=proc, workdir=workdir, _own_dir=own)
+
+
+def _read_from(path: str, offset: int) -> str:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(offset)
+            return fh.read(65536).decode(errors="replace")
+    except OSError:
+        return ""
 
 
 @dataclass(frozen=True)
