@@ -70,3 +70,13 @@ def no_plan_reason(model_name: str, precision: str, pools: Sequence[tuple[str, i
         fix = f"submit with --precision {alt} to use {', '.join(no_precision)} as well, or {fix}"
     return (f"spec: no GPU type in the cluster can hold {model_name} with this recipe (cluster: {have}). "
             f"{why}. To fix: {fix}")
+
+
+def goal_unmet_reason(dropped: Sequence[str], shown: int = 5) -> str:
+    """The refusal for a job whose every plan its goal dropped (issue 35): MARP had plans, but each
+    one misses the job's deadline or budget. ``dropped`` holds the predictor's one line per plan
+    (``PredictResponse.dropped``, fastest first); the first ``shown`` are quoted."""
+    lines = "; ".join(dropped[:shown]) + (f"; and {len(dropped) - shown} more" if len(dropped) > shown else "")
+    return (f"spec.goal: no plan meets the job's deadline or budget: {lines}. To fix: raise --deadline "
+            "(goal.deadline_s) or --budget (goal.budget_usd), or allow more GPUs or GPU types; "
+            "`frenzy predict ... --deadline ... --budget ...` shows each plan's time and cost")

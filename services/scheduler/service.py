@@ -64,7 +64,7 @@ from frenzy.rpc.tls import ClientTls, ServerTls, open_channel
 from frenzy.scheduler.leader import DEFAULT_TTL_S, LeaderLease
 from frenzy.scheduler.loop import SchedulerLoop
 from frenzy.scheduler.metrics import MetricsServer, PredictionCacheCollector, serve_metrics
-from frenzy.scheduler.no_plan import no_plan_reason
+from frenzy.scheduler.no_plan import goal_unmet_reason, no_plan_reason
 from frenzy.scheduler.submit_pools import (
     DEFAULT_POOLS_MAX_AGE_S,
     DEFAULT_POOLS_MAX_STALE_S,
@@ -206,8 +206,10 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
              timeout_s: float) -> predictor_pb2.PredictResponse:
         # mixed: plans over two GPU types too when the cluster has several (HAS places them unless
         # the policy is frenzy-single-type; docs/mixed-plans.md).
+        # goal: the job's objective orders its plans and its deadline and budget drop those that
+        # miss them (issue 35; docs/cost.md), as `frenzy predict` shows them.
         request = predictor_pb2.PredictRequest(model=spec.model, recipe=spec.recipe, limits=spec.limits, pools=pools,
-                                               mixed=True)
+                                               mixed=True, goal=spec.goal)
         kept = self.predictions.get(request)
         if kept is not None:
             return kept
@@ -319,6 +321,8 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
             # The predictor's own words stay in the log: they may be an exception's text.
             log.warning("predictor failed for a submission by %r: %s %s", user, code, exc.details())
             context.abort(grpc.StatusCode.UNAVAILABLE, "predictor unavailable, try again")
+        if not pred.plans and pred.dropped:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, goal_unmet_reason(list(pred.dropped)))
         if not pred.plans:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, no_plan_reason(
                 pred.model_name, recipe_from_proto(spec.recipe, spec.limits).precision,

@@ -46,3 +46,26 @@ def test_a_gpu_type_the_cluster_lacks_and_bf16_on_t4_say_what_to_change(
     assert text.startswith("spec: T4 cannot run bf16") and "To fix: submit with --precision fp16" in text
     assert "micro_batch" not in text
     assert redis_client.zcard(keys.jobs()) == 0
+
+
+def test_a_goal_no_plan_meets_is_refused_with_each_plans_miss_and_a_goal_some_meet_orders_by_dollars(
+        servers: Servers, redis_client: redis.Redis, keys: Keys) -> None:
+    """Issue 35: SubmitJob hands the job's goal to the predictor. A deadline no plan can keep is
+    refused before anything is stored, quoting the plans it dropped; with an objective of cost
+    the job's plans are stored cheapest first."""
+    add_node(redis_client, keys, "h100-0", "H100-80GB", 4, memory=80 * GiB)
+    add_node(redis_client, keys, "l4-0", "L4", 4, memory=23 * GiB)
+    spec = make_spec("late")
+    spec.goal.deadline_s = 1.0
+    text = refusal(servers, spec)
+    assert text.startswith("spec.goal: no plan meets the job's deadline or budget"), text
+    assert "> the deadline" in text and "To fix: raise --deadline" in text
+    assert redis_client.zcard(keys.jobs()) == 0
+
+    spec = make_spec("cheap")
+    spec.goal.objective = types_pb2.OBJECTIVE_COST
+    spec.goal.deadline_s = 30 * 24 * 3600.0
+    made = servers.stub.SubmitJob(scheduler_pb2.SubmitJobRequest(spec=spec), timeout=30)
+    costs = [p.cost_usd for p in made.job.candidate_plans]
+    assert len(costs) > 1 and all(c > 0 for c in costs)
+    assert costs == sorted(costs), costs
