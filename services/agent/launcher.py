@@ -446,7 +446,10 @@ def spawned_pid(log_path: str | os.PathLike[str]) -> int | None:
 
 
 @dataclass
-class Started:
+class ShimStarted:
+    """A job's shim once ``start`` has it running (not the scheduler's ``agent_events.Started``, the
+    outcome of a node's "started" event)."""
+
     # The shim, leader of the job's session and process group: forked by the spawner (the
     # usual way) or exec'd by us (where the spawner cannot run).
     proc: SpawnedShim | subprocess.Popen
@@ -460,7 +463,7 @@ class Started:
 def start(msg: LaunchMessage, node: str, log_dir: Path, launch_id: str = "",
           extra_env: Mapping[str, str] | None = None, pass_env: Iterable[str] = (),
           user: JobUser | None = None, checkpoint_root: str = "",
-          spawner: Spawner | None | bool = None, cgroup: str = "") -> Started:
+          spawner: Spawner | None | bool = None, cgroup: str = "") -> ShimStarted:
     """Start this node's share of the job; raises LaunchError when it cannot start at all.
 
     ``spawner``: which spawner forks the shim (None: this process's; False: none, exec the shim
@@ -532,7 +535,7 @@ def start(msg: LaunchMessage, node: str, log_dir: Path, launch_id: str = "",
                     _warned_fallback = True
                     _log.warning("starting jobs' shims as new interpreters (slower): %s", exc)
             else:
-                return Started(shim, log_path, argv, log_start)
+                return ShimStarted(shim, log_path, argv, log_start)
         # The child inherits this thread's signal mask across exec: the shim starts with a
         # cancel's signals blocked and takes them once it can record them (shim.py).
         mask = signal.pthread_sigmask(signal.SIG_BLOCK, GUARDED)
@@ -555,7 +558,7 @@ def start(msg: LaunchMessage, node: str, log_dir: Path, launch_id: str = "",
             proc.stdin.write(handover)  # type: ignore[union-attr]
     except BrokenPipeError:
         pass  # the shim died before reading (killed at once): its exit is reported like any other
-    return Started(proc, log_path, argv, log_start)
+    return ShimStarted(proc, log_path, argv, log_start)
 
 
 def _why_not_startable(argv: list[str], workdir: str | None, env: Mapping[str, str]) -> str | None:

@@ -78,7 +78,7 @@ def allowed_host_names(bind_host: str = "127.0.0.1", extra: Iterable[str] = ()) 
     return frozenset(names)
 
 
-class Refusal(Exception):
+class GuardRefusal(Exception):
     def __init__(self, status: int, detail: str) -> None:
         super().__init__(detail)
         self.status, self.detail = status, detail
@@ -103,7 +103,7 @@ class WebGuard:
         try:
             self._check_headers(scope, headers)
             body = await self._read_body(receive, headers)
-        except Refusal as refusal:
+        except GuardRefusal as refusal:
             await JSONResponse({"detail": refusal.detail}, status_code=refusal.status)(scope, receive, send)
             return
         await self.app(scope, _replay(body, receive), send)
@@ -139,36 +139,36 @@ class WebGuard:
     def _check_headers(self, scope: Scope, headers: dict[str, str]) -> None:
         host = headers.get("host", "")
         if not host:
-            raise Refusal(400, "missing Host header")
+            raise GuardRefusal(400, "missing Host header")
         if not self._allowed(host):
-            raise Refusal(421, f"Host {host_name(host)[:100]!r} is not served here. An operator allows more "
+            raise GuardRefusal(421, f"Host {host_name(host)[:100]!r} is not served here. An operator allows more "
                                "names with `frenzy api --allowed-host NAME`")
         if scope.get("method", "GET").upper() not in MUTATING:
             return
         origin = headers.get("origin")
         if origin is not None and not self._same_origin(origin, host, scope.get("scheme", "http")):
-            raise Refusal(403, "cross-origin request refused (the Origin is not this API's own: host and port)")
+            raise GuardRefusal(403, "cross-origin request refused (the Origin is not this API's own: host and port)")
         media_type = headers.get("content-type", "").split(";", 1)[0].strip().lower()
         if media_type != "application/json":
-            raise Refusal(415, "Content-Type must be application/json (curl: -H 'Content-Type: application/json')")
+            raise GuardRefusal(415, "Content-Type must be application/json (curl: -H 'Content-Type: application/json')")
 
     async def _read_body(self, receive: Receive, headers: dict[str, str]) -> bytes:
         limit = self.max_body_bytes
         declared = headers.get("content-length")
         if declared is not None:
             if not declared.strip().isdigit():
-                raise Refusal(400, "invalid Content-Length")
+                raise GuardRefusal(400, "invalid Content-Length")
             if int(declared) > limit:
-                raise Refusal(413, f"body of {int(declared)} bytes; the limit is {limit} bytes")
+                raise GuardRefusal(413, f"body of {int(declared)} bytes; the limit is {limit} bytes")
         chunks, size = [], 0
         while True:
             message = await receive()
             if message["type"] != "http.request":  # the client went away
-                raise Refusal(400, "client disconnected")
+                raise GuardRefusal(400, "client disconnected")
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > limit:
-                raise Refusal(413, f"body over the limit of {limit} bytes")
+                raise GuardRefusal(413, f"body over the limit of {limit} bytes")
             chunks.append(chunk)
             if not message.get("more_body", False):
                 return b"".join(chunks)
