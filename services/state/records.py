@@ -17,7 +17,7 @@ from typing import Any, Generic, TypeVar
 from frenzy.state.attempts import attempt_limit
 from frenzy.state.job_states import ACTIVE, JobState
 from frenzy.state.keys import Keys
-from frenzy.state.proto_json import message_from_dict
+from frenzy.state.stored_json import message_from_dict
 from frenzy.v1 import types_pb2
 
 
