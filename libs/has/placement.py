@@ -62,6 +62,10 @@ class PlanOption:
     # None when unknown. Read by QueuePolicy(order="shortest", plan_choice="completion").
     runtime_s: float | None = None
     parts: tuple[PlanPart, ...] = ()
+    # Estimated dollars of the rest of the run under this plan (its GPUs x their price per
+    # GPU-hour x ``runtime_s``; docs/cost.md); None when unknown. Read only for a job whose
+    # objective is "cost" (``QueuedJob.objective``, docs/has-policy.md "Deadlines and objectives").
+    cost_usd: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp"):
@@ -74,6 +78,8 @@ class PlanOption:
             raise ValueError(f"PlanOption.bytes_per_gpu must be >= 0, got {self.bytes_per_gpu}")
         if self.runtime_s is not None and not self.runtime_s >= 0:
             raise ValueError(f"PlanOption.runtime_s must be >= 0 or None, got {self.runtime_s}")
+        if self.cost_usd is not None and not self.cost_usd >= 0:
+            raise ValueError(f"PlanOption.cost_usd must be >= 0 or None, got {self.cost_usd}")
 
     @property
     def num_gpus(self) -> int:
@@ -178,6 +184,10 @@ class PendingReason:
     summary: str
     per_plan: tuple[str, ...]
     kind: WaitKind = WaitKind.NO_FIT
+    # A job with a deadline (``QueuedJob.deadline``): the latest time its fastest plan can start
+    # and still finish by it (the deadline - that plan's runtime; in the past once it is missed).
+    # None for a job without a deadline or without runtime estimates.
+    latest_start: float | None = None
 
 
 @dataclass(frozen=True)

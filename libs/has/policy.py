@@ -387,6 +387,11 @@ class ScheduleResult:
     blocked_by: the job whose needs currently restrict later jobs — the
       starving reservation holder, or with ``backfill=False`` the blocked head.
     reservation: the holder's held GPUs and drain target, if any.
+    deadline_missed: the queued jobs (placed in this pass or waiting) whose deadline
+      (``QueuedJob.deadline``) can no longer be met: ``now`` is past the latest start of their
+      fastest plan. Such a job is not dropped: it is planned as if it had no deadline (its
+      objective still orders its plans) and placed when GPUs free, late; the caller records the
+      miss (a job stays listed in every pass while it waits) and may cancel it instead.
     """
 
     placements: tuple[Placement, ...]
@@ -394,6 +399,7 @@ class ScheduleResult:
     blocked_by: str | None
     reservation: Reservation | None = field(default=None)
     preemptions: tuple[Preemption, ...] = ()
+    deadline_missed: tuple[str, ...] = ()
 
 
 __all__ = [

@@ -22,7 +22,7 @@ from has.policy import PlanChoice, Preemption, QueuePolicy, Reservation, Running
 from has.preemption import PassView, PreemptionChoice, preempt, stop_long
 from has.queue_order import QueueRow, queue_order, starves
 from has.queue_order import as_job as _job
-from has.queued import JobPlans, LeanCandidate, QueuedJob, plans_of, within
+from has.queued import JobPlans, LeanCandidate, QueuedJob, goal_cut, plans_of, within
 from has.releases import ReleaseList, Releases
 
 _INF = float("inf")
@@ -94,6 +94,11 @@ class _Pass:
         self.free_n: list[int] = []
         # release lists by number (``Releases``), loaded by ``run`` for completion plan choice
         self.lists: list[ReleaseList] = []
+        # Deadlines and objectives (``has.queued.goal_cut``): the queued jobs whose deadline can no
+        # longer be met, in the walk's order; job id -> (its cut job, that job's plan summary, the
+        # cut's plan indices among the job's own) for every job the pass planned on a cut
+        self.missed: list[str] = []
+        self.cuts: dict[str, tuple[QueuedJob, JobPlans, tuple[int, ...]]] = {}
 
     def _take(
         self, free: PassFree, gpu_type: str, nodes: Sequence[tuple[str, Sequence[int]]], checked: bool
@@ -135,7 +140,8 @@ class _Pass:
                 pending[info.job_id] = self.behind
                 continue
             job = _job(queued)
-            kept: tuple[int, ...] | None = None  # with the quota: the plans of ``job`` its cut keeps
+            top = info  # (the job's own summary: its deadline, for the pending reason)
+            kept: tuple[int, ...] | None = None  # with the quota or a goal: the plans of ``job`` its cut keeps
             if quota and info.most + held.get(info.user, 0) > quota:  # (0: no quota; a job with no plans: most 0)
                 used = held.get(info.user, 0)
                 if info.fewest > quota - used:  # no plan fits its user's room: it waits, holding nothing
@@ -143,16 +149,18 @@ class _Pass:
                     continue
                 job, kept = within(job, info, quota - used)
                 info = plans_of(job)
+            if top.goal:  # a deadline or an objective: the plans that meet it, in its order
+                job, kept, info = self._goal(job, info, kept)
             preferred: int | None = None
-            if completion and info.timed:
+            if completion and info.timed and not top.goal:
                 result, preferred = self._by_completion(job, info)
-            elif ranked_wait and info.timed:
+            elif (ranked_wait or completion) and info.timed:  # (a job with a goal: "ranked-wait" on its cut)
                 result, preferred = self._ranked_wait(job, info)
             else:
                 result = self._ranked(job, info)
             if isinstance(result, Placement):
                 if kept is not None:  # (named by its index among the job's own plans)
-                    result = Placement(result.job_id, kept[result.plan_index], result.plan, result.nodes)
+                    result = dataclasses.replace(result, plan_index=kept[result.plan_index])
                 self._place(result)
                 if quota:
                     held[info.user] = held.get(info.user, 0) + result.plan.num_gpus
@@ -160,6 +168,8 @@ class _Pass:
                 pending[info.job_id] = result
             else:
                 pending[info.job_id] = self._why_waiting(job, info, result, preferred)
+                if top.deadline != _INF:
+                    pending[info.job_id] = _with_deadline(pending[info.job_id], top, self.now)
                 if kept is not None and self.holder is job and self.reservation is not None:
                     # the cut job became the holder: its hold names the job's own plan, and the
                     # job itself holds (what the preemption rules compare rows with)
@@ -174,8 +184,25 @@ class _Pass:
             preemptions = self._stop_long(rows)
         head = self.holder if self.holder is not None else self.fifo_head
         return ScheduleResult(
-            tuple(self.placements), pending, head.job_id if head is not None else None, self.reservation, preemptions
+            tuple(self.placements), pending, head.job_id if head is not None else None, self.reservation, preemptions,
+            tuple(self.missed),
         )
+
+    def _goal(
+        self, job: QueuedJob, info: JobPlans, kept: tuple[int, ...] | None
+    ) -> tuple[QueuedJob, tuple[int, ...] | None, JobPlans]:
+        """``job`` (perhaps cut to its user's room: ``kept``) cut to the plans that meet its
+        deadline, in its objective's order (``goal_cut``): the cut job, its plans' indices among
+        the queued job's own, its summary. A missed deadline is recorded (``missed``)."""
+        cut, goal_kept, missed = goal_cut(job, info, self.now)
+        if missed:
+            self.missed.append(info.job_id)
+        if cut is job:
+            return job, kept, info
+        kept = goal_kept if kept is None else tuple([kept[i] for i in goal_kept])
+        cut_info = plans_of(cut)
+        self.cuts[info.job_id] = (cut, cut_info, kept)
+        return cut, kept, cut_info
 
     def _by_completion(self, job: QueuedJob, info: JobPlans) -> tuple[Placement | PendingReason, int | None]:
         """Completion-time-aware plan choice (``QueuePolicy.plan_choice``): the earliest
@@ -419,8 +446,20 @@ class _Pass:
         return self._switch(self._in_quota(stop_long(self._view(rows), self.wait_done), rows))
 
     def _view(self, rows: list[QueueRow]) -> PassView:
-        """This pass as the preemption rules read it (``has.preemption.PassView``)."""
-        return PassView(self.policy, self.now, self.cluster, self.running, self.free, rows, self.pending, self.holder)
+        """This pass as the preemption rules read it (``has.preemption.PassView``). A job the pass
+        planned on a cut (its deadline and objective) is weighed as that cut: the rules place it
+        only on a plan that meets its deadline, the cheapest first under "cost"."""
+        holder = self.holder
+        cuts = self.cuts
+        if cuts:
+            out: list[QueueRow] = []
+            for row in rows:
+                cut = cuts.get(row[4].job_id)
+                out.append(row if cut is None else (row[0], row[1], row[2], cut[0], cut[1]))
+            rows = out
+            if holder is not None and holder.job_id in cuts:
+                holder = cuts[holder.job_id][0]
+        return PassView(self.policy, self.now, self.cluster, self.running, self.free, rows, self.pending, holder)
 
     def _switch(self, choice: PreemptionChoice | None) -> tuple[Preemption, ...]:
         """A preemption applied to the pass: its placements added, their jobs no longer pending,
@@ -428,6 +467,9 @@ class _Pass:
         if choice is None:
             return ()
         for placement in choice.placements:
+            cut = self.cuts.get(placement.job_id)
+            if cut is not None:  # (a plan of its cut: named by its index among the job's own plans)
+                placement = dataclasses.replace(placement, plan_index=cut[2][placement.plan_index])
             self.placements.append(placement)
             del self.pending[placement.job_id]
         self.free = choice.free
@@ -507,6 +549,7 @@ class _Pass:
         # passes the best completion no later plan can win.
         before = _LAST if i is None else i
         best_done, best_i, best_list = inf, _LAST, None
+        deadline = info.deadline  # (inf but for a job cut to the plans that meet its deadline)
         for runtime, j, number, nm1 in info.waits:
             if now + runtime > best_done:
                 break
@@ -514,6 +557,8 @@ class _Pass:
                 continue
             found = lists[number]
             done = found.at(nm1) + runtime
+            if done > deadline:
+                continue  # waiting for it would miss the deadline
             if done < best_done or (done == best_done and j < best_i):
                 best_done, best_i, best_list = done, j, found
         if i is not None:
@@ -567,6 +612,21 @@ class _Pass:
             f"{now_done - now:.0f} s on {now_plan.describe()} now",
             (),
         ), any_i
+
+
+def _with_deadline(reason: PendingReason, info: JobPlans, now: float) -> PendingReason:
+    """``reason`` with when the job's deadline becomes unreachable: the latest start of its
+    fastest plan (``PendingReason.latest_start``), or that it was missed."""
+    if info.fastest == _INF:  # (no runtime estimate: nothing to say when)
+        return reason
+    latest = info.deadline - info.fastest
+    if latest < now:
+        note = (f"deadline missed: its fastest plan ({info.fastest:.0f} s) had to start by t={latest:.0f} "
+                f"({now - latest:.0f} s ago) to finish by t={info.deadline:.0f}; it runs late when GPUs free")
+    else:
+        note = (f"deadline t={info.deadline:.0f} (in {info.deadline - now:.0f} s) becomes unreachable at "
+                f"t={latest:.0f} (in {latest - now:.0f} s), the latest start of its fastest plan ({info.fastest:.0f} s)")
+    return dataclasses.replace(reason, summary=f"{reason.summary}; {note}", latest_start=latest)
 
 
 def _first_fit(free: PassFree, info: JobPlans, plans: tuple[PlanOption, ...] | None = None) -> int | None:

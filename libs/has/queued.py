@@ -8,6 +8,7 @@ on the job, since its plans never change. Pure data, no cluster state.
 from __future__ import annotations
 
 import itertools
+from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import final
 
@@ -18,7 +19,14 @@ from has.placement import PlanOption
 class QueuedJob:
     """A job waiting for GPUs: ``seq`` is its FIFO position, ``plans`` are ranked best first,
     ``priority`` its class (higher first; 0 normal; docs/has-policy.md, "Priorities"), ``user``
-    whose GPU quota it counts against (``QueuePolicy.max_gpus_per_user``; "" for none named)."""
+    whose GPU quota it counts against (``QueuePolicy.max_gpus_per_user``; "" for none named).
+
+    ``deadline``: the time (the clock of ``submitted_at`` and ``schedule``'s ``now``) by which the
+    job must finish, None for none; ``objective``: what orders its plans, "time" (the order given:
+    MARP's), "cost" (``PlanOption.cost_usd``, cheapest first) or "gpu-hours" (``runtime_s`` x
+    GPUs). A job with either (``goal_cut``) is placed only on a plan that still meets its deadline
+    while one can; docs/has-policy.md, "Deadlines and objectives". Neither (the default) leaves
+    every decision as before."""
 
     job_id: str
     seq: int
@@ -26,6 +34,8 @@ class QueuedJob:
     plans: tuple[PlanOption, ...]
     priority: int = 0
     user: str = ""
+    deadline: float | None = None
+    objective: str = "time"
     # What ``schedule`` derives from the plans, computed on first use and kept with the job
     # (``plans_of``). Not part of equality, hashing or repr; ``dataclasses.replace`` gives
     # the new job an empty cache (its plans may differ).
@@ -35,10 +45,16 @@ class QueuedJob:
         # Accept any sequence from callers but keep the dataclass hashable and immutable.
         if not isinstance(self.plans, tuple):
             object.__setattr__(self, "plans", tuple(self.plans))
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"QueuedJob.objective must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}")
+        if self.deadline is not None and self.deadline != self.deadline:
+            raise ValueError("QueuedJob.deadline must be a time or None, got NaN")
         object.__setattr__(self, "_has_plans", None)  # (a compiled build does not apply the default)
 
 
 _INF = float("inf")
+# A job's objectives (``QueuedJob.objective``; marp.objectives.OBJECTIVES, the same names)
+OBJECTIVES: tuple[str, ...] = ("time", "cost", "gpu-hours")
 
 
 @final
@@ -99,6 +115,7 @@ class JobPlans:
         "rows", "runtimes", "least", "fewest", "timed", "size", "ideal_run", "fifo_key", "short_key", "ideal_key", "by_slack",
         "short_first", "ideal_first", "seq", "job_id", "submitted_at", "has_plans", "priority",
         "_shape", "ever", "sigs", "lean_for", "lean", "waits_for", "waits", "user", "most", "cut", "mixed",
+        "goal", "deadline", "fastest", "goal_order", "goal_runs", "goal_cuts",
     )  # fmt: skip
 
     def __init__(self, job: QueuedJob) -> None:
@@ -159,6 +176,16 @@ class JobPlans:
         self.lean: list[LeanCandidate] = []
         self.waits_for: object = None  # the capacity ``waits`` was computed for
         self.waits: list[tuple[float, int, int, int]] = []
+        # Deadlines and objectives (``goal_cut``): whether the job has either, its deadline (inf:
+        # none), the runtime of its fastest timed plan (inf: none); built on first use: its plans'
+        # indices in the objective's order, its timed plans' runtimes sorted, and the cut jobs
+        # by the number of timed plans that still meet the deadline (-1: no deadline, -2: missed).
+        self.goal = job.deadline is not None or job.objective != "time"
+        self.deadline = job.deadline if job.deadline is not None else _INF
+        self.fastest = min([r for r in runtimes if r is not None], default=_INF)
+        self.goal_order: list[int] | None = None
+        self.goal_runs: list[float] = []
+        self.goal_cuts: dict[int, tuple[QueuedJob, tuple[int, ...]]] = {}
 
     def shape(self, plans: tuple[PlanOption, ...]) -> tuple[int, tuple[str, ...]]:
         """(id of what the job's pending reason depends on, its GPU types): jobs with the same
@@ -220,11 +247,75 @@ def within(job: QueuedJob, info: JobPlans, room: int) -> tuple[QueuedJob, tuple[
     if hit is None:
         kept = tuple([i for i, p in enumerate(job.plans) if p.tp * p.pp * p.dp <= room])
         cut = QueuedJob(job.job_id, job.seq, job.submitted_at, tuple([job.plans[i] for i in kept]), job.priority,
-                        job.user)
+                        job.user, job.deadline, job.objective)
         if len(info.cut) > 16:  # (a few rooms at most: the user's held GPUs move by whole jobs)
             info.cut.clear()
         hit = info.cut[room] = (cut, kept)
     return hit
+
+
+def _objective_order(job: QueuedJob) -> list[int]:
+    """The job's plan indices in its objective's order: "time" keeps the order given (MARP's);
+    "cost" by (``cost_usd``, runtime, GPUs); "gpu-hours" by (runtime x GPUs, GPUs, runtime); an
+    unknown value sorts last, ties by the order given."""
+    plans = job.plans
+    keyed: list[tuple[float, float, float, int]]
+    if job.objective == "cost":
+        keyed = [((_INF if p.cost_usd is None else p.cost_usd), (_INF if p.runtime_s is None else p.runtime_s),
+                  float(p.tp * p.pp * p.dp), i) for i, p in enumerate(plans)]  # fmt: skip
+    elif job.objective == "gpu-hours":
+        keyed = [((_INF if p.runtime_s is None else p.runtime_s * p.tp * p.pp * p.dp), float(p.tp * p.pp * p.dp),
+                  (_INF if p.runtime_s is None else p.runtime_s), i) for i, p in enumerate(plans)]  # fmt: skip
+    else:
+        return list(range(len(plans)))
+    keyed.sort()
+    return [k[3] for k in keyed]
+
+
+def goal_cut(job: QueuedJob, info: JobPlans, now: float) -> tuple[QueuedJob, tuple[int, ...], bool]:
+    """The job as a pass plans it at ``now`` under its deadline and objective (``info.goal``):
+    (the cut job, its plans' indices among ``job``'s, missed).
+
+    The cut keeps the plans that still meet the deadline if started now (``now + runtime_s <=
+    deadline``; a plan without a runtime is kept: nothing says it misses), in the objective's
+    order, and carries the deadline, so ``"ranked-wait"`` waits only for a plan whose estimated
+    completion meets it. When no timed plan can meet it any more (``now`` is past the latest start
+    of its fastest plan) the deadline is *missed*: the cut is every plan in the objective's order,
+    without the deadline (the job runs late, flagged: ``ScheduleResult.deadline_missed``). A job
+    without a deadline is its plans in the objective's order. The cut is ``job`` itself when it
+    keeps every plan in their order; cut jobs are kept on ``info`` (by how many timed plans meet
+    the deadline), so they keep their own caches from pass to pass."""
+    order = info.goal_order
+    if order is None:
+        order = info.goal_order = _objective_order(job)
+        info.goal_runs = sorted([r for r in info.runtimes if r is not None])
+    deadline = info.deadline
+    missed = False
+    if deadline == _INF:
+        key = -1
+    elif info.fastest > deadline - now:  # (inf: no timed plan, never "missed")
+        missed = info.fastest != _INF
+        key = -2 if missed else -1
+    else:
+        key = bisect_right(info.goal_runs, deadline - now)  # the timed plans that meet it: the key fastest
+    hit = info.goal_cuts.get(key)
+    if hit is None:
+        if key >= 0:
+            limit = info.goal_runs[key - 1] if key else -1.0
+            runtimes = info.runtimes
+            kept = tuple([i for i in order if (r := runtimes[i]) is None or r <= limit])
+        else:
+            kept = tuple(order)
+        keep_deadline = job.deadline if key >= 0 else None
+        if kept == tuple(range(len(job.plans))) and keep_deadline is None:
+            cut = job  # (every plan, in its order, nothing to wait against: the job itself)
+        else:
+            cut = QueuedJob(job.job_id, job.seq, job.submitted_at, tuple([job.plans[i] for i in kept]),
+                            job.priority, job.user, keep_deadline, "time")  # fmt: skip
+        if len(info.goal_cuts) > 64:  # (bounded: one per count of plans that meet the deadline)
+            info.goal_cuts.clear()
+        hit = info.goal_cuts[key] = (cut, kept)
+    return hit[0], hit[1], missed
 
 
 def plans_of(job: QueuedJob) -> JobPlans:
