@@ -52,6 +52,7 @@ from starlette.concurrency import run_in_threadpool
 
 from frenzy.api.guard import DEFAULT_MAX_BODY_BYTES, WebGuard, allowed_host_names
 from frenzy.api.metrics import ApiMetrics, RequestMetrics
+from frenzy.api.usage_routes import add_usage_routes
 from frenzy.auth.tokens import AuthError, bearer, parse_token
 from frenzy.rpc.auth import with_token
 from frenzy.rpc.job_json import job_detail, job_list
@@ -276,6 +277,7 @@ def create_app(scheduler_address: str, *, bind_host: str = "127.0.0.1", allowed_
     _add_pages(app, link)
     _add_job_routes(api, link)
     _add_node_routes(api, link)
+    add_usage_routes(api, link, Caller, READ_TIMEOUT_S)  # GET /api/usage (issue 35)
     app.include_router(api)
     return app
 

@@ -57,6 +57,7 @@ METHOD_PERMISSION: dict[str, Permission] = {
     "/frenzy.v1.Scheduler/WatchJob": Permission.READ,
     "/frenzy.v1.Scheduler/ListNodes": Permission.READ,
     "/frenzy.v1.Scheduler/StreamLogs": Permission.READ,
+    "/frenzy.v1.Scheduler/GetUsage": Permission.READ,  # own usage; every user's for admins
     # Code travels only with a submission: asking for or storing a blob is submitting.
     "/frenzy.v1.Scheduler/HasCode": Permission.SUBMIT,
     "/frenzy.v1.Scheduler/UploadCode": Permission.SUBMIT,

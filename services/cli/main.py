@@ -86,6 +86,7 @@ SERVER_COMMANDS: dict[str, tuple[tuple[str, str], ...]] = {
     "frenzy.agent.cli": (("agent", "Operate a cluster"),),
     "frenzy.api.cli": (("api", "Operate a cluster"),),
     "frenzy.worker.cli": (("worker", "Operate a cluster"), ("batch", "Run jobs")),
+    "frenzy.cli.cmd_budget": (("budget", "Operate a cluster"),),
     "frenzy.cli.cmd_certs": (("certs", "Operate a cluster"),),
     "frenzy.cli.cmd_node": (("node", "Operate a cluster"),),
     "frenzy.cli.cmd_queue": (("queue", "Operate a cluster"),),

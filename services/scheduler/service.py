@@ -71,6 +71,7 @@ from frenzy.scheduler.submit_pools import (
     ClusterPools,
     Predictions,
 )
+from frenzy.scheduler.usage_api import UsageCollector, UsageDesk, UsageRefused
 from frenzy.state import scripts
 from frenzy.state.code_store import CodeError, CodeStore, max_code_bytes_from_env
 from frenzy.state.job_states import JobState
@@ -183,6 +184,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         self.predictions = Predictions()
         self.plans_json = PlansJson()
         self.code = CodeStore(client, keys, max_bytes=max_code_bytes_from_env())
+        self.usage = UsageDesk(client, keys)  # GetUsage and the budget check (issue 35)
         if self.loop.replan is None:
             self.loop.replan = self.replan
 
@@ -336,6 +338,9 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         over = self._over_quota(user, list(pred.plans))
         if over is not None:
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, over)
+        over = self.usage.refusal(user, plans)
+        if over is not None:
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, over)
         made = self.store.submit_prepared(prepared, max_queued=self.quotas.max_queued)
         if made.over_quota is not None:
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, self._queued_refusal(user, made.over_quota))
@@ -375,6 +380,12 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         jobs = self.store.list(states, limit, user=owner, name=request.name, since=request.since)
         return scheduler_pb2.ListJobsResponse(jobs=fit(job_summary(j.to_proto()) for j in jobs),
                                               all_users=owner is None)
+
+    def GetUsage(self, request: scheduler_pb2.GetUsageRequest, context: grpc.ServicerContext):
+        try:
+            return self.usage.answer(request, self._visible_user())
+        except UsageRefused as exc:
+            context.abort(getattr(grpc.StatusCode, exc.code), str(exc))
 
     def CancelJob(self, request: scheduler_pb2.CancelJobRequest, context: grpc.ServicerContext):
         job = self._job(request.job_id, context)
@@ -654,6 +665,7 @@ class SchedulerServer:
             interceptors=[TokenAuth(self.tokens)], max_workers=max_workers, stream_caps=stream_caps, tls=tls,
             token_alive=self.tokens.alive)
         self.loop.metrics.registry.register(PredictionCacheCollector(servicer.predictions))
+        self.loop.metrics.registry.register(UsageCollector(servicer.usage.ledger))
         self.metrics: MetricsServer | None = None
         if metrics_address:
             try:

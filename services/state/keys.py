@@ -51,6 +51,15 @@ the whole truth about what is in Redis.
     {p}:code-upload:{id}         string an upload in progress (Scheduler.UploadCode): its chunks appended; renamed
                                         to code:{sha256} once size and sha256 check, else deleted; expires
                                         after 10 minutes (an abandoned upload)
+    {p}:usage                    stream what each ended attempt used (issue 35): one entry per GPU type of an attempt
+                                        (job, user, attempt, name, gpu_type, gpus, price, start, end, gpu_hours,
+                                        cost_usd, outcome), written with the attempt's end (lua/lib/usage_record.lua);
+                                        trimmed by time (state/usage.py RETENTION_DAYS), never with the job
+    {p}:usage:totals             hash   "h|{user}|{type}" GPU-hours and "usd|{user}|{type}" dollars ever charged
+                                        (Prometheus' frenzy_gpu_hours_total / frenzy_dollars_total)
+    {p}:usage:user:{user}        hash   "{day}|h", "{day}|usd": one user's charges per UTC day (days since 1970)
+    {p}:usage:budgets            hash   user -> JSON {"gpu_hours", "usd", "period"}: a GPU-hour or dollar budget
+                                        per period ("*": every user without one of their own; `frenzy budget`)
     {p}:token:{id}               hash   one API token: user, role, sha256 (of the secret, never the secret),
                                         created_at, expires_at (0: never), note
     {p}:tokens                   set    ids of every token
@@ -158,6 +167,20 @@ class Keys:
 
     def code_upload(self, upload_id: str) -> str:
         return f"{self.prefix}:code-upload:{upload_id}"
+
+    # usage accounting (frenzy.state.usage). The Lua scripts derive these names from the job
+    # hash's key (lib/usage_record.lua): keep the two in step.
+    def usage_stream(self) -> str:
+        return f"{self.prefix}:usage"
+
+    def usage_totals(self) -> str:
+        return f"{self.prefix}:usage:totals"
+
+    def usage_user(self, user: str) -> str:
+        return f"{self.prefix}:usage:user:{user}"
+
+    def usage_budgets(self) -> str:
+        return f"{self.prefix}:usage:budgets"
 
     # API tokens (frenzy.auth.tokens)
     def token(self, token_id: str) -> str:

@@ -14,7 +14,10 @@ scripts share is inlined here, at load, wherever a script has an include line
   ``ALLOWED`` (from -> set of to), read through ``may_move(from, to)``, and ``set_state(job_key,
   to, field, value, ...)`` is the one way a script writes a job's state: it raises, writing
   nothing, on a move ``ALLOWED`` does not list;
-* any other NAME is the fragment ``lua/lib/NAME.lua`` (e.g. ``release_gpus``).
+* ``usage_prices`` is generated from :mod:`frenzy.state.usage`: ``USAGE_PRICES`` (catalog GPU type ->
+  list price per GPU-hour, ``marp.prices``) and ``USAGE_RETENTION_S`` (how long usage is kept);
+* any other NAME is the fragment ``lua/lib/NAME.lua`` (e.g. ``release_gpus``); a fragment may
+  include another (``lib/usage_record.lua`` includes ``usage_prices``).
 
 Agents may not load code into Redis (issue 34: a node's credential ran a Lua busy loop that froze
 Redis for everyone). Their ACL allows EVALSHA but neither EVAL nor SCRIPT (``frenzy.state.acl``),
@@ -113,10 +116,14 @@ def fragment(name: str) -> str:
     """What an ``--#include {name}`` line stands for."""
     if name == GENERATED:
         return job_states_lua()
+    if name == "usage_prices":
+        from frenzy.state.usage import usage_prices_lua
+
+        return usage_prices_lua()
     lib = _lua_dir().joinpath("lib", f"{name}.lua")
     if not lib.is_file():
         raise ValueError(f"unknown Lua include {name!r}: no lua/lib/{name}.lua")
-    return lib.read_text().rstrip("\n")
+    return INCLUDE.sub(lambda m: fragment(m.group(1)), lib.read_text().rstrip("\n"))
 
 
 @cache

@@ -152,3 +152,47 @@ class CodeRef(_message.Message):
     size: int
     existed: bool
     def __init__(self, sha256: _Optional[str] = ..., size: _Optional[int] = ..., existed: _Optional[bool] = ...) -> None: ...
+
+class GetUsageRequest(_message.Message):
+    __slots__ = ("user", "since", "by", "until")
+    USER_FIELD_NUMBER: _ClassVar[int]
+    SINCE_FIELD_NUMBER: _ClassVar[int]
+    BY_FIELD_NUMBER: _ClassVar[int]
+    UNTIL_FIELD_NUMBER: _ClassVar[int]
+    user: str
+    since: float
+    by: _containers.RepeatedScalarFieldContainer[str]
+    until: float
+    def __init__(self, user: _Optional[str] = ..., since: _Optional[float] = ..., by: _Optional[_Iterable[str]] = ..., until: _Optional[float] = ...) -> None: ...
+
+class UsageRow(_message.Message):
+    __slots__ = ("user", "gpu_type", "day", "job", "gpu_hours", "cost_usd", "attempts")
+    USER_FIELD_NUMBER: _ClassVar[int]
+    GPU_TYPE_FIELD_NUMBER: _ClassVar[int]
+    DAY_FIELD_NUMBER: _ClassVar[int]
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    GPU_HOURS_FIELD_NUMBER: _ClassVar[int]
+    COST_USD_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    user: str
+    gpu_type: str
+    day: str
+    job: str
+    gpu_hours: float
+    cost_usd: float
+    attempts: int
+    def __init__(self, user: _Optional[str] = ..., gpu_type: _Optional[str] = ..., day: _Optional[str] = ..., job: _Optional[str] = ..., gpu_hours: _Optional[float] = ..., cost_usd: _Optional[float] = ..., attempts: _Optional[int] = ...) -> None: ...
+
+class GetUsageResponse(_message.Message):
+    __slots__ = ("rows", "all_users", "since", "until", "by")
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    ALL_USERS_FIELD_NUMBER: _ClassVar[int]
+    SINCE_FIELD_NUMBER: _ClassVar[int]
+    UNTIL_FIELD_NUMBER: _ClassVar[int]
+    BY_FIELD_NUMBER: _ClassVar[int]
+    rows: _containers.RepeatedCompositeFieldContainer[UsageRow]
+    all_users: bool
+    since: float
+    until: float
+    by: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, rows: _Optional[_Iterable[_Union[UsageRow, _Mapping]]] = ..., all_users: _Optional[bool] = ..., since: _Optional[float] = ..., until: _Optional[float] = ..., by: _Optional[_Iterable[str]] = ...) -> None: ...

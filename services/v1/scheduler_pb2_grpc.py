@@ -80,6 +80,11 @@ class SchedulerStub:
                 request_serializer=frenzy_dot_v1_dot_scheduler__pb2.CodeChunk.SerializeToString,
                 response_deserializer=frenzy_dot_v1_dot_scheduler__pb2.CodeRef.FromString,
                 _registered_method=True)
+        self.GetUsage = channel.unary_unary(
+                '/frenzy.v1.Scheduler/GetUsage',
+                request_serializer=frenzy_dot_v1_dot_scheduler__pb2.GetUsageRequest.SerializeToString,
+                response_deserializer=frenzy_dot_v1_dot_scheduler__pb2.GetUsageResponse.FromString,
+                _registered_method=True)
 
 
 class SchedulerServicer:
@@ -142,6 +147,13 @@ class SchedulerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetUsage(self, request, context):
+        """GPU-hours and dollars of ended attempts, summed per user, GPU type, day or job.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SchedulerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -189,6 +201,11 @@ def add_SchedulerServicer_to_server(servicer, server):
                     servicer.UploadCode,
                     request_deserializer=frenzy_dot_v1_dot_scheduler__pb2.CodeChunk.FromString,
                     response_serializer=frenzy_dot_v1_dot_scheduler__pb2.CodeRef.SerializeToString,
+            ),
+            'GetUsage': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetUsage,
+                    request_deserializer=frenzy_dot_v1_dot_scheduler__pb2.GetUsageRequest.FromString,
+                    response_serializer=frenzy_dot_v1_dot_scheduler__pb2.GetUsageResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -434,6 +451,33 @@ class Scheduler:
             '/frenzy.v1.Scheduler/UploadCode',
             frenzy_dot_v1_dot_scheduler__pb2.CodeChunk.SerializeToString,
             frenzy_dot_v1_dot_scheduler__pb2.CodeRef.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetUsage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/frenzy.v1.Scheduler/GetUsage',
+            frenzy_dot_v1_dot_scheduler__pb2.GetUsageRequest.SerializeToString,
+            frenzy_dot_v1_dot_scheduler__pb2.GetUsageResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -18,7 +18,8 @@
 --         is released, and its GPUs where its node already reported an exit — the others stay
 --         held under its fence until their exit comes (the scheduler then frees them as stale),
 --         so nothing new starts on a GPU whose process has not ended (lib/release_gpus);
---     and the job ends succeeded with one history entry naming the attempt that succeeded.
+--     and the job ends succeeded with one history entry naming the attempt that succeeded; the stopped
+--     attempt, if it held GPUs, is charged to its user up to now (lib/usage_record).
 --
 -- KEYS[1] job hash  KEYS[2] job history  KEYS[3] queue zset  KEYS[4] ports hash of the current master node
 -- KEYS[5 .. 4+2n]  the current attempt's n GPU hashes, each followed by its node's hash
@@ -33,6 +34,7 @@
 --#include job_states
 --#include release_gpus
 --#include queue_users
+--#include usage_record
 
 local h = redis.call("HMGET", KEYS[1], "state", "attempt", "prev_attempt", "prev_fence", "prev_nodes", "fence",
   "master_port")
@@ -87,6 +89,9 @@ if h[6] then
   release_port(KEYS[4], h[7], ARGV[1])
 end
 queue_remove(KEYS[3], KEYS[1], ARGV[1])
+if ACTIVE[state] then
+  record_usage(KEYS[1], h[2], ARGV[5], 5, 3 + 2 * n, "stopped: attempt " .. ARGV[2] .. " succeeded late")
+end
 local reason = "attempt " .. ARGV[2] .. " succeeded late: every node of it (" .. h[5] .. ") exited with 0 after"
   .. " it had been requeued; attempt " .. h[2] .. " stopped"
 set_state(KEYS[1], JOB_STATE.succeeded, "updated_at", ARGV[5], "finished_at", ARGV[5],

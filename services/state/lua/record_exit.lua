@@ -8,7 +8,7 @@
 -- node, node rank and exit code. The final state (cancelled if a cancel was
 -- requested, else succeeded if every node exited 0, else failed), the history
 -- entry, the release of every GPU still owned by this job and of its port
--- happen together (lib/release_gpus).
+-- happen together (lib/release_gpus), and so does the attempt's usage charge (lib/usage_record).
 --
 -- KEYS[1] job hash  KEYS[2] job history  KEYS[3] ports hash of the master node
 -- KEYS[4 ..] the job's GPU hashes, each followed by its node's hash (whose `rev`
@@ -24,6 +24,7 @@
 --#include job_states
 --#include release_gpus
 --#include attempt_record
+--#include usage_record
 
 -- The job's reason when a node's failure ends it: the node and what its agent recognised (the
 -- attempt record's cause: "out of memory", "signal 9 (SIGKILL)"), and for a command that never
@@ -91,6 +92,7 @@ elseif failed > 0 then
 end
 set_state(KEYS[1], final, "updated_at", ARGV[6], "finished_at", ARGV[6])
 end_attempt(KEYS[1], ARGV[2], note, string.lower(final), ARGV[6])
+record_usage(KEYS[1], ARGV[2], ARGV[6], 4, #KEYS - 1, string.lower(final))
 redis.call("RPUSH", KEYS[2], cjson.encode({state = final, at = tonumber(ARGV[6]), reason = reason}))
 release_gpus(4, ARGV[1])
 release_port(KEYS[3], h[4], ARGV[1])

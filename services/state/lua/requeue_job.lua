@@ -21,7 +21,8 @@
 --     `prev_exit:<node>` of 0 for each node that had already ended with 0, not told to stop), so
 --     a late exit 0 of that attempt can still finish the job (finish_from_earlier_attempt);
 --     what an earlier requeue recorded is replaced;
---   * one history entry says which.
+--   * one history entry says which;
+--   * the attempt's GPUs are charged to its user up to now (lib/usage_record).
 --
 -- KEYS[1] job hash  KEYS[2] job history  KEYS[3] queue zset  KEYS[4] ports hash of the master node
 -- KEYS[5 .. 4+2n]  the job's n GPU hashes, each followed by its node's hash (whose `rev` goes up
@@ -45,6 +46,7 @@
 --#include release_gpus
 --#include attempt_record
 --#include queue_users
+--#include usage_record
 
 local h = redis.call("HMGET", KEYS[1], "state", "attempt", "fence", "master_port", "seq")
 local state = h[1]
@@ -95,6 +97,7 @@ if attempt >= tonumber(ARGV[4]) then
   redis.call("RPUSH", KEYS[2], cjson.encode({state = JOB_STATE.failed, at = now,
     reason = ARGV[8] .. "; attempt " .. attempt .. " of " .. ARGV[4] .. ", no retries left"}))
   end_attempt(KEYS[1], ARGV[2], note, "failed: " .. ARGV[8], ARGV[5], note.cause, first)
+  record_usage(KEYS[1], ARGV[2], ARGV[5], 5, 3 + 2 * n, "failed: " .. ARGV[8])
   return {1, JOB_STATE.failed, attempt}
 end
 
@@ -138,6 +141,7 @@ end
 queue_add(KEYS[3], KEYS[1], h[5], ARGV[1])
 end_attempt(KEYS[1], ARGV[2], note, "requeued: " .. ARGV[8], ARGV[5], note.cause,
   string.match(ARGV[7], "[^,]+") or "")
+record_usage(KEYS[1], ARGV[2], ARGV[5], 5, 3 + 2 * n, "requeued: " .. ARGV[8])
 redis.call("RPUSH", KEYS[2], cjson.encode({state = JOB_STATE.pending, at = now,
   reason = "requeued for attempt " .. (attempt + 1) .. " of " .. ARGV[4] .. ": " .. ARGV[8]}))
 return {1, JOB_STATE.pending, attempt + 1}

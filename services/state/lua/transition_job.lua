@@ -7,7 +7,8 @@
 -- release. A GPU (or port) is released only when its owner is this job, so a
 -- stale or repeated call can never free what another job holds (lib/release_gpus).
 -- Every target but pending leaves the queue; pending re-enters it at its old
--- sequence.
+-- sequence. A release that ends an attempt holding GPUs (reserved: a cancel) charges it to its
+-- user (lib/usage_record).
 --
 -- KEYS[1] job hash  KEYS[2] job history  KEYS[3] queue zset
 -- KEYS[4] ports hash of the job's master node (any key when it has none)
@@ -21,6 +22,7 @@
 --#include job_states
 --#include release_gpus
 --#include queue_users
+--#include usage_record
 
 local state = redis.call("HGET", KEYS[1], "state")
 if not state then
@@ -45,6 +47,10 @@ else
   queue_remove(KEYS[3], KEYS[1], ARGV[1])
 end
 if ARGV[6] == "1" then
+  if ACTIVE[state] then
+    record_usage(KEYS[1], redis.call("HGET", KEYS[1], "attempt") or "1", ARGV[4], 5, #KEYS - 1,
+      string.lower(ARGV[3]))
+  end
   release_gpus(5, ARGV[1])
   release_port(KEYS[4], redis.call("HGET", KEYS[1], "master_port"), ARGV[1])
 end
