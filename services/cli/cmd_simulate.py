@@ -135,6 +135,29 @@ MaxWidthOpt = Annotated[
         metavar="K",
     ),
 ]
+DeadlineShareOpt = Annotated[
+    float,
+    typer.Option(
+        help="Give this share of the jobs that carry no deadline one: U(1.5, 4) x the job's runtime on "
+        "its requested A100-80GBs, drawn per job from --seed (has.sim.traces.with_goals; synthetic and "
+        "public traces alike). The tables then show each policy's deadline misses.",
+        metavar="SHARE",
+    ),
+]
+CostShareOpt = Annotated[
+    float,
+    typer.Option(help="Give this share of the jobs that carry no objective 'cost' (the rest 'time'), drawn "
+                      "as --deadline-share.", metavar="SHARE"),
+]
+ObjectiveOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Force every job's objective: time (the plans in MARP's order), cost (the cheapest plan "
+        "that meets its deadline: PlanOption.cost_usd) or gpu-hours; deadlines are kept. Run the same "
+        "trace with each to compare the dollars spent at the deadline-miss rate.",
+        metavar="time|cost|gpu-hours",
+    ),
+]
 DecisionQueueOpt = Annotated[
     int, typer.Option(help="Queued jobs in each --decision-sizes state (the bench uses 1,000).")
 ]
@@ -161,6 +184,9 @@ def simulate(
     fail_node: FailNodeOpt = None,
     decision_sizes: DecisionSizesOpt = None,
     decision_queue: DecisionQueueOpt = 1000,
+    deadline_share: DeadlineShareOpt = 0.0,
+    cost_share: CostShareOpt = 0.0,
+    objective: ObjectiveOpt = None,
     as_json: JsonOpt = False,
     no_progress: NoProgressOpt = False,
 ) -> None:
@@ -185,6 +211,7 @@ def simulate(
         memory_error=memory_error, speed_error=speed_error, restart_s=restart_s, gavel_round_s=gavel_round_s,
         out=out, save_trace=save_trace, fail_node=fail_node or [], decision_sizes=decision_sizes,
         decision_queue=decision_queue, as_json=as_json, truth=truth, max_width_factor=max_width_factor,
+        deadline_share=deadline_share, cost_share=cost_share, objective=objective,
     )  # fmt: skip
     inputs = load_inputs(settings)
     if not wanted(no_progress):
@@ -218,6 +245,9 @@ def check_settings(
     as_json: bool,
     truth: str = "independent",
     max_width_factor: float | None = None,
+    deadline_share: float = 0.0,
+    cost_share: float = 0.0,
+    objective: str | None = None,
 ) -> SimSettings:
     """The options as ``SimSettings``; exit 2 naming the first option that is wrong.
 
@@ -252,12 +282,18 @@ def check_settings(
                         ("--speed-error", speed_error)):  # fmt: skip
         if not (0 <= sigma <= 2):
             fail(f"{flag}: must be a log-normal sigma in [0, 2], got {sigma}", 2)
+    for flag, share in (("--deadline-share", deadline_share), ("--cost-share", cost_share)):
+        if not (0 <= share <= 1):
+            fail(f"{flag}: must be a share of the jobs in [0, 1], got {share}", 2)
+    if objective is not None and objective not in ("time", "cost", "gpu-hours"):
+        fail(f"--objective: one of time, cost, gpu-hours, got {objective!r}", 2)
     return SimSettings(
         cluster=cluster, trace=trace, synthetic=synthetic, policies=tuple(names), max_jobs=max_jobs,
         jobs_per_hour=jobs_per_hour, seed=seed, seeds=seeds, runtime_noise=runtime_noise,
         memory_error=memory_error, speed_error=speed_error, restart_s=restart_s, gavel_round_s=gavel_round_s,
         out=out, save_trace=save_trace, fail_node=tuple(fail_node), decision_sizes=tuple(sizes),
         decision_queue=decision_queue, as_json=as_json, truth=truth, max_width_factor=max_width_factor,
+        deadline_share=deadline_share, cost_share=cost_share, objective=objective,
     )  # fmt: skip
 
 
@@ -268,7 +304,7 @@ def load_inputs(settings: SimSettings) -> SimInputs:
 
     from has.cluster_spec import ClusterSpecError, parse_cluster
     from has.sim.engine import ProfileBook, SimError
-    from has.sim.traces import TraceError, read_trace, write_trace
+    from has.sim.traces import TraceError, force_objective, read_trace, with_goals, write_trace
     from has.sim.traces import synthetic as make_synthetic
 
     cluster = settings.cluster
@@ -288,6 +324,10 @@ def load_inputs(settings: SimSettings) -> SimInputs:
             jobs = make_synthetic(
                 settings.synthetic, seed=settings.seed, jobs_per_hour=settings.jobs_per_hour
             )
+        if settings.deadline_share > 0 or settings.cost_share > 0:
+            jobs = with_goals(jobs, settings.seed, settings.deadline_share, settings.cost_share)
+        if settings.objective is not None:
+            jobs = force_objective(jobs, settings.objective)
     except TraceError as exc:
         fail(f"--trace: {exc}", 2)
     if settings.save_trace is not None:

@@ -25,6 +25,8 @@ def show(settings: SimSettings, inputs: SimInputs, outcome: SimOutcome) -> None:
     heading = title(settings, inputs)
     if settings.out is not None:
         write_files(settings.out, settings, outcome, data, heading)
+        with (settings.out / "summary.md").open("a") as f:
+            f.write("\n" + dollars_table(settings, outcome))
     if settings.as_json:
         import typer
 
@@ -32,6 +34,7 @@ def show(settings: SimSettings, inputs: SimInputs, outcome: SimOutcome) -> None:
         return
     con = render.console()
     print_metrics(con, settings, outcome, heading)
+    print_deadlines_and_dollars(con, settings, outcome)
     if outcome.scale:
         print_decision_vs_size(con, settings, outcome)
     if settings.out is not None:
@@ -55,6 +58,13 @@ def payload(settings: SimSettings, inputs: SimInputs, outcome: SimOutcome) -> di
         # K: every policy held to K x the trace's requested GPUs; null: unbounded
         "max_width_factor": settings.max_width_factor,
         "seeds": list(range(settings.seed, settings.seed + settings.seeds)),
+        # issue 35: the deadlines and objectives drawn (has.sim.traces.with_goals) and the objective
+        # forced on every job (null: as the trace says); each policy's deadline_misses,
+        # deadline_miss_rate, gpu_hours and cost_usd are in "policies"
+        "goals": {"deadline_share": settings.deadline_share, "cost_share": settings.cost_share,
+                  "objective": settings.objective,
+                  "deadline_jobs": sum(1 for j in inputs.jobs if j.deadline_s is not None),
+                  "cost_jobs": sum(1 for j in inputs.jobs if j.objective == "cost")},  # fmt: skip
         # policy -> job id -> why it did not finish (in any seed); empty when every job finished
         "unfinished": outcome.unfinished,
         # down_s null: down for the rest of the run
@@ -151,6 +161,42 @@ def print_metrics(con: Console, settings: SimSettings, outcome: SimOutcome, head
     if classes:
         con.print(f"JCT by priority class ({settings_seed_note(settings)}):", markup=False)
         con.print(classes.strip(), markup=False)
+
+
+def _objective_note(settings: SimSettings) -> str:
+    forced = f"every job's objective {settings.objective}" if settings.objective else "objectives as the trace says"
+    return (f"deadlines drawn for {settings.deadline_share:g} of the jobs, cost objective for "
+            f"{settings.cost_share:g}; {forced}; dollars = GPU-hours held x the type's price per GPU-hour")
+
+
+def dollars_table(settings: SimSettings, outcome: SimOutcome) -> str:
+    """Per policy: jobs with a deadline, those that missed it, the miss rate, GPU-hours and dollars
+    (markdown, for --out's summary.md)."""
+    lines = [f"Deadlines and dollars ({_objective_note(settings)}):", "",
+             "| policy | deadline jobs | missed | miss rate | GPU-hours | dollars |", "|---|---:|---:|---:|---:|---:|"]
+    for name, m in outcome.metrics.items():
+        lines.append(f"| {name} | {_n(m.get('deadline_jobs', 0))} | {_n(m.get('deadline_misses', 0))} | "
+                     f"{float(m.get('deadline_miss_rate', 0.0)):.1%} | {float(m.get('gpu_hours', 0.0)):,.1f} | "
+                     f"${float(m.get('cost_usd', 0.0)):,.2f} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def _n(value: float | int) -> str:
+    return str(int(value)) if float(value) == int(value) else f"{float(value):.1f}"
+
+
+def print_deadlines_and_dollars(con: Console, settings: SimSettings, outcome: SimOutcome) -> None:
+    """One row per policy: deadline misses (of the jobs with a deadline) and the dollars spent."""
+    from rich.table import Table
+
+    table = Table(title="deadlines and dollars", caption=_objective_note(settings))
+    for head in ("policy", "deadline jobs", "missed", "miss rate", "GPU-hours", "dollars"):
+        table.add_column(head, justify="left" if head == "policy" else "right")
+    for name, m in outcome.metrics.items():
+        table.add_row(name, _n(m.get("deadline_jobs", 0)), _n(m.get("deadline_misses", 0)),
+                      f"{float(m.get('deadline_miss_rate', 0.0)):.1%}", f"{float(m.get('gpu_hours', 0.0)):,.1f}",
+                      f"${float(m.get('cost_usd', 0.0)):,.2f}")  # fmt: skip
+    con.print(table)
 
 
 def settings_seed_note(settings: SimSettings) -> str:

@@ -43,6 +43,11 @@ class SimSettings:
     as_json: bool
     truth: str = "independent"  # "independent" (has.sim.truth_independent) or "marp"
     max_width_factor: float | None = None  # every policy held to K x the request; None: unbounded
+    # issue 35: deadlines and objectives drawn for jobs that carry none (has.sim.traces.with_goals),
+    # and every job's objective forced (None: as the trace or the draw says)
+    deadline_share: float = 0.0
+    cost_share: float = 0.0
+    objective: str | None = None
 
 
 @dataclass(frozen=True)

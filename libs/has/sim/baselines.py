@@ -36,6 +36,7 @@ from has.sim.competitors import (
 from has.sim.competitors import _solve as _solve  # (re-exported: tests read them here)
 from has.sim.competitors import _type_order as _type_order
 from has.sim.engine import JobInfo, SimView, Start, Stop
+from marp.objectives import price_table
 
 
 class UnknownPolicyError(ValueError):
@@ -64,7 +65,8 @@ class FrenzyPolicy:
     _running: dict[str, RunningJob] = field(default_factory=dict, repr=False)
 
     def queued_job(self, job: JobInfo) -> QueuedJob:
-        """The job as the scheduler service would queue it, with runtime estimates per plan."""
+        """The job as the scheduler service would queue it, with runtime estimates per plan, and
+        its deadline and objective (a "cost" job's plans priced: ``PlanOption.cost_usd``)."""
         key = (job.steps_left, job.restarts, len(job.oom_plans))
         hit = self._cache.get(job.job_id)
         if hit is not None and hit[0] == key:
@@ -72,8 +74,12 @@ class FrenzyPolicy:
         extra = self.restart_s if job.restarts else 0.0
         kept = [(i, p) for i, p in self.plans_after_ooms(job, self._view) if p.num_gpus <= job.max_gpus]
         self._plans[job.job_id] = kept
-        plans = tuple(self.option(p, job, extra, self.blind) for _, p in kept)
-        q = QueuedJob(job.job_id, job.seq, job.submitted_at, plans, job.priority)
+        prices = None
+        if job.objective == "cost":
+            prices = self._view.prices if self._view is not None else price_table()
+        plans = tuple(self.option(p, job, extra, self.blind, prices) for _, p in kept)
+        q = QueuedJob(job.job_id, job.seq, job.submitted_at, plans, job.priority,
+                      deadline=job.deadline, objective=job.objective)  # fmt: skip
         self._cache[job.job_id] = (key, q)
         return q
 
@@ -114,12 +120,18 @@ class FrenzyPolicy:
         return None
 
     @staticmethod
-    def option(p: marp.Plan, job: JobInfo, extra_s: float = 0.0, blind: bool = False) -> PlanOption:
+    def option(
+        p: marp.Plan, job: JobInfo, extra_s: float = 0.0, blind: bool = False, prices: dict[str, float] | None = None
+    ) -> PlanOption:
         """A MARP plan as the scheduler service hands it to HAS, plus the runtime estimate
-        (none for a size-unaware policy: ``blind``)."""
+        (none for a size-unaware policy: ``blind``) and, given ``prices`` (GPU type -> dollars per
+        GPU-hour), its dollars: its GPUs x their price x that runtime (none without a runtime)."""
         runtime = None if blind else extra_s + job.steps_left * p.step_time_s
+        cost = None
+        if prices is not None and runtime is not None:
+            cost = sum(n * prices.get(t, 0.0) for t, n in p.gpus_by_type.items()) * runtime / 3600.0
         return PlanOption(p.gpu_type, p.layout.tp, p.layout.pp, p.layout.dp, p.memory.total,
-                          f"{p.gpu_type}x{p.num_gpus}", runtime)  # fmt: skip
+                          f"{p.gpu_type}x{p.num_gpus}", runtime, cost_usd=cost)  # fmt: skip
 
     def decide(self, view: SimView) -> list[Start | Stop]:
         self._view = view

@@ -220,6 +220,9 @@ class JobInfo:
     oom_plans: list[marp.Plan] = field(default_factory=list)
     restarts: int = 0
     priority: int = 0  # the trace's priority column (0 without one)
+    # when it must finish (submit + the trace's deadline_s; None: no deadline) and its objective
+    deadline: float | None = None
+    objective: str = "time"
     # The most GPUs any policy may give it (``Simulator``'s ``max_width_factor``: K x the
     # trace's request, raised to the smallest count at which MARP finds a layout that fits some
     # type); unbounded (a large number) without one. The engine refuses a start above it.
@@ -272,6 +275,7 @@ class SimView:
         self.spec = sim.spec
         self.queue: list[JobInfo] = [sim.info[j] for j in sim.queue]
         self.running: list[JobInfo] = [sim.info[j] for j in sim.running]
+        self.prices: dict[str, float] = sim.prices  # GPU type -> dollars per GPU-hour (read only)
         self._sim = sim
         self._cluster: ClusterView | None = None
 
@@ -380,6 +384,9 @@ class Simulator:
         self.progress = progress
         self.finished = 0
         self.book = profiles or ProfileBook(spec)
+        # Dollars per GPU-hour by catalog GPU type: the list prices (marp.prices) under the cluster
+        # file's price_per_gpu_hour. Every GPU-second a job holds is charged (JobOutcome.cost_usd).
+        self.prices = gpu_prices(spec)
         # GPUs: node → [(index, type, memory)]; ownership kept in one dict.
         self.node_gpus: dict[str, list[tuple[int, str, int]]] = {}
         for name, group in spec.nodes():
@@ -408,8 +415,10 @@ class Simulator:
                 requested_gpus=job.gpus, requested_type=job.gpu_type, profile=profile,
                 steps_left=float(job.train_steps), priority=job.priority,
                 max_gpus=width_cap(job.gpus, profile, max_width_factor),
+                deadline=None if job.deadline_s is None else job.submit_s + job.deadline_s, objective=job.objective,
             )  # fmt: skip
-            self.outcomes[job.job_id] = JobOutcome(job.job_id, job.submit_s, priority=job.priority)
+            self.outcomes[job.job_id] = JobOutcome(job.job_id, job.submit_s, priority=job.priority,
+                                                   deadline_s=self.info[job.job_id].deadline)  # fmt: skip
 
         self.queue: dict[str, None] = {}  # insertion-ordered set of queued job ids
         self.running: dict[str, None] = {}
@@ -515,6 +524,8 @@ class Simulator:
             ):
                 break  # nothing left can ever start (jobs that fit no GPU of this cluster)
         end = now
+        for job_id in self.running:  # (a run cut short: what they held until its end is spent too)
+            self._charge(end, job_id)
         if self.progress is not None:
             self.progress(self.finished, total, end)
         unfinished = {}
@@ -639,7 +650,19 @@ class Simulator:
             self.down.discard(key)
             self._changed = True
 
+    def _charge(self, now: float, job_id: str) -> None:
+        """Charge the job's outcome for its GPUs from its start (this attempt) until ``now``:
+        GPU-hours and dollars (their type's price), whether it progressed, restarted or OOMed."""
+        info = self.info[job_id]
+        if info.started_at is None or info.gpu_type is None:
+            return
+        hours = len(info.gpus) * max(0.0, now - info.started_at) / 3600.0
+        rec = self.outcomes[job_id]
+        rec.gpu_hours += hours
+        rec.cost_usd += hours * self.prices.get(info.gpu_type, 0.0)
+
     def _release(self, now: float, job_id: str) -> None:
+        self._charge(now, job_id)
         info = self.info[job_id]
         for g in info.gpus:
             del self.owner[g]
@@ -785,6 +808,21 @@ class Simulator:
         self._push(progress_from + info.steps_left * true_step, _FINISH, a.job_id, attempt)
 
 
+def gpu_prices(spec: ClusterSpec) -> dict[str, float]:
+    """Dollars per GPU-hour by catalog GPU name: ``marp.prices``' list prices, overridden by the
+    cluster file's ``price_per_gpu_hour`` (the highest where groups of one type differ)."""
+    from marp.objectives import price_table
+
+    overrides: dict[str, float] = {}
+    for name, price in spec.price_overrides().items():
+        try:
+            canonical = marp.get_gpu(name).name
+        except marp.MarpError:
+            canonical = name
+        overrides[canonical] = max(overrides.get(canonical, 0.0), price)
+    return price_table(overrides)
+
+
 def simulate(spec: ClusterSpec, trace: Sequence[TraceJob], policy: SimPolicy, **kwargs: object) -> SimResult:
     """Run one policy over one trace; see ``Simulator`` for the keyword arguments."""
     return Simulator(spec, trace, policy, **kwargs).run()  # type: ignore[arg-type]
@@ -803,6 +841,7 @@ __all__ = [
     "SimView",
     "Simulator",
     "TRUTHS",
+    "gpu_prices",
     "Start",
     "Stop",
     "require",

@@ -28,6 +28,16 @@ class JobOutcome:
     ooms: int = 0
     restarts: int = 0
     priority: int = 0
+    deadline_s: float | None = None  # when it had to finish (absolute; None: no deadline)
+    gpu_hours: float = 0.0  # GPU-hours it held, every attempt (OOMs and restarts included)
+    cost_usd: float = 0.0  # those GPU-hours x their type's price per GPU-hour
+
+    @property
+    def missed_deadline(self) -> bool | None:
+        """None without a deadline; else whether it did not finish by it (unfinished: missed)."""
+        if self.deadline_s is None:
+            return None
+        return self.finish_s is None or self.finish_s > self.deadline_s + 1e-6
 
     @property
     def jct_s(self) -> float | None:
@@ -66,6 +76,8 @@ class SimResult:
         rhos = sorted(c / self.isolated_s[j.job_id] for j, c in zip(self.jobs, censored, strict=True)
                       if self.isolated_s.get(j.job_id, 0.0) > 0)  # fmt: skip
         dec = sorted(d * 1000.0 for d in self.decisions_s)
+        with_deadline = [j for j in self.jobs if j.deadline_s is not None]
+        missed = sum(1 for j in with_deadline if j.missed_deadline)
         return {
             "avg_jct_s": _mean(jcts),
             "p50_jct_s": _pct(jcts, 50),
@@ -82,6 +94,12 @@ class SimResult:
             "rho_max": rhos[-1] if rhos else 0.0,
             "decision_ms_mean": _mean(dec),
             "decision_ms_p99": _pct(dec, 99),
+            # issue 35: deadlines kept and dollars spent (every GPU-hour held x its type's price)
+            "deadline_jobs": len(with_deadline),
+            "deadline_misses": missed,
+            "deadline_miss_rate": missed / len(with_deadline) if with_deadline else 0.0,
+            "gpu_hours": sum(j.gpu_hours for j in self.jobs),
+            "cost_usd": sum(j.cost_usd for j in self.jobs),
         }
 
     def by_priority(self) -> dict[int, dict[str, float | int]]:

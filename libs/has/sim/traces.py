@@ -5,8 +5,10 @@ user would submit them (model, recipe, tokens to train, the GPUs they would have
 asked for). Three file formats are read, detected from the file's first line:
 
 * ours (``frenzy-trace``): CSV with the header ``job_id,submit_s,model,seq_len,
-  global_batch,tokens,gpu_type,gpus`` and optionally a last column ``priority`` (an integer,
-  -100..100 as submissions take it; absent: 0) (``#`` lines are comments; ``gpu_type`` may be
+  global_batch,tokens,gpu_type,gpus`` and optionally the columns ``priority`` (an integer,
+  -100..100 as submissions take it; absent: 0), ``deadline_s`` (seconds from submission the job
+  must finish within, as ``frenzy submit --deadline``; empty: none) and ``objective`` (time, cost
+  or gpu-hours; empty: time), in that order (``#`` lines are comments; ``gpu_type`` may be
   empty);
 * Gavel's Philly-derived ``.trace`` files (Narayanan et al., OSDI'20; tab-separated,
   7 fields: job_type, command, num_steps_arg, needs_data_dir, total_steps,
@@ -21,6 +23,9 @@ length in GPU-time on the *reference GPU* is kept; the model is a catalog model 
 memory needs that many reference GPUs (MARP's smallest plan); the length becomes a token
 budget through MARP's step-time estimate of that model on that many reference GPUs.
 
+Deadlines and objectives for a trace that has none (synthetic jobs, public traces) come from one
+seeded rule, ``with_goals`` (docs/simulator.md, "Deadlines and dollars").
+
 Bad input raises ``TraceError`` naming the file, line and field.
 """
 
@@ -33,7 +38,7 @@ import math
 import random
 import zlib
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 
@@ -41,6 +46,8 @@ import marp
 
 OWN_HEADER = ("job_id", "submit_s", "model", "seq_len", "global_batch", "tokens", "gpu_type", "gpus")
 OWN_HEADER_PRIORITY = (*OWN_HEADER, "priority")  # the optional column
+OPTIONAL_COLUMNS = ("priority", "deadline_s", "objective")  # optional, in this order, after OWN_HEADER
+OBJECTIVES = ("time", "cost", "gpu-hours")  # marp.objectives.OBJECTIVES, has.queued.OBJECTIVES
 MIN_PRIORITY, MAX_PRIORITY = -100, 100  # what a submission may ask (frenzy.rpc.jobspec)
 POLLUX_HEADER = ("name", "time", "application", "num_replicas", "batch_size")
 
@@ -90,6 +97,9 @@ class TraceJob:
     gpu_type: str = ""
     origin: str = ""  # where it came from, e.g. "gavel 2869ce.trace:12 (ResNet-50 ...)"
     priority: int = 0  # its class (``has.QueuedJob.priority``): higher classes go first
+    # seconds from its submission within which it must finish (``frenzy submit --deadline``); None: none
+    deadline_s: float | None = None
+    objective: str = "time"  # what orders its plans (``frenzy submit --objective``)
 
     def recipe(self) -> marp.TrainingRecipe:
         return marp.TrainingRecipe(seq_len=self.seq_len, global_batch=self.global_batch)
@@ -243,12 +253,20 @@ def read_pollux(path: Path, text: str) -> list[TraceJob]:
     return jobs
 
 
+def _own_header(head: tuple[str, ...]) -> bool:
+    """Our header: ``OWN_HEADER`` then some of ``OPTIONAL_COLUMNS``, in their order."""
+    extra = head[len(OWN_HEADER):]
+    return head[:len(OWN_HEADER)] == OWN_HEADER and list(extra) == [c for c in OPTIONAL_COLUMNS if c in extra]
+
+
 def read_own(path: Path, text: str) -> list[TraceJob]:
     body = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
     reader = csv.DictReader(io.StringIO(body))
-    if tuple(reader.fieldnames or ()) not in (OWN_HEADER, OWN_HEADER_PRIORITY):
-        raise TraceError(f"{path.name}: header must be {','.join(OWN_HEADER)} (optionally ,priority)")
-    with_priority = tuple(reader.fieldnames or ()) == OWN_HEADER_PRIORITY
+    head = tuple(reader.fieldnames or ())
+    if not _own_header(head):
+        raise TraceError(f"{path.name}: header must be {','.join(OWN_HEADER)} (optionally followed by "
+                         f"{', '.join(OPTIONAL_COLUMNS)}, in that order)")  # fmt: skip
+    with_priority = "priority" in head
     jobs = []
     seen: set[str] = set()
     known_models = {m.name for m in marp.list_models()}
@@ -276,7 +294,15 @@ def read_own(path: Path, text: str) -> list[TraceJob]:
             tokens=_num(row["tokens"], where, "tokens", int), gpus=_num(row["gpus"], where, "gpus", int),
             gpu_type=gpu_type, origin=f"{path.name}:{job_id}",
             priority=_num(row["priority"] or "0", where, "priority", int) if with_priority else 0,
+            deadline_s=_num(row["deadline_s"], where, "deadline_s", float) if (row.get("deadline_s") or "").strip()
+            else None,
+            objective=(row.get("objective") or "").strip() or "time",
         )  # fmt: skip
+        if job.deadline_s is not None and not 0 < job.deadline_s < math.inf:
+            raise TraceError(f"{where} ({job_id}): field deadline_s: must be a positive number of seconds")
+        if job.objective not in OBJECTIVES:
+            raise TraceError(f"{where} ({job_id}): field objective: one of {', '.join(OBJECTIVES)}, "
+                             f"got {job.objective!r}")  # fmt: skip
         if not MIN_PRIORITY <= job.priority <= MAX_PRIORITY:
             raise TraceError(f"{where} ({job_id}): field priority: must be {MIN_PRIORITY}..{MAX_PRIORITY}")
         for name in ("seq_len", "global_batch", "tokens", "gpus"):
@@ -308,7 +334,7 @@ def _num(value: str | None, where: str, field: str, kind: type) -> int | float:
 def detect_format(first_line: str) -> str:
     """'frenzy', 'pollux' or 'gavel' from a trace file's first non-comment line."""
     head = tuple(c.strip() for c in first_line.strip().split(","))
-    if head in (OWN_HEADER, OWN_HEADER_PRIORITY):
+    if _own_header(head):
         return "frenzy"
     if head == POLLUX_HEADER:
         return "pollux"
@@ -363,16 +389,85 @@ def write_trace(jobs: Sequence[TraceJob], path: str | Path | None = None) -> str
         "# frenzy-trace v1: submit_s in seconds from the start; tokens to train; gpus/gpu_type = user's ask\n"
     )
     w = csv.writer(out, lineterminator="\n")
-    # the priority column only when a job has one: traces without priorities stay as they were
-    with_priority = any(j.priority for j in jobs)
-    w.writerow(OWN_HEADER_PRIORITY if with_priority else OWN_HEADER)
+    # the optional columns only when a job has a value there: traces without them stay as they were
+    used = {"priority": any(j.priority for j in jobs), "deadline_s": any(j.deadline_s is not None for j in jobs),
+            "objective": any(j.objective != "time" for j in jobs)}  # fmt: skip
+    extra = [c for c in OPTIONAL_COLUMNS if used[c]]
+    w.writerow((*OWN_HEADER, *extra))
     for j in jobs:
         row: list[object] = [j.job_id, f"{j.submit_s:.3f}", j.model, j.seq_len, j.global_batch, j.tokens,
                              j.gpu_type, j.gpus]  # fmt: skip
-        w.writerow([*row, j.priority] if with_priority else row)
+        values = {"priority": j.priority, "deadline_s": "" if j.deadline_s is None else f"{j.deadline_s:.3f}",
+                  "objective": j.objective}  # fmt: skip
+        w.writerow([*row, *(values[c] for c in extra)])
     if path is not None:
         Path(path).write_text(out.getvalue())
     return out.getvalue()
+
+
+# ----- deadlines and objectives --------------------------------------------------------
+
+# A deadline is a slack of this many times the job's reference runtime (on its requested count of
+# reference GPUs), drawn uniformly.
+DEADLINE_SLACK = (1.5, 4.0)
+
+
+@cache
+def _reference_step_s(model_name: str, seq_len: int, global_batch: int) -> dict[int, float]:
+    """GPU count -> seconds per step of MARP's best plan on that many reference GPUs (8 per node)."""
+    model = marp.get_model(model_name)
+    recipe = marp.TrainingRecipe(seq_len=seq_len, global_batch=global_batch)
+    pool = marp.GpuPool(REFERENCE_GPU, MAX_REQUEST, REFERENCE_GPUS_PER_NODE)
+    out: dict[int, float] = {}
+    for plan in marp.enumerate_plans(model, recipe, [pool], max_plans=None).plans:
+        out[plan.num_gpus] = min(out.get(plan.num_gpus, math.inf), plan.step_time_s)
+    return out
+
+
+def reference_runtime_s(job: TraceJob) -> float | None:
+    """The job's runtime on its requested count of reference GPUs (the largest count MARP fits at
+    or below it, scaled linearly; the smallest it fits when none is), None when no count fits."""
+    steps = _reference_step_s(job.model, job.seq_len, job.global_batch)
+    if not steps:
+        return None
+    below = [n for n in steps if n <= job.gpus]
+    n = max(below) if below else min(steps)
+    step = steps[n] * n / job.gpus if below else steps[n]
+    return job.train_steps * step
+
+
+def with_goals(jobs: Sequence[TraceJob], seed: int, deadline_share: float, cost_share: float = 0.0,
+               slack: tuple[float, float] = DEADLINE_SLACK) -> list[TraceJob]:  # fmt: skip
+    """Deadlines and objectives for the jobs that carry none (a job with its own keeps them), by
+    one seeded rule per job, the same for synthetic and public traces: with probability
+    ``deadline_share`` a deadline of U(``slack``) x its reference runtime (``reference_runtime_s``),
+    and with probability ``cost_share`` the objective "cost" (else "time"). Each job's draws come
+    from its own stream (``seed`` and its id), so they do not depend on the other jobs, and the jobs
+    themselves (arrivals, models, lengths) are unchanged."""
+    for label, share in (("deadline share", deadline_share), ("cost share", cost_share)):
+        if not 0.0 <= share <= 1.0:
+            raise TraceError(f"{label}: must be in [0, 1], got {share}")
+    out = []
+    for job in jobs:
+        if job.deadline_s is not None or job.objective != "time":
+            out.append(job)
+            continue
+        rng = random.Random(f"goals:{seed}:{job.job_id}")
+        u_deadline, u_slack, u_cost = rng.random(), rng.uniform(*slack), rng.random()
+        deadline = None
+        if u_deadline < deadline_share:
+            ref = reference_runtime_s(job)
+            deadline = None if ref is None else round(u_slack * ref, 3)
+        objective = "cost" if u_cost < cost_share else "time"
+        out.append(replace(job, deadline_s=deadline, objective=objective))
+    return out
+
+
+def force_objective(jobs: Sequence[TraceJob], objective: str) -> list[TraceJob]:
+    """Every job with ``objective`` (``frenzy simulate --objective``), deadlines kept."""
+    if objective not in OBJECTIVES:
+        raise TraceError(f"objective: one of {', '.join(OBJECTIVES)}, got {objective!r}")
+    return [replace(j, objective=objective) for j in jobs]
 
 
 # ----- synthetic ---------------------------------------------------------------------
@@ -391,12 +486,16 @@ def synthetic(
     mix: dict[str, float] | None = None,
     median_gpu_hours: float = 4.0,
     sigma: float = 1.2,
+    deadline_share: float = 0.0,
+    cost_share: float = 0.0,
 ) -> list[TraceJob]:
     """A seeded synthetic trace: Poisson arrivals, a weighted model mix, log-normal lengths.
 
     Each job asks for its model's smallest reference-GPU count times 1, 2 or 4 (what users
     do: a bit more than the minimum), and its length in reference GPU-hours is log-normal
     (median ``median_gpu_hours``, shape ``sigma``), turned into tokens as in the mapping.
+    ``deadline_share`` / ``cost_share`` > 0 draw deadlines and objectives (``with_goals``, its
+    own random streams: the jobs are the same as without).
     """
     rng = random.Random(seed)
     mix = dict(mix or DEFAULT_MIX)
@@ -417,6 +516,8 @@ def synthetic(
         tokens = max(1, int(gpu_h * 3600.0 / gpus * tps))
         jobs.append(TraceJob(f"syn-{i}", round(t, 3), name, _seq_len_for(model), DEFAULT_GLOBAL_BATCH,
                              tokens, gpus, "", f"synthetic seed={seed}"))  # fmt: skip
+    if deadline_share > 0 or cost_share > 0:
+        return with_goals(jobs, seed, deadline_share, cost_share)
     return jobs
 
 
@@ -427,6 +528,9 @@ __all__ = [
     "TraceError",
     "TraceJob",
     "detect_format",
+    "force_objective",
+    "reference_runtime_s",
+    "with_goals",
     "llm_job",
     "min_reference_gpus",
     "models_for_request",

@@ -82,6 +82,11 @@ def test_every_policy_finishes_and_conserves_gpus(name: str, jobs: list[TraceJob
         "rho_max",
         "decision_ms_mean",
         "decision_ms_p99",
+        "deadline_jobs",
+        "deadline_misses",
+        "deadline_miss_rate",
+        "gpu_hours",
+        "cost_usd",
     }
     # every job counted: the unfinished ones are named with why, and count in the censored mean
     assert m["jobs_total"] == len(jobs) and len(res.unfinished) == len(jobs) - expected
