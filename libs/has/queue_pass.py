@@ -620,12 +620,14 @@ def _with_deadline(reason: PendingReason, info: JobPlans, now: float) -> Pending
     if info.fastest == _INF:  # (no runtime estimate: nothing to say when)
         return reason
     latest = info.deadline - info.fastest
+    # (absolute times only: the text stays the same from pass to pass, so a caller that writes a
+    # reason only when it changes does not rewrite it every tick)
     if latest < now:
         note = (f"deadline missed: its fastest plan ({info.fastest:.0f} s) had to start by t={latest:.0f} "
-                f"({now - latest:.0f} s ago) to finish by t={info.deadline:.0f}; it runs late when GPUs free")
+                f"to finish by the deadline t={info.deadline:.0f}; it runs late when GPUs free")
     else:
-        note = (f"deadline t={info.deadline:.0f} (in {info.deadline - now:.0f} s) becomes unreachable at "
-                f"t={latest:.0f} (in {latest - now:.0f} s), the latest start of its fastest plan ({info.fastest:.0f} s)")
+        note = (f"deadline t={info.deadline:.0f} becomes unreachable at t={latest:.0f}, the latest start of "
+                f"its fastest plan ({info.fastest:.0f} s)")
     return dataclasses.replace(reason, summary=f"{reason.summary}; {note}", latest_start=latest)
 
 
