@@ -17,6 +17,9 @@ batch worker and one agent per node (``--node``). Files, in ``--dir``:
     redis-url   the operator's redis://{prefix}-operator:PASSWORD@HOST:PORT/DB, mode 0600
     redis-url-scheduler, redis-url-worker, redis-url-agent-<node>
                 each role's own URL, mode 0600: what its service reads through REDIS_URL_FILE
+    predictor-token  (``init``; ``--predictor-token`` puts it elsewhere), mode 0600: the secret the
+                scheduler sends the predictor, which answers no one else (frenzy.predictor.guard);
+                both read it via FRENZY_PREDICTOR_TOKEN_FILE
     admin-token, worker-token (``tokens``), mode 0600: an admin token for the operator and the
                 batch worker's own (role submit, user "batch")
 """
@@ -46,6 +49,7 @@ ACL_FILE = "redis.acl"
 URL_FILE = "redis-url"  # the operator's (the admin's): only the one-shot services read it
 ADMIN_TOKEN_FILE = "admin-token"
 WORKER_TOKEN_FILE = "worker-token"
+PREDICTOR_TOKEN_FILE = "predictor-token"  # frenzy.predictor.guard.TOKEN_FILE
 HEALTH_USER = "health"
 HEALTH_LINE = f"user {HEALTH_USER} on nopass resetkeys resetchannels -@all +ping"
 _AGENT_URL_PREFIX = f"{URL_FILE}-agent-"
@@ -188,6 +192,10 @@ def init(
         "--selectors/--no-selectors",
         help="Redis is 7.0+ (ACL selectors: an agent may only read its launch stream and only append "
              "events); --no-selectors for Redis 6.2.")] = True,
+    predictor_token: Annotated[Path | None, typer.Option(
+        "--predictor-token", dir_okay=False,
+        help="Where the predictor token goes (default: DIR/predictor-token): a file of its own, so the "
+             "predictor can be given it without the Redis passwords.")] = None,
 ) -> None:
     """Make each service's Redis user and password (Redis' ACL file and one redis:// URL file per
     role) unless they exist.
@@ -204,8 +212,32 @@ def init(
         fail(f"{exc}", 2)
     except OSError as exc:
         fail(f"cannot write Redis' secrets in {directory}: {exc.strerror}. To fix: make it writable by this user", 1)
+    token_path = predictor_token or directory / PREDICTOR_TOKEN_FILE
+    try:
+        made_token = ensure_predictor_token(token_path)
+    except OSError as exc:
+        fail(f"cannot write the predictor token {token_path}: {exc.strerror}", 1)
     files = ", ".join(u.url_file for u in role_users(prefix, nodes, redis_db, selectors))
-    typer.echo(f"{'made' if made else 'kept'} {directory / ACL_FILE} and {files}")
+    typer.echo(f"{'made' if made else 'kept'} {directory / ACL_FILE} and {files}; "
+               f"{'made' if made_token else 'kept'} {token_path}")
+
+
+def ensure_predictor_token(path: Path) -> bool:
+    """The predictor token (the secret the scheduler sends the predictor, frenzy.predictor.guard) in
+    ``path``, mode 0600, made unless a usable one is there. -> True when it made one."""
+    from frenzy.auth.credentials import write_private
+    from frenzy.predictor.guard import PredictorTokenError, new_token, read_token_file
+
+    directory = path.parent
+    if path.is_file():
+        try:
+            read_token_file(path)
+            return False
+        except PredictorTokenError:
+            pass
+    directory.mkdir(parents=True, exist_ok=True)
+    write_private(path, new_token() + "\n")
+    return True
 
 
 @secrets_app.command("tokens")

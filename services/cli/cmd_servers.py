@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -34,6 +35,14 @@ def _stop_event() -> threading.Event:
 
 def predictor_cmd(
     address: Annotated[str, typer.Option(help="host:port to listen on.")] = DEFAULT_PREDICTOR,
+    token_file: Annotated[Path | None, typer.Option(
+        envvar="FRENZY_PREDICTOR_TOKEN_FILE", dir_okay=False,
+        help="File (mode 0600) holding the predictor token the scheduler sends (its FRENZY_PREDICTOR_TOKEN_FILE "
+             "names the same file); FRENZY_PREDICTOR_TOKEN gives the token itself. Every call without it is "
+             "refused (UNAUTHENTICATED). Needed unless --tls-ca is given.")] = None,
+    max_concurrent: Annotated[int, typer.Option(
+        envvar="FRENZY_PREDICTOR_MAX_CONCURRENT", min=1,
+        help="Predict calls computed at once; more wait up to 10 s for a slot, then RESOURCE_EXHAUSTED.")] = 2,
     tls_cert: TlsCertOpt = None,
     tls_key: TlsKeyOpt = None,
     tls_ca: TlsCaOpt = None,
@@ -41,9 +50,11 @@ def predictor_cmd(
     log_level: Annotated[str, typer.Option()] = "INFO",
     log_format: LogFormatOpt = "text",
 ) -> None:
-    """Run the Predictor gRPC server (MARP; stateless). Keep it on a private address, or give it
-    --tls-ca so only the scheduler (with a client certificate) reaches it."""
+    """Run the Predictor gRPC server (MARP; stateless). Only the scheduler may call it: it sends the
+    predictor token (--token-file), or a client certificate the --tls-ca trusts; every other call is
+    refused (UNAUTHENTICATED), and each call's work is bounded (docs/security.md)."""
     from frenzy.cli.service_opts import check_metrics_address, start_metrics
+    from frenzy.predictor.guard import PredictLimits, PredictorTokenError, read_token_file, token_from_env
     from frenzy.predictor.server import PredictorMetrics, serve
     from frenzy.rpc.server import stop_server
     from frenzy.rpc.tls import ServerTls, TlsConfigError
@@ -52,11 +63,18 @@ def predictor_cmd(
     check_metrics_address(metrics_address)
     try:
         tls = ServerTls.from_files(tls_cert, tls_key, tls_ca)
-    except TlsConfigError as exc:
+        token = read_token_file(token_file) if token_file is not None else token_from_env()
+    except (TlsConfigError, PredictorTokenError) as exc:
         fail(str(exc), 2)
+    if token is None and tls_ca is None:
+        fail("the predictor would answer anyone who reaches it: give it the token the scheduler sends "
+             "(--token-file FILE or FRENZY_PREDICTOR_TOKEN_FILE, a 0600 file) or --tls-ca (only clients with a "
+             "certificate). To fix: `frenzy secrets init --dir DIR` writes DIR/predictor-token; give both the "
+             "predictor and the scheduler FRENZY_PREDICTOR_TOKEN_FILE=DIR/predictor-token", 2)
     stop = _stop_event()
     metrics = PredictorMetrics()
-    server, port, health = serve(address, tls=tls, metrics=metrics)
+    server, port, health = serve(address, tls=tls, metrics=metrics, token=token,
+                                 limits=PredictLimits(max_concurrent=max_concurrent))
     try:
         endpoint = start_metrics(metrics.registry, metrics_address, "predictor")
     except BaseException:
@@ -151,9 +169,11 @@ def scheduler_cmd(
 ) -> None:
     """Run the Scheduler: gRPC API, placement loop (HAS), agent-event consumer and node reaper.
 
-    Its calls to the predictor use TLS when FRENZY_TLS_CA names the CA to trust (with
+    Its calls to the predictor carry the predictor token (FRENZY_PREDICTOR_TOKEN_FILE, a 0600 file, or
+    FRENZY_PREDICTOR_TOKEN) and use TLS when FRENZY_TLS_CA names the CA to trust (with
     FRENZY_TLS_CERT/FRENZY_TLS_KEY as its client certificate for a predictor that asks)."""
     from frenzy.cli.service_opts import check_metrics_address
+    from frenzy.predictor.guard import token_from_env
     from frenzy.rpc.limits import RateLimit, StreamCaps
     from frenzy.rpc.tls import ClientTls, ServerTls
     from frenzy.scheduler.service import SchedulerServer, UserQuotas, parse_port_range
@@ -163,6 +183,7 @@ def scheduler_cmd(
     try:
         ports = parse_port_range(master_ports)
         tls, predictor_tls = ServerTls.from_files(tls_cert, tls_key, tls_ca), ClientTls.from_env()
+        predictor_token = token_from_env()
     except ValueError as exc:
         fail(str(exc), 2)
     from has import QueuePolicy
@@ -184,6 +205,7 @@ def scheduler_cmd(
                              orphan_release_s=orphan_release_s, master_ports=ports, policy=queue_policy,
                              quotas=quotas, stream_caps=StreamCaps(max_streams, max_streams_per_user),
                              max_workers=grpc_workers, tls=tls, predictor_tls=predictor_tls,
+                             predictor_token=predictor_token,
                              metrics_address=metrics_address or None, leader_ttl_s=leader_ttl_s, serve=serve)
     logging.getLogger("frenzy.scheduler").info("scheduler (%s) listening on %s (port %d)", serve, address,
                                                server.port)

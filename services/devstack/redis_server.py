@@ -12,6 +12,7 @@ import fcntl
 import hashlib
 import os
 import random
+import re
 import secrets
 import shutil
 import socket
@@ -176,15 +177,52 @@ def unusable_default_user() -> str:
     return f"user default on #{digest} ~* &* +@all"
 
 
+# Redis' memory bound (issue 34): every server Frenzy starts has one, with the only policy that
+# never drops state. An evicting policy (allkeys-lru, volatile-*) would silently delete a job's
+# record, a node's lease or a token once an agent or a job's output filled memory; with
+# `noeviction` a write past the bound fails ("OOM command not allowed") and nothing is lost.
+MAXMEMORY_ENV = "FRENZY_REDIS_MAXMEMORY"
+DEFAULT_MAXMEMORY = "2gb"
+MEMORY_POLICY = "noeviction"
+
+
+def maxmemory_setting() -> str:
+    """The bound a started server gets: ``FRENZY_REDIS_MAXMEMORY`` (Redis' units: 512mb, 4gb), else 2gb."""
+    value = os.environ.get(MAXMEMORY_ENV, "").strip().lower() or DEFAULT_MAXMEMORY
+    if not re.fullmatch(r"[1-9][0-9]*(b|k|kb|m|mb|g|gb)?", value):
+        raise ValueError(f"{MAXMEMORY_ENV}={value!r}: not a size. To fix: a number with Redis' units, "
+                         f"e.g. 512mb or 4gb")
+    return value
+
+
+def memory_policy_problem(client: redis.Redis) -> str:
+    """What is wrong with the memory settings of the server ``client`` talks to ("" when it has a
+    ``maxmemory`` and the ``noeviction`` policy). Needs CONFIG GET (an admin's URL)."""
+    got = client.config_get("maxmemory*")
+    policy = str(got.get("maxmemory-policy", "")).lower()
+    limit = int(got.get("maxmemory", 0) or 0)
+    fix = (f"To fix: CONFIG SET maxmemory-policy {MEMORY_POLICY} and CONFIG SET maxmemory 2gb (or "
+           f"--maxmemory-policy {MEMORY_POLICY} --maxmemory 2gb on redis-server's command line)")
+    if policy != MEMORY_POLICY:
+        return (f"Redis' maxmemory-policy is {policy or 'unset'}: once memory is full it deletes keys, and "
+                f"Frenzy's state (jobs, nodes, tokens) with them. {fix}")
+    if limit <= 0:
+        return f"Redis has no maxmemory: one agent or job's output can take the host's memory. {fix}"
+    return ""
+
+
 def _write_config(workdir: str, password: str) -> str:
     """A config file, readable by us only, that locks the ``default`` user and adds one user
-    with a password. The password goes in a file rather than on the command line, where any
-    local user could read it from ``ps``."""
+    with a password, and bounds memory without ever evicting (``maxmemory_setting``). The password
+    goes in a file rather than on the command line, where any local user could read it from ``ps``."""
     path = os.path.join(workdir, "redis.conf")
     write_private(Path(path), "# written by frenzy: no user without a password (issue 14)\n"
                               f"{unusable_default_user()}\n"
                               f"user {STACK_USER} on >{password} ~* &* +@all\n"
-                              "protected-mode yes\n")
+                              "protected-mode yes\n"
+                              "# a bound on memory that never deletes state (issue 34)\n"
+                              f"maxmemory {maxmemory_setting()}\n"
+                              f"maxmemory-policy {MEMORY_POLICY}\n")
     return path
 
 

@@ -30,7 +30,7 @@ import redis
 import yaml
 
 import marp
-from frenzy.auth.credentials import Credentials, redact_url, write_credentials
+from frenzy.auth.credentials import Credentials, redact_url, write_credentials, write_private
 from frenzy.auth.roles import Role
 from frenzy.auth.tokens import TokenStore
 from frenzy.devstack.procs import die_with_parent
@@ -39,9 +39,11 @@ from frenzy.devstack.redis_server import (
     RoleUrls,
     add_role_users,
     free_port,
+    memory_policy_problem,
     remove_role_users,
     start_redis,
 )
+from frenzy.predictor import guard
 from frenzy.rpc.auth import with_token
 from frenzy.rpc.client import wait_healthy
 from frenzy.state import node_keys
@@ -236,12 +238,15 @@ class LocalStack:
                 say(f"redis        {redact_url(self.redis_url)} (private server)")
             else:
                 say(f"redis        {redact_url(self.redis_url)}")
+                self._check_memory_policy(say)
             self._make_tokens()
             self._make_node_keys()
             urls = self._make_redis_users(say)
             self.predictor_addr = f"127.0.0.1:{free_port()}"
+            # The predictor answers only the scheduler: they share this stack's predictor token (issue 34).
+            predictor_env = {guard.TOKEN_FILE_ENV: str(self._make_predictor_token())}
             self._spawn("predictor", ["predictor", "--address", self.predictor_addr,
-                                      *self._metrics_args("predictor")])
+                                      *self._metrics_args("predictor")], env=predictor_env)
             self.scheduler_addr = f"127.0.0.1:{free_port()}"
             self.metrics_port = self.metrics_port or free_port()
             self.metrics_ports["scheduler"] = self.metrics_port
@@ -258,9 +263,9 @@ class LocalStack:
                 sched += ["--serve", "api"]
                 self._spawn("scheduler-loop", ["scheduler", "--address", self.scheduler_loop_addr, *common,
                                                *self._metrics_args("scheduler-loop"), "--serve", "loop"],
-                            env={"REDIS_URL": urls.scheduler})
+                            env={"REDIS_URL": urls.scheduler, **predictor_env})
                 waits.append(("scheduler-loop", self.scheduler_loop_addr))
-            self._spawn("scheduler", sched, env={"REDIS_URL": urls.scheduler})
+            self._spawn("scheduler", sched, env={"REDIS_URL": urls.scheduler, **predictor_env})
             self.write_credentials(self.credentials_file)
             for name, addr in waits:
                 if not wait_healthy(addr, timeout_s=30):
@@ -302,6 +307,28 @@ class LocalStack:
         except BaseException:
             self.stop()
             raise
+
+    @property
+    def predictor_token_file(self) -> Path:
+        return self.run_dir / guard.TOKEN_FILE
+
+    def _make_predictor_token(self) -> Path:
+        """This stack's predictor token, in a 0600 file of the run directory (the predictor and the
+        schedulers read it; a restart of the stack makes a new one)."""
+        write_private(self.predictor_token_file, guard.new_token() + "\n")
+        return self.predictor_token_file
+
+    def _check_memory_policy(self, say: callable) -> None:  # type: ignore[valid-type]
+        """A server we did not start: say so when it could evict Frenzy's state (issue 34)."""
+        client = redis.Redis.from_url(self.redis_url, decode_responses=True, socket_timeout=10)
+        try:
+            problem = memory_policy_problem(client)
+        except redis.ResponseError:  # no CONFIG right: an operator's server, its settings are theirs
+            problem = ""
+        finally:
+            client.close()
+        if problem:
+            say(f"warning: {problem}")
 
     @property
     def credentials_file(self) -> Path:
@@ -399,7 +426,8 @@ class LocalStack:
         # No service inherits a token or a Redis URL from whoever started the stack: the worker gets
         # its own token, and each service that uses Redis its own user's URL (``env``).
         base = {k: v for k, v in os.environ.items()
-                if k not in ("FRENZY_TOKEN", "FRENZY_CREDENTIALS", "REDIS_URL", "REDIS_URL_FILE")}
+                if k not in ("FRENZY_TOKEN", "FRENZY_CREDENTIALS", "REDIS_URL", "REDIS_URL_FILE",
+                             "FRENZY_PREDICTOR_TOKEN", "FRENZY_PREDICTOR_TOKEN_FILE")}
         env = dict(base, FRENZY_PREFIX=self.prefix,
                    FRENZY_SCHEDULER=self.scheduler_addr, PYTHONUNBUFFERED="1", **(env or {}))
         with open(log_path, "ab") as log:

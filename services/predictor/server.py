@@ -10,6 +10,10 @@ with the detail in the log only (``frenzy.rpc.errors.CleanErrors``).
 ``PredictorMetrics`` counts every Predict call by outcome (ok, invalid: the caller's input,
 error: anything else) and times it; ``frenzy predictor --metrics-address`` serves them
 (``frenzy.metrics_http``). Labels name no model or user.
+
+Only the scheduler may call it: ``frenzy predictor`` checks the predictor token on every call
+(``frenzy.predictor.guard.PredictorAuth``) and bounds each call's work (``PredictLimits``) before
+MARP runs (issue 34 item 8).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import grpc
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 import marp
+from frenzy.predictor.guard import CallSlots, PredictLimits, PredictorAuth
 from frenzy.predictor.planning import predict as predict  # re-exported: the servicer's one call
 from frenzy.rpc.server import start_server
 from frenzy.rpc.tls import ServerTls
@@ -55,12 +60,22 @@ class PredictorMetrics:
 
 
 class PredictorServicer(predictor_pb2_grpc.PredictorServicer):
-    def __init__(self, metrics: PredictorMetrics | None = None) -> None:
+    def __init__(self, metrics: PredictorMetrics | None = None, limits: PredictLimits | None = None) -> None:
         self.metrics = metrics or PredictorMetrics()
+        self.limits = limits or PredictLimits()
+        self.slots = CallSlots(self.limits)
 
     def Predict(self, request: predictor_pb2.PredictRequest, context: grpc.ServicerContext) -> predictor_pb2.PredictResponse:
         started = time.perf_counter()
         outcome = "error"  # until shown otherwise: an exception escaping here becomes INTERNAL
+        too_much = self.limits.problem(request)  # before any of MARP's work (issue 34 item 8)
+        if too_much:
+            self.metrics.requests.labels("invalid").inc()
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"{too_much}: more than one Predict call may do")
+        if not self.slots.acquire(context):
+            self.metrics.requests.labels("error").inc()
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                          f"predictor busy ({self.limits.max_concurrent} calls running); try again")
         try:
             answer = predict(request)
             outcome = "ok"
@@ -70,19 +85,26 @@ class PredictorServicer(predictor_pb2_grpc.PredictorServicer):
             outcome = "invalid"
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         finally:
+            self.slots.release()
+            took = time.perf_counter() - started
+            if took > self.limits.slow_s:
+                log.warning("a Predict call took %.1f s (%d pools)", took, len(request.pools))
             self.metrics.requests.labels(outcome).inc()
-            self.metrics.latency.observe(time.perf_counter() - started)
+            self.metrics.latency.observe(took)
         raise AssertionError("unreachable")
 
 
 def serve(address: str = "127.0.0.1:50052", tls: ServerTls | None = None,
-          metrics: PredictorMetrics | None = None) -> tuple[grpc.Server, int, object]:
-    """Start the predictor. It holds no state and no secret; in a cluster keep it on a private
-    address, or give it ``--tls-ca`` so that only holders of a client certificate (the
-    scheduler) reach it. ``metrics``: where its calls are counted (serve its ``registry``
-    with ``frenzy.metrics_http.serve_metrics``)."""
-    servicer = PredictorServicer(metrics)
+          metrics: PredictorMetrics | None = None, token: str | None = None,
+          limits: PredictLimits | None = None) -> tuple[grpc.Server, int, object]:
+    """Start the predictor. It holds no state; ``token``: the predictor token its one client (the
+    scheduler) sends, every other caller is UNAUTHENTICATED (``frenzy.predictor.guard``; None:
+    no check, for a test's in-process server: ``frenzy predictor`` never starts so). ``tls`` with
+    a client CA: only holders of a client certificate reach it. ``limits``: one call's bounds.
+    ``metrics``: where its calls are counted (serve its ``registry`` with
+    ``frenzy.metrics_http.serve_metrics``)."""
+    servicer = PredictorServicer(metrics, limits)
     return start_server(
         [lambda s: predictor_pb2_grpc.add_PredictorServicer_to_server(servicer, s)],
-        [SERVICE_NAME], address, tls=tls,
+        [SERVICE_NAME], address, tls=tls, interceptors=[PredictorAuth(token)] if token is not None else (),
     )

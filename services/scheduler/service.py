@@ -44,7 +44,7 @@ import redis
 
 from frenzy.auth.roles import priority_refusal, sees_all_jobs
 from frenzy.auth.tokens import TokenStore
-from frenzy.rpc.auth import TokenAuth, current_identity
+from frenzy.rpc.auth import TokenAuth, current_identity, with_token
 from frenzy.rpc.convert import recipe_from_proto
 from frenzy.rpc.jobspec import MAX_PRIORITY, MIN_PRIORITY
 from frenzy.rpc.limits import DEFAULT_WORKERS, RateLimit, StreamCaps, SubmitRate
@@ -637,13 +637,14 @@ class SchedulerServer:
                  quotas: UserQuotas | None = None, stream_caps: StreamCaps | None = None,
                  max_workers: int = DEFAULT_WORKERS, tls: ServerTls | None = None,
                  predictor_tls: ClientTls | None = None, metrics_address: str | None = None,
-                 leader_ttl_s: float | None = None, serve: str = "all") -> None:
+                 leader_ttl_s: float | None = None, serve: str = "all", predictor_token: str | None = None) -> None:
         if serve not in SERVE_MODES:
             raise ValueError(f"serve: one of {', '.join(SERVE_MODES)} (got {serve!r})")
         self.serve = serve
         self.client = redis.Redis.from_url(redis_url, decode_responses=True)
         self.keys = Keys(prefix)
-        self.channel = open_channel(predictor_addr, predictor_tls)
+        # The predictor answers only its token's holder (frenzy.predictor.guard; issue 34 item 8).
+        self.channel = with_token(open_channel(predictor_addr, predictor_tls), predictor_token)
         ports = os.environ.get("FRENZY_MASTER_PORTS")
         if quotas is not None and quotas.max_gpus:  # enforced at placement by HAS (issue 34 item 4)
             policy = dataclasses.replace(policy or QueuePolicy.frenzy(), max_gpus_per_user=quotas.max_gpus)

@@ -56,6 +56,7 @@ from frenzy.v1 import scheduler_pb2, scheduler_pb2_grpc
 REDIS_PORT = 6379  # each host has its own network stack: the well-known ports cannot collide
 SCHEDULER_PORT = 50051
 PREDICTOR_PORT = 50052
+PREDICTOR_TOKEN = "frzp_" + secrets.token_urlsafe(32)  # the scheduler's to the predictor (issue 34)
 API_PORT = 8080
 METRICS_PORT = 9100
 TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED"}
@@ -141,7 +142,8 @@ class NetStack:
         finally:
             client.close()
         self.role_urls = add_role_users(self.admin_url, self.prefix, self.node_names)
-        self._frenzy("predictor", ["predictor", "--address", self.addr("predictor", PREDICTOR_PORT)])
+        self._frenzy("predictor", ["predictor", "--address", self.addr("predictor", PREDICTOR_PORT)],
+                     {"FRENZY_PREDICTOR_TOKEN": PREDICTOR_TOKEN})
         self.start_scheduler("sched-a")
         self.wait(lambda: wait_healthy(self.addr("predictor", PREDICTOR_PORT), timeout_s=1), 60, "predictor healthy")
         self.wait(lambda: self.leader_host() == "sched-a", 60, "sched-a to take the leader lease")
@@ -200,7 +202,8 @@ class NetStack:
                 "--predictor", self.addr("predictor", PREDICTOR_PORT), "--prefix", self.prefix,
                 "--leader-ttl-s", str(t.leader_ttl_s), "--node-dead-after-s", str(t.node_dead_after_s),
                 "--orphan-release-s", str(t.orphan_release_s), "--metrics-address", self.addr(name, METRICS_PORT)]
-        return self._frenzy(name, args, {"REDIS_URL": self.role_urls.scheduler})
+        return self._frenzy(name, args, {"REDIS_URL": self.role_urls.scheduler,
+                                         "FRENZY_PREDICTOR_TOKEN": PREDICTOR_TOKEN})
 
     def start_agent(self, node: str) -> Proc:
         assert self.role_urls is not None

@@ -124,3 +124,30 @@ def test_a_job_with_the_default_credentials_runs_and_sees_no_secret(up: dict) ->
     assert "REDIS_URL" not in env and "FRENZY_TOKEN" not in env and "FRENZY_CREDENTIALS" not in env
     assert password not in text and up["creds"]["token"] not in text and "redis://" not in text
     assert env["FRENZY_JOB_ID"] == job_id  # it is the job's own environment
+
+
+def test_the_stack_s_predictor_refuses_a_caller_without_its_token(up: dict) -> None:
+    """issue 34 item 8: before, the predictor of `frenzy up` answered anyone on the host (a job, too)."""
+    from frenzy.v1 import predictor_pb2, predictor_pb2_grpc, types_pb2
+
+    address = re.search(r"predictor\s+(\S+) \(healthy\)", up["out"])
+    assert address, up["out"]
+    request = predictor_pb2.PredictRequest(model=types_pb2.ModelSpec(catalog_name="gpt2-124m"),
+                                           recipe=types_pb2.TrainingRecipe(seq_len=1024, global_batch=8))
+    with grpc.insecure_channel(address.group(1)) as channel:
+        stub = predictor_pb2_grpc.PredictorStub(channel)
+        for metadata in ((), (("authorization", f"Bearer {up['creds']['token']}"),)):  # none; the admin's API token
+            with pytest.raises(grpc.RpcError) as err:
+                stub.Predict(request, metadata=metadata, timeout=10)
+            assert err.value.code() is grpc.StatusCode.UNAUTHENTICATED, err.value.details()
+
+
+def test_the_stack_s_redis_bounds_memory_and_never_evicts(up: dict) -> None:
+    """issue 34: a maxmemory with the one policy that drops no job, node or token."""
+    client = redis.Redis.from_url(up["redis_url"], decode_responses=True)
+    try:
+        got = client.config_get("maxmemory*")
+        assert got["maxmemory-policy"] == "noeviction"
+        assert int(got["maxmemory"]) > 0
+    finally:
+        client.close()

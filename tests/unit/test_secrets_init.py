@@ -46,7 +46,9 @@ def _init(directory: Path, *nodes: str) -> str:
 def test_init_writes_one_url_per_role_0600_and_only_hashes_in_the_acl(tmp_path: Path) -> None:
     assert "made" in _init(tmp_path / "s", *NODES)
     directory = tmp_path / "s"
-    assert sorted(p.name for p in directory.iterdir()) == sorted([ACL_FILE, *ROLE_FILES])
+    # (and the predictor token, issue 34: frenzy.predictor.guard)
+    assert sorted(p.name for p in directory.iterdir()) == sorted([ACL_FILE, "predictor-token", *ROLE_FILES])
+    assert _mode(directory / "predictor-token") == 0o600
     text = (directory / ACL_FILE).read_text()
     users = _acl_users(text)
     passwords = set()

@@ -196,8 +196,10 @@ def test_servers_stop_cleanly_on_a_signal(sig: signal.Signals, redis_url: str, p
                       "--redis-url", redis_url, "--prefix", prefix],
     }
     for name, cmd in commands.items():
+        # (the predictor answers only the scheduler's token: it will not start without one, issue 34)
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                stdin=subprocess.DEVNULL)
+                                stdin=subprocess.DEVNULL,
+                                env={**os.environ, "FRENZY_PREDICTOR_TOKEN": "frzp_" + "t" * 40})
         try:
             assert proc.stderr is not None
             deadline = time.monotonic() + 60

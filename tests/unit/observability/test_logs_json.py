@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
 import re
 import signal
 import subprocess
@@ -89,7 +90,8 @@ def test_text_stays_text_and_bad_choices_are_named() -> None:
 def test_predictor_writes_json_lines() -> None:
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "frenzy.cli.main", "predictor", "--address", f"127.0.0.1:{port}",
-                             "--log-format", "json"], stderr=subprocess.PIPE, text=True)
+                             "--log-format", "json"], stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "FRENZY_PREDICTOR_TOKEN": "frzp_" + "t" * 40})
     try:
         first = proc.stderr.readline()  # the "listening" line
     finally:
