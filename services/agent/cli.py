@@ -40,15 +40,73 @@ if TYPE_CHECKING:  # annotations only: the agent's parts are imported when the c
 
 @dataclass(frozen=True)
 class JoinFile:
-    """What ``frenzy node join`` gives a node: who it is and how it reaches Redis."""
+    """What ``frenzy node join`` gives a node: who it is, how it reaches Redis, the host it is for
+    and until when it may first be used (epoch seconds)."""
 
     node: str
     redis_url: str
     prefix: str
+    host: str = ""
+    expires_at: float = 0.0
+
+    @property
+    def fingerprint(self) -> str:
+        """Names this file's credential without showing it (the enrollment mark holds it)."""
+        import hashlib
+
+        return hashlib.sha256(f"{self.node}\n{self.redis_url}".encode()).hexdigest()
 
 
 class JoinFileError(ValueError):
     """A join file the agent will not use (the message names the option and the fix)."""
+
+
+def host_names() -> set[str]:
+    """The names this host answers to: its hostname and fully qualified name, and their first labels."""
+    names = {socket.gethostname(), socket.getfqdn()}
+    return {n.lower() for name in names if name for n in (name, name.split(".", 1)[0])}
+
+
+def _enrolled_mark(state_dir: Path, joined: JoinFile) -> Path:
+    return state_dir / f"joined-{joined.node}"
+
+
+def check_join_file(path: Path, joined: JoinFile, state_dir: Path, *, names: set[str] | None = None,
+                    now: float | None = None) -> None:
+    """Refuse a join file written for another host, or one past its expiry that this host has not
+    used before (issue 34). The first use on its host leaves a mark in the agent's state directory
+    (``mark_enrolled``), so the agent restarts after the file expired; a copy taken elsewhere does not."""
+    import time
+
+    here = names if names is not None else host_names()
+    this = socket.gethostname() if names is None else min(here, default="THIS_HOST")
+    rejoin = f"run `frenzy node join {joined.node} --host {this}` again on the admin host and copy the new file here"
+    if not joined.host or not joined.expires_at:
+        raise JoinFileError(f"--join-file {path}: it names no host or expiry (written before join files did). "
+                            f"To fix: {rejoin}")
+    if joined.host.lower() not in here:
+        raise JoinFileError(f"--join-file {path}: written for host {joined.host!r}, and this host is "
+                            f"{', '.join(sorted(here)) or 'unnamed'}; a join file works on its own host only. "
+                            f"To fix: {rejoin}")
+    mark = _enrolled_mark(state_dir, joined)
+    try:
+        enrolled = mark.read_text(encoding="utf-8").strip() == joined.fingerprint
+    except OSError:
+        enrolled = False
+    if (now if now is not None else time.time()) > joined.expires_at and not enrolled:
+        from datetime import UTC, datetime
+
+        when = datetime.fromtimestamp(joined.expires_at, UTC).strftime("%Y-%m-%d %H:%M UTC")
+        raise JoinFileError(f"--join-file {path}: expired at {when} before this host first used it. "
+                            f"To fix: {rejoin} (that also rotates the node's Redis password)")
+
+
+def mark_enrolled(state_dir: Path, joined: JoinFile) -> None:
+    """Remember that this host used ``joined`` (so restarts after its expiry keep working)."""
+    from frenzy.auth.credentials import write_private
+
+    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    write_private(_enrolled_mark(state_dir, joined), joined.fingerprint + "\n")
 
 
 def read_join_file(path: Path) -> JoinFile:
@@ -75,7 +133,11 @@ def read_join_file(path: Path) -> JoinFile:
     if not is_safe_name(node) or not url.startswith(("redis://", "rediss://")):
         raise JoinFileError(f"--join-file {path}: bad node name or Redis URL. To fix: write it again with "
                             "`frenzy node join NODE`")
-    return JoinFile(node=data["node"], redis_url=data["redis_url"], prefix=data["prefix"])
+    host = data.get("host") if isinstance(data.get("host"), str) else ""
+    expires = data.get("expires_at")
+    expires_at = float(expires) if isinstance(expires, int | float) and not isinstance(expires, bool) else 0.0
+    return JoinFile(node=data["node"], redis_url=data["redis_url"], prefix=data["prefix"], host=host,
+                    expires_at=expires_at)
 
 
 def _from_command_line(ctx: typer.Context, name: str) -> bool:
@@ -219,7 +281,8 @@ def agent_command(ctx: typer.Context, opts: AgentOptions) -> None:
     setup_logging(opts.log_level, opts.log_format)
     check_metrics_address(opts.metrics_address)
     if opts.join_file is not None:
-        node, redis_url, prefix = _joined(ctx, opts.join_file)  # over REDIS_URL / FRENZY_PREFIX
+        # over REDIS_URL / FRENZY_PREFIX; refused on another host or past its expiry (issue 34)
+        node, redis_url, prefix = _joined(ctx, opts.join_file, opts.state_dir or opts.log_dir / ".agent")
         opts = replace(opts, node=node, redis_url=redis_url, prefix=prefix)
     node = opts.node or socket.gethostname()
     # An agent is one node: each JSON log line carries it, about a job or not (GPU health, Redis).
@@ -275,17 +338,25 @@ def _gpu_backend(fake_gpus: str | None, fake_gpus_file: Path | None, node: str) 
     return NvmlBackend()
 
 
-def _joined(ctx: typer.Context, join_file: Path) -> tuple[str, str, str]:
-    """(node, Redis URL, prefix) from ``--join-file``; exit 2 when the command line also gives one."""
+def _joined(ctx: typer.Context, join_file: Path, state_dir: Path) -> tuple[str, str, str]:
+    """(node, Redis URL, prefix) from ``--join-file``; exit 2 when the command line also gives one, or
+    the file is for another host or expired unused (``check_join_file``)."""
     given = [f"--{n.replace('_', '-')}" for n in ("node", "redis_url", "prefix") if _from_command_line(ctx, n)]
     if given:
         typer.echo(f"error: --join-file gives the node, Redis URL and prefix: drop {', '.join(given)}", err=True)
         raise typer.Exit(2)
     try:
         joined = read_join_file(join_file)
+        check_join_file(join_file, joined, state_dir)
     except JoinFileError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
+    try:
+        mark_enrolled(state_dir, joined)
+    except OSError as exc:
+        logging.getLogger("frenzy.agent").warning(
+            "cannot note in %s that this host used its join file (%s): after the file expires a restart will "
+            "refuse it. To fix: make the state directory writable (--state-dir)", state_dir, exc.strerror)
     return joined.node, joined.redis_url, joined.prefix
 
 

@@ -140,6 +140,19 @@ def _with_host(url: str, host: str) -> str:
                        parts.fragment))
 
 
+def _ttl_seconds(text: str) -> float:
+    """A join file's --ttl: seconds, or a number with s, m, h or d (one unit)."""
+    import re
+
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", text.lower())
+    if not m:
+        raise ValueError("not a duration")
+    seconds = float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+    if not 60 <= seconds <= 30 * 86400:
+        raise ValueError("must be 1 minute to 30 days")
+    return seconds
+
+
 @node_app.command("join")
 def join(node: NodeArg, redis_url: RedisOpt = "", prefix: PrefixOpt = "frenzy",
          out: Annotated[Path | None, typer.Option(
@@ -147,13 +160,22 @@ def join(node: NodeArg, redis_url: RedisOpt = "", prefix: PrefixOpt = "frenzy",
          redis_host: Annotated[str | None, typer.Option(
              "--redis-host", help="Host the node reaches Redis at (default: --redis-url's host).")] = None,
          print_file: Annotated[bool, typer.Option(
-             "--print", help="Also print the join file (it holds the node's Redis password).")] = False) -> None:
+             "--print", help="Also print the join file (it holds the node's Redis password).")] = False,
+         host: Annotated[str | None, typer.Option(
+             "--host", help="The host the file is for (its hostname or fully qualified name): an agent on any "
+                            "other host refuses it. Default: NODE.")] = None,
+         ttl: Annotated[str, typer.Option(
+             "--ttl", help="How long the file may wait for its first use (12h, 30m, 2d or seconds): an agent "
+                           "refuses it afterwards unless its host used it before.")] = "24h") -> None:
     """Make NODE's Redis user (agent rights only, a fresh password) and signing key, and write a join
     file for its agent: copy it to the node and run `frenzy agent --join-file FILE`.
 
     Running join again for the same node rotates its Redis password: the old file stops working and
     an agent connected with it is disconnected (restart it with the new file). The signing key is
     kept (rotate it with `frenzy node key rotate`). --redis-url must be an admin's (ACL SETUSER).
+
+    The file names the host it is for (--host, default NODE) and expires unused after --ttl (24h):
+    an agent on another host, or first started after that, refuses it.
 
     \b
     Examples:
@@ -169,6 +191,13 @@ def join(node: NodeArg, redis_url: RedisOpt = "", prefix: PrefixOpt = "frenzy",
     from frenzy.state.keys import Keys
 
     _checked(node)
+    for_host = (host or node).strip()
+    if not for_host or any(c.isspace() or c in "/@:" for c in for_host) or len(for_host) > 253:
+        fail(f"--host {for_host!r}: not a host name. To fix: give the node's hostname (`hostname` on it)", 2)
+    try:
+        ttl_s = _ttl_seconds(ttl)
+    except ValueError as exc:
+        fail(f"--ttl {ttl!r}: {exc}. To fix: a duration such as 30m, 12h or 2d", 2)
     path = out or Path(f"frenzy-join-{node}.json")
     # Checked before the password changes, so a bad --out never leaves the node with no usable file.
     if path.is_dir() or not os.access(path.parent or Path("."), os.W_OK):
@@ -181,11 +210,14 @@ def join(node: NodeArg, redis_url: RedisOpt = "", prefix: PrefixOpt = "frenzy",
              "(allowed ACL SETUSER and CLIENT KILL)", 1)
     if redis_host:
         url = _with_host(url, redis_host)
-    text = json.dumps({"node": node, "redis_url": url, "prefix": prefix}, indent=2) + "\n"
+    expires_at = int(time.time() + ttl_s)
+    text = json.dumps({"node": node, "redis_url": url, "prefix": prefix, "host": for_host,
+                       "expires_at": expires_at}, indent=2) + "\n"
     write_private(path, text)
     con = render.console()
     con.print(f"node {node}: Redis user and signing key ready; join file written to {path} (0600, holds the "
-              f"node's Redis password). On the node: frenzy agent --join-file {path.name}", markup=False,
+              f"node's Redis password), for host {for_host} only, to be first used before "
+              f"{render.when(expires_at, date=True)}. On the node: frenzy agent --join-file {path.name}", markup=False,
               highlight=False)
     if print_file:
         typer.echo(text, nl=False)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import stat
 import subprocess
 import sys
@@ -29,7 +30,7 @@ def joined(redis_url: str, prefix: str, tmp_path: Path) -> Iterator[Path]:
     """`frenzy node join NODE` run once; its Redis user is deleted after the test (a shared server)."""
     path = tmp_path / "join.json"
     done = CliRunner().invoke(app, ["node", "join", NODE, "--redis-url", redis_url, "--prefix", prefix,
-                                    "--out", str(path)])
+                                    "--out", str(path), "--host", socket.gethostname()])  # (issue 34: its host)
     assert done.exit_code == 0, done.output
     yield path
     admin = redis.Redis.from_url(redis_url)
