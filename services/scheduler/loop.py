@@ -190,6 +190,14 @@ class SchedulerLoop:
         # hold, from the owners the cluster read named (no read of its own).
         held = snap.gpus_by_user if policy.max_gpus_per_user else None
         result = schedule(cluster, queue, now, policy, running, held)
+        # Jobs past the latest start of every plan that meets their deadline (HAS lists them in each
+        # pass while they wait, and in the one that places them): flagged before any placement
+        # moves them on, each once per attempt by the script. They still run, late.
+        if result.deadline_missed:
+            missed = self.store.mark_deadline_missed(result.deadline_missed, now)
+            if missed:
+                log.info("%d waiting job(s) can no longer meet their deadline; they run late, flagged", missed)
+                self.metrics.deadline_missed.inc(missed)
         placed, conflicts, preempted = [], [], []
         # A preemption stops its victim now; the GPUs come back when the victim's agents report
         # the exit (release_stale), so the jobs placed on them (the one it was stopped for, and

@@ -58,6 +58,9 @@ class SchedulerMetrics:
                                  "Placements whose reservation lost a race (the view was stale); retried next tick.",
                                  registry=r)
         self.preemptions = Counter("frenzy_preemptions", "Running jobs stopped for a much shorter one.", registry=r)
+        self.deadline_missed = Counter("frenzy_deadline_missed",
+                                       "Waiting jobs whose deadline could no longer be met (flagged once per attempt; "
+                                       "they run late).", registry=r)
         self.tick_seconds = Histogram("frenzy_scheduler_tick_seconds",
                                       "Duration of one placement tick (read, decide, reserve, dispatch).",
                                       buckets=TICK_BUCKETS, registry=r)

@@ -19,6 +19,7 @@ def plan_to_option(plan: types_pb2.Plan) -> PlanOption:
         gpu_type=plan.gpu_type, tp=lay.tp, pp=lay.pp, dp=lay.dp,
         bytes_per_gpu=min((p.bytes_per_gpu for p in parts), default=plan.peak_bytes_per_gpu),
         runtime_s=plan.completion_s if plan.completion_s > 0 else None, parts=parts,
+        cost_usd=plan.cost_usd if plan.cost_usd > 0 else None,
     )
 
 
@@ -33,6 +34,7 @@ def option_from_json(plan: dict[str, Any]) -> PlanOption:
     lay = plan.get("layout") or {}
     completion = float(plan.get("completionS", plan.get("completion_s", 0.0)))
     need = int(plan.get("peakBytesPerGpu", plan.get("peak_bytes_per_gpu", 0)))
+    cost = float(plan.get("costUsd", plan.get("cost_usd", 0.0)))  # the predictor's dollars (issue 35)
     parts = tuple(  # a mixed plan's stages (docs/mixed-plans.md): each type's ranks per stage
         PlanPart(int(st.get("index", 0)), s.get("gpuType", s.get("gpu_type", "")), int(s.get("gpus", 0)),
                  int(st.get("tp", 0)), int(s.get("peakBytes", s.get("peak_bytes", 0))))
@@ -42,4 +44,5 @@ def option_from_json(plan: dict[str, Any]) -> PlanOption:
         gpu_type=plan.get("gpuType", plan.get("gpu_type", "")), tp=int(lay.get("tp", 0)), pp=int(lay.get("pp", 0)),
         dp=int(lay.get("dp", 0)), bytes_per_gpu=min((p.bytes_per_gpu for p in parts), default=need),
         runtime_s=completion if completion > 0 else None, parts=parts,
+        cost_usd=cost if cost > 0 else None,
     )

@@ -49,11 +49,28 @@ def priority_of(raw: str | None) -> int:
 
 
 def plans_left(options: tuple[PlanOption, ...], done_fraction: float) -> tuple[PlanOption, ...]:
-    """A job's plans with their runtimes scaled to the work left (``has.preemption.runtime_left``)."""
+    """A job's plans with their runtimes, and so their dollars, scaled to the work left
+    (``has.preemption.runtime_left``): the rest of the run is what a deadline and a budget weigh."""
     if done_fraction <= 0.0:
         return options
-    return tuple(o if o.runtime_s is None else replace(o, runtime_s=runtime_left(o.runtime_s, done_fraction))
+    return tuple(o if o.runtime_s is None else replace(o, runtime_s=runtime_left(o.runtime_s, done_fraction),
+                                                       cost_usd=runtime_left(o.cost_usd, done_fraction))
                  for o in options)
+
+
+# The wire's objectives (types.proto ``Objective``, proto3 JSON names) as HAS names them.
+_OBJECTIVES = {"OBJECTIVE_COST": "cost", "OBJECTIVE_GPU_HOURS": "gpu-hours", 2: "cost", 3: "gpu-hours"}
+
+
+def goal_of(spec: dict[str, Any], submitted_at: float) -> tuple[float | None, str]:
+    """A stored spec's goal as HAS takes it (issue 35): the absolute deadline (submission plus
+    ``goal.deadline_s``, on the clock of ``submitted_at`` and the loop's ``now``; None for none)
+    and the objective ("time" when unset)."""
+    goal = spec.get("goal") or {}
+    if not isinstance(goal, dict):
+        return None, "time"
+    within = float(goal.get("deadlineS", goal.get("deadline_s", 0.0)) or 0.0)
+    return (submitted_at + within if within > 0 else None), _OBJECTIVES.get(goal.get("objective", ""), "time")
 
 
 class QueueReadModel:
@@ -109,6 +126,7 @@ class QueueReadModel:
             try:
                 stored = json.loads(raw or "[]")
                 options = plans_left(tuple(option_from_json(p) for p in stored), fraction(done))
+                deadline, objective = goal_of(json.loads(spec or "{}"), float(submitted_at or 0))
             except (ValueError, TypeError, AttributeError) as exc:  # not what submit writes
                 if job_id not in self._unreadable:
                     self._unreadable.add(job_id)
@@ -116,7 +134,8 @@ class QueueReadModel:
                 continue
             self._queued[job_id] = (stamp, QueuedJob(job_id=job_id, seq=stamp[2],
                                                      submitted_at=float(submitted_at or 0), plans=options,
-                                                     priority=priority_of(priority), user=user))
+                                                     priority=priority_of(priority), user=user,
+                                                     deadline=deadline, objective=objective))
             self._sources[job_id] = (attempt or "1", spec or "{}", stored)
 
     def snapshot(self, pending: Sequence[tuple[str, Stamp, str]], hold: str | None, read_at: float) -> QueueSnapshot:

@@ -98,6 +98,7 @@ class StateStore:
         # (placing, declaring nodes dead) refuse to act for a lease that has passed to another.
         self.lease = ""
         self._set_reasons = scripts.register(client, "set_pending_reasons")
+        self._mark_missed = scripts.register(client, "mark_deadline_missed")
         # Nodes' signing keys, re-read every few seconds: sealing a message costs no round trip.
         self.node_keys = signing.KeyCache(lambda nodes: node_keys.read_many(self.r, self.k, nodes), time.monotonic)
 
@@ -273,6 +274,20 @@ class StateStore:
         changed = self.queued.changed_reasons(reasons) if reasons else {}
         if changed:
             self._set_reasons(keys=[self.k.job(j) for j in changed], args=list(changed.values()))
+
+    def mark_deadline_missed(self, job_ids: Iterable[str], now: float) -> int:
+        """Flag the waiting jobs whose deadline HAS can no longer meet (``ScheduleResult.deadline_missed``),
+        each once per attempt, with a history note (``mark_deadline_missed.lua``). -> jobs newly flagged."""
+        keys: list[str] = []
+        args: list[object] = [now]
+        for job_id in job_ids:
+            source = self.queued.source(job_id)
+            if source is None:
+                continue
+            keys += [self.k.job(job_id), self.k.job_history(job_id)]
+            args += [source[0], history_entry(JobState.PENDING, "its deadline can no longer be met: it runs late "
+                                              "(frenzy cancel stops it)", now)]
+        return int(self._mark_missed(keys=keys, args=args)) if keys else 0
 
     # ---- placement (place_jobs.lua: a tick's jobs reserved and launched in one call) -------------
 
