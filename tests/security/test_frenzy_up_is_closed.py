@@ -71,7 +71,7 @@ def test_every_scheduler_rpc_without_a_token_is_unauthenticated(up: dict) -> Non
                  "ListJobs": scheduler_pb2.ListJobsRequest(), "CancelJob": scheduler_pb2.CancelJobRequest(job_id="x"),
                  "WatchJob": scheduler_pb2.WatchJobRequest(job_id="x"), "ListNodes": scheduler_pb2.ListNodesRequest(),
                  "StreamLogs": scheduler_pb2.StreamLogsRequest(job_id="x"),
-                 "HasCode": scheduler_pb2.HasCodeRequest(sha256="0" * 64),
+                 "HasCode": scheduler_pb2.HasCodeRequest(sha256="0" * 64), "GetUsage": scheduler_pb2.GetUsageRequest(),
                  "UploadCode": scheduler_pb2.CodeChunk(sha256="0" * 64, size=3, data=b"abc")}
         service = scheduler_pb2.DESCRIPTOR.services_by_name["Scheduler"]
         assert {m.name for m in service.methods} == set(calls)
