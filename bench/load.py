@@ -1,8 +1,10 @@
 """Load on the whole stack: placement throughput in a burst, latency below saturation, and a new
-job behind a backlog (issue 15). One command; with ``--json`` one JSON line last on stdout.
+job behind a backlog (issue 15), and CPU per job per kind of process (issue 38). One command; with
+``--json`` one JSON line last on stdout.
 
     .venv/bin/python bench/load.py --agents 100 --gpus-per-agent 8 --jobs 1000 --rate 100 --json
     .venv/bin/python bench/load.py --agents 30 --gpus-per-agent 8 --jobs 300 --rate 50 --backlog 1000
+    .venv/bin/python bench/load_runs.py --runs 5 -- --agents 100 --gpus-per-agent 8 --jobs 1000 --rate 100
 
 The local stack (``bench/stack_run.py``: private Redis, predictor, scheduler, one fake-GPU agent
 process per node, tokens, signed launches and events, a Redis user per service) runs on loopback
@@ -34,10 +36,23 @@ once a phase's jobs have ended. Phases:
      capacity-bound by design;
    * ``burst_release_to_first_placement_s``: the first RESERVED minus the moment of release.
 
-2. **Latency.** On the idle cluster (every burst job ended), ``--jobs`` more such jobs at
-   ``--rate`` a second: ``submit_to_running_p50_s`` / ``_p99_s`` (first RUNNING minus
-   ``submitted_at``), ``submit_p50_ms`` / ``submit_p99_ms`` (SubmitJob's round trip as the
-   client saw it), ``offered_rate_per_s`` (the rate submissions really started at).
+   Then ``--idle-s`` of nothing (``idle_cpu_ms_per_s``: what the idle stack's heartbeats, ticks
+   and polling cost a second, per kind of process).
+
+   **Saturation** (``--saturation-jobs``, default ``--jobs``; 0: skipped). The rate the stack
+   carries on this machine: that many jobs of the same mix submitted as fast as the submitters go
+   with the queue open, so submitting, placing, launching and the cluster's capacity all bound
+   it. ``saturation_rate_per_s`` is the rate at which they became RUNNING, sustained: the RUNNING
+   transitions from the later of their 20th percentile and the first of these jobs' end (the ramp
+   and the empty cluster's first wave left out) to their 90th percentile (the drain left out),
+   counted / the time between (``sustained_rate``).
+
+2. **Latency.** On the idle cluster (every earlier job ended), ``--jobs`` more such jobs at
+   ``latency_rate_per_s``: the lower of ``--rate`` and half the saturation rate (``--rate`` when
+   not measured), so the latencies are those below saturation, not a queue behind a full box:
+   ``submit_to_running_p50_s`` / ``_p99_s`` (first RUNNING minus ``submitted_at``),
+   ``submit_p50_ms`` / ``submit_p99_ms`` (SubmitJob's round trip as the client saw it),
+   ``offered_rate_per_s`` (the rate submissions really started at).
 
 3. **Backlog** (``--backlog N``, default 0: skipped). The cluster then has ``--backlog-agents``
    more nodes (default: as many as ``--agents``, so half the nodes) of ``--backlog-gpu-type``;
@@ -59,6 +74,20 @@ second run; blockers included, ``ran_twice_jobs`` shows up to 5 with their histo
 end), the machine (cpus, python, the 1-minute load average before and after: the numbers only
 compare on the same machine and load) and the sizes.
 
+CPU per job, the figures that do not depend on the box (issue 38): ``cpu_ms_per_job`` has the
+CPU milliseconds per job of each kind of process, ``scheduler`` (the placement loop), ``api``
+(SubmitJob and the other calls), ``redis``, ``predictor``, ``agents`` (with their spawners, shims
+and commands) and ``load_generator`` (this process), and ``control_plane_cpu_ms_per_job`` their
+scheduler + API + Redis; at the top the latency phase's, each phase's in ``phases``, each over
+that phase's window (from its start until its jobs had ended; reading their histories back
+afterwards is not counted) divided by its jobs. A share of the idle cost is in it
+(``idle_cpu_ms_per_s`` / the rate). With ``--split-scheduler`` the API is the ``--serve api``
+process and the scheduler the ``--serve loop`` one; in one process (the default) the API is the
+CPU of its gRPC threads and the submissions' pool refresh, the scheduler the rest (its threads
+name themselves for this: ``bench/thread_names/sitecustomize.py`` on the services' PYTHONPATH;
+per thread name in the phase's ``scheduler_threads_cpu_s``). ``bench/load_runs.py`` runs this N
+times and quotes each headline figure's median, min and max.
+
 Bounded in time: every phase waits until one deadline, ``--timeout-s`` after the stack is up;
 a phase the deadline cuts short reports its unfinished jobs as ``lost`` and later phases are
 skipped. The result is always printed; the exit status is 1 when a phase could not complete
@@ -72,9 +101,11 @@ import argparse
 import json
 import os
 import random
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import grpc
 from stack_run import (
@@ -114,11 +145,97 @@ GLOBAL_BATCH = 840  # lcm(1..8): dp = k divides it for every k, with micro batch
 TRAIN_STEPS = 10  # runtime estimates of 0.7 s (8 GPUs) to 5 s (1 GPU) on A100-80GB: near the 1 s sleep
 HOLD_REASON = "bench/load.py: gathering a burst"
 RESERVED, RUNNING = types_pb2.JOB_STATE_RESERVED, types_pb2.JOB_STATE_RUNNING
+# saturation_rate_per_s counts the RUNNING transitions between these quantiles (phase_saturation)
+SAT_LO_Q, SAT_HI_Q = 0.2, 0.9
 ENDED_STATES = (types_pb2.JOB_STATE_SUCCEEDED, types_pb2.JOB_STATE_FAILED, types_pb2.JOB_STATE_CANCELLED)
 
 
 class Deadline(Exception):
     """The run's deadline passed before a phase could start."""
+
+
+# ---- CPU per job, per kind of process -----------------------------------------------------------
+
+# On the services' PYTHONPATH: each Python thread gives its OS thread its name (sitecustomize.py there).
+THREAD_NAMES = Path(__file__).resolve().parent / "thread_names"
+# When the API and the placement loop share the scheduler's process, the API's threads are gRPC's
+# (its C core's: "grpc_global_tim", "event_engine", "lifeguard", ...; the server's "_serve"; the
+# handler pool's "grpc_N", where SubmitJob, its token check and its predictor call run) and the
+# refresh of the submissions' pools. Everything else (the main thread, "scheduler-loop", "events",
+# "wakes", "agent-scripts", /metrics) is the scheduler's, and so is the CPU of threads that ended
+# within the window (counted in the process's total, no longer in any thread's).
+API_THREADS = re.compile(r"grpc_|_serve$|event_engine|lifeguard|default-execut|resolver-execu|timer_manager"
+                         r"|pools-refresh")
+KINDS = ("scheduler", "api", "redis", "predictor", "agents", "load_generator")
+
+
+def thread_cpu(pid: int) -> dict[int, tuple[str, float]]:
+    """The live threads of ``pid``: tid -> (name, CPU seconds on a CPU, from schedstat's ns)."""
+    out: dict[int, tuple[str, float]] = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            name = Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip()
+            ns = int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+        out[int(tid)] = (name, ns / 1e9)
+    return out
+
+
+@dataclass(frozen=True)
+class CpuSnap:
+    procs: dict[str, float]  # service_cpu(): CPU s per service (agents summed), Redis, the load generator
+    threads: dict[int, tuple[str, float]]  # the scheduler process's threads (one-process scheduler only)
+
+
+def cpu_snapshot(bench: BenchStack, split: bool) -> CpuSnap:
+    sched = next((s for s in bench.stack.services if s.name == "scheduler"), None)
+    threads = thread_cpu(sched.proc.pid) if (sched is not None and not split) else {}
+    return CpuSnap(service_cpu(bench.stack), threads)
+
+
+def thread_delta(before: CpuSnap, after: CpuSnap) -> dict[str, float]:
+    """CPU s per thread name between two snapshots (the handler pool's "grpc_N" summed as "grpc_N")."""
+    out: dict[str, float] = {}
+    for tid, (name, cpu) in after.threads.items():
+        key = re.sub(r"^grpc_\d+$", "grpc_N", name)
+        out[key] = out.get(key, 0.0) + cpu - (before.threads[tid][1] if tid in before.threads else 0.0)
+    return out
+
+
+def kind_cpu(before: CpuSnap, after: CpuSnap, split: bool) -> tuple[dict[str, float], dict[str, float]]:
+    """CPU s per kind of process (KINDS) between two snapshots, and the one-process scheduler's
+    per thread name ({} when split). Split: the API is the ``--serve api`` process ("scheduler"),
+    the scheduler the ``--serve loop`` one ("scheduler-loop"); one process: the API is its
+    API_THREADS, the scheduler the rest of it."""
+    d = {k: after.procs.get(k, 0.0) - before.procs.get(k, 0.0) for k in after.procs}
+    threads: dict[str, float] = {}
+    if split:
+        api, sched = d.get("scheduler", 0.0), d.get("scheduler-loop", 0.0)
+    else:
+        threads = thread_delta(before, after)
+        api = sum(v for name, v in threads.items() if API_THREADS.match(name))
+        sched = max(0.0, d.get("scheduler", 0.0) - api)
+        # (process CPU is counted in clock ticks, threads' in ns: a few ms of rounding either way)
+        threads["(ended threads)"] = max(0.0, d.get("scheduler", 0.0) - sum(threads.values()))
+    kinds = {"scheduler": sched, "api": api, "redis": d.get("redis", 0.0), "predictor": d.get("predictor", 0.0),
+             "agents": d.get("agents", 0.0), "load_generator": d.get("load_generator", 0.0)}
+    return kinds, threads
+
+
+def per_job_ms(kinds: dict[str, float], jobs: int) -> dict[str, float | None]:
+    return {k: (round(kinds[k] * 1000.0 / jobs, 3) if jobs else None) for k in KINDS}
+
+
+def control_plane_ms(per_job: dict[str, float | None]) -> float | None:
+    """Scheduler + API + Redis per job: the control plane issue 38 bounds (the predictor apart:
+    its answers are cached per job shape)."""
+    parts = [per_job.get(k) for k in ("scheduler", "api", "redis")]
+    return None if any(v is None for v in parts) else round(sum(parts), 3)  # type: ignore[arg-type]
 
 
 def job_spec(name: str, k: int, job_s: float, gpu_types: Sequence[str] = ()) -> types_pb2.JobSpec:
@@ -159,6 +276,7 @@ class Run:
     lost: int = 0
     problems: list[str] = field(default_factory=list)
     errors: set[str] = field(default_factory=set)
+    ended_cpu: CpuSnap | None = None  # taken when a phase's jobs had ended, before they are read back
 
     def submit(self, specs: Sequence[types_pb2.JobSpec], rate: float, label: str, measured: bool = True
                ) -> list[Submission]:
@@ -175,6 +293,7 @@ class Run:
     def wait_and_read(self, ids: Sequence[str], phase: str) -> list[types_pb2.Job]:
         """Wait for the measured jobs ``ids`` to end (or the deadline), then read them once."""
         ended = wait_states(self.bench.admin, self.bench.keys, ids, ENDED, self.deadline, self.say)
+        self.ended_cpu = self.cpu_now()
         if len(ended) < len(ids):
             self.lost += len(ids) - len(ended)
             self.problems.append(f"{phase}: {len(ids) - len(ended)} of {len(ids)} jobs not ended by the deadline")
@@ -187,10 +306,28 @@ class Run:
             self.problems.append(f"{phase}: skipped, the deadline (--timeout-s) passed")
             raise Deadline(phase)
 
-    def cpu_of(self, fn: callable) -> tuple[object, dict[str, float]]:  # type: ignore[valid-type]
-        before = service_cpu(self.bench.stack)
+    def cpu_now(self) -> CpuSnap:
+        return cpu_snapshot(self.bench, self.args.split_scheduler)
+
+    def phase(self, name: str, fn: callable, jobs_key: str | None = "jobs") -> dict:  # type: ignore[valid-type]
+        """Run phase ``fn`` -> its numbers, with the CPU its window took: ``cpu_s`` per process,
+        ``cpu_s_by_kind`` (KINDS), and per job of the phase (``jobs_key``: its number of jobs)
+        ``cpu_ms_per_job`` and ``control_plane_cpu_ms_per_job``; a one-process scheduler's CPU per
+        thread name in ``scheduler_threads_cpu_s``. The window runs from the phase's start until
+        its jobs had ended (the benchmark's reading of their histories afterwards is not counted)."""
+        self.ended_cpu = None
+        before = self.cpu_now()
         out = fn()
-        return out, cpu_delta(before, service_cpu(self.bench.stack))
+        after = self.ended_cpu or self.cpu_now()
+        kinds, threads = kind_cpu(before, after, self.args.split_scheduler)
+        out["cpu_s"] = cpu_delta(before.procs, after.procs)
+        out["cpu_s_by_kind"] = {k: round(v, 3) for k, v in kinds.items()}
+        if threads:
+            out["scheduler_threads_cpu_s"] = {k: round(v, 3) for k, v in sorted(threads.items(), key=lambda kv: -kv[1])}
+        if jobs_key is not None:
+            out["cpu_ms_per_job"] = per_job_ms(kinds, int(out.get(jobs_key) or 0))
+            out["control_plane_cpu_ms_per_job"] = control_plane_ms(out["cpu_ms_per_job"])
+        return out
 
 
 def ended_at(job: types_pb2.Job) -> float | None:
@@ -245,18 +382,81 @@ def phase_burst(run: Run, rng: random.Random, k_max: int) -> dict[str, object]:
             "gpus_asked": sum(j.spec.limits.max_gpus for j in jobs), **outcome_counts(jobs)}
 
 
-def phase_latency(run: Run, rng: random.Random, k_max: int) -> dict[str, object]:
+def sustained_rate(times: Sequence[float], not_before: float | None = None, lo_q: float = SAT_LO_Q,
+                   hi_q: float = SAT_HI_Q) -> tuple[float | None, float | None, int]:
+    """The rate of events at ``times`` over their middle: from the ``lo_q`` quantile, or the first
+    event at or after ``not_before`` when that is later (the ramp before it left out), to the
+    ``hi_q`` quantile (the drain after it left out): the events between / the time between.
+    -> (rate or None, that span in s, events in it). Under 10 events, or when ``not_before`` leaves
+    fewer than 2 before the ``hi_q`` one: from the first (or the ``lo_q`` quantile)."""
+    ordered = sorted(times)
+    n = len(ordered)
+    if n < 2:
+        return None, None, 0
+    if n < 10:
+        lo, hi = 0, n - 1
+    else:
+        lo, hi = int(lo_q * n), max(int(lo_q * n) + 1, int(hi_q * n) - 1)
+        if not_before is not None:
+            later = next((i for i, t in enumerate(ordered) if t >= not_before), n)
+            lo = later if later < hi else lo
+    span = ordered[hi] - ordered[lo]
+    return ((hi - lo) / span if span > 0 else None), span, hi - lo
+
+
+def phase_saturation(run: Run, rng: random.Random, k_max: int) -> dict[str, object]:
+    """The rate the stack carries: ``--saturation-jobs`` jobs of the latency phase's mix submitted
+    as fast as the submitters go with the queue open, so submitting, placing, launching and the
+    cluster's capacity (GPUs / job length) all bound it; ``saturation_rate_per_s`` is the rate at
+    which they became RUNNING over the middle of them (sustained_rate): the ramp left out (the
+    first SAT_LO_Q of the RUNNING transitions, and all before the first of these jobs ended: the
+    empty cluster's first wave is not a rate it keeps up) and the drain (the last 1 - SAT_HI_Q)."""
+    args = run.args
+    run.check_time("saturation")
+    run.say(f"saturation: submitting {args.saturation_jobs} jobs as fast as {args.submitters} threads go, queue open")
+    specs = [job_spec(f"sat-{i}", rng.randint(1, k_max), args.job_s) for i in range(args.saturation_jobs)]
+    subs = run.submit(specs, 0, "saturation submitted")
+    jobs = run.wait_and_read([s.job_id for s in subs if s.job_id], "saturation")
+    ran = [at for j in jobs if (at := first_at(j, RUNNING)) is not None]
+    ends = [at for j in jobs if (at := ended_at(j)) is not None]
+    rate, span, counted = sustained_rate(ran, min(ends) if ends else None)
+    lat = submit_latency_ms(subs)
+    return {"jobs": len(jobs), "saturation_rate_per_s": rate, "rate_span_s": span, "rate_jobs": counted,
+            "offered_rate_per_s": offered_rate(subs),
+            "submit_p50_ms": percentile(lat, 50), "submit_p99_ms": percentile(lat, 99),
+            "gpus_busy_mean": hold_split(jobs)[2], **outcome_counts(jobs)}
+
+
+def phase_idle(run: Run) -> dict[str, object]:
+    """What the idle stack costs a second (heartbeats, ticks, polling), per kind: ``--idle-s`` of
+    nothing on the idle cluster. A phase's CPU per job includes its share of this: at r jobs a
+    second, idle_cpu_ms_per_s / r of it."""
+    run.check_time("idle")
+    before = run.cpu_now()
+    t0 = time.monotonic()
+    time.sleep(run.args.idle_s)
+    kinds, _ = kind_cpu(before, run.cpu_now(), run.args.split_scheduler)
+    secs = time.monotonic() - t0
+    return {"idle_s": round(secs, 3), "idle_cpu_ms_per_s": {k: round(v * 1000.0 / secs, 3) for k, v in kinds.items()}}
+
+
+def latency_rate(asked: float, saturation: float | None) -> float:
+    """The latency phase's rate: ``--rate``, at most half the measured saturation rate."""
+    return min(asked, saturation / 2.0) if saturation else asked
+
+
+def phase_latency(run: Run, rng: random.Random, k_max: int, rate: float) -> dict[str, object]:
     args = run.args
     run.check_time("latency")
-    run.say(f"latency: submitting {args.jobs} jobs at {args.rate:g}/s on the idle cluster")
+    run.say(f"latency: submitting {args.jobs} jobs at {rate:g}/s on the idle cluster")
     specs = [job_spec(f"steady-{i}", rng.randint(1, k_max), args.job_s) for i in range(args.jobs)]
-    subs = run.submit(specs, args.rate, "latency submitted")
+    subs = run.submit(specs, rate, "latency submitted")
     jobs = run.wait_and_read([s.job_id for s in subs if s.job_id], "latency")
     waits = submit_to_running(jobs)
     to_placed, to_running = wait_split(jobs)
     ran_to_end, placed_to_end, gpus_busy = hold_split(jobs)
     lat = submit_latency_ms(subs)
-    return {"jobs": len(jobs), "offered_rate_per_s": offered_rate(subs),
+    return {"jobs": len(jobs), "rate_per_s": rate, "offered_rate_per_s": offered_rate(subs),
             "submit_to_running_p50_s": percentile(waits, 50), "submit_to_running_p99_s": percentile(waits, 99),
             "submit_to_running_max_s": max(waits) if waits else None,
             # the two halves: waiting for a placement pass, then the launch through the agent
@@ -329,25 +529,30 @@ def run_phases(args: argparse.Namespace, say: callable) -> dict[str, object]:  #
     cluster = cluster_of(args)
     k_max = min(MAX_K, args.agents * args.gpus_per_agent)
     blockers_n = len(blocker_sizes(args.backlog_agents * args.gpus_per_agent)) if args.backlog else 0
-    raise_service_limits(2 * args.jobs + args.backlog + blockers_n + 1, args.rate)
+    raise_service_limits(2 * args.jobs + args.saturation_jobs + args.backlog + blockers_n + 1, args.rate)
+    # every service's Python threads name themselves (bench/thread_names): the API's CPU apart
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(THREAD_NAMES), os.environ.get("PYTHONPATH")) if p)
     rng = random.Random(args.seed)
-    phases: dict[str, object] = {}
+    phases: dict[str, dict] = {}
     out: dict[str, object] = {"bench": "load", **machine(), "split_scheduler": args.split_scheduler}
     with running_stack(cluster, say, keep_logs=args.keep_logs, split_scheduler=args.split_scheduler) as bench:
         run = Run(bench, args, time.monotonic() + args.timeout_s, say)
         cpu0 = service_cpu(bench.stack)
         blockers: list[str] = []
         blocker_jobs: list[types_pb2.Job] = []
+        rate = args.rate
         try:
             if args.backlog:
                 blockers = start_blockers(run)
-            phases["burst"], cpu = run.cpu_of(lambda: phase_burst(run, rng, k_max))
-            phases["burst"]["cpu_s"] = cpu  # type: ignore[index]
-            phases["latency"], cpu = run.cpu_of(lambda: phase_latency(run, rng, k_max))
-            phases["latency"]["cpu_s"] = cpu  # type: ignore[index]
+            phases["burst"] = run.phase("burst", lambda: phase_burst(run, rng, k_max))
+            if args.idle_s > 0:
+                phases["idle"] = run.phase("idle", lambda: phase_idle(run), jobs_key=None)
+            if args.saturation_jobs:
+                phases["saturation"] = run.phase("saturation", lambda: phase_saturation(run, rng, k_max))
+                rate = latency_rate(args.rate, phases["saturation"]["saturation_rate_per_s"])
+            phases["latency"] = run.phase("latency", lambda: phase_latency(run, rng, k_max, rate))
             if args.backlog:
-                phases["backlog"], cpu = run.cpu_of(lambda: phase_backlog(run, blockers))
-                phases["backlog"]["cpu_s"] = cpu  # type: ignore[index]
+                phases["backlog"] = run.phase("backlog", lambda: phase_backlog(run, blockers), jobs_key=None)
         except Deadline:
             pass
         finally:
@@ -359,11 +564,17 @@ def run_phases(args: argparse.Namespace, say: callable) -> dict[str, object]:  #
                                                      or bench.stack.metrics_port)
         out["redis"] = bench.admin.info("server")["redis_version"]
         startup_s = bench.startup_s
-    burst, latency, backlog = (phases.get(p, {}) for p in ("burst", "latency", "backlog"))
+    burst, sat, latency, backlog = (phases.get(p, {}) for p in ("burst", "saturation", "latency", "backlog"))
     counts = outcome_counts(run.measured)
     out.update({
         "placements_per_s": burst.get("placements_per_s"), "placements_per_s_overall": burst.get("placements_per_s_overall"),
         "first_wave": burst.get("first_wave"),
+        "saturation_rate_per_s": sat.get("saturation_rate_per_s"),
+        "latency_rate_per_s": latency.get("rate_per_s"),
+        # the latency phase's (below saturation): CPU ms per job by kind of process, and scheduler + API + Redis
+        "cpu_ms_per_job": latency.get("cpu_ms_per_job"),
+        "control_plane_cpu_ms_per_job": latency.get("control_plane_cpu_ms_per_job"),
+        "idle_cpu_ms_per_s": phases.get("idle", {}).get("idle_cpu_ms_per_s"),
         "submit_to_running_p50_s": latency.get("submit_to_running_p50_s"),
         "submit_to_running_p99_s": latency.get("submit_to_running_p99_s"),
         "submit_p50_ms": latency.get("submit_p50_ms"), "submit_p99_ms": latency.get("submit_p99_ms"),
@@ -374,6 +585,7 @@ def run_phases(args: argparse.Namespace, say: callable) -> dict[str, object]:  #
         "cpu_s": cpu_delta(cpu0, cpu1), "loadavg_1m_end": round(os.getloadavg()[0], 2), "startup_s": startup_s,
         "sizes": {"agents": args.agents, "gpus_per_agent": args.gpus_per_agent, "gpu_type": args.gpu_type,
                   "gpus": args.agents * args.gpus_per_agent, "jobs": args.jobs, "rate_per_s": args.rate,
+                  "saturation_jobs": args.saturation_jobs, "idle_s": args.idle_s,
                   "job_s": args.job_s, "k": [1, k_max], "seed": args.seed, "backlog": args.backlog,
                   "backlog_agents": args.backlog_agents if args.backlog else 0,
                   "backlog_gpu_type": args.backlog_gpu_type if args.backlog else None,
@@ -402,10 +614,15 @@ def summary(out: dict) -> str:
         f"  burst      {_num(out['placements_per_s'], '.1f')} placements/s in the first wave "
         f"({_num(out['first_wave'], 'd')} jobs), {_num(out['placements_per_s_overall'], '.1f')}/s overall; "
         f"release to first placement {_num(b.get('burst_release_to_first_placement_s'), '.2f')} s",
+        f"  saturation {_num(out['saturation_rate_per_s'], '.1f')} jobs/s to RUNNING, sustained; the latency phase at "
+        f"{_num(out['latency_rate_per_s'], '.1f')}/s (--rate {s['rate_per_s']:g}, at most half of it)",
         f"  latency    submit to RUNNING p50 {_num(out['submit_to_running_p50_s'], '.2f')} s, "
         f"p99 {_num(out['submit_to_running_p99_s'], '.2f')} s; SubmitJob p50 {_num(out['submit_p50_ms'], '.1f')} ms, "
         f"p99 {_num(out['submit_p99_ms'], '.1f')} ms at {_num(lat.get('offered_rate_per_s'), '.1f')}/s",
     ]
+    if out.get("cpu_ms_per_job"):
+        lines.append("  CPU ms/job " + ", ".join(f"{k} {_num(v, '.2f')}" for k, v in out["cpu_ms_per_job"].items())
+                     + f" (latency phase; control plane {_num(out['control_plane_cpu_ms_per_job'], '.2f')})")
     if bk:
         lines.append(f"  backlog    a new 1-GPU job behind {bk['queued']} queued: RUNNING after "
                      f"{_num(bk['backlog_new_job_to_running_s'], '.2f')} s on {bk['probe_gpu_type']}; "
@@ -426,6 +643,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--gpu-type", default="A100-80GB", help="catalog GPU type of the agents' GPUs")
     ap.add_argument("--jobs", type=int, default=1000, help="jobs in the burst, and again in the latency phase")
     ap.add_argument("--rate", type=float, default=100.0, help="submissions a second in the latency phase")
+    ap.add_argument("--saturation-jobs", type=int, default=None,
+                    help="jobs of the saturation phase, which measures the rate the stack carries; the latency "
+                         "phase runs at the lower of --rate and half of it (default: --jobs; 0: no saturation "
+                         "phase, the latency phase at --rate)")
+    ap.add_argument("--idle-s", type=float, default=2.0, help="seconds of the idle stack's CPU measured (0: none)")
     ap.add_argument("--job-s", type=float, default=1.0, help="seconds each job runs (sleep)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the jobs' GPU counts")
     ap.add_argument("--backlog", type=int, default=0, help="jobs queued behind held GPUs in phase 3 (0: no phase 3)")
@@ -440,10 +662,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = ap.parse_args(argv)
     if args.backlog_agents is None:
         args.backlog_agents = args.agents
+    if args.saturation_jobs is None:
+        args.saturation_jobs = args.jobs
     checks = [(args.agents >= 1, "--agents must be >= 1"), (args.gpus_per_agent >= 1, "--gpus-per-agent must be >= 1"),
               (args.jobs >= 1, "--jobs must be >= 1"), (args.rate > 0, "--rate must be > 0"),
               (args.job_s >= 0, "--job-s must be >= 0"), (args.backlog >= 0, "--backlog must be >= 0"),
               (args.backlog_agents >= 1, "--backlog-agents must be >= 1"),
+              (args.saturation_jobs >= 0, "--saturation-jobs must be >= 0"), (args.idle_s >= 0, "--idle-s must be >= 0"),
               (args.submitters >= 1, "--submitters must be >= 1"), (args.timeout_s > 0, "--timeout-s must be > 0")]
     for ok, msg in checks:
         if not ok:
