@@ -20,60 +20,9 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from frenzy.cli import render
-from frenzy.cli.output import JsonOpt, echo_json, fail
-from frenzy.cli.predict_options import (  # noqa: F401 - DEFAULT_MIN_SCALING_EFF: read by the CLI tests
-    DEFAULT_MIN_SCALING_EFF,
-    AttentionOpt,
-    BudgetOpt,
-    ClusterOpt,
-    CompiledOpt,
-    CpOpt,
-    DeadlineOpt,
-    DpOpt,
-    DropoutOpt,
-    EpOpt,
-    EtpOpt,
-    FinetuneOpt,
-    FlashOpt,
-    Float8Opt,
-    FsdpReshardOpt,
-    GlobalBatchOpt,
-    GpuOpt,
-    GpuTypesOpt,
-    InterNodeGbpsOpt,
-    LocalMicroBatchOpt,
-    LoraAdapterDtypeOpt,
-    LoraDropoutOpt,
-    LoraRankOpt,
-    LoraTargetsOpt,
-    LossOpt,
-    MainGradDtypeOpt,
-    MaxGpusOpt,
-    MicroBatchOpt,
-    MinScalingEffOpt,
-    MixedOpt,
-    ModelOpt,
-    NoRecomputeOpt,
-    ObjectiveOpt,
-    OptimizerImplOpt,
-    OptimizerOpt,
-    PpLayersOpt,
-    PpOpt,
-    PrecisionOpt,
-    PredictArgs,
-    QloraBackendOpt,
-    RankByOpt,
-    RecomputeOpt,
-    SeqLenOpt,
-    SequenceParallelOpt,
-    StageOpt,
-    TopOpt,
-    TpOpt,
-    TrainStepsOpt,
-    VppOpt,
-    WeightDecayOpt,
-    ZeroOpt,
-)
+from frenzy.cli.output import echo_json, fail
+from frenzy.cli.predict_options import DEFAULT_MIN_SCALING_EFF, PredictArgs  # noqa: F401 - (read by the CLI tests)
+from frenzy.cli.typed_options import options_command
 
 if TYPE_CHECKING:  # annotations only; imported where it runs
     import marp
@@ -123,58 +72,8 @@ def _choice(value: str, flag: str, choices: tuple[str, ...] | list[str]) -> str:
     return value
 
 
-def predict(
-    model: ModelOpt,
-    seq_len: SeqLenOpt,
-    global_batch: GlobalBatchOpt = 0,
-    micro_batch: MicroBatchOpt = 0,
-    precision: PrecisionOpt = "bf16",
-    optimizer: OptimizerOpt = "adamw",
-    optimizer_impl: OptimizerImplOpt = None,
-    train_steps: TrainStepsOpt = 1000,
-    recompute: RecomputeOpt = None,
-    no_recompute: NoRecomputeOpt = False,
-    attention: AttentionOpt = None,
-    flash: FlashOpt = True,
-    dropout: DropoutOpt = None,
-    loss: LossOpt = None,
-    finetune: FinetuneOpt = "full",
-    lora_rank: LoraRankOpt = 16,
-    lora_dropout: LoraDropoutOpt = 0.0,
-    lora_adapter_dtype: LoraAdapterDtypeOpt = "fp32",
-    fsdp_reshard: FsdpReshardOpt = "keep-last",
-    qlora_backend: QloraBackendOpt = "bitsandbytes",
-    main_grad_dtype: MainGradDtypeOpt = "fp32",
-    weight_decay: WeightDecayOpt = None,
-    ep: EpOpt = 1,
-    pp_layers: PpLayersOpt = None,
-    etp: EtpOpt = None,
-    lora_targets: LoraTargetsOpt = None,
-    compiled: CompiledOpt = False,
-    float8: Float8Opt = False,
-    dp: DpOpt = None,
-    tp: TpOpt = None,
-    pp: PpOpt = None,
-    vpp: VppOpt = None,
-    cp: CpOpt = None,
-    zero: ZeroOpt = None,
-    sequence_parallel: SequenceParallelOpt = False,
-    stage: StageOpt = None,
-    local_micro_batch: LocalMicroBatchOpt = None,
-    mixed: MixedOpt = None,
-    gpu: GpuOpt = None,
-    cluster: ClusterOpt = None,
-    gpu_types: GpuTypesOpt = None,
-    max_gpus: MaxGpusOpt = 0,
-    rank_by: RankByOpt = "time",
-    objective: ObjectiveOpt = "time",
-    deadline: DeadlineOpt = None,
-    budget: BudgetOpt = None,
-    inter_node_gbps: InterNodeGbpsOpt = None,
-    min_scaling_eff: MinScalingEffOpt = None,
-    top: TopOpt = 20,
-    as_json: JsonOpt = False,
-) -> None:
+@options_command(PredictArgs)
+def predict(ctx: typer.Context, a: PredictArgs) -> None:
     """Predict memory per GPU: for one layout, or the ranked plans over GPU types.
 
     Runs MARP locally; no server needed. Examples:
@@ -187,11 +86,7 @@ def predict(
         frenzy predict --model llama-3.1-8b --seq-len 4096 --global-batch 64 --objective cost \\
             --deadline 12h --budget 500 --cluster examples/cluster.yaml
     """
-    run(PredictArgs(**locals()))
-
-
-def run(a: PredictArgs) -> None:
-    """`frenzy predict` with its options checked: a mixed layout, one layout, or the ranked plans."""
+    # (the options checked: a mixed layout, one layout, or the ranked plans)
     stage_specs, stage_pick = _stage_args(a.stage, a.local_micro_batch, {
         "--dp": a.dp, "--tp": a.tp, "--pp": a.pp, "--vpp": a.vpp, "--cp": a.cp, "--gpu": a.gpu,
         "--sequence-parallel": a.sequence_parallel or None, "--mixed": a.mixed, "--min-scaling-eff": a.min_scaling_eff,

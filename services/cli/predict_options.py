@@ -1,7 +1,7 @@
 """`frenzy predict`'s options: one typer alias per option and the typed object they fill.
 
-``predict`` (frenzy.cli.cmd_predict) names each option by its alias and hands the values on as one
-``PredictArgs``, so the command's body and its steps read ``args.seq_len`` rather than a list of
+``PredictArgs`` is the command's parameter list (``frenzy.cli.typed_options.options_command``), so
+``predict`` (frenzy.cli.cmd_predict) and its steps read ``args.seq_len`` rather than a list of
 forty positional parameters (issue 31: no function over 150 lines). Only typer here: importing it
 loads no MARP (tests/unit/cli/test_cli_registry.py).
 """
@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+
+from frenzy.cli.output import JsonOpt
 
 # marp.plans.DEFAULT_MIN_SCALING_EFF, named in --help without importing MARP (numpy) for every
 # `frenzy` command; tests/unit/cli/test_cli_registry.py checks the two agree.
@@ -115,56 +117,58 @@ BudgetOpt = Annotated[str | None, typer.Option(help=BUDGET_HELP)]
 
 
 @dataclass
-class PredictArgs:
-    """Every `frenzy predict` option, as typed values (None: not given)."""
+class PredictArgs:  # (not frozen: the checks settle --attention/--flash and the recipe tuning in place)
+    """Every `frenzy predict` option, as typed values (None: not given). The fields are the command's
+    parameters, in this order (``frenzy.cli.typed_options.options_command``): each option is
+    declared once, here, with its help, its flag and its default."""
 
-    model: str
-    seq_len: int
-    global_batch: int = 0
-    micro_batch: int = 0
-    precision: str = "bf16"
-    optimizer: str = "adamw"
-    optimizer_impl: str | None = None
-    train_steps: int = 1000
-    recompute: str | None = None
-    no_recompute: bool = False
-    attention: str | None = None
-    flash: bool = True
-    dropout: float | None = None
-    loss: str | None = None
-    finetune: str = "full"
-    lora_rank: int = 16
-    lora_dropout: float = 0.0
-    lora_adapter_dtype: str = "fp32"
-    fsdp_reshard: str = "keep-last"
-    qlora_backend: str = "bitsandbytes"
-    main_grad_dtype: str = "fp32"
-    weight_decay: float | None = None
-    ep: int = 1
-    pp_layers: str | None = None
-    etp: int | None = None
-    lora_targets: str | None = None
-    compiled: bool = False
-    float8: bool = False
-    dp: int | None = None
-    tp: int | None = None
-    pp: int | None = None
-    vpp: int | None = None
-    cp: int | None = None
-    zero: int | None = None
-    sequence_parallel: bool = False
-    stage: list[str] | None = None
-    local_micro_batch: list[str] | None = None
-    mixed: bool | None = None
-    gpu: str | None = None
-    cluster: Path | None = None
-    gpu_types: list[str] | None = None
-    max_gpus: int = 0
-    rank_by: str = "time"
-    inter_node_gbps: float | None = None
-    min_scaling_eff: float | None = None
-    top: int = 20
-    as_json: bool = False
-    objective: str = "time"
-    deadline: str | None = None
-    budget: str | None = None
+    model: ModelOpt
+    seq_len: SeqLenOpt
+    global_batch: GlobalBatchOpt = 0
+    micro_batch: MicroBatchOpt = 0
+    precision: PrecisionOpt = "bf16"
+    optimizer: OptimizerOpt = "adamw"
+    optimizer_impl: OptimizerImplOpt = None
+    train_steps: TrainStepsOpt = 1000
+    recompute: RecomputeOpt = None
+    no_recompute: NoRecomputeOpt = False
+    attention: AttentionOpt = None
+    flash: FlashOpt = True
+    dropout: DropoutOpt = None
+    loss: LossOpt = None
+    finetune: FinetuneOpt = "full"
+    lora_rank: LoraRankOpt = 16
+    lora_dropout: LoraDropoutOpt = 0.0
+    lora_adapter_dtype: LoraAdapterDtypeOpt = "fp32"
+    fsdp_reshard: FsdpReshardOpt = "keep-last"
+    qlora_backend: QloraBackendOpt = "bitsandbytes"
+    main_grad_dtype: MainGradDtypeOpt = "fp32"
+    weight_decay: WeightDecayOpt = None
+    ep: EpOpt = 1
+    pp_layers: PpLayersOpt = None
+    etp: EtpOpt = None
+    lora_targets: LoraTargetsOpt = None
+    compiled: CompiledOpt = False
+    float8: Float8Opt = False
+    dp: DpOpt = None
+    tp: TpOpt = None
+    pp: PpOpt = None
+    vpp: VppOpt = None
+    cp: CpOpt = None
+    zero: ZeroOpt = None
+    sequence_parallel: SequenceParallelOpt = False
+    stage: StageOpt = None
+    local_micro_batch: LocalMicroBatchOpt = None
+    mixed: MixedOpt = None
+    gpu: GpuOpt = None
+    cluster: ClusterOpt = None
+    gpu_types: GpuTypesOpt = None
+    max_gpus: MaxGpusOpt = 0
+    rank_by: RankByOpt = "time"
+    objective: ObjectiveOpt = "time"
+    deadline: DeadlineOpt = None
+    budget: BudgetOpt = None
+    inter_node_gbps: InterNodeGbpsOpt = None
+    min_scaling_eff: MinScalingEffOpt = None
+    top: TopOpt = 20
+    as_json: JsonOpt = False

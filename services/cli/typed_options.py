@@ -33,8 +33,9 @@ def options_command(options: type[OptionsT]) -> Callable[[Callable[[typer.Contex
     """Turn ``run(ctx, options)`` into a typer command whose parameters are ``options``' fields."""
     hints = get_type_hints(options, include_extras=True)  # the fields' Annotated[..., typer.Option]
     params = [inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context)]
-    params += [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, annotation=hints[f.name], default=f.default)
-               for f in dataclasses.fields(options)]  # type: ignore[arg-type]  # fmt: skip
+    params += [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, annotation=hints[f.name],
+                                 default=inspect.Parameter.empty if f.default is dataclasses.MISSING else f.default)
+               for f in dataclasses.fields(options)]  # type: ignore[arg-type]  # a field without default: a required option
 
     def wrap(run: Callable[[typer.Context, OptionsT], None]) -> Callable[..., None]:
         def command(ctx: typer.Context, **values: Any) -> None:
