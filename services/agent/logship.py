@@ -1,12 +1,13 @@
-"""Ship job logs from the node's log files into each job's Redis log stream.
+"""Ship job logs from the node's log files into its own Redis log stream of each job.
 
 The job writes straight into its log file (not through the agent), so the
 training keeps running and logging whatever happens to the agent. One
 ``LogShipper`` thread tails every running job's file and appends what is new
-to ``logs:{job}`` through ``append_log.lua``, which records the shipped byte
-offset per node and attempt: a restarted agent resumes exactly where the
-previous one stopped, and nothing is sent twice. ``frenzy logs JOB --follow``
-reads that stream (via the scheduler) from any machine.
+to this node's stream of the job, ``node:{node}:logs:{job}``, through ``append_log.lua``,
+which records the shipped byte offset per attempt beside it: a restarted agent resumes exactly
+where the previous one stopped, and nothing is sent twice. The keys are the node's own: its
+Redis user may write no other node's output (issue 34). ``frenzy logs JOB --follow`` reads the
+streams of the job's nodes, merged in time order (via the scheduler), from any machine.
 
 Pieces are whole lines where possible (a line longer than ``CHUNK_BYTES`` is
 split). The watcher of a job calls ``finish()`` after the process ended and
@@ -14,9 +15,10 @@ before it reports the exit, so a finished job's stream holds all its output.
 
 Caps (issue 34 item 6: a job printing 60 MB became 422 MB in Redis and 60 MB on disk):
 
-* In Redis, a job's stream holds at most ``FRENZY_LOG_MAX_BYTES`` (16 MiB by default; 0: no
-  cap, only ``maxlen`` entries) of entries, counted as stored; ``append_log.lua`` deletes the
-  oldest entries past it, so the stream keeps the newest output.
+* In Redis, a node's stream of a job holds at most ``FRENZY_LOG_MAX_BYTES`` (16 MiB by default;
+  0: no cap, only ``maxlen`` entries) of entries, counted as stored; ``append_log.lua`` deletes
+  the oldest entries past it, so the stream keeps the node's newest output (the cap is per node:
+  a job on 4 nodes keeps up to 4 times it).
 * On disk, a node's log file of one attempt keeps at most ``FRENZY_LOG_FILE_MAX_BYTES`` (256 MiB
   by default; 0: no cap) of blocks: output older than the newest that many bytes is skipped
   (never shipped) and its blocks freed with ``fallocate(PUNCH_HOLE)`` (the file keeps its size
@@ -149,7 +151,7 @@ class LogShipper:
         self.poll_s = poll_s
         self.maxlen = maxlen
         self.retention_ms = int(retention_s * 1000)
-        # bytes of a job's stream in Redis, of a node's log file on disk (0: no cap)
+        # bytes of this node's stream of a job in Redis, of its log file on disk (0: no cap)
         self.redis_cap = cap_from_env(REDIS_CAP_ENV, DEFAULT_REDIS_CAP) if redis_cap is None else redis_cap
         cap = cap_from_env(FILE_CAP_ENV, DEFAULT_FILE_CAP) if file_cap is None else file_cap
         self.file_cap = cap if cap <= 0 else max(cap, 4 * CHUNK_BYTES)  # (room for whole pieces)
@@ -158,6 +160,10 @@ class LogShipper:
         self._tails: dict[tuple[str, int], _Tail] = {}
         self._lock = threading.Lock()
         self._warned: set[tuple[str, int]] = set()
+
+    def _keys(self, job_id: str) -> list[str]:
+        """append_log.lua's keys: this node's stream of the job and its offsets (the node's own)."""
+        return [self.k.job_logs(job_id, self.node), self.k.job_log_offsets(job_id, self.node)]
 
     # ---- registry
 
@@ -212,7 +218,7 @@ class LogShipper:
         with tail.lock:
             fld = f"{self.node}/{tail.attempt}"
             if tail.offset is None:
-                tail.offset = int(self.r.hget(self.k.job_log_offsets(tail.job_id), fld) or 0)
+                tail.offset = int(self.r.hget(self.k.job_log_offsets(tail.job_id, self.node), fld) or 0)
             fh = open_log(tail.path)
             if fh is None:
                 return
@@ -249,7 +255,7 @@ class LogShipper:
                              f"the newest {self.file_cap} bytes of an attempt ({FILE_CAP_ENV})]\n")
         try:
             shipped = int(self._append(
-                keys=[self.k.job_logs(tail.job_id), self.k.job_log_offsets(tail.job_id)],
+                keys=self._keys(tail.job_id),
                 args=[fld, start, to, self.maxlen, note.model_dump_json(), self.retention_ms, self.redis_cap,
                       self.file_cap]))
         except redis.RedisError:
@@ -290,7 +296,7 @@ class LogShipper:
             start, end = tail.offset, tail.offset + len(data)
             chunk = LogChunk(node=self.node, attempt=tail.attempt, offset=start, text=log_text(data))
             shipped = int(self._append(
-                keys=[self.k.job_logs(tail.job_id), self.k.job_log_offsets(tail.job_id)],
+                keys=self._keys(tail.job_id),
                 args=[fld, start, end, self.maxlen, chunk.model_dump_json(), self.retention_ms, self.redis_cap,
                       self.file_cap]))
             tail.offset = shipped  # > start always: the loop makes progress

@@ -377,14 +377,16 @@ def _add_job_routes(api: APIRouter, link: SchedulerLink) -> None:
         job_id: str = JobIdPath,
         node: str = Query(default="", max_length=256, description="one node's output (empty: every node)"),
         attempt: int = Query(default=0, ge=0, le=MAX_INT32, description="one attempt (0: every attempt)"),
-        tail_lines: int = Query(default=200, ge=0, le=100_000, description="last lines per node (0: all kept)"),
+        tail_lines: int = Query(default=200, ge=0, le=100_000,
+                                description="the last lines, of every node together (0: all kept)"),
     ) -> dict[str, Any]:
         """The job's output as the agents shipped it (stdout and stderr together), per node and
-        attempt, oldest first — what `frenzy logs` prints, without following. `cap_bytes`: what
-        the job's log stream keeps (its newest output), `file_cap_bytes`: what a node's log file
-        keeps (0: no cap). With `tail_lines=0`, `dropped` lists each node and attempt whose first
-        bytes the stream no longer holds (`bytes`: how many); output a file cap dropped shows in
-        place, as a chunk whose text says so."""
+        attempt, oldest first — what `frenzy logs` prints, without following: each node's stream
+        of the job, merged in time order. `cap_bytes`: what a node's log stream of the job keeps
+        (its newest output; per node), `file_cap_bytes`: what a node's log file keeps (0: no cap).
+        With `tail_lines=0`, `dropped` lists each node and attempt whose first bytes the stream no
+        longer holds (`bytes`: how many); output a file cap dropped shows in place, as a chunk
+        whose text says so."""
 
         def read(st: scheduler_pb2_grpc.SchedulerStub) -> tuple[list[Any], dict[str, Any]]:
             stream = st.StreamLogs(scheduler_pb2.StreamLogsRequest(

@@ -1,9 +1,9 @@
 """``frenzy logs JOB``: a job's output (every node's stdout and stderr), live with ``--follow``.
 
-The agents ship each node's log file into the job's Redis log stream; the
-scheduler serves it (``StreamLogs``), so this works from any machine that
-reaches the scheduler. Lines are prefixed with their node when the job ran
-on more than one node or attempt. The stream is capped in bytes (issue 34 item 6; the
+The agents ship each node's log file into that node's Redis log stream of the job; the
+scheduler serves them merged in time order (``StreamLogs``), so this works from any machine
+that reaches the scheduler. Lines are prefixed with their node when the job ran
+on more than one node or attempt. Each node's stream is capped in bytes (issue 34 item 6; the
 scheduler sends the caps with the stream): when its start was dropped, a note on stderr
 says how many bytes and what the caps are; the node's log file (path shown by ``frenzy
 job``) keeps more. Output a node's file cap dropped shows in place, as a line saying so.
@@ -122,7 +122,7 @@ class OutputWriter:
                     self.end_line()
                     path = self.log_paths.get(chunk.node, "its log file")
                     cap, file_cap = self.caps
-                    kept = f" (it keeps the newest {_size(cap)} of a job's output)" if cap else ""
+                    kept = f" (it keeps the newest {_size(cap)} of a node's output)" if cap else ""
                     file = (f"the log file {render.user_text(path)} on {render.user_text(chunk.node)} keeps the "
                             f"newest {_size(file_cap)}" if file_cap else
                             f"the full log is {render.user_text(path)} on {render.user_text(chunk.node)}")

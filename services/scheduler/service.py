@@ -4,9 +4,9 @@ SubmitJob validates the spec, asks the Predictor (over gRPC) for ranked plans
 on the GPU types the live cluster has, and only then writes the job in one
 atomic script — bad input leaves nothing behind. The same predictor call
 re-plans a job that lost a node, for the cluster that is left. StreamLogs
-serves the output the agents ship into each job's Redis log stream, so
-`frenzy logs` works from any machine that reaches the scheduler. Status codes
-follow gRPC conventions: INVALID_ARGUMENT names the bad field,
+serves the output the agents ship into Redis (a stream per node of the job, merged in time
+order: ``frenzy.state.job_logs``), so `frenzy logs` works from any machine that reaches the
+scheduler. Status codes follow gRPC conventions: INVALID_ARGUMENT names the bad field,
 FAILED_PRECONDITION when the cluster can never hold the job, NOT_FOUND for an
 unknown job id, RESOURCE_EXHAUSTED naming the limit when a user is over a quota
 (queued jobs, GPUs held), the submission rate or the open-stream cap.
@@ -74,9 +74,10 @@ from frenzy.scheduler.submit_pools import (
 from frenzy.scheduler.usage_api import UsageCollector, UsageDesk, UsageRefused
 from frenzy.state import scripts
 from frenzy.state.code_store import CodeError, CodeStore, max_code_bytes_from_env
+from frenzy.state.job_logs import LogReader
 from frenzy.state.job_states import JobState
 from frenzy.state.keys import Keys
-from frenzy.state.messages import SAFE_NAME_RE, BadMessage, LogChunk, decode_log_chunk
+from frenzy.state.messages import SAFE_NAME_RE, LogChunk
 from frenzy.state.ports import DEFAULT_MASTER_PORTS
 from frenzy.state.records import JobRecord, gpu_type_problem
 from frenzy.state.store import StateStore, plans_to_json
@@ -93,9 +94,11 @@ JOB_ID = SAFE_NAME_RE  # one rule for job ids: frenzy.state.messages
 DEFAULT_MAX_QUEUED_PER_USER = 1000
 SERVE_MODES = ("all", "api", "loop")  # what one scheduler process does (SchedulerServer's ``serve``)
 DEFAULT_MAX_GPUS_PER_USER = 0  # 0: no limit; the right number depends on the cluster, as in Slurm
-# StreamLogs' initial metadata: the byte cap of a job's log stream and of a node's log file (0: none)
+# StreamLogs' initial metadata: the byte cap of a node's log stream of a job and of a node's log file (0: none)
 LOG_CAP_HEADER = "frenzy-log-cap-bytes"
 LOG_FILE_CAP_HEADER = "frenzy-log-file-cap-bytes"
+LOG_NODES_REFRESH_S = 2.0  # a follower re-reads the job's nodes this often while output flows
+LOG_FINAL_READS = 5  # reads after the job ended (each up to 10,000 entries): a node still writing cannot hold it
 DEFAULT_MAX_USER_PRIORITY = 0  # users may lower their jobs' priority; raising it is an admin's call
 
 
@@ -438,57 +441,46 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         return scheduler_pb2.ListNodesResponse(nodes=fit(out))
 
     def StreamLogs(self, request: scheduler_pb2.StreamLogsRequest, context: grpc.ServicerContext) -> Iterator:
+        """The job's output: the log streams of the nodes it was placed on, in any attempt,
+        merged by entry id (time order; ``frenzy.state.job_logs``). Following, the streams of
+        nodes a requeue places it on are picked up as it goes."""
         job = self._job(request.job_id, context)
         if request.tail_lines < 0 or request.attempt < 0:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                           "tail_lines: must be >= 0" if request.tail_lines < 0 else "attempt: must be >= 0")
-        key = self.store.k.job_logs(job.id)
-        r = self.store.r
-        # The caps the agents ship under (append_log.lua keeps them beside the offsets): readers
-        # say what a trimmed start or a gap means (issue 34 item 6).
-        cap, file_cap = r.hmget(self.store.k.job_log_offsets(job.id), ":cap", ":disk_cap")
-        context.send_initial_metadata(((LOG_CAP_HEADER, str(_int(cap))), (LOG_FILE_CAP_HEADER, str(_int(file_cap)))))
-
-        def wanted(chunk: LogChunk) -> bool:
-            return (not request.node or chunk.node == request.node) and (
-                not request.attempt or chunk.attempt == request.attempt)
-
-        def decoded(entries: list) -> Iterator[tuple[str, LogChunk]]:
-            for entry_id, fields in entries:
-                try:
-                    chunk = decode_log_chunk(fields)
-                except BadMessage as exc:
-                    log.warning("job %s: skipping bad log entry %s: %s", job.id, entry_id, exc)
-                    continue
-                if wanted(chunk):
-                    yield entry_id, chunk
-
-        last = "0"
+        reader = LogReader(self.store.r, self.store.k, job, request.node, request.attempt)
+        # The caps the agents ship under (append_log.lua keeps them beside the offsets; per node):
+        # readers say what a trimmed start or a gap means (issue 34 item 6).
+        cap, file_cap = reader.caps()
+        context.send_initial_metadata(((LOG_CAP_HEADER, str(cap)), (LOG_FILE_CAP_HEADER, str(file_cap))))
         if request.tail_lines:
-            newest = r.xrevrange(key, count=1)
-            if newest:
-                last = newest[0][0]
-                for chunk in _tail(r, key, last, request.tail_lines, decoded):
-                    yield _chunk_proto(chunk)
+            for chunk in reader.tail(request.tail_lines):
+                yield _chunk_proto(chunk)
+        refreshed = time.monotonic()
         while context.is_active():
-            reply = r.xread({key: last}, count=500, block=1000 if request.follow else None)
-            entries = reply[0][1] if reply else []
-            if entries:
-                last = entries[-1][0]
-                for _entry_id, chunk in decoded(entries):
-                    yield _chunk_proto(chunk)
+            read, chunks = reader.read(block_ms=1000 if request.follow else None)
+            for chunk in chunks:
+                yield _chunk_proto(chunk)
+            if request.follow and time.monotonic() - refreshed >= LOG_NODES_REFRESH_S:
+                refreshed = time.monotonic()  # (a busy job: nodes a requeue added, without waiting for a lull)
+                reader.refresh(self.store.get(job.id) or job)
+            if read:
                 continue
             if not request.follow:
                 return
             current = self.store.get(job.id)
+            if current is not None:
+                reader.refresh(current)
             if current is None or current.state.terminal:
                 # Agents ship a node's last output before reporting its exit, and the job
-                # ends with the last exit: one more read and the stream is complete.
-                reply = r.xread({key: last}, count=10_000)
-                for _entry_id, chunk in decoded(reply[0][1] if reply else []):
-                    yield _chunk_proto(chunk)
+                # ends with the last exit: a few more reads and the streams are complete.
+                for _ in range(LOG_FINAL_READS):
+                    read, chunks = reader.read(count=10_000)
+                    for chunk in chunks:
+                        yield _chunk_proto(chunk)
+                    if not read:
+                        break
                 return
-
 
     def HasCode(self, request: scheduler_pb2.HasCodeRequest, context: grpc.ServicerContext):
         try:
@@ -524,13 +516,6 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         return scheduler_pb2.CodeRef(sha256=stored.sha256, size=stored.size, existed=stored.existed)
 
 
-def _int(text: str | None) -> int:
-    try:
-        return max(0, int(float(text or 0)))
-    except ValueError:
-        return 0
-
-
 def _seconds(text: str) -> float:
     """A stored time (unix seconds) as written; 0 when absent or unreadable."""
     try:
@@ -550,34 +535,6 @@ def _json(text: str | None, default: object) -> Any:
 def _chunk_proto(chunk: LogChunk) -> scheduler_pb2.LogChunk:
     return scheduler_pb2.LogChunk(node=chunk.node, attempt=chunk.attempt, offset=chunk.offset, text=chunk.text,
                                   at=chunk.at)
-
-
-def _tail(r: redis.Redis, key: str, newest: str, lines: int, decoded) -> list[LogChunk]:  # noqa: ANN001
-    """The chunks holding the last ``lines`` lines up to entry ``newest``, oldest first (first one trimmed)."""
-    picked: list[LogChunk] = []
-    count = 0
-    end = newest
-    while count < lines:
-        batch = r.xrevrange(key, max=end, count=200)
-        if not batch:
-            break
-        for _entry_id, chunk in decoded(batch):
-            picked.append(chunk)
-            count += chunk.text.count("\n") + (0 if chunk.text.endswith("\n") else 1)
-            if count >= lines:
-                break
-        if len(batch) < 200:
-            break
-        end = "(" + batch[-1][0]
-    picked.reverse()
-    extra = count - lines
-    if picked and extra > 0:
-        head = picked[0]
-        parts = head.text.split("\n")
-        kept = "\n".join(parts[extra:])
-        picked[0] = head.model_copy(update={"text": kept,
-                                            "offset": head.offset + len(head.text.encode()) - len(kept.encode())})
-    return picked
 
 
 def env_float(name: str, default: float) -> float:

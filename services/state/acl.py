@@ -7,8 +7,10 @@ layout they confine is ``frenzy.state.keys``.
 Roles, least privilege first:
 
 * ``agent`` (one user per node n): only node n's records (``node:{n}``, its lease ``node:{n}:alive``,
-  ``gpu:{n}:*``, its signing key ``node:{n}:key`` to read), the ``nodes`` set, job log streams
-  (``logs:*``), its own launch stream (read and acknowledge), the events stream (append) and the
+  ``gpu:{n}:*``, its signing key ``node:{n}:key`` to read), the ``nodes`` set, its own node's job
+  output (``node:{n}:logs:*``: each job's stream and offsets of node n; no other node's, and not the
+  one ``logs:{job}`` stream of every node that jobs had before issue 34), its own launch stream
+  (read and acknowledge), the events stream (append) and the
   jobs' packed code (``code:*``, read: GET, GETRANGE, STRLEN, EXISTS), with
   only the commands the agent and its Lua scripts (register_node, heartbeat, append_log,
   set_draining) call. No job record, no other node, no token, no queue.
@@ -124,7 +126,12 @@ def role_rules(role: RedisRole, prefix: str, node: str | None = None, *, db: int
         if not node:
             raise ValueError("an agent's Redis rules are per node: give the node name")
         n = glob_escape(node)
-        own = _keys(f"{p}:node:{n}", f"{p}:node:{n}:alive", f"{p}:gpu:{n}:*", f"{p}:nodes", f"{p}:logs:*")
+        own = _keys(f"{p}:node:{n}", f"{p}:node:{n}:alive", f"{p}:gpu:{n}:*", f"{p}:nodes",
+                    # node n's output of each job. The node comes first in these names: node names
+                    # have no ':', so no other node's key matches. (A pattern ending in the node,
+                    # logs:*:{n}, would not do: `*` matches ':' too, so a node named "offsets" would
+                    # reach every node's logs:{job}:{node}:offsets.)
+                    f"{p}:node:{n}:logs:*")
         launch, events, signing_key = f"{p}:launch:{n}", f"{p}:events", f"{p}:node:{n}:key"
         code = f"{p}:code:*"
         base = ("resetchannels", "-@all", *_CONNECTION, *_AGENT_SCRIPTS, *_AGENT_COMMANDS)

@@ -34,8 +34,16 @@ the whole truth about what is in Redis.
     {p}:seq                      string monotonically increasing submit sequence / fencing token
     {p}:launch:{node}            stream launch and cancel commands for one node's agent
     {p}:ports:{node}             hash   rendezvous (master) ports in use on that node: port -> job id
-    {p}:logs:{job}               stream the job's output, shipped by the agents (capped), all nodes and attempts
-    {p}:logs:{job}:offsets       hash   "{node}/{attempt}" -> bytes of that log file already in the stream
+    {p}:node:{node}:logs:{job}   stream one node's output of a job, every attempt, shipped by that node's agent only
+                                        (append_log.lua; capped per node: FRENZY_LOG_MAX_BYTES); expires 7 days after
+                                        its last output. Readers (StreamLogs, state/job_logs.py) merge the streams of
+                                        the nodes the job was placed on, by entry id (time order). Under node:{node}
+                                        so an agent's ACL pattern (~{p}:node:{node}:logs:*) reaches its own node's
+                                        output and nothing else (issue 34)
+    {p}:node:{node}:logs:{job}:offsets  hash "{node}/{attempt}" -> bytes of that node's log file already in its
+                                        stream, and the cap's bookkeeping (":bytes", ":cap", ...: append_log.lua)
+    {p}:logs:{job}, {p}:logs:{job}:offsets   the one stream of every node of a job from before issue 34: no longer
+                                        written (agents may not), still read by StreamLogs until it expires
     {p}:events                   stream agent -> scheduler status events
     {p}:batch:{batch}            hash   batch submission outcomes: field per entry index -> JSON
                                         {"status", "job_id", "error", "name", "at"}; expires
@@ -145,10 +153,18 @@ class Keys:
     def ports(self, node: str) -> str:
         return f"{self.prefix}:ports:{node}"
 
-    def job_logs(self, job_id: str) -> str:
+    def job_logs(self, job_id: str, node: str) -> str:
+        """Node ``node``'s output of job ``job_id`` (only that node's agent writes it)."""
+        return f"{self.prefix}:node:{node}:logs:{job_id}"
+
+    def job_log_offsets(self, job_id: str, node: str) -> str:
+        return f"{self.prefix}:node:{node}:logs:{job_id}:offsets"
+
+    def legacy_job_logs(self, job_id: str) -> str:
+        """A job's one log stream of every node, from before issue 34 (read, never written)."""
         return f"{self.prefix}:logs:{job_id}"
 
-    def job_log_offsets(self, job_id: str) -> str:
+    def legacy_job_log_offsets(self, job_id: str) -> str:
         return f"{self.prefix}:logs:{job_id}:offsets"
 
     # batch submission (Celery worker, `frenzy batch`)

@@ -184,7 +184,7 @@ def test_a_real_agent_runs_a_job_under_its_own_user(users: RoleUrls, admin_url: 
             job = wait_for(final, timeout=30, what="the job to end")
             assert job.state == types_pb2.JOB_STATE_SUCCEEDED, job  # type: ignore[union-attr]
             admin = _client(admin_url)
-            logs = "".join(f["data"] for _id, f in admin.xrange(keys.job_logs(job_id)))
+            logs = "".join(f["data"] for _id, f in admin.xrange(keys.job_logs(job_id, "a")))
             assert "ran under acl" in logs
             node = keys.node("a")
             wait_for(lambda: float(admin.hget(node, "heartbeat_at")) > float(admin.hget(node, "registered_at")),

@@ -32,7 +32,7 @@ from frenzy.state.keys import Keys
 from frenzy.state.messages import LogChunk
 from frenzy.v1 import scheduler_pb2
 from support.servers import Servers, running_servers
-from support.state import add_node, make_spec
+from support.state import add_node, make_spec, place_on
 
 MiB = 1 << 20
 REDIS_CAP = 4 * MiB
@@ -94,12 +94,13 @@ def test_60_mb_of_output_stays_within_the_caps_in_redis_and_on_disk(
     monkeypatch.setenv("FRENZY_LOG_MAX_BYTES", str(REDIS_CAP))
     monkeypatch.setenv("FRENZY_LOG_FILE_MAX_BYTES", str(FILE_CAP))
     job_id = servers.stub.SubmitJob(scheduler_pb2.SubmitJobRequest(spec=make_spec("loud")), timeout=30).job.id
+    place_on(redis_client, keys, job_id, "n0")  # (StreamLogs reads the nodes a job was placed on)
     path = tmp_path / "n0.log"
     path.touch(mode=0o600)
     writer = subprocess.Popen([sys.executable, "-c", WRITER, str(path)])
     _ship(agent_client, keys, job_id, path, writer)
 
-    stream = keys.job_logs(job_id)
+    stream = keys.job_logs(job_id, "n0")
     in_redis = redis_client.memory_usage(stream, samples=0)
     assert in_redis is not None and in_redis <= 1.5 * REDIS_CAP, f"{in_redis / MiB:.1f} MiB in Redis"
     size = path.stat().st_size
@@ -140,11 +141,12 @@ ESCAPES = (b"title \x1b]0;pwned\x07 clipboard \x1b]52;c;cm0gLXJmIH4=\x07 clear \
 
 
 def test_frenzy_logs_never_writes_a_jobs_escape_bytes_to_the_terminal(
-        servers: Servers, agent_client: redis.Redis, keys: Keys, tmp_path: Path) -> None:
+        servers: Servers, agent_client: redis.Redis, redis_client: redis.Redis, keys: Keys, tmp_path: Path) -> None:
     """`frenzy logs` shows a job's control characters as visible escapes (`\\x1b`), as `frenzy
     jobs` does: OSC 52 (clipboard write), a title, clear screen, an 8-bit CSI and a hyperlink
     never reach the reader's terminal raw. (Fixed by an earlier change: this guards it.)"""
     job_id = servers.stub.SubmitJob(scheduler_pb2.SubmitJobRequest(spec=make_spec("evil")), timeout=30).job.id
+    place_on(redis_client, keys, job_id, "n0")
     path = tmp_path / "n0.log"
     path.write_bytes(ESCAPES * 3)
     _ship(agent_client, keys, job_id, path, None)
@@ -168,7 +170,7 @@ def test_the_capped_append_runs_on_redis_6_2_under_an_agents_acl(prefix: str) ->
         agent = redis.Redis.from_url(urls.agents["n0"], decode_responses=True)
         keys = Keys(prefix)
         append = scripts.register(agent, "append_log")
-        stream, offsets = keys.job_logs("job-1"), keys.job_log_offsets("job-1")
+        stream, offsets = keys.job_logs("job-1", "n0"), keys.job_log_offsets("job-1", "n0")
         offset = 0
         for i in range(400):
             text = f"line {i} " + "x" * 1000 + "\n"

@@ -3,6 +3,7 @@ way to put nodes and GPUs into Redis exactly as an agent registers them."""
 
 from __future__ import annotations
 
+import json
 import time
 
 import redis
@@ -62,3 +63,16 @@ def make_spec(name: str = "t") -> types_pb2.JobSpec:
     return types_pb2.JobSpec(name=name, model=types_pb2.ModelSpec(catalog_name="gpt2-124m"),
                              recipe=types_pb2.TrainingRecipe(seq_len=128, global_batch=8),
                              command=["true"])
+
+
+def place_on(client: redis.Redis, keys: Keys, job_id: str, *nodes: str) -> None:
+    """Record ``job_id`` as placed on ``nodes`` (one GPU each) as place_jobs.lua does: the placement
+    and a RESERVED history entry naming the nodes. StreamLogs reads the log streams of the nodes a
+    job was placed on, in any attempt (frenzy.state.job_logs), so a test that ships output for a
+    node places the job there first."""
+    from frenzy.state.job_states import JobState
+    from frenzy.state.records import history_entry
+
+    client.hset(keys.job(job_id), "placement", json.dumps([[n, [0]] for n in nodes]))
+    client.rpush(keys.job_history(job_id), history_entry(JobState.RESERVED, f"{len(nodes)} x A100-80GB on "
+                                                         + ", ".join(nodes)))

@@ -1,5 +1,11 @@
--- append_log: add the next piece of one node's job log to the job's log stream, exactly once,
--- within the job's byte cap.
+-- append_log: add the next piece of one node's job log to that node's log stream of the job,
+-- exactly once, within the stream's byte cap.
+--
+-- The keys are the node's own (node:{node}:logs:{job} and its :offsets, frenzy.state.keys): an
+-- agent's ACL reaches its node's keys only, so it can neither write another node's output nor
+-- move another node's shipped offset (issue 34). A check in here could not give that: Redis checks
+-- every command a script runs against the caller's ACL, so whoever may run this XADD may run it
+-- without the script. Readers merge the streams of the nodes the job was placed on by entry id.
 --
 -- Guarantees (atomic, one script): a piece is appended only if it starts at or
 -- after the offset already shipped for this node and attempt, and the stream
@@ -13,9 +19,10 @@
 -- The cap (issue 34 item 6): with ARGV[7] > 0 the stream holds at most that many bytes of
 -- entries besides the newest one (each counted as its chunk's JSON plus ENTRY_OVERHEAD for the
 -- stream's and this bookkeeping's own memory) and at most ARGV[4] entries: the oldest entries
--- go first, so the stream keeps the newest output of every node. Only XADD trims (its exact
+-- go first, so the stream keeps the node's newest output. The cap is per node: a job keeps up
+-- to the cap of output from each node it ran on. Only XADD trims (its exact
 -- MINID), with the hash commands an agent's ACL already allows (frenzy.state.acl): no XRANGE,
--- XDEL or XTRIM for agents. The bookkeeping lives in the offsets hash beside the per-node
+-- XDEL or XTRIM for agents. The bookkeeping lives in the offsets hash beside the per-attempt
 -- offsets, under names no "node/attempt" field can take (a node name has no ':'):
 --   ":bytes"     bytes the stream's entries hold, as counted above
 --   ":dropped"   bytes of entries trimmed for the cap, in all
@@ -26,7 +33,7 @@
 -- offset (> 0). Without a cap (ARGV[7] 0 or absent) the stream is capped at ARGV[4] entries
 -- only (MAXLEN ~), as before.
 --
--- KEYS[1] job log stream  KEYS[2] job log offsets hash
+-- KEYS[1] the node's log stream of the job  KEYS[2] its offsets hash
 -- ARGV[1] offsets field ("node/attempt")  ARGV[2] start offset  ARGV[3] end offset
 -- ARGV[4] stream MAXLEN  ARGV[5] chunk JSON (messages.LogChunk)  ARGV[6] retention in ms
 -- ARGV[7] byte cap of the stream (0: none)  ARGV[8] the node's file cap, for readers (0: none)

@@ -27,7 +27,7 @@ GiB = 2**30
 
 
 def stream_text(cluster: Cluster, job_id: str) -> str:
-    return "".join(decode_log_chunk(f).text for _id, f in cluster.client.xrange(cluster.keys.job_logs(job_id)))
+    return "".join(decode_log_chunk(f).text for _id, f in cluster.client.xrange(cluster.keys.job_logs(job_id, NODE)))
 
 
 # ---------------------------------------------------------------- logs into Redis
@@ -41,7 +41,7 @@ def test_output_is_shipped_to_the_job_log_stream_before_the_exit_is_reported(clu
     assert "to stdout\n" in text and "to stderr\n" in text and "no newline at the end" in text
     assert "exited with code 0" in text
     size = os.path.getsize(exited.log_path)
-    assert cluster.client.hget(cluster.keys.job_log_offsets("job-log"), f"{NODE}/1") == str(size)
+    assert cluster.client.hget(cluster.keys.job_log_offsets("job-log", NODE), f"{NODE}/1") == str(size)
     assert text.encode() == Path(exited.log_path).read_bytes()  # every byte, once
 
 
@@ -68,9 +68,9 @@ def test_a_relaunch_into_a_log_already_shipped_adds_only_its_own_output(cluster:
     path = cluster.log_dir / "job-again" / "attempt-1" / f"{NODE}.log"
     path.parent.mkdir(parents=True)
     path.write_text(old)
-    cluster.client.xadd(cluster.keys.job_logs("job-again"), {"data": json.dumps(
+    cluster.client.xadd(cluster.keys.job_logs("job-again", NODE), {"data": json.dumps(
         {"node": NODE, "attempt": 1, "offset": 0, "text": old})})
-    cluster.client.hset(cluster.keys.job_log_offsets("job-again"), f"{NODE}/1", len(old))
+    cluster.client.hset(cluster.keys.job_log_offsets("job-again", NODE), f"{NODE}/1", len(old))
     cluster.start()
     cluster.launch("job-again", [sys.executable, "-c", "print('second start')"])
     exited = cluster.wait_event("job-again", EventKind.EXITED)

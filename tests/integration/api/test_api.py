@@ -21,7 +21,7 @@ from frenzy.state.keys import Keys
 from frenzy.state.messages import LogChunk
 from frenzy.v1 import types_pb2
 from support.servers import Servers, running_servers
-from support.state import add_node, set_gpu
+from support.state import add_node, place_on, set_gpu
 
 GiB = 1024**3
 JSON = {"content-type": "application/json"}
@@ -133,9 +133,11 @@ def test_job_logs_per_node_and_attempt_with_a_tail(client: TestClient, redis_cli
     assert client.get(f"/api/jobs/{job_id}/logs").json() == {"job_id": job_id, "cap_bytes": 0, "file_cap_bytes": 0,
                                                              "dropped": [], "chunks": []}
     append = scripts.register(redis_client, "append_log")  # as an agent ships its output
+    place_on(redis_client, keys, job_id, "a100-0")  # attempt 1 on a100-0, attempt 2 on l4-0
+    place_on(redis_client, keys, job_id, "l4-0")
     for node, attempt, text in (("a100-0", 1, "one\ntwo\nthree\n"), ("l4-0", 2, "hello\n")):
         chunk = LogChunk(node=node, attempt=attempt, offset=0, text=text)
-        append(keys=[keys.job_logs(job_id), keys.job_log_offsets(job_id)],
+        append(keys=[keys.job_logs(job_id, node), keys.job_log_offsets(job_id, node)],
                args=[f"{node}/{attempt}", 0, len(text), 1000, chunk.model_dump_json(), 60_000])
     every = client.get(f"/api/jobs/{job_id}/logs").json()["chunks"]
     assert [(c["node"], c["attempt"], c["text"]) for c in every] == [

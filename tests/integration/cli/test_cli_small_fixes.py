@@ -74,7 +74,7 @@ def _ship(client: redis.Redis, keys: Keys, job_id: str, node: str, text: str) ->
     """Append output the way an agent does (its own script)."""
     append = scripts.register(client, "append_log")
     chunk = LogChunk(node=node, attempt=1, offset=0, text=text)
-    append(keys=[keys.job_logs(job_id), keys.job_log_offsets(job_id)],
+    append(keys=[keys.job_logs(job_id, node), keys.job_log_offsets(job_id, node)],
            args=[f"{node}/1", 0, len(text.encode()), 1000, chunk.model_dump_json(), 60_000])
 
 

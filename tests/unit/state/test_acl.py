@@ -22,7 +22,7 @@ from frenzy.state.acl import (
 def test_an_agent_is_confined_to_its_node() -> None:
     rules = role_rules(RedisRole.AGENT, "fz", "n1")
     keys = {r for r in rules if r.startswith("~")}
-    assert keys == {"~fz:node:n1", "~fz:node:n1:alive", "~fz:gpu:n1:*", "~fz:nodes", "~fz:logs:*",
+    assert keys == {"~fz:node:n1", "~fz:node:n1:alive", "~fz:gpu:n1:*", "~fz:nodes", "~fz:node:n1:logs:*",
                     "~fz:launch:n1", "~fz:events", "~fz:node:n1:key", "~fz:code:*"}
     assert rules[:2] == ("resetchannels", "-@all")
     assert "+@all" not in rules and "+eval" not in rules
