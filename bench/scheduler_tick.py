@@ -114,7 +114,7 @@ def register_nodes(client: redis.Redis, keys: Keys, view: ClusterView) -> None:
         pipe = client.pipeline(transaction=False)
         for node in nodes[start:start + NODE_BATCH]:
             types = list(dict.fromkeys(g.gpu_type for g in node.gpus))
-            args: list[object] = [node.name, "10.0.0.1", ",".join(types), 4242, LEASE_MS, f"bench-{node.name}", ""]
+            args: list[object] = [node.name, "10.0.0.1", ",".join(types), 4242, LEASE_MS, f"bench-{node.name}", "", ""]
             for g in node.gpus:
                 link = NVLINK.get(g.gpu_type, "PHB")
                 links = {str(p.index): link for p in node.gpus if p.index != g.index}

@@ -164,6 +164,10 @@ class AgentOptions:
         help="YAML/JSON file with fake GPUs: {gpus: [{type: A100-80GB, count: 4}]}.")] = None
     addr: Annotated[str, typer.Option(help="Address other nodes use to reach this host (rendezvous).")] = "127.0.0.1"
     heartbeat_s: Annotated[float, typer.Option(help="Seconds between heartbeats.")] = 2.0
+    price_per_gpu_hour: Annotated[float | None, typer.Option(
+        help="Dollars per GPU-hour of this node's GPUs (an internal rate or a cloud price): plans on them are "
+             "priced and their jobs charged with it (docs/cost.md). Default: the GPU catalog's list price "
+             "(frenzy gpus).")] = None
     ttl_s: Annotated[float, typer.Option(
         help="Lease TTL: the node counts as dead this long after its last heartbeat.")] = 10.0
     log_dir: Annotated[Path, typer.Option(
@@ -318,6 +322,7 @@ def _agent(opts: AgentOptions, node: str) -> Agent:
                      checkpoint_root=opts.checkpoint_root, use_spawner=opts.spawner, user_map=opts.user_map,
                      min_job_uid=opts.min_job_uid, unmapped=opts.unmapped, cgroup_root=opts.cgroup_root,
                      job_memory_max=memory_max, job_pids_max=opts.job_pids_max or None,
+                     price_per_gpu_hour=opts.price_per_gpu_hour,
                      cache_policy=CachePolicy(int(opts.code_cache_gib * 2**30), opts.code_cache_days * 86400,
                                               opts.workdir_days * 86400))
     except (ValueError, OSError) as exc:  # (OSError: the user map cannot be read)

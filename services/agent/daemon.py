@@ -136,6 +136,7 @@ class Agent:
         cgroup_root: str = "off",
         job_memory_max: int | None = None,
         job_pids_max: int | None = DEFAULT_PIDS_MAX,
+        price_per_gpu_hour: float | None = None,
     ) -> None:
         if not is_safe_name(node):
             raise ValueError(f"node name {node!r}: use letters, digits, '.', '_' and '-' (at most 128, starting "
@@ -145,6 +146,11 @@ class Agent:
                 f"need 0 < heartbeat_s < ttl_s (got heartbeat_s={heartbeat_s}, ttl_s={ttl_s}): "
                 "the lease must outlive the gap between two heartbeats"
             )
+        if price_per_gpu_hour is not None and not 0 <= price_per_gpu_hour <= 1e6:
+            raise ValueError(f"--price-per-gpu-hour: dollars per GPU-hour in 0..1000000, got {price_per_gpu_hour}")
+        # The operator's own rate for this node's GPUs (None: the catalog's list price); plans are
+        # priced and attempts charged with it (docs/cost.md).
+        self.price_per_gpu_hour = price_per_gpu_hour
         self.node = node
         self.backend = backend
         self.keys = keys or Keys()
@@ -294,7 +300,8 @@ class Agent:
             if g.gpu_type and g.gpu_type not in types:
                 types.append(g.gpu_type)
         args: list[object] = [self.node, self.addr, ",".join(types), os.getpid(),
-                              int(self.ttl_s * 1000), self.instance, node_health(gpus)]
+                              int(self.ttl_s * 1000), self.instance, node_health(gpus),
+                              "" if self.price_per_gpu_hour is None else repr(float(self.price_per_gpu_hour))]
         for g in gpus:
             args += [g.index, g.uuid, g.gpu_type or "", g.nvml_name, g.memory_total, g.memory_free,
                      int(g.healthy), g.health_reason, g.pci_bus_id,

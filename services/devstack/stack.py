@@ -284,6 +284,8 @@ class LocalStack:
                        *self.agent_args]
                 if self.cancel_grace_s is not None:
                     cmd += ["--cancel-grace-s", str(self.cancel_grace_s)]
+                if group.price_per_gpu_hour is not None:  # the cluster file's own rate (docs/cost.md)
+                    cmd += ["--price-per-gpu-hour", repr(group.price_per_gpu_hour)]
                 self._agent_cmds[node] = cmd
                 self._spawn(f"agent-{node}", cmd, env={"REDIS_URL": urls.agents[node]})
             # Each agent is a Python process that takes a second or so of CPU to start: on a small

@@ -9,10 +9,11 @@ nodes) and ask the predictor each time; now the pools come from a cluster view a
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from frenzy.state.store import StateStore
 from frenzy.v1 import predictor_pb2, types_pb2
@@ -30,13 +31,21 @@ DEFAULT_POOLS_MAX_STALE_S = 5.0
 DEFAULT_PREDICTIONS_KEPT = 512
 # A predictor restarted with a new catalog or model is heard within this, whatever the pools do.
 PREDICTION_TTL_S = 300.0
+# Nodes' own prices (``frenzy agent --price-per-gpu-hour``) are re-read at most this often: they
+# change only when an agent registers again, and one read is a round trip over every node.
+DEFAULT_PRICES_MAX_AGE_S = 30.0
 
 
-def pools_of(view: ClusterView) -> list[types_pb2.GpuPool]:
+def pools_of(view: ClusterView, prices: Mapping[str, float] | None = None) -> list[types_pb2.GpuPool]:
     """One pool per GPU type among live, schedulable nodes: its GPUs in all and the most one node
-    has. Every GPU with a type counts, healthy or not (as the predictor has always been told)."""
+    has. Every GPU with a type counts, healthy or not (as the predictor has always been told).
+
+    ``prices``: node -> its operator's price per GPU-hour; a pool's price is the highest of its
+    nodes' (a budget is a limit: the plan is priced at what it may cost), 0 (the catalog's list
+    price) when none of them has one."""
     total: dict[str, int] = {}
     per_node: dict[str, int] = {}
+    price: dict[str, float] = {}
     for node in view.nodes:
         if not node.schedulable:
             continue
@@ -44,10 +53,13 @@ def pools_of(view: ClusterView) -> list[types_pb2.GpuPool]:
         for gpu in node.gpus:
             if gpu.gpu_type:
                 counts[gpu.gpu_type] = counts.get(gpu.gpu_type, 0) + 1
+        own = (prices or {}).get(node.name, 0.0)
         for t, c in counts.items():
             total[t] = total.get(t, 0) + c
             per_node[t] = max(per_node.get(t, 0), c)
-    return [types_pb2.GpuPool(gpu_type=t, total_gpus=total[t], gpus_per_node=per_node[t]) for t in sorted(total)]
+            price[t] = max(price.get(t, 0.0), own)
+    return [types_pb2.GpuPool(gpu_type=t, total_gpus=total[t], gpus_per_node=per_node[t],
+                              price_per_gpu_hour=price[t]) for t in sorted(total)]
 
 
 class ClusterPools:
@@ -83,6 +95,8 @@ class ClusterPools:
         self._refreshing = False
         self._own: tuple[float, ClusterView] | None = None
         self._built: tuple[ClusterView, list[types_pb2.GpuPool]] | None = None
+        self.prices_max_age_s = DEFAULT_PRICES_MAX_AGE_S
+        self._prices: tuple[float, dict[str, float]] = (-math.inf, {})  # (when read, node -> price)
 
     def current(self, fresh: bool = False) -> list[types_pb2.GpuPool]:
         """The pools now; ``fresh``: from a read made after this call began, whatever the age."""
@@ -96,8 +110,12 @@ class ClusterPools:
                 if view is None:
                     view = self._read_locked()
         built = self._built
+        read_at, prices = self._prices
+        if self.clock() - read_at > self.prices_max_age_s:
+            prices = self.store.node_prices([n.name for n in view.nodes])
+            self._prices, built = (self.clock(), prices), None
         if built is None or built[0] is not view:
-            built = (view, pools_of(view))
+            built = (view, pools_of(view, prices))
             self._built = built
         return list(built[1])
 

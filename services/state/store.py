@@ -621,6 +621,20 @@ class StateStore:
         owner_rows = self._read_hashes(keys=[self.k.job(j) for j in owners], args=model.OWNER_FIELDS) if owners else []
         return model.build(owners, owner_rows)
 
+    def node_prices(self, nodes: Sequence[str]) -> dict[str, float]:
+        """Each node's operator price per GPU-hour (``frenzy agent --price-per-gpu-hour``; absent: the
+        catalog's list price), in one read-only script call. A value that does not parse counts as absent."""
+        rows = self._read_hashes(keys=[self.k.node(n) for n in nodes], args=["price_per_gpu_hour"]) if nodes else []
+        out = {}
+        for node, (raw,) in zip(nodes, rows, strict=True):
+            try:
+                price = float(raw) if raw else 0.0
+            except ValueError:
+                continue
+            if 0.0 < price < math.inf:
+                out[node] = price
+        return out
+
     def node_addr(self, node: str) -> str:
         """The node's address as the last ``cluster()`` read it (asked of Redis for a node it did not see)."""
         known = self.nodes.addrs.get(node)

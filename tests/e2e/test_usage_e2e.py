@@ -3,8 +3,9 @@ fake-GPU agents as separate processes), jobs that are real processes, two users.
 
 Three jobs of two users end (one of them failing); `frenzy usage --by user --json` with the admin
 token gives each user's GPU-hours and dollars, equal to the sum over their attempts recomputed
-here from each job's own history (its plan's GPUs from the reservation to the end, at the L4's list
-price); a plain user's `frenzy usage` shows their own rows only.
+here from each job's own history (its plan's GPUs from the reservation to the end, at the price
+the cluster file sets for its L4s, which reaches the agents as --price-per-gpu-hour and prices the
+plans too); a plain user's `frenzy usage` shows their own rows only.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ from marp.prices import list_price
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-TWO_L4 = {"nodes": [{"gpu": "L4", "count": 2, "gpus_per_node": 1, "name_prefix": "l4"}]}
+PRICE = 2.5  # the cluster file's own rate for its L4s, not the catalog's list price
+TWO_L4 = {"nodes": [{"gpu": "L4", "count": 2, "gpus_per_node": 1, "name_prefix": "l4", "price_per_gpu_hour": PRICE}]}
 JOB = {"model": "gpt2-124m", "seq_len": 512, "global_batch": 8, "max_gpus": 1}
 ERR = 1e-6  # GPU-hours: the history's times are kept to 0.1 ms
 
@@ -55,7 +57,10 @@ def test_usage_by_user_is_the_sum_of_the_attempts_and_a_user_sees_their_own(
             ids[user].append(stub.SubmitJob(scheduler_pb2.SubmitJobRequest(spec=spec.to_proto()), timeout=30).job.id)
     ended = {user: [s.wait_state(j, DONE, timeout=90) for j in jobs] for user, jobs in ids.items()}
     assert [j.state for j in ended["alice"]] == [types_pb2.JOB_STATE_SUCCEEDED, types_pb2.JOB_STATE_FAILED]
-    price = list_price("L4")
+    price = PRICE
+    assert list_price("L4") != PRICE
+    first = ended["bob"][0]
+    assert first.plan.cost_usd == pytest.approx(first.plan.num_gpus * PRICE * first.plan.completion_s / 3600)
     expected = {user: sum(gpu_hours(j) for j in jobs) for user, jobs in ended.items()}
 
     shown = _cli(s, "usage", "--by", "user", "--json")

@@ -18,11 +18,13 @@
 -- KEYS[4 ..] one GPU hash per GPU, in the order of the GPU fields below
 -- ARGV[1] node name  ARGV[2] addr  ARGV[3] gpu_types (comma list)  ARGV[4] agent_pid
 -- ARGV[5] lease TTL in ms  ARGV[6] lease value (agent instance id)  ARGV[7] node health_reason
+-- ARGV[8] the operator's price per GPU-hour of this node's GPUs ("": the catalog's list price;
+--         the plans' dollars and the usage charged read it: docs/cost.md)
 -- ARGV[8 ..] 13 fields per GPU: index, uuid, type, nvml_name, memory_total, memory_free, healthy,
 --            health_reason, pci_bus_id, links (JSON), utilization, processes (JSON), type_from_memory
 -- Returns the previous lease value (a live agent's instance id) or false.
 
-local head = 7
+local head = 8
 local per_gpu = 13
 local names = {"index", "uuid", "type", "nvml_name", "memory_total", "memory_free", "healthy",
                "health_reason", "pci_bus_id", "links", "utilization", "processes", "type_from_memory"}
@@ -33,6 +35,10 @@ end
 local ttl = tonumber(ARGV[5])
 if not ttl or ttl <= 0 then
   return redis.error_reply("register_node: bad lease TTL " .. tostring(ARGV[5]))
+end
+local price = tonumber(ARGV[8])
+if ARGV[8] ~= "" and (not price or price < 0 or price > 1000000) then
+  return redis.error_reply("register_node: bad price per GPU-hour " .. tostring(ARGV[8]))
 end
 
 local t = redis.call("TIME")
@@ -55,6 +61,11 @@ redis.call("HSET", KEYS[1],
   "name", ARGV[1], "addr", ARGV[2], "gpu_count", n, "gpu_types", ARGV[3],
   "registered_at", now, "heartbeat_at", now, "agent_pid", ARGV[4], "health_reason", ARGV[7])
 redis.call("HSETNX", KEYS[1], "draining", "0")
+if ARGV[8] == "" then
+  redis.call("HDEL", KEYS[1], "price_per_gpu_hour")
+else
+  redis.call("HSET", KEYS[1], "price_per_gpu_hour", ARGV[8])
+end
 redis.call("HINCRBY", KEYS[1], "rev", 1)
 redis.call("HDEL", KEYS[1], "dead_at")
 redis.call("SADD", KEYS[2], ARGV[1])

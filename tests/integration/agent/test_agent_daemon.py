@@ -86,7 +86,7 @@ def test_scripts_reject_malformed_calls_and_heartbeat_never_creates_a_node(
     heartbeat = scripts.register(c, "heartbeat")
     with pytest.raises(redis.ResponseError, match="1 GPU keys but 2 GPU fields"):
         register(keys=[keys.node("x"), keys.nodes(), keys.node_alive("x"), keys.gpu("x", 0)],
-                 args=["x", "a", "", 1, 1000, "i", "", 0, "u"])
+                 args=["x", "a", "", 1, 1000, "i", "", "", 0, "u"])
     assert c.exists(keys.node("x"), keys.nodes(), keys.gpu("x", 0)) == 0
     assert heartbeat(keys=[keys.node("x"), keys.node_alive("x")], args=[1000, "i", ""]) == 0
     assert c.exists(keys.node_alive("x")) == 0

@@ -47,6 +47,9 @@ class Reads:
         self.reads += 1
         return ClusterSnapshot(self.views.pop(0))
 
+    def node_prices(self, nodes: list[str]) -> dict[str, float]:
+        return {}  # (no node sets its own price: the catalog's)
+
 
 class Clock:
     def __init__(self) -> None:
