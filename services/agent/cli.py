@@ -243,9 +243,9 @@ class AgentOptions:
         "it wrote there) this long after it last ran here; never while it runs.")] = CachePolicy.work_max_age_s / 86400
     log_poll_s: Annotated[float, typer.Option(help="Seconds between shipping new job output to Redis.")] = 0.25
     log_stream_maxlen: Annotated[int, typer.Option(
-        min=100, help="Cap on the entries of a job's Redis log stream (the file on disk is complete).")] = 10_000
+        min=100, help="Cap on the entries of this node's Redis log stream of a job (the file on disk is complete).")] = 10_000
     log_retention_s: Annotated[float, typer.Option(
-        help="A job's log stream expires this long after its last output (0: never).")] = 7 * 24 * 3600.0
+        help="This node's log stream of a job expires this long after its last output (0: never).")] = 7 * 24 * 3600.0
     drain: Annotated[bool, typer.Option(
         "--drain", help="Do not run an agent: mark NODE draining (no new jobs; running ones finish) and wait "
         "until none is left.")] = False
