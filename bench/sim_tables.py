@@ -812,6 +812,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--shard", metavar="I/N", help="compute only shard I (0-based) of N of the missing cells, then stop")
     ap.add_argument("--shard-cache", type=Path, help="--shard: where its cells go (default: beside --cache)")
     ap.add_argument("--deadline-s", type=float, help="start no cell whose estimate would end past this many seconds")
+    ap.add_argument("--only-width", type=float, metavar="K",
+                    help="compute only the cells of width bound K (0: unbounded) of the grid; the tables still show "
+                         "every width, the others from the cache or 'not run' (the headline's K = 2 first)")
     args = ap.parse_args(argv)
     seeds = list(range(args.seeds))
     if args.what == "merge":
@@ -829,6 +832,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         out = args.shard_cache or args.cache.with_name(f"{args.cache.stem}.shard-{i}-of-{n}.json")
     res = Results(args.cache, args.procs, args.fresh, out)
     need = cmd.need()
+    if args.only_width is not None:
+        only = args.only_width or None
+        need = [c for c in need if c.max_width_factor == only]
     if args.plan:
         print(plan(res, res.missing(need), args.plan, args.deadline_s))
         return 0
@@ -840,6 +846,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if not args.no_run:
         res.ensure(need, args.deadline_s)
+        if args.only_width is not None:
+            return 0  # a part of the grid: the tables are written by a later --no-run over all of it
     body = cmd.render(res)
     swept = f" --knob {args.knob} --values {args.values}" if args.what == "sweep" else ""
     world_args = (f" --truth {args.truth} --max-width-factor {args.max_width_factor:g}"
