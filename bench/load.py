@@ -137,6 +137,7 @@ from stack_run import (
 )
 
 import marp
+from frenzy.state import scripts
 from frenzy.v1 import scheduler_pb2, types_pb2
 from has.cluster_spec import ClusterSpec, parse_cluster
 
@@ -190,12 +191,38 @@ def thread_cpu(pid: int) -> dict[int, tuple[str, float]]:
 class CpuSnap:
     procs: dict[str, float]  # service_cpu(): CPU s per service (agents summed), Redis, the load generator
     threads: dict[int, tuple[str, float]]  # the scheduler process's threads (one-process scheduler only)
+    redis_cmds: dict[str, tuple[int, int]] = field(default_factory=dict)  # command -> (calls, usec) so far
+
+
+def redis_commands(admin: object) -> dict[str, tuple[int, int]]:
+    """Redis's own count per command (INFO commandstats): command -> (calls, usec inside it)."""
+    try:
+        info = admin.info("commandstats")  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001 (a figure beside the others: never the reason a run fails)
+        return {}
+    return {k.removeprefix("cmdstat_"): (int(v.get("calls", 0)), int(v.get("usec", 0)))
+            for k, v in info.items() if isinstance(v, dict)}
 
 
 def cpu_snapshot(bench: BenchStack, split: bool) -> CpuSnap:
     sched = next((s for s in bench.stack.services if s.name == "scheduler"), None)
     threads = thread_cpu(sched.proc.pid) if (sched is not None and not split) else {}
-    return CpuSnap(service_cpu(bench.stack), threads)
+    return CpuSnap(service_cpu(bench.stack), threads, redis_commands(bench.admin))
+
+
+def redis_per_job(before: CpuSnap, after: CpuSnap, jobs: int, top: int = 10) -> dict[str, object]:
+    """Redis commands per job between two snapshots: calls and usec (time inside the command,
+    Redis's own count; its CPU beyond that is I/O), in all and for the ``top`` commands by usec.
+    The benchmark's own polling of job states (HGET, pipelined) and INFO are in it."""
+    d = {k: (c - before.redis_cmds.get(k, (0, 0))[0], u - before.redis_cmds.get(k, (0, 0))[1])
+         for k, (c, u) in after.redis_cmds.items()}
+    d = {k: v for k, v in d.items() if v[0] > 0}
+    if not jobs or not d:
+        return {}
+    ranked = sorted(d.items(), key=lambda kv: -kv[1][1])[:top]
+    return {"calls": round(sum(c for c, _ in d.values()) / jobs, 2),
+            "usec": round(sum(u for _, u in d.values()) / jobs, 1),
+            "top": {k: {"calls": round(c / jobs, 2), "usec": round(u / jobs, 1)} for k, (c, u) in ranked}}
 
 
 def thread_delta(before: CpuSnap, after: CpuSnap) -> dict[str, float]:
@@ -290,10 +317,13 @@ class Run:
             self.problems.append(f"{label}: {len(bad)} of {len(subs)} submissions refused")
         return subs
 
-    def wait_and_read(self, ids: Sequence[str], phase: str) -> list[types_pb2.Job]:
-        """Wait for the measured jobs ``ids`` to end (or the deadline), then read them once."""
+    def wait_and_read(self, ids: Sequence[str], phase: str,
+                      on_ended: callable | None = None) -> list[types_pb2.Job]:  # type: ignore[valid-type]
+        """Wait for the measured jobs ``ids`` to end (or the deadline), call ``on_ended``, then read them once."""
         ended = wait_states(self.bench.admin, self.bench.keys, ids, ENDED, self.deadline, self.say)
         self.ended_cpu = self.cpu_now()
+        if on_ended is not None:
+            on_ended()
         if len(ended) < len(ids):
             self.lost += len(ids) - len(ended)
             self.problems.append(f"{phase}: {len(ids) - len(ended)} of {len(ids)} jobs not ended by the deadline")
@@ -312,8 +342,8 @@ class Run:
     def phase(self, name: str, fn: callable, jobs_key: str | None = "jobs") -> dict:  # type: ignore[valid-type]
         """Run phase ``fn`` -> its numbers, with the CPU its window took: ``cpu_s`` per process,
         ``cpu_s_by_kind`` (KINDS), and per job of the phase (``jobs_key``: its number of jobs)
-        ``cpu_ms_per_job`` and ``control_plane_cpu_ms_per_job``; a one-process scheduler's CPU per
-        thread name in ``scheduler_threads_cpu_s``. The window runs from the phase's start until
+        ``cpu_ms_per_job``, ``control_plane_cpu_ms_per_job`` and ``redis_commands_per_job``
+        (redis_per_job); a one-process scheduler's CPU per thread name in ``scheduler_threads_cpu_s``. The window runs from the phase's start until
         its jobs had ended (the benchmark's reading of their histories afterwards is not counted)."""
         self.ended_cpu = None
         before = self.cpu_now()
@@ -327,6 +357,7 @@ class Run:
         if jobs_key is not None:
             out["cpu_ms_per_job"] = per_job_ms(kinds, int(out.get(jobs_key) or 0))
             out["control_plane_cpu_ms_per_job"] = control_plane_ms(out["cpu_ms_per_job"])
+            out["redis_commands_per_job"] = redis_per_job(before, after, int(out.get(jobs_key) or 0))
         return out
 
 
@@ -445,13 +476,57 @@ def latency_rate(asked: float, saturation: float | None) -> float:
     return min(asked, saturation / 2.0) if saturation else asked
 
 
+SLOWLOG_MAX = 1_000_000  # entries kept while --redis-profile logs every command
+
+
+def slowlog_start(admin: object) -> None:
+    """Have Redis log every command (SLOWLOG at 0 us), from an empty log."""
+    admin.config_set("slowlog-max-len", SLOWLOG_MAX)  # type: ignore[attr-defined]
+    admin.config_set("slowlog-log-slower-than", 0)  # type: ignore[attr-defined]
+    admin.slowlog_reset()  # type: ignore[attr-defined]
+
+
+def slowlog_profile(admin: object, jobs: int, top: int = 15) -> dict[str, object]:
+    """What Redis logged since slowlog_start, per command, each script (EVALSHA) by its name, and
+    per job: calls and usec (a script's time includes the commands it runs, which are logged too,
+    by Redis's script client: "(in a script)"). Stops the logging (back to 10 ms)."""
+    entries = admin.execute_command("SLOWLOG", "GET", SLOWLOG_MAX)  # type: ignore[attr-defined]
+    admin.config_set("slowlog-log-slower-than", 10_000)  # type: ignore[attr-defined]
+    names = {scripts.sha1(n): n for n in scripts.names()}
+    calls: dict[str, list[int]] = {}
+    inside = 0
+    for entry in entries:
+        usec, argv, addr = int(entry[2]), entry[3], str(entry[4] or "")
+        cmd = str(argv[0]).lower() if argv else "?"
+        if cmd in ("evalsha", "evalsha_ro") and len(argv) > 1:
+            cmd = f"{cmd} {names.get(str(argv[1]), str(argv[1])[:12])}"
+        if addr in ("", "?:0"):  # Redis's script client
+            inside += 1
+            cmd = f"{cmd} (in a script)"
+        row = calls.setdefault(cmd, [0, 0])
+        row[0] += 1
+        row[1] += usec
+    if not jobs or not calls:
+        return {}
+    ranked = sorted(calls.items(), key=lambda kv: -kv[1][1])[:top]
+    return {"entries": len(entries), "complete": len(entries) < SLOWLOG_MAX,
+            "calls_in_scripts_per_job": round(inside / jobs, 2),
+            "top": {k: {"calls": round(c / jobs, 2), "usec": round(u / jobs, 1)} for k, (c, u) in ranked}}
+
+
 def phase_latency(run: Run, rng: random.Random, k_max: int, rate: float) -> dict[str, object]:
     args = run.args
     run.check_time("latency")
     run.say(f"latency: submitting {args.jobs} jobs at {rate:g}/s on the idle cluster")
     specs = [job_spec(f"steady-{i}", rng.randint(1, k_max), args.job_s) for i in range(args.jobs)]
+    profile: dict[str, object] = {}
+    if args.redis_profile:
+        slowlog_start(run.bench.admin)
     subs = run.submit(specs, rate, "latency submitted")
-    jobs = run.wait_and_read([s.job_id for s in subs if s.job_id], "latency")
+    ids = [s.job_id for s in subs if s.job_id]
+    # (read before the jobs are read back: their GetJob calls are not the jobs' cost)
+    jobs = run.wait_and_read(ids, "latency", on_ended=(lambda: profile.update(slowlog_profile(run.bench.admin, len(ids))))
+                             if args.redis_profile else None)
     waits = submit_to_running(jobs)
     to_placed, to_running = wait_split(jobs)
     ran_to_end, placed_to_end, gpus_busy = hold_split(jobs)
@@ -468,6 +543,7 @@ def phase_latency(run: Run, rng: random.Random, k_max: int, rate: float) -> dict
             "placed_to_ended_p50_s": percentile(placed_to_end, 50),
             "gpus_busy_mean": gpus_busy,
             "submit_p50_ms": percentile(lat, 50), "submit_p99_ms": percentile(lat, 99),
+            **({"redis_profile": profile} if args.redis_profile else {}),
             **outcome_counts(jobs)}  # fmt: skip
 
 
@@ -647,6 +723,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="jobs of the saturation phase, which measures the rate the stack carries; the latency "
                          "phase runs at the lower of --rate and half of it (default: --jobs; 0: no saturation "
                          "phase, the latency phase at --rate)")
+    ap.add_argument("--redis-profile", action="store_true",
+                    help="log every Redis command in the latency phase (SLOWLOG at 0 us; it costs Redis CPU): "
+                         "calls and usec per job by command and by script in phases.latency.redis_profile")
     ap.add_argument("--idle-s", type=float, default=2.0, help="seconds of the idle stack's CPU measured (0: none)")
     ap.add_argument("--job-s", type=float, default=1.0, help="seconds each job runs (sleep)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the jobs' GPU counts")

@@ -62,6 +62,8 @@ def test_load_at_toy_size_prints_one_json_line_and_every_job_succeeds_once(tmp_p
     for phase in ("burst", "saturation", "latency"):
         assert set(out["phases"][phase]["cpu_ms_per_job"]) == KINDS, phase
     assert set(out["idle_cpu_ms_per_s"]) == KINDS
+    redis_calls = latency["redis_commands_per_job"]  # Redis's own count: the scripts are there
+    assert redis_calls["calls"] > 1 and "evalsha" in redis_calls["top"]
     # GPUs are held at least the jobs' 0.2 s, and never more than the 6 the cluster has
     assert 0.2 <= latency["running_to_ended_p50_s"] <= latency["running_to_ended_p99_s"] < 30
     assert latency["placed_to_ended_p50_s"] >= latency["running_to_ended_p50_s"] - 0.05
@@ -91,7 +93,7 @@ def test_load_with_the_scheduler_split_in_two_processes(tmp_path: Path) -> None:
     job still runs once, and the placements are counted by the loop's /metrics."""
     proc = subprocess.run([sys.executable, str(BENCH), "--agents", "2", "--gpus-per-agent", "2", "--jobs", "6",
                            "--job-s", "0.2", "--rate", "20", "--seed", "3", "--timeout-s", "120", "--split-scheduler",
-                           "--saturation-jobs", "0", "--idle-s", "0", "--json"],
+                           "--saturation-jobs", "0", "--idle-s", "0", "--redis-profile", "--json"],
                           capture_output=True, text=True, timeout=240, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -106,6 +108,10 @@ def test_load_with_the_scheduler_split_in_two_processes(tmp_path: Path) -> None:
     assert latency["cpu_ms_per_job"]["api"] == pytest.approx(latency["cpu_s"]["scheduler"] * 1000 / 6, abs=2)
     assert latency["cpu_ms_per_job"]["scheduler"] == pytest.approx(latency["cpu_s"]["scheduler-loop"] * 1000 / 6, abs=2)
     assert "scheduler_threads_cpu_s" not in latency
+    # --redis-profile: every Redis command of the latency phase, the scripts by name
+    profile = latency["redis_profile"]
+    assert profile["complete"] and {"evalsha submit_job", "evalsha place_jobs"} <= set(profile["top"]), profile
+    assert profile["calls_in_scripts_per_job"] > 0
 
 
 def test_load_runs_quotes_median_and_spread_of_two_toy_runs(tmp_path: Path) -> None:

@@ -114,3 +114,39 @@ def test_load_runs_passes_what_follows_the_double_dash_to_load() -> None:
     assert args.runs == 3 and rest == ["--agents", "10"]
     with pytest.raises(SystemExit):
         load_runs.parse_args(["--runs", "0"])
+
+
+def test_redis_commands_per_job_from_commandstats_deltas() -> None:
+    before = load.CpuSnap({}, {}, {"evalsha": (10, 1000), "hget": (5, 10)})
+    after = load.CpuSnap({}, {}, {"evalsha": (30, 5000), "hget": (45, 90), "xadd": (10, 200), "info": (1, 50)})
+    out = load.redis_per_job(before, after, jobs=10, top=2)
+    assert out["calls"] == (20 + 40 + 10 + 1) / 10 and out["usec"] == (4000 + 80 + 200 + 50) / 10
+    assert out["top"] == {"evalsha": {"calls": 2.0, "usec": 400.0}, "xadd": {"calls": 1.0, "usec": 20.0}}
+    assert load.redis_per_job(before, after, jobs=0) == {} and load.redis_per_job(before, before, jobs=5) == {}
+
+
+class _FakeAdmin:
+    def __init__(self, entries: list) -> None:
+        self.entries, self.config = entries, {}
+
+    def execute_command(self, *args: object) -> list:
+        assert args[:2] == ("SLOWLOG", "GET")
+        return self.entries
+
+    def config_set(self, name: str, value: object) -> None:
+        self.config[name] = value
+
+
+def test_slowlog_profile_names_scripts_and_counts_what_they_run() -> None:
+    from frenzy.state import scripts
+
+    sha = scripts.sha1("record_exit")
+    admin = _FakeAdmin([[3, 0, 500, ["EVALSHA", sha, "2", "k1", "k2"], "127.0.0.1:5000", ""],
+                        [2, 0, 20, ["HSET", "k1", "a", "1"], "?:0", ""],
+                        [1, 0, 4, ["HGET", "k1", "a"], "127.0.0.1:5001", ""]])
+    out = load.slowlog_profile(admin, jobs=2)
+    assert out["top"]["evalsha record_exit"] == {"calls": 0.5, "usec": 250.0}
+    assert out["top"]["hset (in a script)"] == {"calls": 0.5, "usec": 10.0}
+    assert out["top"]["hget"] == {"calls": 0.5, "usec": 2.0}
+    assert out["calls_in_scripts_per_job"] == 0.5 and out["complete"] is True
+    assert admin.config["slowlog-log-slower-than"] == 10_000  # logging every command stopped
