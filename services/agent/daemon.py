@@ -19,7 +19,12 @@ Nothing in the launch stream is trusted unsigned: every launch and cancel must b
 sealed with this node's key (``frenzy.state.signing``), in time and never seen
 before; anything else is refused before any other check, acknowledged, logged (one
 warning naming the node, the job and why) and counted in the node hash's
-``refused_launches``. The agent signs its own events with the same key. It reads the
+``refused_launches``. A launch that *is* the scheduler's but is not run (its seal expired before
+Redis took it, or this agent cannot read it: an older version) is answered at once with a
+LAUNCH_FAILED event as this node, so the job is requeued now (``launch_check.report_unusable``);
+a forged, unsigned or replayed one never is: answering it would act for whoever wrote it. Every
+other launch that is not started is answered the same way, with the reason (``_launch``).
+The agent signs its own events with the same key. It reads the
 key from Redis at start (no key: it does not start, ``NodeKeyMissing``) and again
 with every heartbeat, so a rotation reaches it without a restart (``node_seal.NodeSeal``).
 
@@ -60,10 +65,17 @@ from frenzy.agent import cgroups, jobenv, launcher, safefile
 from frenzy.agent.cgroups import DEFAULT_PIDS_MAX, JobCgroups
 from frenzy.agent.codecache import CachePolicy, CodeCache, CodeUnavailable, PruneReport
 from frenzy.agent.exit_cause import FENCED, classify, last_lines
-from frenzy.agent.fencing import redis_is_down, to_fence
+from frenzy.agent.fencing import fence_deadline_s, redis_is_down, to_fence
 from frenzy.agent.gpus import GpuBackend, GpuInfo, NvmlBackend, node_health, processes_json
 from frenzy.agent.jobproc import JobProcess, append_line, append_trailer, ended
-from frenzy.agent.launch_check import GpuHolder, LaunchFacts, LaunchVerdict, check_launch, opens_rendezvous
+from frenzy.agent.launch_check import (
+    GpuHolder,
+    LaunchFacts,
+    LaunchVerdict,
+    check_launch,
+    opens_rendezvous,
+    report_unusable,
+)
 from frenzy.agent.ledger import Ledger
 from frenzy.agent.logship import LogShipper
 from frenzy.agent.metrics import AgentMetrics, refusal_label
@@ -494,15 +506,21 @@ class Agent:
             log.warning("launch stream %s: entry %s was deleted before it was read; skipping it",
                         stream, entry_id)
         else:
+            obj: dict | None = None
+            refusal: Refusal | None = None
             try:
                 obj = payload(fields)
                 refusal = self._seal.check(obj, entry_id)
                 cmd = command_from(obj) if refusal is None else None
             except BadMessage as exc:
                 log.warning("launch stream %s: skipping bad entry %s: %s", stream, entry_id, exc)
+                if obj is not None and self._answer_unusable(stream, entry_id, obj, None, str(exc)):
+                    return
             else:
                 if refusal is not None:
                     self._refuse(obj, entry_id, refusal)
+                    if self._answer_unusable(stream, entry_id, obj, refusal, refusal.value):
+                        return
                 elif isinstance(cmd, LaunchMessage):
                     # The launch's RUNNING event carries the acknowledgement (one round trip,
                     # still after the process started); any other outcome acks below.
@@ -517,6 +535,29 @@ class Agent:
                 elif isinstance(cmd, CancelMessage):
                     self._cancel(cmd)
         self._redis.xack(stream, AGENT_GROUP, entry_id)
+
+    def _answer_unusable(self, stream: str, entry_id: str, obj: dict, refusal: Refusal | None,
+                         problem: str) -> bool:
+        """Report a launch the scheduler sealed for this node that is not acted on (expired, or unreadable
+        by this agent) as LAUNCH_FAILED, so its job is requeued now rather than left LAUNCHING; nothing for
+        an entry the scheduler did not seal (``launch_check.report_unusable`` says which). The event
+        acknowledges the entry. -> whether it was sent."""
+        with self._lock:
+            running = list(self._jobs)
+        report = report_unusable(obj, refusal, problem, self.node, running)
+        if report is None:
+            return False
+        log.warning("node %s: telling the scheduler that launch %s of job %s attempt %d is not run here: %s",
+                    self.node, entry_id, report.job_id, report.attempt, report.message,
+                    extra=self._context(report.job_id, report.attempt))
+        self._ack_with_event = (stream, entry_id, threading.get_ident())
+        try:
+            self._emit(self._event(EventKind.LAUNCH_FAILED, report.job_id, report.attempt, fence=report.fence,
+                                   message=report.message, retryable=report.retryable))
+        finally:
+            acked = self._ack_with_event is None
+            self._ack_with_event = None
+        return acked
 
     def _refuse(self, obj: dict, entry_id: str, refusal: Refusal) -> None:
         """An entry not signed for this node: nothing of it is acted on; logged and counted."""
@@ -559,7 +600,7 @@ class Agent:
                 cgroup = self.cgroups.create(msg.job_id, msg.attempt)
             except OSError as exc:
                 raise launcher.LaunchError(f"cannot make the job's cgroup on node {self.node}: "
-                                           f"{exc.strerror or exc}") from None
+                                           f"{exc.strerror or exc}", retryable=True) from None
             try:
                 started = launcher.start(msg, self.node, self.log_dir,
                                          launch_id=self.launch_id(msg.job_id, msg.attempt),
@@ -576,7 +617,7 @@ class Agent:
                 path: str | None = str(launcher.log_path_for(self.log_dir, msg, self.node))
             except launcher.LaunchError:
                 path = None  # the log path itself was the problem: nothing was written
-            self._emit(failed.model_copy(update={"message": str(exc), "log_path": path}))
+            self._emit(failed.model_copy(update={"message": str(exc), "log_path": path, "retryable": exc.retryable}))
             if path is not None:
                 self._ship_once(msg.job_id, msg.attempt, path)
             return
@@ -586,7 +627,9 @@ class Agent:
             log.exception("launch of job %s attempt %d failed unexpectedly", msg.job_id, msg.attempt,
                           extra=self._context(msg.job_id, msg.attempt))
             self.metrics.launch("error")
-            self._emit(failed.model_copy(update={"message": f"agent error: {type(exc).__name__}: {exc}"}))
+            # The agent's fault, not the job's: another node may run it.
+            self._emit(failed.model_copy(update={"message": f"agent error on node {self.node}: "
+                                                 f"{type(exc).__name__}: {exc}", "retryable": True}))
             return
         ticks = getattr(started.proc, "start_ticks", None)  # (the spawner read it already)
         job = JobProcess(msg.job_id, msg.attempt, started.proc.pid, str(started.log_path),
@@ -657,6 +700,8 @@ class Agent:
             port_busy=opens_rendezvous(msg) and launcher.port_in_use(msg.master_port),
             holders=self._gpu_holders(msg.gpu_indices) if self.verify_fence else None,
             workdir=launcher.resolved_workdir(msg), workdir_roots=self.workdir_roots,
+            silent_s=time.monotonic() - self._beat_ok_at,
+            fence_after_s=fence_deadline_s(msg.node_dead_after_s, self.cancel_grace_s, self.heartbeat_s, self.ttl_s),
         )
         return check_launch(msg, facts)
 

@@ -68,8 +68,19 @@ _warned_fallback = False  # said once per process, not per job
 LAUNCH_ID_VAR = "FRENZY_LAUNCH_ID"
 
 
+# A spawn that fails with one of these says the host is short of something, not that the job is wrong.
+_HOST_ERRNOS = frozenset({errno.EAGAIN, errno.ENOMEM, errno.EMFILE, errno.ENFILE, errno.ENOSPC})
+
+
 class LaunchError(RuntimeError):
-    """The process could not be started; the message is what the user should read."""
+    """The process could not be started; the message is what the user should read.
+
+    ``retryable``: the host's fault, not the job's (the spawner failed, no cgroup, the log directory
+    cannot be written): another node may start it, so the scheduler requeues rather than fails it."""
+
+    def __init__(self, message: str, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.retryable = retryable
 
 
 def placeholder_values(msg: LaunchMessage) -> dict[str, str]:
@@ -495,7 +506,7 @@ def start(msg: LaunchMessage, node: str, log_dir: Path, launch_id: str = "",
         log = open_log(log_path, owner)  # the child gets its own copy; ours is closed below
         log_start = log.tell()  # append mode: the end, before our header
     except OSError as exc:
-        raise LaunchError(f"cannot open log file {log_path}: {exc}") from exc
+        raise LaunchError(f"cannot open log file {log_path}: {exc}", retryable=True) from exc
     try:
         header = (
             f"# frenzy agent {node}: job {msg.job_id} attempt {msg.attempt} at "
@@ -528,7 +539,7 @@ def start(msg: LaunchMessage, node: str, log_dir: Path, launch_id: str = "",
                 shim = forker.spawn(argv, workdir, exit_path, handover, log.fileno())
             except SpawnerFailed as exc:
                 log.write(f"# launch failed: {exc}\n".encode())
-                raise LaunchError(str(exc)) from exc
+                raise LaunchError(str(exc), retryable=True) from exc
             except SpawnerUnavailable as exc:
                 global _warned_fallback
                 if not _warned_fallback:
@@ -548,7 +559,8 @@ def start(msg: LaunchMessage, node: str, log_dir: Path, launch_id: str = "",
         except OSError as exc:  # the workdir vanished meanwhile, out of processes, ...
             text = f"cannot start {argv[0]!r}: {exc}"
             log.write(f"# launch failed: {text}\n".encode())
-            raise LaunchError(text) from exc
+            # Out of processes, memory or descriptors is the host's state; a missing directory is the job's.
+            raise LaunchError(text, retryable=exc.errno in _HOST_ERRNOS) from exc
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     finally:

@@ -123,6 +123,10 @@ def interpret(event: AgentEvent, job: JobRecord | None) -> EventMeaning:
         to_running = (f"process started on {event.node} (pid {event.pid})"
                       if job.state == JobState.LAUNCHING else None)
         return Started(fields, to_running)
+    if event.kind == EventKind.LAUNCH_FAILED and (event.node in job.pids or event.node in job.exit_codes):
+        # This node already reported the attempt started (or ended) here: a refusal now is a late or
+        # replayed copy (an old launch written again), never a reason to requeue or fail the job.
+        return Stale(None)
     if event.kind == EventKind.LAUNCH_FAILED and event.retryable:
         return LaunchRefused((event.node,), f"launch failed on {event.node}: {event.message}")
     if event.kind == EventKind.EXITED and event.cause == FENCED:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from frenzy.agent.launch_check import GpuHolder, LaunchFacts, check_launch
+from frenzy.agent.launch_check import GpuHolder, LaunchFacts, check_launch, report_unusable
 from frenzy.state.messages import LaunchMessage, LayoutEnv
+from frenzy.state.signing import Refusal
 
 
 def launch(**fields) -> LaunchMessage:
@@ -25,10 +26,11 @@ def test_a_launch_matching_every_fact_is_accepted() -> None:
     assert verdict.ok and verdict.problem is None
 
 
-def test_a_launch_whose_fence_does_not_match_is_refused_for_good() -> None:
+def test_a_launch_whose_fence_does_not_match_is_refused_and_retryable() -> None:
+    # (a job that moved on drops the refusal as stale; its live attempt is requeued, not failed)
     facts = replace(FACTS, holders={0: GpuHolder("j", "7"), 1: GpuHolder("other", "8")})
     verdict = check_launch(launch(), facts)
-    assert not verdict.ok and not verdict.retryable
+    assert not verdict.ok and verdict.retryable
     assert verdict.problem == ("stale launch: GPU 1 is held by 'other' with fence 8, but this launch is for "
                                "job 'j' with fence 7")
     freed = replace(FACTS, holders={0: GpuHolder("j", "7"), 1: GpuHolder("", None)})
@@ -77,3 +79,41 @@ def test_a_workdir_must_resolve_under_an_allowed_root() -> None:
                                "agent's --workdir-root")
     assert not check_launch(launch(workdir="/home/user2"), replace(facts, workdir="/home/user2")).ok  # not a prefix
     assert check_launch(launch(), facts).ok  # no workdir: the agent's own directory
+
+
+def test_a_node_that_would_fence_the_job_at_once_does_not_start_it() -> None:
+    cut_off = replace(FACTS, silent_s=4.0, fence_after_s=3.0)
+    verdict = check_launch(launch(), cut_off)
+    assert not verdict.ok and verdict.retryable
+    assert verdict.problem == ("node a has had no heartbeat reach Redis for 4.0s and stops its jobs after 3.0s "
+                               "(it may be declared dead): not starting one here")
+    assert check_launch(launch(), replace(cut_off, silent_s=2.9)).ok
+    assert check_launch(launch(), replace(cut_off, fence_after_s=None)).ok  # a launch that never fences
+
+
+# ---- entries refused before they are judged as launches (report_unusable)
+
+SEALED = {"kind": "launch", "job_id": "j", "attempt": 2, "fence": 7, "node": "a", "expires_at": 1000,
+          "nonce": "n", "sig": "s"}
+
+
+def test_only_the_schedulers_own_launches_are_answered() -> None:
+    # Nothing for what the scheduler did not seal: answering would act for whoever wrote it.
+    for refusal in (Refusal.UNSIGNED, Refusal.FORGED, Refusal.NO_KEY, Refusal.REPLAYED):
+        assert report_unusable(SEALED, refusal, refusal.value, "a") is None
+    expired = report_unusable(SEALED, Refusal.EXPIRED, "expired", "a")
+    assert expired is not None and (expired.job_id, expired.attempt, expired.fence) == ("j", 2, 7)
+    assert expired.retryable and expired.message.startswith("node a refused the launch: its seal expired")
+    unreadable = report_unusable(SEALED, None, "invalid agent command: gpu_indices: Field required", "a")
+    assert unreadable is not None and "cannot read the launch (invalid agent command: gpu_indices" in unreadable.message
+
+
+def test_an_unusable_entry_is_not_answered_for_an_attempt_running_here_or_without_a_job() -> None:
+    assert report_unusable(SEALED, Refusal.EXPIRED, "expired", "a", running=[("j", 2)]) is None
+    assert report_unusable(SEALED, Refusal.EXPIRED, "expired", "a", running=[("j", 1)]) is not None
+    assert report_unusable({**SEALED, "kind": "cancel"}, Refusal.EXPIRED, "expired", "a") is None
+    assert report_unusable({**SEALED, "job_id": "../x"}, None, "bad", "a") is None
+    assert report_unusable({**SEALED, "attempt": True}, None, "bad", "a") is None
+    assert report_unusable({**SEALED, "attempt": 0}, None, "bad", "a") is None
+    no_fence = report_unusable({**SEALED, "fence": "7"}, None, "bad", "a")
+    assert no_fence is not None and no_fence.fence is None

@@ -65,6 +65,16 @@ def test_a_retryable_launch_failure_requeues_and_another_fails_the_node() -> Non
     assert interpret(event(EventKind.LAUNCH_FAILED), JOB).cause == "launch failed"  # type: ignore[union-attr]
 
 
+def test_a_launch_failure_from_a_node_that_already_reported_the_attempt_is_stale() -> None:
+    # A refusal after the node's RUNNING (or exit) of the same attempt is a late or replayed copy.
+    started = replace(JOB, pids={"a": 42})
+    assert interpret(event(EventKind.LAUNCH_FAILED, retryable=True, message="expired"), started) == Stale(None)
+    assert interpret(event(EventKind.LAUNCH_FAILED, message="x"), replace(JOB, exit_codes={"a": 0})) == Stale(None)
+    # another node's RUNNING does not make this node's refusal stale
+    assert isinstance(interpret(event(EventKind.LAUNCH_FAILED, retryable=True), replace(JOB, pids={"b": 1})),
+                      LaunchRefused)
+
+
 def test_exits() -> None:
     assert interpret(event(EventKind.EXITED, exit_code=0), JOB) == Exited(
         0, "a exited with code 0", told_to_stop=False, stop_others=False)
