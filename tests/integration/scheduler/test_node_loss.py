@@ -222,12 +222,25 @@ def test_a_retryable_launch_failure_requeues(loop: SchedulerLoop, redis_client: 
     add_node(redis_client, keys, "a", "A100-80GB", 1)
     add_node(redis_client, keys, "b", "A100-80GB", 1)
     job = _running(loop, [("a", [0]), ("b", [0])])
+    # (b runs its rank; a never started its own: a refusal from a node that reported RUNNING is a
+    # late or replayed copy and ignored, agent_events)
+    loop.store.r.hdel(loop.store.k.job(job.id), "pid:a")
+    job = loop.store.get(job.id)
     loop.handle_event(_ev(EventKind.LAUNCH_FAILED, job, "a", retryable=True,
                           message="rendezvous port 30000 on node a is in use"))
     again = loop.store.get(job.id)
     assert again.state == JobState.PENDING and again.attempt == 2
     assert "launch failed on a: rendezvous port" in again.history[-1]["reason"]
     assert _owners(redis_client, keys, "a", 1) == [""] and _owners(redis_client, keys, "b", 1) == [job.id]
+
+
+def test_a_launch_failure_from_a_node_already_running_the_attempt_is_ignored(
+        loop: SchedulerLoop, redis_client: redis.Redis, keys: Keys) -> None:
+    add_node(redis_client, keys, "a", "A100-80GB", 1)
+    job = _running(loop, [("a", [0])])
+    loop.handle_event(_ev(EventKind.LAUNCH_FAILED, job, "a", retryable=True, message="replayed"))
+    again = loop.store.get(job.id)
+    assert again.state == JobState.RUNNING and again.attempt == 1
 
 
 # ---------------------------------------------------------------- leak sweeps
