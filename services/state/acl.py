@@ -52,8 +52,9 @@ _SCRIPTS = ("+evalsha", "+script|load", "+script|exists")
 # busy loop froze Redis for every node and user).
 _AGENT_SCRIPTS = ("+evalsha",)
 # What the agent and its scripts call on its node's keys and the log streams.
-_AGENT_COMMANDS = ("+time", "+exists", "+get", "+set", "+hget", "+hmget", "+hset", "+hsetnx", "+hdel", "+hincrby",
-                   "+sadd", "+xadd", "+pexpire")
+# (+type: the scripts' key-type check before their first write, lua/lib/check_types.lua)
+_AGENT_COMMANDS = ("+time", "+exists", "+type", "+get", "+set", "+hget", "+hmget", "+hset", "+hsetnx", "+hdel",
+                   "+hincrby", "+sadd", "+xadd", "+pexpire")
 _LAUNCH_READ = ("+xreadgroup", "+xack", "+xgroup|create")
 # What the agent reads of a job's packed code (frenzy.state.code_store.CodeReader): in ranges, never writes.
 _CODE_READ = ("+get", "+getrange", "+strlen", "+exists")

@@ -12,6 +12,11 @@
 -- ARGV[1] holder id  ARGV[2] time to live (ms)
 -- Returns the lease value taken, or false when another holds it.
 
+--#include check_types
+
+-- Every key this script may write has its type, or nothing is written (lib/check_types).
+check_types({KEYS[1], "string"}, {KEYS[2], "string"})
+
 if redis.call("EXISTS", KEYS[1]) == 1 then
   return false
 end

@@ -39,6 +39,11 @@
 -- ARGV[7] byte cap of the stream (0: none)  ARGV[8] the node's file cap, for readers (0: none)
 -- Returns the shipped offset after the call (ARGV[3] when appended).
 
+--#include check_types
+
+-- Every key this script may write has its type, or nothing is written (lib/check_types).
+check_types({KEYS[1], "stream"}, {KEYS[2], "hash"})
+
 local ENTRY_OVERHEAD = 128
 local shipped = tonumber(redis.call("HGET", KEYS[2], ARGV[1]) or "0")
 local start = tonumber(ARGV[2])

@@ -14,6 +14,11 @@
 -- Returns 1 when the node is (now, or already) marked dead, 0 when it is alive again,
 -- -1 when the caller is not the leader.
 
+--#include check_types
+
+-- Every key this script may write has its type, or nothing is written (lib/check_types).
+check_types({KEYS[1], "hash"}, {KEYS[2], "string"}, {KEYS[3], "string"})
+
 if ARGV[3] ~= "" and redis.call("GET", KEYS[3]) ~= ARGV[3] then
   return -1
 end

@@ -31,10 +31,18 @@
 -- Returns {status, state}: "ignored", "recorded" (other nodes of that attempt have not ended
 -- with 0 yet), "retry" (the current attempt moved on since it was read) or "finished".
 
+--#include check_types
 --#include job_states
 --#include release_gpus
 --#include queue_users
 --#include usage_record
+
+-- Every key this script may write has its type, or nothing is written (lib/check_types).
+check_types({KEYS[1], "hash"}, {KEYS[2], "list"}, {KEYS[4], "hash"})
+check_queue_types(KEYS[3])
+check_key_range(5, 4 + 2 * tonumber(ARGV[6]), 1, "hash")
+check_key_range(5 + 2 * tonumber(ARGV[6]), #KEYS, 1, "stream")
+check_usage_types(KEYS[1])
 
 local h = redis.call("HMGET", KEYS[1], "state", "attempt", "prev_attempt", "prev_fence", "prev_nodes", "fence",
   "master_port")

@@ -22,6 +22,12 @@
 -- Returns 1 (renewed), 2 (renewed, and the node had been declared dead: its jobs were moved)
 -- or 0 (node unknown: register again).
 
+--#include check_types
+
+-- Every key this script may write has its type, or nothing is written (lib/check_types).
+check_types({KEYS[1], "hash"}, {KEYS[2], "string"})
+check_key_range(3, #KEYS, 1, "hash")
+
 local head = 3
 local per_gpu = 5
 local n = #KEYS - 2

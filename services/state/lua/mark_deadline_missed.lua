@@ -7,7 +7,12 @@
 -- KEYS: for each job, its hash then its history  ARGV[1] now, then per job: attempt, history note JSON
 -- Returns how many jobs were newly flagged.
 
+--#include check_types
 --#include job_states
+
+-- Every key this script may write has its type, or nothing is written (lib/check_types).
+check_key_range(1, #KEYS, 2, "hash")
+check_key_range(2, #KEYS, 2, "list")
 
 local flagged = 0
 for i = 1, #KEYS, 2 do

@@ -14,6 +14,8 @@
 --   * the caller still holds the leader lease it names (acquire_lease.lua):
 --     a scheduler that paused past its lease while a standby took over places
 --     nothing (every job of the batch fails with that reason).
+-- Every key of the job has the type its writes expect (lib/check_types; a key of the batch's own,
+-- the queue, the counter or the lease, fails the whole call before any write).
 -- If a check fails nothing is written for that job and its reason is
 -- returned; the jobs after it are still tried, seeing what the ones before
 -- wrote (two jobs of a batch can never take the same GPU or port).
@@ -38,8 +40,13 @@
 --   launch messages (same order as the streams)
 -- Returns a flat list, two entries per job: 1, "" (placed) or 0, reason.
 
+--#include check_types
 --#include job_states
 --#include queue_users
+
+-- Every key this script may write has its type, or nothing is written (lib/check_types).
+check_types({KEYS[2], "string"}, {KEYS[3], "string"})
+check_queue_types(KEYS[1])
 
 local now = ARGV[1]
 local maxlen = ARGV[2]
@@ -55,6 +62,22 @@ if ARGV[4] ~= "" and redis.call("GET", KEYS[3]) ~= ARGV[4] then
     out[#out + 1] = "not the leader: this scheduler's lease " .. ARGV[4] .. " has expired or passed to another"
   end
   return out
+end
+
+-- The first key of the job's that has another type than its writes expect (lib/check_types): the
+-- job is not placed, with that reason, and nothing of it is written.
+local function mistyped(job_key, history, ports_key, gpus, alive, nodes, streams)
+  local why = wrong_type(job_key, "hash") or wrong_type(history, "list") or wrong_type(ports_key, "hash")
+  if why then return why end
+  local groups = {gpus, alive, nodes, streams}
+  local types = {"hash", "string", "hash", "stream"}
+  for g, group in ipairs(groups) do
+    for _, key in ipairs(group) do
+      why = wrong_type(key, types[g])
+      if why then return why end
+    end
+  end
+  return nil
 end
 
 local function check(job_key, ports_key, gpus, alive, nodes, attempt, fence, need, port, master)
@@ -109,7 +132,8 @@ for _ = 1, jobs do
     nodes[i] = KEYS[k + 2 + n + m + i]
     streams[i] = KEYS[k + 2 + n + 2 * m + i]
   end
-  local why = check(job_key, ports_key, gpus, alive, nodes, attempt, fence, need, port, master)
+  local why = mistyped(job_key, history, ports_key, gpus, alive, nodes, streams)
+    or check(job_key, ports_key, gpus, alive, nodes, attempt, fence, need, port, master)
   if why then
     out[#out + 1] = 0
     out[#out + 1] = why

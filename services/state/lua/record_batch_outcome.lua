@@ -14,6 +14,11 @@
 -- ARGV[6] time to live of the batch's records, seconds
 -- Returns 1 when written, 0 when a recorded success was kept.
 
+--#include check_types
+
+-- Every key this script may write has its type, or nothing is written (lib/check_types).
+check_types({KEYS[1], "hash"}, {KEYS[2], "zset"})
+
 if ARGV[3] ~= "1" then
   local current = redis.call("HGET", KEYS[1], ARGV[1])
   if current then

@@ -21,10 +21,16 @@
 -- Returns {status, state, exited_nodes, failed_nodes} where status is
 --   "ignored" (stale or repeated), "recorded" (others still running) or "finished".
 
+--#include check_types
 --#include job_states
 --#include release_gpus
 --#include attempt_record
 --#include usage_record
+
+-- Every key this script may write has its type, or nothing is written (lib/check_types).
+check_types({KEYS[1], "hash"}, {KEYS[2], "list"}, {KEYS[3], "hash"})
+check_key_range(4, #KEYS, 1, "hash")
+check_usage_types(KEYS[1])
 
 -- The job's reason when a node's failure ends it: the node and what its agent recognised (the
 -- attempt record's cause: "out of memory", "signal 9 (SIGKILL)"), and for a command that never

@@ -24,6 +24,12 @@
 --            health_reason, pci_bus_id, links (JSON), utilization, processes (JSON), type_from_memory
 -- Returns the previous lease value (a live agent's instance id) or false.
 
+--#include check_types
+
+-- Every key this script may write has its type, or nothing is written (lib/check_types).
+check_types({KEYS[1], "hash"}, {KEYS[2], "set"}, {KEYS[3], "string"})
+check_key_range(4, #KEYS, 1, "hash")
+
 local head = 8
 local per_gpu = 13
 local names = {"index", "uuid", "type", "nvml_name", "memory_total", "memory_free", "healthy",

@@ -14,8 +14,13 @@
 -- ARGV[1] job id  ARGV[2] the ended reservation's fence
 -- Returns the number of GPUs released.
 
+--#include check_types
 --#include job_states
 --#include release_gpus
+
+-- Every key this script may write has its type, or nothing is written (lib/check_types).
+check_types({KEYS[1], "hash"}, {KEYS[2], "hash"})
+check_key_range(3, #KEYS, 1, "hash")
 
 local h = redis.call("HMGET", KEYS[1], "state", "fence")
 if ACTIVE[h[1]] and tostring(h[2]) == ARGV[2] then

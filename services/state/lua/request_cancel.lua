@@ -13,7 +13,12 @@
 --         cancelled) or "stop_requested" (a rank failed: the job ends failed)
 -- Returns {1, state} or {0, state}
 
+--#include check_types
 --#include job_states
+
+-- Every key this script may write has its type, or nothing is written (lib/check_types).
+check_types({KEYS[1], "hash"}, {KEYS[2], "list"})
+check_key_range(3, #KEYS, 1, "stream")
 
 local state = redis.call("HGET", KEYS[1], "state")
 if state ~= JOB_STATE.launching and state ~= JOB_STATE.running then

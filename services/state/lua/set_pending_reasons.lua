@@ -7,6 +7,11 @@
 -- KEYS: the job hashes  ARGV: their reasons, same order
 -- Returns how many were written.
 
+--#include check_types
+
+-- Every key this script may write has its type, or nothing is written (lib/check_types).
+check_key_range(1, #KEYS, 1, "hash")
+
 local written = 0
 for i, key in ipairs(KEYS) do
   if redis.call("EXISTS", key) == 1 then

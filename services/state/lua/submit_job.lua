@@ -24,8 +24,14 @@
 --           plans, model_name, parameter_count, pending_reason, priority, max_attempts)
 -- Returns {job_id, duplicate(0|1), seq}, or {"", 2, queued} when over the quota
 
+--#include check_types
 --#include job_states
 --#include queue_users
+
+-- Every key this script may write has its type, or nothing is written (lib/check_types).
+check_types({KEYS[1], "string"}, {KEYS[2], "hash"}, {KEYS[3], "list"}, {KEYS[4], "zset"},
+  {KEYS[6], "string"}, {KEYS[7], "list"})
+check_queue_types(KEYS[5])
 
 if ARGV[4] == "1" then
   local existing = redis.call("GET", KEYS[1])

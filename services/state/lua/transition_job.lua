@@ -19,10 +19,17 @@
 -- ARGV[7 ..] extra field, value pairs for the job hash
 -- Returns {1, old_state} or {0, current_state}
 
+--#include check_types
 --#include job_states
 --#include release_gpus
 --#include queue_users
 --#include usage_record
+
+-- Every key this script may write has its type, or nothing is written (lib/check_types).
+check_types({KEYS[1], "hash"}, {KEYS[2], "list"}, {KEYS[4], "hash"})
+check_queue_types(KEYS[3])
+check_key_range(5, #KEYS, 1, "hash")
+check_usage_types(KEYS[1])
 
 local state = redis.call("HGET", KEYS[1], "state")
 if not state then

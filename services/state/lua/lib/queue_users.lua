@@ -25,3 +25,9 @@ local function queue_remove(queue_key, job_key, job_id)
     end
   end
 end
+
+-- Fail before any write (lib/check_types, which the script includes first) when the queue or its
+-- per-user counts have another type.
+local function check_queue_types(queue_key)
+  check_types({queue_key, "zset"}, {queue_key .. ":users", "hash"})
+end

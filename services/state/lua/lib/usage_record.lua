@@ -30,6 +30,18 @@ local function usage_prefix(job_key)
   return string.match(job_key, "^(.*):job:[^:]+$")
 end
 
+-- Fail before any write (lib/check_types, which the script includes first) when a usage key
+-- record_usage may write for the job at `job_key` has another type.
+local function check_usage_types(job_key)
+  local prefix = usage_prefix(job_key)
+  if prefix == nil then
+    return
+  end
+  local user = redis.call("HGET", job_key, "user") or ""
+  check_types({prefix .. ":usage", "stream"}, {prefix .. ":usage:totals", "hash"},
+    {prefix .. ":usage:user:" .. user, "hash"})
+end
+
 -- Charge the attempt `attempt` of the job at `job_key`, whose GPU hashes are KEYS[first], KEYS[first+2],
 -- ... up to KEYS[last] (each followed by its node's hash), ending at `now` with `outcome`.
 local function record_usage(job_key, attempt, now, first, last, outcome)
