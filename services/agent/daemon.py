@@ -85,8 +85,9 @@ from frenzy.agent.run_as import JobUser
 from frenzy.agent.run_as import resolve as resolve_user
 from frenzy.agent.spawning import Spawner
 from frenzy.agent.usermap import DEFAULT_MIN_UID, UnmappedUser, UserMap
-from frenzy.state import scripts
+from frenzy.state import connect, scripts
 from frenzy.state.code_store import CodeReader
+from frenzy.state.connect import agent_timeouts
 from frenzy.state.keys import AGENT_GROUP, Keys
 from frenzy.state.messages import (
     TAIL_BYTES,
@@ -193,8 +194,10 @@ class Agent:
         self.instance = uuid.uuid4().hex  # lease value: tells this agent run from any other
         self.ready = threading.Event()  # set once registered and past the pending entries (tests wait on it)
 
-        # RESP2 pinned: the stream-reply parsing below relies on its shape.
-        self._redis = redis.Redis.from_url(redis_url, decode_responses=True, protocol=2)
+        # RESP2 pinned: the stream-reply parsing below relies on its shape. Timeouts from the heartbeat
+        # and the launch stream's block: behind a silent partition a call fails within seconds (connect.py).
+        self.timeouts = agent_timeouts(heartbeat_s, ttl_s, block_s)
+        self._redis = connect.client(redis_url, self.timeouts, decode_responses=True, protocol=2)
         self._register_script = scripts.register_loaded(self._redis, "register_node")  # EVALSHA only (issue 34)
         self._heartbeat_script = scripts.register_loaded(self._redis, "heartbeat")
         self._logs = LogShipper(self._redis, self.keys, node, poll_s=log_poll_s, maxlen=log_stream_maxlen,
@@ -210,7 +213,7 @@ class Agent:
         self._spawner: Spawner | bool = Spawner() if use_spawner else False
         # Jobs' packed code: read as bytes (a second client, the first decodes replies), unpacked
         # under the state directory (frenzy.agent.codecache).
-        self._code_redis = redis.Redis.from_url(redis_url, decode_responses=False, protocol=2)
+        self._code_redis = connect.client(redis_url, self.timeouts, decode_responses=False, protocol=2)
         self._code = CodeCache(state, CodeReader(self._code_redis, self.keys))
         self.cache_policy = cache_policy or CachePolicy()
         self._pruned_at = float("-inf")  # monotonic time of the last prune (the heartbeat thread's)

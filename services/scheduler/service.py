@@ -72,8 +72,9 @@ from frenzy.scheduler.submit_pools import (
     Predictions,
 )
 from frenzy.scheduler.usage_api import UsageCollector, UsageDesk, UsageRefused
-from frenzy.state import scripts
+from frenzy.state import connect, scripts
 from frenzy.state.code_store import CodeError, CodeStore, max_code_bytes_from_env
+from frenzy.state.connect import scheduler_timeouts
 from frenzy.state.job_logs import LogReader
 from frenzy.state.job_states import JobState
 from frenzy.state.keys import Keys
@@ -598,7 +599,9 @@ class SchedulerServer:
         if serve not in SERVE_MODES:
             raise ValueError(f"serve: one of {', '.join(SERVE_MODES)} (got {serve!r})")
         self.serve = serve
-        self.client = redis.Redis.from_url(redis_url, decode_responses=True)
+        lease_ttl_s = leader_ttl_s if leader_ttl_s is not None else env_float("FRENZY_LEADER_TTL_S", DEFAULT_TTL_S)
+        # Behind a silent partition a call fails within the leader lease instead of hanging (connect.py).
+        self.client = connect.client(redis_url, scheduler_timeouts(lease_ttl_s), decode_responses=True)
         self.keys = Keys(prefix)
         # The predictor answers only its token's holder (frenzy.predictor.guard; issue 34 item 8).
         self.channel = with_token(open_channel(predictor_addr, predictor_tls), predictor_token)
@@ -633,8 +636,7 @@ class SchedulerServer:
                 raise
         self.stop_event = threading.Event()
         # Only the lease's holder places jobs; another scheduler on this Redis stands by (leader.py).
-        self.lease = LeaderLease(self.client, self.keys, ttl_s=leader_ttl_s if leader_ttl_s is not None
-                                 else env_float("FRENZY_LEADER_TTL_S", DEFAULT_TTL_S))
+        self.lease = LeaderLease(self.client, self.keys, ttl_s=lease_ttl_s)
         self.thread = threading.Thread(target=self.loop.run, args=(self.stop_event, tick_s, self.lease),
                                        name="scheduler-loop", daemon=True)
         # Agents may call scripts but not load them (issue 34): every scheduler keeps them loaded.
