@@ -46,7 +46,6 @@ the agent with a clear error instead of failing launches later.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
@@ -61,12 +60,12 @@ from pathlib import Path
 
 import redis
 
-from frenzy.agent import cgroups, jobenv, launcher, safefile
+from frenzy.agent import cgroups, jobenv, launcher
 from frenzy.agent.cgroups import DEFAULT_PIDS_MAX, JobCgroups
 from frenzy.agent.codecache import CachePolicy, CodeCache, CodeUnavailable, PruneReport
-from frenzy.agent.exit_cause import FENCED, classify, last_lines
+from frenzy.agent.exit_report import exit_report
 from frenzy.agent.fencing import fence_deadline_s, redis_is_down, to_fence
-from frenzy.agent.gpus import GpuBackend, GpuInfo, NvmlBackend, node_health, processes_json
+from frenzy.agent.gpus import GpuBackend, GpuInfo, NvmlBackend
 from frenzy.agent.jobproc import JobProcess, append_line, append_trailer, ended
 from frenzy.agent.launch_check import (
     GpuHolder,
@@ -81,6 +80,7 @@ from frenzy.agent.logship import LogShipper
 from frenzy.agent.metrics import AgentMetrics, refusal_label
 from frenzy.agent.node_seal import NodeSeal
 from frenzy.agent.peak import job_gpu_bytes
+from frenzy.agent.registration import DECLARED_DEAD, MISSING, NodeRegistration
 from frenzy.agent.run_as import JobUser
 from frenzy.agent.run_as import resolve as resolve_user
 from frenzy.agent.spawning import Spawner
@@ -90,8 +90,6 @@ from frenzy.state.code_store import CodeReader
 from frenzy.state.connect import agent_timeouts
 from frenzy.state.keys import AGENT_GROUP, Keys
 from frenzy.state.messages import (
-    TAIL_BYTES,
-    TAIL_LINES,
     AgentEvent,
     BadMessage,
     CancelMessage,
@@ -108,8 +106,6 @@ from frenzy.state.streams import ensure_group, xreadgroup_entries
 log = logging.getLogger(__name__)
 
 _RETRY_S = 1.0  # pause after a Redis error before trying again
-# The most an exit report waits on one file of the job's (its log's end, its declared peak).
-_JOB_FILE_TIMEOUT_S = 5.0
 # How often the heartbeat thread prunes the code cache and old working directories: a walk of a
 # few directories, and nothing there grows fast enough to need more.
 PRUNE_EVERY_S = 600.0
@@ -198,8 +194,8 @@ class Agent:
         # and the launch stream's block: behind a silent partition a call fails within seconds (connect.py).
         self.timeouts = agent_timeouts(heartbeat_s, ttl_s, block_s)
         self._redis = connect.client(redis_url, self.timeouts, decode_responses=True, protocol=2)
-        self._register_script = scripts.register_loaded(self._redis, "register_node")  # EVALSHA only (issue 34)
-        self._heartbeat_script = scripts.register_loaded(self._redis, "heartbeat")
+        self._node_record = NodeRegistration(self._redis, self.keys, node, addr, ttl_s, self.instance,
+                                             price_per_gpu_hour)  # (EVALSHA only: issue 34)
         self._logs = LogShipper(self._redis, self.keys, node, poll_s=log_poll_s, maxlen=log_stream_maxlen,
                                 retention_s=log_retention_s)
         state = Path(state_dir).resolve() if state_dir else self.log_dir / ".agent"
@@ -305,32 +301,8 @@ class Agent:
 
     # ------------------------------------------------------------ registration and heartbeat
 
-    def _gpu_keys(self, gpus: list[GpuInfo]) -> list[str]:
-        return [self.keys.gpu(self.node, g.index) for g in gpus]
-
     def _register(self) -> None:
-        gpus = self._gpus
-        types: list[str] = []
-        for g in gpus:
-            if g.gpu_type and g.gpu_type not in types:
-                types.append(g.gpu_type)
-        args: list[object] = [self.node, self.addr, ",".join(types), os.getpid(),
-                              int(self.ttl_s * 1000), self.instance, node_health(gpus),
-                              "" if self.price_per_gpu_hour is None else repr(float(self.price_per_gpu_hour))]
-        for g in gpus:
-            args += [g.index, g.uuid, g.gpu_type or "", g.nvml_name, g.memory_total, g.memory_free,
-                     int(g.healthy), g.health_reason, g.pci_bus_id,
-                     json.dumps({str(k): v for k, v in sorted(g.links.items())}), g.utilization,
-                     processes_json(g), int(g.type_from_memory)]
-        keys = [self.keys.node(self.node), self.keys.nodes(), self.keys.node_alive(self.node),
-                *self._gpu_keys(gpus)]
-        previous = self._register_script(keys=keys, args=args)
-        if previous and previous != self.instance:
-            log.warning(
-                "node %s still had a live lease from another agent run (%s): either this is a quick "
-                "restart, or a second agent runs with the same --node name (it must not)", self.node, previous)
-        log.info("registered node %s: %d GPU(s) %s, lease %.1fs", self.node, len(gpus),
-                 ",".join(types) or "(none in catalog)", self.ttl_s)
+        self._node_record.register(self._gpus)
 
     def _heartbeat_once(self) -> None:
         show = getattr(self.backend, "show_usage", None)
@@ -344,16 +316,12 @@ class Agent:
             self._sample_peaks()
         except Exception:  # a flaky driver must not stop the lease; report the last known state
             log.exception("refreshing GPU state failed; sending the last known values")
-        args: list[object] = [int(self.ttl_s * 1000), self.instance, node_health(self._gpus)]
-        for g in self._gpus:
-            args += [g.memory_free, int(g.healthy), g.health_reason, g.utilization, processes_json(g)]
-        keys = [self.keys.node(self.node), self.keys.node_alive(self.node), *self._gpu_keys(self._gpus)]
-        renewed = self._heartbeat_script(keys=keys, args=args)
-        if not renewed:
+        renewed = self._node_record.heartbeat(self._gpus)
+        if renewed == MISSING:
             log.warning("node %s is missing from Redis (data lost or node deleted); registering again",
                         self.node)
             self._register()
-        elif int(renewed) == 2:
+        elif renewed == DECLARED_DEAD:
             self._stop_moved_jobs()
 
     def _sample_peaks(self) -> None:
@@ -368,21 +336,6 @@ class Agent:
             held, total = job_gpu_bytes(self._gpus, job.gpu_indices, pids)
             if held > job.peak_seen:
                 job.peak_seen, job.peak_gpu_total = held, total
-
-    def _exit_report(self, log_path: str, code: int | None, cancelled: bool, peak_seen: int = 0,
-                     peak_gpu_total: int = 0, fenced: bool = False) -> dict[str, object]:
-        """What an EXITED event says beyond the code: the cause (``exit_cause.classify``), the last
-        output lines of a failure, and the peak memory per GPU (measured, or declared by the job)."""
-        # Files the job can reach: read without blocking or following links (safefile), and given up on
-        # after a few seconds (a hung filesystem), so that the exit is reported whatever the job left.
-        text = safefile.bounded(lambda: launcher.read_log_end(log_path), _JOB_FILE_TIMEOUT_S, "", "log-end")
-        declared = safefile.bounded(lambda: launcher.read_declared_peak(log_path), _JOB_FILE_TIMEOUT_S, 0, "peak")
-        share = peak_seen / peak_gpu_total if peak_seen and peak_gpu_total else None
-        cause = FENCED if fenced else classify(code, text.splitlines(), cancelled=cancelled, peak_share=share,
-                                               gpu_measured=peak_seen > 0)
-        return {"cause": cause, "tail": last_lines(text, TAIL_LINES, TAIL_BYTES) if code != 0 else [],
-                "peak_bytes_per_gpu": max(peak_seen, declared),
-                "peak_measured": peak_seen > 0 and peak_seen >= declared}
 
     def _stop_moved_jobs(self) -> None:
         """The scheduler declared this node dead while it was cut off, freed its GPUs and requeued
@@ -794,7 +747,7 @@ class Agent:
                  " (cancelled)" if job.cancelled else "", extra=self._context(job.job_id, job.attempt))
         event = self._event(EventKind.EXITED, job.job_id, job.attempt, fence=job.fence, pid=job.pid,
                             exit_code=code, cancelled=job.cancelled, log_path=job.log_path, message=message,
-                            **self._exit_report(job.log_path, code, job.cancelled, job.peak_seen, job.peak_gpu_total,
+                            **exit_report(job.log_path, code, job.cancelled, job.peak_seen, job.peak_gpu_total,
                                                 fenced=job.fenced))
         while not self._detached.is_set():
             try:
@@ -895,7 +848,7 @@ class Agent:
                     exit_code=code, log_path=entry.log_path,
                     message="the process ended while the agent was not running"
                     + ("" if code is not None else "; it left no exit status"),
-                    **self._exit_report(entry.log_path, code, False)))
+                    **exit_report(entry.log_path, code, False)))
                 self._ledger.remove(entry.job_id, entry.attempt)
 
     def _ship_once(self, job_id: str, attempt: int, path: str) -> None:
