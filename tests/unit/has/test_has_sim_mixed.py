@@ -11,9 +11,9 @@ import pytest
 import marp
 from has.cluster import ClusterView, GpuSlot, NodeView
 from has.cluster_spec import parse_cluster
+from has.oom import memory_share
 from has.preemption import _free_with, _mixed
 from has.sim import truth_independent as ti
-from has.oom import memory_share
 from has.sim.baselines import FrenzyPolicy, _peak_and_memory, make_policy
 from has.sim.engine import ProfileBook, SimError, Simulator, Start
 from has.sim.traces import TraceJob, fit_to_cluster, read_trace
