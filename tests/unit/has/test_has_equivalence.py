@@ -84,7 +84,7 @@ def random_cluster(rng: random.Random, now: float) -> ClusterView:
             busy = rng.random() < busy_p
             if busy:
                 free_at = rng.choice([None, now + rng.uniform(-50, 5000), now + rng.choice([100.0, 200.0])])
-                owner = f"run{rng.randint(0, 9)}"
+                owner = f"run{rng.randint(0, 9)}-{gpu_type}"  # (a job's GPUs of one type, as single-type plans hold)
                 mem_free = rng.choice([GiB, 0, total])
             else:
                 free_at, owner = None, None
