@@ -164,7 +164,7 @@ def preempt(view: PassView, est_done: dict[str, float], est_type: dict[str, str]
     waiting_by_type: dict[str, int] | None = None  # GPU type → waiting jobs that chose it
     for victim in victims:
         slots = by_owner.get(victim.job_id)
-        if not slots:
+        if not slots or _mixed(slots):
             continue
         # the victim's estimated remaining runtime (an unknown end: not a victim)
         left = _estimated_end(slots) - now
@@ -222,7 +222,7 @@ def _taker(view: PassView, slots: list[GpuSlot], victim_priority: int) -> _Taker
     policy, now, free, pending, holder = view.policy, view.now, view.free, view.pending, view.holder
     width_slack = policy.width_slack
     total = free.total
-    vtype, vcount = slots[0].gpu_type, len(slots)  # a job's GPUs are of one type
+    vtype, vcount = slots[0].gpu_type, len(slots)  # a victim's GPUs are of one type (``_mixed``)
     free2: PassFree | None = None  # built only when a plan could use the victim's GPUs
     # The scan depends only on a job's candidate plans (their shapes, in order): jobs of one
     # model and recipe share the answer — the index of the plan that would take the victim's
@@ -269,14 +269,26 @@ def _waiting_by_type(
     return out
 
 
+def _mixed(slots: Sequence[GpuSlot]) -> bool:
+    """Whether a running job's GPUs are of several types (a mixed plan, docs/mixed-plans.md). Such a
+    job is no victim of either stop: their rules weigh one GPU type's GPUs (the takers' plans of
+    the victim's type, the jobs waiting for it), so a mixed plan's job runs to its end."""
+    t = slots[0].gpu_type
+    return any(g.gpu_type != t for g in slots)
+
+
 def _free_with(free: PassFree, slots: Sequence[GpuSlot]) -> PassFree:
     """The pass's free GPUs (after its placements and hold) plus ``slots`` (one running job's
-    GPUs), freed: a copy of the pass's index given those GPUs back (``PassFree.give``),
-    not a view rebuilt with the placements replayed (that copied every node of a type)."""
+    GPUs), freed: a copy of the pass's index given those GPUs back (``PassFree.give``), each
+    under its own type, not a view rebuilt with the placements replayed (that copied every node of
+    a type)."""
     out = free.copy()
-    out.give(slots[0].gpu_type, [  # (the constructor: dataclasses.replace is ~10x slower)
-        GpuSlot(g.node, g.index, g.gpu_type, g.memory_total, g.memory_total, None, g.healthy, None) for g in slots
-    ])  # fmt: skip
+    by_type: dict[str, list[GpuSlot]] = {}
+    for g in slots:  # (the constructor: dataclasses.replace is ~10x slower)
+        by_type.setdefault(g.gpu_type, []).append(
+            GpuSlot(g.node, g.index, g.gpu_type, g.memory_total, g.memory_total, None, g.healthy, None))
+    for t, given in by_type.items():
+        out.give(t, given)
     return out
 
 
@@ -317,7 +329,7 @@ def stop_long(view: PassView, wait_done: dict[str, float]) -> PreemptionChoice |
         if r.stops > 0 and (every_s <= 0.0 or now - r.started_at < every_s):
             continue  # stopped before: once per job, or once per ``every_s`` of its run
         slots = by_owner.get(r.job_id)
-        if not slots:
+        if not slots or _mixed(slots):
             continue
         left = _estimated_end(slots) - now
         if left == _INF or left < ratio * restart_s:  # unknown end, or not long even against a restart
@@ -394,7 +406,7 @@ def _long_takers(
     summed gain (s) and the pass's free GPUs after the switch; None if none."""
     now, free = view.now, view.free
     longest = left / view.policy.preempt_long_ratio
-    vtype, vcount = slots[0].gpu_type, len(slots)  # a job's GPUs are of one type
+    vtype, vcount = slots[0].gpu_type, len(slots)  # a victim's GPUs are of one type (``_mixed``)
     free2: PassFree | None = None  # built only when a job could use the victim's GPUs
     placements: list[Placement] = []
     gain = 0.0

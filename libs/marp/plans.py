@@ -510,6 +510,16 @@ def _rank_by_time(candidates: list[tuple[tuple[float, ...], Plan]], time_margin:
     for _, plan in candidates:
         if plan.gpu_type not in cheapest or plan.gpu_hours < cheapest[plan.gpu_type].gpu_hours:
             cheapest[plan.gpu_type] = plan
+    # A mixed plan (marp.mixed, gpu_type "A100-80GB+L4") pays for its GPUs against the cheapest plan
+    # of its own key and of each type it mixes: 8 L4 beside 2 A100 for a 10 % faster step are not
+    # worth 5x the GPU-hours of the 2 A100 alone (issue 33: the simulator measured frenzy at 1.96x
+    # the JCT of frenzy-single-type while mixed plans were only compared among themselves).
+    for _, plan in candidates:
+        if plan.mixed is not None:
+            for t in plan.gpus_by_type:
+                low = cheapest.get(t)
+                if low is not None and low.gpu_hours < cheapest[plan.gpu_type].gpu_hours:
+                    cheapest[plan.gpu_type] = low
 
     def efficiency(plan: Plan) -> float:
         return cheapest[plan.gpu_type].gpu_hours / plan.gpu_hours if plan.gpu_hours > 0 else 1.0
@@ -524,7 +534,7 @@ def _rank_by_time(candidates: list[tuple[tuple[float, ...], Plan]], time_margin:
         if eff < min_eff * (1.0 - 1e-9):
             low = cheapest[plan.gpu_type]
             why = (f"{plan.explanation}; scaling efficiency {eff:.2f} < {min_eff:.2f} (GPU-hours against "
-                   f"{low.num_gpus} {plan.gpu_type}: {low.gpu_hours:.3g}): ranked after the plans that pay for their GPUs")
+                   f"{low.num_gpus} {low.gpu_type}: {low.gpu_hours:.3g}): ranked after the plans that pay for their GPUs")
             out.append(((2.0, *key), replace(plan, explanation=why)))
         elif plan.completion_s <= limit:
             # Near-fastest: fewest GPU-hours first (a negligible speed-up does not buy GPUs).

@@ -24,7 +24,7 @@ import marp
 from has import POLICY_NAMES as QUEUE_POLICY_NAMES
 from has import QueuedJob, QueuePolicy, RunningJob, schedule
 from has.oom import memory_share, oom_threshold, plans_that_may_fit
-from has.placement import Placement, PlanOption
+from has.placement import Placement, PlanOption, PlanPart
 from has.preemption import may_weigh, weighs_running
 from has.sim.competitors import (
     GavelPolicy,
@@ -64,6 +64,14 @@ class FrenzyPolicy:
     _preempted: dict[str, int] = field(default_factory=dict, repr=False)  # job -> times HAS stopped it
     _running: dict[str, RunningJob] = field(default_factory=dict, repr=False)
 
+    @property
+    def runs_mixed(self) -> bool:
+        """Whether HAS may place this policy's mixed plans (``QueuePolicy.mixed_plans``: frenzy and
+        its variants yes, ``frenzy-single-type`` no). Such a policy is handed MARP's ranked plans
+        with mixed plans beside the single-type ones, as the live scheduler's predictor answers on
+        a cluster of several types; the other gets the single-type plans, as before issue 33."""
+        return bool(self.queue_policy.mixed_plans)
+
     def queued_job(self, job: JobInfo) -> QueuedJob:
         """The job as the scheduler service would queue it, with runtime estimates per plan, and
         its deadline and objective (a "cost" job's plans priced: ``PlanOption.cost_usd``)."""
@@ -72,19 +80,29 @@ class FrenzyPolicy:
         if hit is not None and hit[0] == key:
             return hit[1]
         extra = self.restart_s if job.restarts else 0.0
-        kept = [(i, p) for i, p in self.plans_after_ooms(job, self._view) if p.num_gpus <= job.max_gpus]
-        self._plans[job.job_id] = kept
+        kept = [(i, p) for i, p in self.plans_after_ooms(job, self._view, self.runs_mixed)
+                if p.num_gpus <= job.max_gpus]  # fmt: skip
         prices = None
         if job.objective == "cost":
             prices = self._view.prices if self._view is not None else price_table()
-        plans = tuple(self.option(p, job, extra, self.blind, prices) for _, p in kept)
+        options: list[tuple[tuple[int | None, marp.Plan], PlanOption]] = []
+        for ip in kept:
+            try:
+                options.append((ip, self.option(ip[1], job, extra, self.blind, prices)))
+            except ValueError:
+                if ip[1].mixed is None:
+                    raise
+                # (a mixed plan of stages of unequal width: no PlanOption holds it, as live)
+        self._plans[job.job_id] = [ip for ip, _ in options]
+        plans = tuple(o for _, o in options)
         q = QueuedJob(job.job_id, job.seq, job.submitted_at, plans, job.priority,
                       deadline=job.deadline, objective=job.objective)  # fmt: skip
         self._cache[job.job_id] = (key, q)
         return q
 
     @staticmethod
-    def plans_after_ooms(job: JobInfo, view: SimView | None = None) -> list[tuple[int | None, marp.Plan]]:
+    def plans_after_ooms(job: JobInfo, view: SimView | None = None,
+                         mixed: bool = False) -> list[tuple[int | None, marp.Plan]]:  # fmt: skip
         """(MARP index, plan) of the plans that may still fit after the job's OOMs, learnt as the
         live scheduler learns (``has.oom``): every plan whose predicted share of its GPU's memory
         is at least a failed plan's share is dropped; the rest keep MARP's order. With a ``view``
@@ -92,27 +110,26 @@ class FrenzyPolicy:
         MARP keeps the best layout per GPU count, which would otherwise be the one that failed),
         so layouts that need less memory at the same GPU count (a higher ZeRO stage,
         recomputation, a smaller micro-batch) -- not among the best-per-count plans MARP ranked
-        first -- become candidates (index None)."""
-        indexed: list[tuple[int | None, marp.Plan]] = list(enumerate(job.profile.plans))
+        first -- become candidates (index None). ``mixed``: the plans with mixed ones among them
+        (``JobProfile.mixed_plans``), re-planned so too; a mixed plan's share is its tightest rank's."""
+        indexed: list[tuple[int | None, marp.Plan]] = list(enumerate(job.profile.ranked(mixed)))
         if not job.oom_plans:
             return indexed
         threshold: float | None = None
         for failed in job.oom_plans:
-            threshold = oom_threshold(threshold, failed.memory.total, marp.get_gpu(failed.gpu_type).memory_bytes)
+            threshold = oom_threshold(threshold, *_peak_and_memory(failed))
         assert threshold is not None
         if view is not None:
             known = {(p.gpu_type, p.layout): i for i, p in indexed}
             indexed = [(known.get((p.gpu_type, p.layout)), p)
-                       for p in view.replan(job, max(1.0 - threshold + 1e-6, 0.05))]  # fmt: skip
-        return plans_that_may_fit(
-            indexed, threshold, lambda ip: memory_share(ip[1].memory.total, marp.get_gpu(ip[1].gpu_type).memory_bytes)
-        )
+                       for p in view.replan(job, max(1.0 - threshold + 1e-6, 0.05), mixed)]  # fmt: skip
+        return plans_that_may_fit(indexed, threshold, lambda ip: memory_share(*_peak_and_memory(ip[1])))
 
     def why_waiting(self, job: JobInfo) -> str | None:
         """Why HAS cannot place this job at all (None: it could, given free GPUs)."""
-        if not job.profile.plans:
+        if not job.profile.ranked(self.runs_mixed):
             return "MARP finds no plan within its 5 % memory safety margin on this cluster"
-        left = self.plans_after_ooms(job, self._view)
+        left = self.plans_after_ooms(job, self._view, self.runs_mixed)
         if not left:
             return f"every plan ruled out by its OOMs ({len(job.oom_plans)}, has.oom)"
         if all(p.num_gpus > job.max_gpus for _, p in left):
@@ -125,11 +142,24 @@ class FrenzyPolicy:
     ) -> PlanOption:
         """A MARP plan as the scheduler service hands it to HAS, plus the runtime estimate
         (none for a size-unaware policy: ``blind``) and, given ``prices`` (GPU type -> dollars per
-        GPU-hour), its dollars: its GPUs x their price x that runtime (none without a runtime)."""
+        GPU-hour), its dollars: its GPUs x their price x that runtime (none without a runtime).
+
+        A mixed plan (``p.mixed``) gets ``parts``, one per stage and type with its GPUs, tp and
+        predicted peak, exactly as the live path builds them from the stored plan
+        (``frenzy.state.plan_options.plan_to_option``): ``bytes_per_gpu`` the least any rank
+        needs, tp / pp / dp the summary layout. ValueError (``PlanOption``'s) for a mixed plan whose
+        stages are not the rectangle that summary describes (HAS holds ``tp x pp x dp`` GPUs; MARP's
+        planner proposes only rectangular pipelines)."""
         runtime = None if blind else extra_s + job.steps_left * p.step_time_s
         cost = None
         if prices is not None and runtime is not None:
             cost = sum(n * prices.get(t, 0.0) for t, n in p.gpus_by_type.items()) * runtime / 3600.0
+        if p.mixed is not None:
+            parts = tuple(PlanPart(st.index, s.gpu_type, s.gpus, st.tp, s.memory.total)
+                          for st in p.mixed.stages for s in st.shares)  # fmt: skip
+            return PlanOption(p.gpu_type, p.layout.tp, p.layout.pp, p.layout.dp,
+                              min(part.bytes_per_gpu for part in parts), p.label, runtime, parts=parts,
+                              cost_usd=cost)  # fmt: skip
         return PlanOption(p.gpu_type, p.layout.tp, p.layout.pp, p.layout.dp, p.memory.total,
                           f"{p.gpu_type}x{p.num_gpus}", runtime, cost_usd=cost)  # fmt: skip
 
@@ -175,6 +205,15 @@ class FrenzyPolicy:
             return Start(p.job_id, p.plan.gpu_type, tuple(p.gpus()), p.plan_index)
         index, plan = plans[p.plan_index]
         return Start(p.job_id, p.plan.gpu_type, tuple(p.gpus()), index, plan)
+
+
+def _peak_and_memory(plan: marp.Plan) -> tuple[int, int]:
+    """(predicted peak, GPU memory) of a plan's tightest rank by share of its GPU's memory (a
+    mixed plan's ranks sit on GPUs of different sizes) -- what ``has.oom`` weighs."""
+    if plan.mixed is None:
+        return plan.memory.total, marp.get_gpu(plan.gpu_type).memory_bytes
+    s = max((s for st in plan.mixed.stages for s in st.shares), key=lambda s: s.memory.total / s.gpu_memory_bytes)
+    return s.memory.total, s.gpu_memory_bytes
 
 
 # ----- registry ------------------------------------------------------------------------

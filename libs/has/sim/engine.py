@@ -102,6 +102,20 @@ class JobProfile:
     # (gpu_type, n) -> the plan behind ``configs``' step time (its layout: what the independent
     # truth times, ``has.sim.truth_independent``)
     truth_plans: dict[tuple[str, int], marp.Plan] = field(default_factory=dict)
+    # MARP's ranked plans with mixed plans beside the single-type ones (``enumerate_plans(...,
+    # mixed=True)``, what the live scheduler's predictor answers on a cluster of several types;
+    # docs/mixed-plans.md): what a HAS policy that places mixed plans sees. The single-type
+    # ``plans`` on a cluster of one type.
+    mixed_plans: tuple[marp.Plan, ...] = ()
+
+    def ranked(self, mixed: bool) -> tuple[marp.Plan, ...]:
+        """The plans a policy sees: with mixed plans (``mixed_plans``) or single-type only."""
+        return self.mixed_plans if mixed else self.plans
+
+    @property
+    def runs_only_mixed(self) -> bool:
+        """No single-type layout fits, but a mixed plan does (the job can run only over types)."""
+        return not self.configs and any(p.mixed is not None for p in self.mixed_plans)
 
 
 class ProfileBook:
@@ -137,18 +151,24 @@ class ProfileBook:
             configs = {(p.gpu_type, p.num_gpus): p.step_time_s for p in truth.plans}
             runnable = frozenset(p.gpu_type for p in self.pools if marp.get_gpu(p.gpu_type).supports(recipe.precision))
             by_config = {(p.gpu_type, p.num_gpus): p for p in truth.plans}
-            prof = JobProfile(job.model, tuple(ranked.plans), configs, runnable, recipe, by_config)
+            mixed = tuple(ranked.plans)
+            if len(self.pools) > 1:
+                mixed = tuple(marp.enumerate_plans(model, recipe, self.pools, mixed=True).plans)
+            prof = JobProfile(job.model, tuple(ranked.plans), configs, runnable, recipe, by_config, mixed)
             self._cache[key] = prof
         return prof
 
-    def replan(self, job: TraceJob, safety_margin: float) -> tuple[marp.Plan, ...]:
-        """MARP's ranked plans for ``job`` on this cluster with ``safety_margin`` (cached)."""
+    def replan(self, job: TraceJob, safety_margin: float, mixed: bool = False) -> tuple[marp.Plan, ...]:
+        """MARP's ranked plans for ``job`` on this cluster with ``safety_margin`` (cached), with
+        mixed plans too when ``mixed`` (and the cluster has several types)."""
         margin = round(min(max(safety_margin, 0.0), 0.99), 6)
-        key = (job.model, job.seq_len, job.global_batch, "*", margin)
+        mixed = mixed and len(self.pools) > 1
+        key = (job.model, job.seq_len, job.global_batch, "*+" if mixed else "*", margin)
         hit = self._replans.get(key)
         if hit is None:
             hit = self._replans[key] = tuple(
-                marp.enumerate_plans(marp.get_model(job.model), job.recipe(), self.pools, safety_margin=margin).plans
+                marp.enumerate_plans(marp.get_model(job.model), job.recipe(), self.pools, safety_margin=margin,
+                                     mixed=mixed).plans  # fmt: skip
             )
         return hit
 
@@ -245,9 +265,11 @@ class Start:
     """Start ``job_id`` on these GPUs (all of ``gpu_type``) at ``step_time_s`` per step (estimate).
 
     ``plan_index`` names the MARP plan when the policy used one of the job's ranked plans, or
-    ``plan`` gives it (a plan MARP made when the policy re-planned after an OOM); its layout's
-    step time and memory then apply. Memory-blind policies leave both None and get the best
-    layout at that count.
+    ``plan`` gives it (a plan MARP made when the policy re-planned after an OOM, or a mixed plan);
+    its layout's step time and memory then apply. Memory-blind policies leave both None and get the
+    best layout at that count. A mixed plan (``plan.mixed``, one job over several GPU types,
+    docs/mixed-plans.md) is given as ``plan``, with ``gpu_type`` its types '+'-joined and ``gpus``
+    holding exactly its GPUs of each type.
     """
 
     job_id: str
@@ -279,10 +301,10 @@ class SimView:
         self._sim = sim
         self._cluster: ClusterView | None = None
 
-    def replan(self, job: JobInfo, safety_margin: float) -> tuple[marp.Plan, ...]:
+    def replan(self, job: JobInfo, safety_margin: float, mixed: bool = False) -> tuple[marp.Plan, ...]:
         """MARP's ranked plans for the job with a stricter memory margin (what the predictor
-        answers when the scheduler re-plans a job after an OOM)."""
-        return self._sim.book.replan(self._sim.trace[job.job_id], safety_margin)
+        answers when the scheduler re-plans a job after an OOM), mixed plans too when ``mixed``."""
+        return self._sim.book.replan(self._sim.trace[job.job_id], safety_margin, mixed)
 
     @property
     def cluster(self) -> ClusterView:
@@ -293,7 +315,9 @@ class SimView:
 
 
 class SimPolicy(Protocol):
-    """One scheduling policy. ``round_s`` None = decide after every event batch."""
+    """One scheduling policy. ``round_s`` None = decide after every event batch. A policy with a
+    true ``runs_mixed`` attribute places mixed plans (frenzy), so a job only a mixed plan fits
+    enters its queue; without one (every baseline, ``frenzy-single-type``) such a job never does."""
 
     name: str
     round_s: float | None
@@ -315,7 +339,8 @@ def width_cap(requested: int, profile: JobProfile, factor: float | None) -> int:
     leaves a job no configuration under any policy."""
     if factor is None:
         return 1 << 30
-    smallest = min((p.num_gpus for p in profile.plans), default=min((n for _, n in profile.configs), default=1))
+    smallest = min((p.num_gpus for p in profile.plans or profile.mixed_plans),
+                   default=min((n for _, n in profile.configs), default=1))  # fmt: skip
     smallest = 1 << (smallest - 1).bit_length()
     return max(int(math.floor(factor * max(requested, 1) + 1e-9)), smallest, 1)
 
@@ -384,6 +409,9 @@ class Simulator:
         self.progress = progress
         self.finished = 0
         self.book = profiles or ProfileBook(spec)
+        # The policy places mixed plans (one job over several GPU types): a job only a mixed plan
+        # fits enters its queue (``SimPolicy``'s ``runs_mixed``; frenzy, not frenzy-single-type)
+        self.runs_mixed = bool(getattr(policy, "runs_mixed", False))
         # Dollars per GPU-hour by catalog GPU type: the list prices (marp.prices) under the cluster
         # file's price_per_gpu_hour. Every GPU-second a job holds is charged (JobOutcome.cost_usd).
         self.prices = gpu_prices(spec)
@@ -460,6 +488,13 @@ class Simulator:
         """Under the independent truth: the true seconds per step of this plan's layout (before
         the per-job runtime noise), or None when its true peak does not fit the GPU."""
         assert self._indep is not None
+        if plan.mixed is not None:  # each type's ranks hold their own peak (docs/simulator.md)
+            lay = plan.mixed
+            for st in lay.stages:
+                for s in st.shares:
+                    if s.memory.total * self._indep.mixed_memory_factor(job_id, s.gpu_type, lay) > s.gpu_memory_bytes:
+                        return None
+            return self._indep.mixed_step_s(job_id, self.info[job_id].model, self.trace[job_id].recipe(), lay)
         t = plan.gpu_type
         if plan.memory.total * self._indep.memory_factor(job_id, t, plan.layout) > self.book.memory[t]:
             return None
@@ -550,7 +585,10 @@ class Simulator:
             return f"still running when the run stopped at the {self.max_time_s / 86400:.0f}-day limit"
         if not info.profile.runnable_types:
             return "no GPU type of this cluster runs its precision"
-        if not info.profile.configs:
+        if not info.profile.configs and not (self.runs_mixed and info.profile.runs_only_mixed):
+            if info.profile.runs_only_mixed:
+                return ("too big for any one GPU type of this cluster: only a mixed plan fits, and "
+                        f"{self.policy.name} places none")
             return "too big for this cluster: MARP finds no layout that fits any of its GPU types"
         explain = getattr(self.policy, "why_waiting", None)
         said = explain(info) if explain is not None else None
@@ -606,6 +644,15 @@ class Simulator:
                     true = self._indep.step_s(job_id, info.model, self.trace[job_id].recipe(), gpu_type, lay)
                     true *= self.factor[job_id]
                 best = min(best, steps * true * max(1.0, n / share))
+            if not info.profile.configs:  # a job only a mixed plan fits: its mixed plans' truth
+                for p in info.profile.mixed_plans:
+                    if p.mixed is None:
+                        continue
+                    if self._indep is None:
+                        true = p.step_time_s * max(self.type_factor("speed", job_id, t) for t in p.gpus_by_type)
+                    else:
+                        true = self._indep.mixed_step_s(job_id, info.model, self.trace[job_id].recipe(), p.mixed)
+                    best = min(best, steps * true * self.factor[job_id] * max(1.0, p.num_gpus / share))
             if math.isfinite(best):
                 out[job_id] = best
         return out
@@ -613,7 +660,7 @@ class Simulator:
     def _handle(self, now: float, kind: int, key: str, attempt: int) -> None:
         if kind == _ARRIVE:
             prof = self.info[key].profile
-            if not prof.configs or not prof.runnable_types:
+            if (not prof.configs and not (self.runs_mixed and prof.runs_only_mixed)) or not prof.runnable_types:
                 # No layout of this job fits any GPU type of the cluster (or none runs its
                 # precision): no policy can ever run it here, so it never enters the queue (a
                 # memory-blind policy would only OOM on it; round-based ones would keep deciding
@@ -656,10 +703,13 @@ class Simulator:
         info = self.info[job_id]
         if info.started_at is None or info.gpu_type is None:
             return
-        hours = len(info.gpus) * max(0.0, now - info.started_at) / 3600.0
+        per_gpu = max(0.0, now - info.started_at) / 3600.0
         rec = self.outcomes[job_id]
-        rec.gpu_hours += hours
-        rec.cost_usd += hours * self.prices.get(info.gpu_type, 0.0)
+        rec.gpu_hours += len(info.gpus) * per_gpu
+        if info.plan is not None and info.plan.mixed is not None:  # each GPU at its own type's price
+            rec.cost_usd += per_gpu * sum(self.prices.get(self.node_gpus[n][i][1], 0.0) for n, i in info.gpus)
+        else:
+            rec.cost_usd += len(info.gpus) * per_gpu * self.prices.get(info.gpu_type, 0.0)
 
     def _release(self, now: float, job_id: str) -> None:
         self._charge(now, job_id)
@@ -738,23 +788,47 @@ class Simulator:
                 raise SimError(f"{name}: {a.job_id}: node {node} is down")
             if g in self.owner:
                 raise SimError(f"{name}: {a.job_id}: GPU {node}:{index} already held by {self.owner[g]}")
-            if self.node_gpus[node][index][1] != a.gpu_type:
-                raise SimError(f"{name}: {a.job_id}: GPU {node}:{index} is not a {a.gpu_type}")
         if len(set(a.gpus)) != len(a.gpus):
             raise SimError(f"{name}: {a.job_id}: a GPU is listed twice")
         info = self.info[a.job_id]
-        if a.gpu_type not in info.profile.runnable_types:
-            raise SimError(f"{name}: {a.job_id}: {a.gpu_type} cannot run its precision "
-                           f"({info.profile.recipe.precision if info.profile.recipe else '?'})")  # fmt: skip
+        plan = a.plan if a.plan is not None else None if a.plan_index is None else info.profile.plans[a.plan_index]
+        mixed = plan is not None and plan.mixed is not None
+        if mixed:
+            assert plan is not None
+            got: dict[str, int] = {}
+            for node, index in a.gpus:
+                t = self.node_gpus[node][index][1]
+                got[t] = got.get(t, 0) + 1
+            if got != plan.gpus_by_type or a.gpu_type != plan.gpu_type:
+                raise SimError(f"{name}: {a.job_id}: mixed plan {plan.label} given GPUs "
+                               f"{', '.join(f'{n}x {t}' for t, n in sorted(got.items()))}")  # fmt: skip
+        else:
+            for node, index in a.gpus:
+                if self.node_gpus[node][index][1] != a.gpu_type:
+                    raise SimError(f"{name}: {a.job_id}: GPU {node}:{index} is not a {a.gpu_type}")
+        for t in plan.gpus_by_type if mixed and plan is not None else (a.gpu_type,):
+            if t not in info.profile.runnable_types:
+                raise SimError(f"{name}: {a.job_id}: {t} cannot run its precision "
+                               f"({info.profile.recipe.precision if info.profile.recipe else '?'})")  # fmt: skip
         n = len(a.gpus)
         if n > info.max_gpus:
             raise SimError(f"{name}: {a.job_id}: {n} GPUs, above its width bound of {info.max_gpus} "
                            f"(--max-width-factor {self.max_width_factor:g} x {info.requested_gpus} requested)")  # fmt: skip
         cfg = (a.gpu_type, n)
-        mem_f = self.type_factor("mem", a.job_id, a.gpu_type)
         true_est: float | None  # the predicted step time of the layout that truly runs (None: OOM)
-        plan = a.plan if a.plan is not None else None if a.plan_index is None else info.profile.plans[a.plan_index]
-        if plan is not None:
+        if mixed:
+            assert plan is not None and plan.mixed is not None
+            est_step = plan.step_time_s
+            if self._indep is None:
+                # the marp truth of a mixed plan: MARP's step time and each type's peak, times the
+                # job's factor on that type (memory), the slowest type's (speed)
+                fits = all(s.memory.total * self.type_factor("mem", a.job_id, s.gpu_type) <= s.gpu_memory_bytes
+                           for st in plan.mixed.stages for s in st.shares)  # fmt: skip
+                true_est = est_step * max(self.type_factor("speed", a.job_id, t) for t in plan.gpus_by_type) if fits else None
+            else:
+                true_est = self._true_step_of(a.job_id, plan)
+        elif plan is not None:
+            mem_f = self.type_factor("mem", a.job_id, a.gpu_type)
             if (plan.gpu_type, plan.num_gpus) != cfg:
                 raise SimError(
                     f"{name}: {a.job_id}: plan {a.plan_index} is {plan.gpu_type}x{plan.num_gpus}, not {cfg}"
@@ -768,6 +842,7 @@ class Simulator:
         else:
             # memory-blind: the user's framework runs the fastest layout that truly fits (generous)
             est_step = info.profile.configs.get(cfg, math.inf)
+            mem_f = self.type_factor("mem", a.job_id, a.gpu_type)
             if self._indep is None:
                 true_est = self.book.fastest_fitting(self.trace[a.job_id], a.gpu_type, n, mem_f)
             else:
@@ -788,6 +863,7 @@ class Simulator:
         if rec.first_start_s is None:
             rec.first_start_s = now
         rec.gpu_type, rec.gpus = a.gpu_type, n
+        rec.mixed = mixed
         self.placements.append((now, a.job_id, a.gpu_type, tuple(a.gpus)))
         attempt = self._attempt.get(a.job_id, 0)
         progress_from = now + (self.restart_s if info.restarts > 0 else 0.0)
@@ -798,9 +874,9 @@ class Simulator:
             info.est_end = now + self.oom_delay_s
             self._push(now + self.oom_delay_s, _OOM, a.job_id, attempt)
             return
-        if self._indep is None:
+        if self._indep is None and not mixed:
             true_step = true_est * self.factor[a.job_id] * self.type_factor("speed", a.job_id, a.gpu_type)
-        else:  # (the independent truth's own error is in true_est already)
+        else:  # (the independent truth's own error, or a mixed plan's type factor, is in true_est already)
             true_step = true_est * self.factor[a.job_id]
         self._true_step[a.job_id] = true_step
         self._progress_from[a.job_id] = progress_from

@@ -31,6 +31,7 @@ class JobOutcome:
     deadline_s: float | None = None  # when it had to finish (absolute; None: no deadline)
     gpu_hours: float = 0.0  # GPU-hours it held, every attempt (OOMs and restarts included)
     cost_usd: float = 0.0  # those GPU-hours x their type's price per GPU-hour
+    mixed: bool = False  # its last start ran a mixed plan (several GPU types: docs/mixed-plans.md)
 
     @property
     def missed_deadline(self) -> bool | None:
@@ -78,6 +79,7 @@ class SimResult:
         dec = sorted(d * 1000.0 for d in self.decisions_s)
         with_deadline = [j for j in self.jobs if j.deadline_s is not None]
         missed = sum(1 for j in with_deadline if j.missed_deadline)
+        mixed = [j for j in finished if j.mixed]
         return {
             "avg_jct_s": _mean(jcts),
             "p50_jct_s": _pct(jcts, 50),
@@ -100,6 +102,9 @@ class SimResult:
             "deadline_miss_rate": missed / len(with_deadline) if with_deadline else 0.0,
             "gpu_hours": sum(j.gpu_hours for j in self.jobs),
             "cost_usd": sum(j.cost_usd for j in self.jobs),
+            # issue 33: the finished jobs whose (last) run was a mixed plan, and their avg JCT
+            "jobs_mixed": len(mixed),
+            "avg_jct_mixed_s": _mean([j.jct_s for j in mixed if j.jct_s is not None]),
         }
 
     def by_priority(self) -> dict[int, dict[str, float | int]]:

@@ -159,14 +159,39 @@ def llm_job(job_id: str, submit_s: float, requested: int, gpu_seconds_ref: float
     candidates = models_for_request(gpus)
     model_name = candidates[zlib.crc32(job_id.encode()) % len(candidates)]
     model = marp.get_model(model_name)
-    tps = _reference_plans(model_name).get(gpus)
-    if tps is None:  # no valid layout on exactly that many: use the largest smaller count
-        n = max(c for c in _reference_plans(model_name) if c <= gpus)
-        tps = _reference_plans(model_name)[n] * gpus / n
     runtime_ref = gpu_seconds_ref / gpus
-    tokens = max(1, int(runtime_ref * tps))
+    tokens = max(1, int(runtime_ref * _reference_tps(model_name, gpus)))
     return TraceJob(job_id, float(submit_s), model_name, _seq_len_for(model), DEFAULT_GLOBAL_BATCH,
                     tokens, gpus, "", origin)  # fmt: skip
+
+
+def _reference_tps(model_name: str, gpus: int) -> float:
+    """Tokens/s of MARP's best plan for the model on ``gpus`` reference GPUs (no valid layout on
+    exactly that many: the largest smaller count's, scaled linearly)."""
+    tps = _reference_plans(model_name).get(gpus)
+    if tps is None:
+        n = max(c for c in _reference_plans(model_name) if c <= gpus)
+        tps = _reference_plans(model_name)[n] * gpus / n
+    return tps
+
+
+def fit_to_cluster(jobs: Sequence[TraceJob], max_request: int, length_factor: float = 1.0) -> list[TraceJob]:
+    """A mapped public trace made to fit a small cluster (docs/mixed-plans.md, "Measured in the
+    simulator"): every job's request is cut to ``max_request`` GPUs and its length in reference
+    GPU-time multiplied by ``length_factor``, and the job is mapped again by the same rule
+    (``llm_job``: a request of 2 becomes a 7-8B model, 4 a 13-14B one), keeping its id, arrival,
+    priority and goals. A job whose request is kept keeps its model (same candidates, same
+    ``crc32``). Jobs already in our format are mapped jobs too: their reference GPU-time is their
+    tokens over the reference tokens/s at their request."""
+    if max_request < 1 or not (length_factor > 0 and math.isfinite(length_factor)):
+        raise ValueError(f"fit_to_cluster: max_request >= 1 and a length factor > 0, got {max_request}, {length_factor}")
+    out = []
+    for j in jobs:
+        gpu_seconds = j.tokens / _reference_tps(j.model, j.gpus) * j.gpus * length_factor
+        new = llm_job(j.job_id, j.submit_s, min(j.gpus, max_request), gpu_seconds, j.origin)
+        out.append(replace(j, model=new.model, seq_len=new.seq_len, global_batch=new.global_batch,
+                           tokens=new.tokens, gpus=new.gpus))  # fmt: skip
+    return out
 
 
 # ----- readers -----------------------------------------------------------------------
@@ -528,6 +553,7 @@ __all__ = [
     "TraceError",
     "TraceJob",
     "detect_format",
+    "fit_to_cluster",
     "force_objective",
     "reference_runtime_s",
     "with_goals",

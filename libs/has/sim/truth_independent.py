@@ -52,6 +52,19 @@ The model, each term from a measurement in the repository (fitted once, at first
    true peak of a layout is MARP's predicted peak x exp(sigma_m z), z per (seed, job, type,
    layout): one layout of a job may fit where another at the same count does not.
 
+7. *Mixed layouts* (one job over several GPU types, ``mixed_step_s``; issue 33): each (stage,
+   type) part of the layout computes its own work -- the tokens its ranks carry a step (their
+   data-parallel width x local micro-batch x micro-batches x sequence) times the FLOPs per token of
+   the stage's blocks (6 x their matmul parameters + 12 L_s h T, the LM head's on the last stage)
+   -- on its own GPUs at its type's efficiency (terms 1-2, at the whole model's size), its width
+   term (3, for the part's share of the work) and the node term (4, the nodes the whole job spans,
+   over the part's own fabric). A stage ends when its slowest type does (uneven data parallelism:
+   the slowest rank's pace given its local batch); a pipeline runs at its slowest stage, times the
+   1F1B bubble of term 5 (P stages, m micro-batches). One stage of one type reduces to terms 1-5
+   exactly. The error is term 6 per type (each type's parts get its z_type, its z_width at the
+   type's GPU count in the job and a z_layout of this layout); memory is each share's predicted
+   peak x exp(sigma_m z), z per (seed, job, type, layout).
+
 What this model does not know and MARP does: the communication volume of each collective, ZeRO
 stages, micro-batch sizes. What it knows and MARP does not: the measured efficiencies per type
 and size, the measured losses of width, and the cluster's own inter-node bandwidth.
@@ -315,6 +328,15 @@ def layout_key(layout: marp.Layout) -> str:
             f"m{layout.micro_batch}/a{layout.grad_accum}/{layout.recompute}/{int(layout.sp)}/{layout.shard_degree}")  # fmt: skip
 
 
+def mixed_key(lay: marp.mixed.MixedLayout) -> str:
+    """A mixed layout's identity for its error draws: shape, states, and every stage's blocks,
+    tp and per-type ranks, micro-batch and accumulation."""
+    stages = ";".join(f"{st.first_layer}-{st.last_layer}/tp{st.tp}/"
+                      + ",".join(f"{s.gpu_type}x{s.gpus}m{s.micro_batch}a{s.grad_accum}" for s in st.shares)
+                      for st in lay.stages)  # fmt: skip
+    return f"mixed:{lay.kind}/z{lay.zero_stage}/{lay.recompute}/m{lay.micro_batches}/{stages}"
+
+
 class IndependentTruth:
     """The true step time and memory factor of a job's layouts on one cluster (see the module
     docstring); seeded like the engine's other factors, so every policy meets the same truth."""
@@ -345,11 +367,7 @@ class IndependentTruth:
     def model_step_s(self, model_name: str, recipe: marp.TrainingRecipe, gpu_type: str, layout: marp.Layout) -> float:
         """Seconds per step before the error: the step's FLOPs over n GPUs at the type's measured
         efficiency, times the width, node and layout terms."""
-        key = (model_name, recipe.seq_len)
-        hit = self._model.get(key)
-        if hit is None:
-            hit = self._model[key] = model_flops(marp.get_model(model_name), recipe.seq_len)
-        params, per_token = hit
+        params, per_token = self._flops(model_name, recipe.seq_len)
         n = layout.num_gpus
         tokens = float(recipe.seq_len * recipe.global_batch)
         flops = tokens * per_token * (RECOMPUTE_FULL if layout.recompute == "full" else 1.0)
@@ -358,14 +376,68 @@ class IndependentTruth:
         rate *= width_factor(tokens, n) * node_factor(nodes, self.fabric.get(gpu_type, DEFAULT_INTER_NODE_GBPS))
         return flops / rate * bubble(layout)
 
-    def speed_factor(self, job_id: str, gpu_type: str, layout: marp.Layout) -> float:
+    def mixed_parts(self, model_name: str, recipe: marp.TrainingRecipe,
+                    lay: marp.mixed.MixedLayout) -> list[tuple[int, str, int, float]]:  # fmt: skip
+        """(stage, GPU type, GPUs of that type in the job, seconds per step before the error) of
+        every (stage, type) part of a mixed layout (term 7): the part's work at its own rate."""
+        model = marp.get_model(model_name)
+        params, _ = self._flops(model_name, recipe.seq_len)
+        head = float(model.vocab * model.hidden)
+        per_layer = (params - head) / model.n_layers
+        full = flops_per_token(params, model.n_layers, model.hidden, recipe.seq_len)
+        rc = RECOMPUTE_FULL if lay.recompute == "full" else 1.0
+        by_type = lay.gpus_by_type
+        nodes = sum(math.ceil(n / max(self.per_node.get(t, 8), 1)) for t, n in by_type.items())
+        out = []
+        for st in lay.stages:
+            blocks = st.last_layer - st.first_layer + 1
+            stage_params = blocks * per_layer + (head if st.head else 0.0)
+            per_token = flops_per_token(stage_params, blocks, model.hidden, recipe.seq_len)
+            for s in st.shares:
+                tokens = float(s.gpus // st.tp * s.micro_batch * s.grad_accum * recipe.seq_len)
+                rate = s.gpus * _peak(s.gpu_type, recipe.precision) * efficiency(s.gpu_type, params)
+                rate *= width_factor(tokens * per_token / full, s.gpus)
+                rate *= node_factor(nodes, self.fabric.get(s.gpu_type, DEFAULT_INTER_NODE_GBPS))
+                out.append((st.index, s.gpu_type, by_type[s.gpu_type], tokens * per_token * rc / rate))
+        return out
+
+    def mixed_step_s(self, job_id: str, model_name: str, recipe: marp.TrainingRecipe,
+                     lay: marp.mixed.MixedLayout) -> float:  # fmt: skip
+        """True seconds per step of a mixed layout (term 7): each part's time times its type's
+        error; a stage at its slowest type, the step at the slowest stage x the 1F1B bubble."""
+        key = mixed_key(lay)
+        stage_s: dict[int, float] = {}
+        for stage, gpu_type, n, t in self.mixed_parts(model_name, recipe, lay):
+            t *= self._error(job_id, gpu_type, n, key)
+            stage_s[stage] = max(stage_s.get(stage, 0.0), t)
+        p = len(lay.stages)
+        fill = 1.0 + (p - 1) / max(lay.micro_batches, 1) if p > 1 else 1.0
+        return max(stage_s.values()) * fill
+
+    def mixed_memory_factor(self, job_id: str, gpu_type: str, lay: marp.mixed.MixedLayout) -> float:
+        """True / predicted peak of the ranks of ``gpu_type`` in a mixed layout: exp(sigma_m z)."""
+        if self.memory_error <= 0:
+            return 1.0
+        return math.exp(self.memory_error * self._normal(f"mem:{job_id}:{gpu_type}:{mixed_key(lay)}"))
+
+    def _flops(self, model_name: str, seq_len: int) -> tuple[float, float]:
+        key = (model_name, seq_len)
+        hit = self._model.get(key)
+        if hit is None:
+            hit = self._model[key] = model_flops(marp.get_model(model_name), seq_len)
+        return hit
+
+    def _error(self, job_id: str, gpu_type: str, n: int, layout_id: str) -> float:
         """exp(sigma (z_type + z_width log2(n) / 3 + z_layout / 2)); 1 without an error."""
         if self.speed_error <= 0:
             return 1.0
-        n = layout.num_gpus
         z = (self._normal(f"type:{job_id}:{gpu_type}") + self._normal(f"width:{job_id}:{gpu_type}:{n}") * math.log2(n) / 3
-             + self._normal(f"layout:{job_id}:{gpu_type}:{layout_key(layout)}") / 2)  # fmt: skip
+             + self._normal(f"layout:{job_id}:{gpu_type}:{layout_id}") / 2)  # fmt: skip
         return math.exp(self.speed_error * z)
+
+    def speed_factor(self, job_id: str, gpu_type: str, layout: marp.Layout) -> float:
+        """exp(sigma (z_type + z_width log2(n) / 3 + z_layout / 2)); 1 without an error."""
+        return self._error(job_id, gpu_type, layout.num_gpus, layout_key(layout))
 
     def step_s(self, job_id: str, model_name: str, recipe: marp.TrainingRecipe, gpu_type: str,
                layout: marp.Layout) -> float:  # fmt: skip
@@ -389,6 +461,7 @@ __all__ = [
     "fits",
     "flops_per_token",
     "matmul_params",
+    "mixed_key",
     "model_flops",
     "node_factor",
     "width_factor",

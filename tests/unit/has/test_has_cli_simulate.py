@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parents[3]
 KEYS = {"avg_jct_s", "p50_jct_s", "p99_jct_s", "avg_queue_s", "makespan_s", "utilization", "oom_failures",
         "restarts", "jobs_finished", "jobs_total", "avg_jct_censored_s", "rho_mean", "rho_max",
         "decision_ms_mean", "decision_ms_p99", "deadline_jobs", "deadline_misses", "deadline_miss_rate",
-        "gpu_hours", "cost_usd"}  # fmt: skip
+        "gpu_hours", "cost_usd", "jobs_mixed", "avg_jct_mixed_s"}  # fmt: skip
 CLUSTER = str(REPO / "examples/clusters/paper-64.yaml")
 
 

@@ -87,6 +87,8 @@ def test_every_policy_finishes_and_conserves_gpus(name: str, jobs: list[TraceJob
         "deadline_miss_rate",
         "gpu_hours",
         "cost_usd",
+        "jobs_mixed",
+        "avg_jct_mixed_s",
     }
     # every job counted: the unfinished ones are named with why, and count in the censored mean
     assert m["jobs_total"] == len(jobs) and len(res.unfinished) == len(jobs) - expected

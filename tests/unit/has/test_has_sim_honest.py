@@ -87,7 +87,8 @@ def test_truth_factors_are_per_job_and_type_seeded_and_shared_by_policies() -> N
 
 def test_speed_error_is_per_type_so_the_true_run_time_follows_it() -> None:
     job = _jobs(1, steps=500)[0]
-    sim = Simulator(PAPERISH, [job], make_policy("frenzy"), runtime_noise=0.0, speed_error=0.3, seed=2)
+    # (frenzy-single-type: a single-type plan, whose truth is one type's factor; frenzy may run a mixed one)
+    sim = Simulator(PAPERISH, [job], make_policy("frenzy-single-type"), runtime_noise=0.0, speed_error=0.3, seed=2)
     res = sim.run()
     _, _, gpu_type, gpus = sim.placements[0]
     info = sim.info[job.job_id]
@@ -104,10 +105,12 @@ def test_frenzy_learns_from_an_oom_as_the_live_scheduler_will() -> None:
     from has.oom import memory_share
 
     job = _jobs(1, model="llama-2-7b", steps=300)[0]
-    probe = Simulator(PAPERISH, [job], make_policy("frenzy"), runtime_noise=0.0)
+    # (frenzy-single-type: one type's factor makes the OOM here; a mixed plan's OOM is
+    # tests/unit/has/test_has_sim_mixed.py's)
+    probe = Simulator(PAPERISH, [job], make_policy("frenzy-single-type"), runtime_noise=0.0)
     first = probe.run()
     first_type = probe.placements[0][2]
-    policy = make_policy("frenzy")
+    policy = make_policy("frenzy-single-type")
     used: list[marp.Plan] = []
     decide = policy.decide
 
