@@ -225,17 +225,35 @@ def _payload(fields: dict) -> str:
     raw = fields.get("data", fields.get(b"data"))
     if raw is None:
         raise BadMessage(f"stream entry has no 'data' field (fields: {sorted(map(str, fields))})")
-    return raw.decode() if isinstance(raw, bytes) else str(raw)
+    if isinstance(raw, bytes):
+        return raw.decode()
+    text = str(raw)
+    try:
+        text.encode()  # (a str holding a lone surrogate: no writer can store what it decodes to)
+    except UnicodeEncodeError as exc:
+        raise BadMessage(f"stream entry is not text: {exc}") from exc
+    return text
+
+
+# A JSON escape of a UTF-16 surrogate (\\ud800-\\udfff): a lone one decodes to a str that no UTF-8
+# writer takes (the scheduler would fail re-encoding the message it accepted), a pair is fine.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 def payload(fields: dict) -> dict[str, Any]:
     """The JSON object of a stream entry, not yet validated (what a seal is checked on)."""
     try:
-        obj = json.loads(_payload(fields))
+        text = _payload(fields)
+        obj = json.loads(text)
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
         raise BadMessage(f"stream entry is not JSON: {exc}") from exc
     if not isinstance(obj, dict):
         raise BadMessage(f"stream entry is not a JSON object but {type(obj).__name__}")
+    if "\\u" in text and _SURROGATE_ESCAPE.search(text):
+        try:
+            json.dumps(obj, ensure_ascii=False).encode()
+        except (UnicodeEncodeError, ValueError) as exc:
+            raise BadMessage("stream entry holds a lone UTF-16 surrogate (not text any writer can store)") from exc
     return obj
 
 

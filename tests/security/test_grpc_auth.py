@@ -47,6 +47,7 @@ REQUESTS = {
     "ListNodes": scheduler_pb2.ListNodesRequest(),
     "StreamLogs": scheduler_pb2.StreamLogsRequest(job_id="job-000000000000"),
     "HasCode": scheduler_pb2.HasCodeRequest(sha256="0" * 64),
+    "GetUsage": scheduler_pb2.GetUsageRequest(),
     "UploadCode": [scheduler_pb2.CodeChunk(sha256="0" * 64, size=3, data=b"abc")],  # client-streamed
 }
 
