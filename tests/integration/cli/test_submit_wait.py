@@ -129,7 +129,7 @@ def _interrupted(servers: Servers, args: list[str], marker: str) -> tuple[subpro
         reader.join(60)
         assert any(marker in line for line in seen), "".join(seen)
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=20)
+        out, err = proc.communicate(timeout=60)  # (Ctrl-C is seen once the blocking stream read returns: slow under a loaded CI)
     finally:
         if proc.poll() is None:
             proc.kill()
