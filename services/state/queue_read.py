@@ -126,7 +126,10 @@ class QueueReadModel:
             try:
                 stored = json.loads(raw or "[]")
                 options = plans_left(tuple(option_from_json(p) for p in stored), fraction(done))
-                deadline, objective = goal_of(json.loads(spec or "{}"), float(submitted_at or 0))
+                # (the spec is parsed only for a job that has a goal: most have none, and a restart
+                # admits every waiting job at once)
+                deadline, objective = (goal_of(json.loads(spec), float(submitted_at or 0))
+                                       if spec and '"goal"' in spec else (None, "time"))
             except (ValueError, TypeError, AttributeError) as exc:  # not what submit writes
                 if job_id not in self._unreadable:
                     self._unreadable.add(job_id)
